@@ -1,0 +1,110 @@
+// Package drainer runs the drain duty: it applies queued task outcomes from
+// work_outbox to resources through drain_outbox_batch, and closes rollup
+// straddles through drain_rollup_rechecks. It wakes on the outbox_ready
+// NOTIFY and polls as a failsafe, and drains in full batches until a batch
+// comes back short, so a burst is applied at database speed.
+package drainer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/internal/startstop"
+)
+
+// Config tunes a Drainer. Zero fields take the defaults below.
+type Config struct {
+	// Range returns the shard range to drain. Defaults to every shard.
+	Range func() (lo, hi int)
+	// BatchSize is the most outcomes one drain transaction applies.
+	// Defaults to 500.
+	BatchSize int
+	// Poll is the failsafe interval for a missed wake. Defaults to 250ms.
+	Poll time.Duration
+	// RetryBase is the first transient-retry delay; each attempt doubles it
+	// (jittered 50-100%). Defaults to 1s.
+	RetryBase time.Duration
+	// RetryMax caps the retry delay. Defaults to 5m.
+	RetryMax time.Duration
+}
+
+// Defaults for Config.
+const (
+	BatchSizeDefault = 500
+	PollDefault      = 250 * time.Millisecond
+	RetryBaseDefault = time.Second
+	RetryMaxDefault  = 5 * time.Minute
+)
+
+func (c Config) withDefaults() Config {
+	if c.Range == nil {
+		c.Range = func() (int, int) { return 0, 255 }
+	}
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Poll = cmp.Or(c.Poll, PollDefault)
+	c.RetryBase = cmp.Or(c.RetryBase, RetryBaseDefault)
+	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
+	return c
+}
+
+// Drainer is the drain duty.
+type Drainer struct {
+	cfg   Config
+	store *store.Store
+	wake  <-chan struct{}
+	log   *slog.Logger
+	loop  startstop.Loop
+}
+
+// New returns a Drainer woken by wake (typically a Listener subscription to
+// outbox_ready; nil means poll only).
+func New(cfg Config, st *store.Store, wake <-chan struct{}, log *slog.Logger) *Drainer {
+	return &Drainer{cfg: cfg.withDefaults(), store: st, wake: wake, log: log}
+}
+
+// Start launches the drain loop.
+func (d *Drainer) Start(ctx context.Context) error {
+	d.loop.Start(ctx, d.run)
+	return nil
+}
+
+// Stop stops the loop; an in-flight batch finishes or rolls back.
+func (d *Drainer) Stop() { d.loop.Stop() }
+
+func (d *Drainer) run(ctx context.Context) {
+	t := time.NewTicker(d.cfg.Poll)
+	defer t.Stop()
+	for {
+		if err := d.DrainOnce(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			d.log.Error("drain failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// DrainOnce drains until the outbox (in range) is empty, then re-checks armed
+// rollups.
+func (d *Drainer) DrainOnce(ctx context.Context) error {
+	lo, hi := d.cfg.Range()
+	for ctx.Err() == nil {
+		n, err := d.store.Drain(ctx, store.DrainParams{Lo: lo, Hi: hi, Limit: d.cfg.BatchSize,
+			RetryBase: d.cfg.RetryBase, RetryMax: d.cfg.RetryMax})
+		if err != nil {
+			return err
+		}
+		if n < d.cfg.BatchSize {
+			break
+		}
+	}
+	_, err := d.store.DrainRollupRechecks(ctx, lo, hi, d.cfg.BatchSize)
+	return err
+}

@@ -1,0 +1,130 @@
+// Package reaper runs the control plane's backstop passes on a timer: it
+// reclaims tasks whose lease lapsed (a dead dispatcher), re-schedules lagging
+// resources the reactive cascade missed (crash recovery), drops work nobody
+// claimed for a long window, recounts per-kind in-flight caps, sweeps
+// orphans whose grace expired, and bounds per-resource event logs. Every pass
+// is shard-range scoped, SKIP LOCKED, and probes an index that is empty on a
+// settled fleet, so an idle tick costs a few index lookups.
+package reaper
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/internal/startstop"
+)
+
+// Config tunes a Reaper. Zero fields take the defaults below.
+type Config struct {
+	// Range returns the shard range to reap. Defaults to every shard.
+	Range func() (lo, hi int)
+	// Interval between ticks. Defaults to 5s.
+	Interval time.Duration
+	// RetryWindow is how long a lagging resource with no live task waits
+	// before the reaper re-schedules it. Defaults to 30s.
+	RetryWindow time.Duration
+	// UnclaimedWindow is how long a never-claimed task (and a done row)
+	// stays queued before it is dropped. Defaults to 24h.
+	UnclaimedWindow time.Duration
+	// EventsKeep is how many events each resource keeps. Defaults to 100.
+	EventsKeep int
+	// Limit bounds each pass. Defaults to 1000.
+	Limit int
+}
+
+// Defaults for Config.
+const (
+	IntervalDefault        = 5 * time.Second
+	RetryWindowDefault     = 30 * time.Second
+	UnclaimedWindowDefault = 24 * time.Hour
+	EventsKeepDefault      = 100
+	LimitDefault           = 1000
+)
+
+func (c Config) withDefaults() Config {
+	if c.Range == nil {
+		c.Range = func() (int, int) { return 0, 255 }
+	}
+	c.Interval = cmp.Or(c.Interval, IntervalDefault)
+	c.RetryWindow = cmp.Or(c.RetryWindow, RetryWindowDefault)
+	c.UnclaimedWindow = cmp.Or(c.UnclaimedWindow, UnclaimedWindowDefault)
+	c.EventsKeep = cmp.Or(c.EventsKeep, EventsKeepDefault)
+	c.Limit = cmp.Or(c.Limit, LimitDefault)
+	return c
+}
+
+// Reaper is the reaper duty.
+type Reaper struct {
+	cfg     Config
+	store   *store.Store
+	log     *slog.Logger
+	loop    startstop.Loop
+	eventWM int64
+}
+
+// New returns a Reaper.
+func New(cfg Config, st *store.Store, log *slog.Logger) *Reaper {
+	return &Reaper{cfg: cfg.withDefaults(), store: st, log: log}
+}
+
+// Start launches the reaper loop.
+func (r *Reaper) Start(ctx context.Context) error {
+	r.loop.Start(ctx, r.run)
+	return nil
+}
+
+// Stop stops the loop.
+func (r *Reaper) Stop() { r.loop.Stop() }
+
+func (r *Reaper) run(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		tctx, cancel := context.WithTimeout(ctx, r.cfg.Interval*4)
+		err := r.RunOnce(tctx)
+		cancel()
+		if err != nil && !errors.Is(err, context.Canceled) {
+			r.log.Error("reaper pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce runs every pass once and reports what it did at debug level.
+func (r *Reaper) RunOnce(ctx context.Context) error {
+	lo, hi := r.cfg.Range()
+	reclaimed, err := r.store.ReapExpiredLeases(ctx, lo, hi, r.cfg.Limit)
+	if err != nil {
+		return err
+	}
+	requeued, err := r.store.RequeueLagging(ctx, lo, hi, r.cfg.RetryWindow, r.cfg.Limit)
+	if err != nil {
+		return err
+	}
+	dropped, err := r.store.DeleteUnclaimedWork(ctx, lo, hi, r.cfg.UnclaimedWindow, r.cfg.Limit)
+	if err != nil {
+		return err
+	}
+	if err := r.store.RecountInflight(ctx, lo, hi); err != nil {
+		return err
+	}
+	orphans, err := r.store.SweepExpiredOrphans(ctx, lo, hi, r.cfg.Limit)
+	if err != nil {
+		return err
+	}
+	if r.eventWM, err = r.store.PruneEvents(ctx, r.eventWM, r.cfg.EventsKeep, r.cfg.Limit*10); err != nil {
+		return err
+	}
+	if reclaimed+requeued+dropped+orphans > 0 {
+		r.log.Info("reaper pass", "reclaimed", reclaimed, "requeued", requeued, "dropped", dropped, "orphans_swept", orphans)
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/convergeplane/converge/control/model"
+)
+
+const resourceCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec, r.status, r.owner_id,
+       coalesce(r.provider_config_ref, ''), r.generation, r.synced_gen, r.health_ok, r.failure_gen,
+       r.phase, coalesce(r.last_error, ''), r.created_at, r.updated_at`
+
+// scanResource reads resourceCols.
+func scanResource(row pgx.Row) (model.Resource, error) {
+	var (
+		r     model.Resource
+		kv    int16
+		owner *string
+	)
+	err := row.Scan(&r.ID, &r.Kind, &kv, &r.Name, &r.Labels, &r.Spec, &r.Status, &owner,
+		&r.ProviderConfigRef, &r.Generation, &r.SyncedGen, &r.HealthOK, &r.FailureGen,
+		&r.Phase, &r.LastError, &r.CreatedAt, &r.UpdatedAt)
+	r.KindVersion = int(kv)
+	if owner != nil {
+		r.OwnerID = *owner
+	}
+	return r, err
+}
+
+// BuildRequests assembles the request each claimed task carries: the
+// resource, its children for a composer (observed) or rollup (descendants),
+// and the effective provider config (the kind default deep-merged with the
+// resource's own override; the override's bundle replaces the default's). A
+// task whose resource vanished since the claim gets no request (ok=false).
+func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]model.Request, []bool, error) {
+	ids := make([]string, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.ResourceID
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+resourceCols+` FROM resources r WHERE r.id = ANY ($1)`, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load task resources: %w", err)
+	}
+	res, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Resource, error) { return scanResource(r) })
+	if err != nil {
+		return nil, nil, fmt.Errorf("load task resources: %w", err)
+	}
+	byID := make(map[string]model.Resource, len(res))
+	var (
+		parents []string
+		pairs   []string
+		refs    []string
+	)
+	for _, r := range res {
+		byID[r.ID] = r
+		if r.ProviderConfigRef != "" {
+			refs = append(refs, r.ProviderConfigRef)
+		}
+	}
+	seenPair := map[string]bool{}
+	for _, t := range tasks {
+		if needsChildren(t) {
+			parents = append(parents, t.ResourceID)
+		}
+		p := fmt.Sprintf("%s/%d", t.Kind, t.KindVersion)
+		if !seenPair[p] {
+			seenPair[p] = true
+			pairs = append(pairs, p)
+		}
+	}
+	children := map[string][]model.Resource{}
+	if len(parents) > 0 {
+		rows, err := s.pool.Query(ctx, `SELECT `+resourceCols+` FROM resources r
+			WHERE r.owner_id = ANY ($1) AND (r.frozen_until IS NULL OR r.frozen_until <> 'infinity')
+			ORDER BY r.kind, r.name`, parents)
+		if err != nil {
+			return nil, nil, fmt.Errorf("load children: %w", err)
+		}
+		kids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Resource, error) { return scanResource(r) })
+		if err != nil {
+			return nil, nil, fmt.Errorf("load children: %w", err)
+		}
+		for _, k := range kids {
+			children[k.OwnerID] = append(children[k.OwnerID], k)
+		}
+	}
+	type cfg struct {
+		spec json.RawMessage
+		data []byte
+	}
+	defaults := map[string]cfg{}
+	overrides := map[string]cfg{}
+	rows, err = s.pool.Query(ctx, `SELECT name, kind || '/' || kind_version, is_default, spec, data FROM providerconfigs
+		WHERE (is_default AND kind || '/' || kind_version = ANY ($1)) OR name = ANY ($2)`, pairs, refs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load provider configs: %w", err)
+	}
+	for rows.Next() {
+		var (
+			name, pair string
+			def        bool
+			c          cfg
+		)
+		if err := rows.Scan(&name, &pair, &def, &c.spec, &c.data); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("load provider configs: %w", err)
+		}
+		if def {
+			defaults[pair] = c
+		}
+		overrides[name] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("load provider configs: %w", err)
+	}
+
+	out := make([]model.Request, len(tasks))
+	ok := make([]bool, len(tasks))
+	for i, t := range tasks {
+		r, found := byID[t.ResourceID]
+		if !found {
+			continue
+		}
+		ok[i] = true
+		req := model.Request{
+			TaskID: t.ID, ClaimEpoch: t.Epoch, Attempt: t.Attempts + 1, TaskType: t.Type,
+			Reaction: t.Reaction, Trigger: t.Trigger, Kind: t.Kind, KindVersion: t.KindVersion,
+			Resource: r, Status: r.Status,
+		}
+		if !t.Deadline.IsZero() {
+			d := t.Deadline.UTC().Truncate(time.Millisecond)
+			req.Deadline = &d
+		}
+		if needsChildren(t) {
+			if t.Trigger == model.TriggerChildrenSettled {
+				req.Descendants = children[t.ResourceID]
+			} else {
+				req.Observed = children[t.ResourceID]
+			}
+		}
+		def := defaults[fmt.Sprintf("%s/%d", t.Kind, t.KindVersion)]
+		req.Config, req.Bundle = def.spec, def.data
+		if r.ProviderConfigRef != "" {
+			o := overrides[r.ProviderConfigRef]
+			merged, err := model.MergeConfig(def.spec, o.spec)
+			if err != nil {
+				return nil, nil, fmt.Errorf("effective config for %s/%s: %w", r.Kind, r.Name, err)
+			}
+			req.Config = merged
+			if len(o.data) > 0 {
+				req.Bundle = o.data
+			}
+		}
+		out[i] = req
+	}
+	return out, ok, nil
+}
+
+func needsChildren(t model.Task) bool {
+	return t.Trigger == model.TriggerChildrenSettled ||
+		(t.Trigger == model.TriggerSpecChange && t.Emits.Has(model.OutcomeChildren))
+}

@@ -1,0 +1,371 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/reaper"
+	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/dispatch/inproc"
+)
+
+func standardHandlers(e *engine, fl *faults) map[string]inproc.Handler {
+	return map[string]inproc.Handler{"leaf/1": leafHandler(e.calls, fl), "comp/1": compHandler(e.calls)}
+}
+
+func TestCompositeRecompose(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{})
+	e.defineKinds(model.Policy{})
+	e.run(inproc.Config{}, standardHandlers(e, nil))
+	e.listen()
+
+	e.apply("comp", "root", compSpec{Children: []childSpec{{Name: "a"}, {Name: "b"}}})
+	e.waitPhase("comp", "root", "Ready", 20*time.Second)
+
+	e.apply("comp", "root", compSpec{Children: []childSpec{{Name: "a"}, {Name: "c"}}})
+	waitFor(t, 20*time.Second, "root synced at generation 2", func() bool {
+		r, _ := e.get("comp", "root")
+		return r.Phase == "Ready" && r.Generation == 2 && r.SyncedGen == 2
+	})
+	if _, ok := e.get("leaf", "b"); ok {
+		t.Error("b was not pruned")
+	}
+	if c, ok := e.get("leaf", "c"); !ok || c.Phase != "Ready" {
+		t.Errorf("c = %+v, %v; want Ready", c, ok)
+	}
+	if n := e.calls.get("a"); n != 1 {
+		t.Errorf("a's work ran %d times, want exactly 1", n)
+	}
+	var st map[string]int
+	r, _ := e.get("comp", "root")
+	must(t, json.Unmarshal(r.Status, &st))
+	if st["ready"] != 2 || st["total"] != 2 {
+		t.Errorf("root status = %s, want 2 of 2 ready", r.Status)
+	}
+	e.checkInvariants()
+}
+
+func TestDeepDependencyChain(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{})
+	e.defineKinds(model.Policy{})
+	e.run(inproc.Config{}, standardHandlers(e, nil))
+	e.listen()
+
+	const width, depth = 50, 10
+	var spec compSpec
+	for level := range depth {
+		for i := range width {
+			c := childSpec{Name: fmt.Sprintf("c-%d-%d", level, i)}
+			if level > 0 {
+				c.After = []string{fmt.Sprintf("c-%d-%d", level-1, i)}
+				c.Flow = true
+			}
+			spec.Children = append(spec.Children, c)
+		}
+	}
+	e.apply("comp", "chain", spec)
+	e.waitPhase("comp", "chain", "Ready", 90*time.Second)
+
+	if n := e.count(`SELECT count(*) FROM resources WHERE kind = 'leaf' AND phase = 'Ready'`); n != width*depth {
+		t.Fatalf("%d leaves Ready, want %d", n, width*depth)
+	}
+	for _, c := range spec.Children {
+		if n := e.calls.get(c.Name); n != 1 {
+			t.Errorf("%s ran %d times, want exactly 1", c.Name, n)
+		}
+	}
+	// The deepest leaf received its upstream's id through the value flow.
+	r, _ := e.get("leaf", fmt.Sprintf("c-%d-0", depth-1))
+	var s map[string]any
+	must(t, json.Unmarshal(r.Spec, &s))
+	if want := fmt.Sprintf("id-c-%d-0", depth-2); s["upstream_id"] != want {
+		t.Errorf("deepest spec.upstream_id = %v, want %s", s["upstream_id"], want)
+	}
+	e.checkInvariants()
+}
+
+func TestRollupIsReactive(t *testing.T) {
+	t.Parallel()
+	// The reaper runs with a 30 s retry window, so it cannot be what makes
+	// the root Ready within a second.
+	e := newEngine(t, engineOpts{reaper: &reaper.Config{Interval: time.Second, RetryWindow: 30 * time.Second}})
+	e.defineKinds(model.Policy{})
+	e.run(inproc.Config{}, standardHandlers(e, nil))
+	e.listen()
+
+	var spec compSpec
+	for i := range 40 {
+		spec.Children = append(spec.Children, childSpec{Name: fmt.Sprintf("r-%d", i)})
+	}
+	e.apply("comp", "root", spec)
+	e.waitPhase("comp", "root", "Ready", 30*time.Second)
+
+	var gap time.Duration
+	must(t, e.db.Pool.QueryRow(t.Context(), `
+		SELECT (SELECT updated_at FROM resources WHERE kind = 'comp' AND name = 'root')
+		     - (SELECT max(updated_at) FROM resources WHERE kind = 'leaf')`).Scan(&gap))
+	t.Logf("root Ready %s after its last child synced", gap)
+	if gap > time.Second || gap < 0 {
+		t.Errorf("root became Ready %s after its last child synced, want within 1s", gap)
+	}
+	e.checkInvariants()
+}
+
+func TestFailingChildTerminal(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{})
+	e.defineKinds(model.Policy{})
+	fl := &faults{}
+	fl.set("bad", "terminal")
+	e.run(inproc.Config{}, standardHandlers(e, fl))
+	e.listen()
+
+	e.apply("comp", "root", compSpec{Children: []childSpec{{Name: "good"}, {Name: "bad"}}})
+	e.waitPhase("comp", "root", "Degraded", 20*time.Second)
+	if r, _ := e.get("leaf", "bad"); r.Phase != "Failed" {
+		t.Errorf("bad phase = %s, want Failed", r.Phase)
+	}
+	var reason string
+	must(t, e.db.Pool.QueryRow(t.Context(), `SELECT c.reason FROM resource_conditions c JOIN resources r ON r.id = c.resource_id
+		WHERE r.name = 'root' AND c.type = 'Ready' AND c.status = 'False'`).Scan(&reason))
+	if reason != "ChildrenNotReady" {
+		t.Errorf("root Ready=False reason = %q, want ChildrenNotReady", reason)
+	}
+	// Give a wrongly retrying engine the chance to show it.
+	e.waitPhase("comp", "root", "Degraded", time.Second)
+	if n := e.calls.get("bad"); n > 2 {
+		t.Errorf("terminal handler ran %d times, want at most 2", n)
+	}
+	e.checkInvariants()
+}
+
+func TestFailingChildTransientHeals(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{})
+	e.defineKinds(model.Policy{})
+	fl := &faults{}
+	fl.set("flaky", "transient")
+	e.run(inproc.Config{}, standardHandlers(e, fl))
+	e.listen()
+
+	e.apply("comp", "root", compSpec{Children: []childSpec{{Name: "ok"}, {Name: "flaky"}}})
+	e.waitPhase("comp", "root", "Degraded", 20*time.Second)
+	waitFor(t, 20*time.Second, "flaky retried at least 3 times", func() bool { return e.calls.get("flaky") >= 3 })
+	if r, _ := e.get("leaf", "flaky"); r.Phase != "Failed" {
+		t.Errorf("flaky phase while failing = %s, want Failed", r.Phase)
+	}
+
+	fl.set("flaky", "")
+	e.waitPhase("comp", "root", "Ready", 20*time.Second)
+	if n := e.count(`SELECT count(*) FROM resource_conditions c JOIN resources r ON r.id = c.resource_id
+		WHERE r.name IN ('root', 'flaky') AND c.status = 'False'`); n != 0 {
+		t.Errorf("%d stale False conditions left after recovery", n)
+	}
+	e.checkInvariants()
+}
+
+func TestMaxTransientAttemptsTurnsTerminal(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{})
+	e.defineKinds(model.Policy{MaxTransientAttempts: 3})
+	fl := &faults{}
+	fl.set("doomed", "transient")
+	e.run(inproc.Config{}, standardHandlers(e, fl))
+	e.listen()
+
+	e.apply("leaf", "doomed", map[string]any{})
+	waitFor(t, 20*time.Second, "doomed to fail terminally", func() bool {
+		return e.count(`SELECT count(*) FROM resources WHERE name = 'doomed' AND failure_terminal AND phase = 'Failed'`) == 1
+	})
+	var msg string
+	must(t, e.db.Pool.QueryRow(t.Context(), `SELECT last_error FROM resources WHERE name = 'doomed'`).Scan(&msg))
+	if want := "gave up after 3 transient attempts: flaky backend"; msg != want {
+		t.Errorf("last_error = %q, want %q", msg, want)
+	}
+	if n := e.calls.get("doomed"); n != 3 {
+		t.Errorf("handler ran %d times, want 3", n)
+	}
+	e.checkInvariants()
+}
+
+func TestValueFlowResubstitution(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{})
+	e.defineKinds(model.Policy{})
+	e.run(inproc.Config{}, standardHandlers(e, nil))
+	e.listen()
+
+	spec := func(v int) compSpec {
+		return compSpec{Children: []childSpec{
+			{Name: "up", Spec: map[string]any{"v": v}},
+			{Name: "down", After: []string{"up"}, Flow: true},
+		}}
+	}
+	e.apply("comp", "root", spec(1))
+	e.waitPhase("comp", "root", "Ready", 20*time.Second)
+	downSpec := func() string {
+		r, _ := e.get("leaf", "down")
+		var s map[string]any
+		_ = json.Unmarshal(r.Spec, &s)
+		v, _ := s["upstream_id"].(string)
+		return v
+	}
+	if got := downSpec(); got != "id-up-v1" {
+		t.Fatalf("down.spec.upstream_id = %q, want id-up-v1", got)
+	}
+
+	e.apply("comp", "root", spec(2))
+	waitFor(t, 20*time.Second, "down re-substituted and re-run", func() bool {
+		r, _ := e.get("leaf", "down")
+		return downSpec() == "id-up-v2" && r.Phase == "Ready" && r.SyncedGen == r.Generation
+	})
+	if n := e.calls.get("down"); n != 2 {
+		t.Errorf("down ran %d times, want 2 (once per upstream value)", n)
+	}
+	e.waitPhase("comp", "root", "Ready", 20*time.Second)
+	e.checkInvariants()
+}
+
+func TestKindCapHoldsAcrossClaimers(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{})
+	e.defineKinds(model.Policy{MaxInflight: 10})
+
+	var running, peak atomic.Int32
+	slow := inproc.HandlerFunc(func(ctx context.Context, req model.Request) (model.Outcome, error) {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		timer := time.NewTimer(5 * time.Millisecond) // simulated work
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		return model.Outcome{Status: json.RawMessage(`{}`)}, nil
+	})
+	for i := range 4 {
+		e.run(inproc.Config{Claimer: fmt.Sprintf("claimer-%d", i), Concurrency: 20, BatchSize: 20},
+			map[string]inproc.Handler{"leaf/1": slow})
+	}
+	e.listen()
+
+	const n = 300
+	for i := range n {
+		e.apply("leaf", fmt.Sprintf("l-%d", i), map[string]any{})
+	}
+	var dbPeak atomic.Int32
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var c int32
+			if err := e.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM work_queue WHERE state = 'claimed'`).Scan(&c); err == nil && c > dbPeak.Load() {
+				dbPeak.Store(c)
+			}
+		}
+	}()
+	waitFor(t, 60*time.Second, "all leaves Ready", func() bool {
+		return e.count(`SELECT count(*) FROM resources WHERE phase = 'Ready'`) == n
+	})
+	close(stop)
+	wg.Wait()
+	t.Logf("peak handlers running = %d, peak claimed rows = %d", peak.Load(), dbPeak.Load())
+	if p := peak.Load(); p > 10 || p < 2 {
+		t.Errorf("peak concurrent handlers = %d, want 2..10", p)
+	}
+	if p := dbPeak.Load(); p > 10 {
+		t.Errorf("peak claimed rows = %d, want <= 10", p)
+	}
+	e.checkInvariants()
+}
+
+func TestCrashedClaimIsReclaimedAndFenced(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{})
+	e.defineKinds(model.Policy{})
+	e.listen()
+	ctx := t.Context()
+
+	e.apply("leaf", "x", map[string]any{})
+	first, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "doomed-pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Second})
+	must(t, err)
+	if len(first) != 1 {
+		t.Fatalf("claimed %d tasks, want 1", len(first))
+	}
+	// The claimer dies. Once the lease lapses, the reaper re-pends the row.
+	r := reaper.New(reaper.Config{}, e.st, e.log)
+	waitFor(t, 10*time.Second, "the lapsed claim to be reclaimed", func() bool {
+		must(t, r.RunOnce(ctx))
+		return e.count(`SELECT count(*) FROM work_queue WHERE state = 'pending'`) == 1
+	})
+	second, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "live-pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	must(t, err)
+	if len(second) != 1 || second[0].Epoch != first[0].Epoch+1 {
+		t.Fatalf("second claim = %+v, want one task at epoch %d", second, first[0].Epoch+1)
+	}
+	ok := model.Result{Outcome: &model.Outcome{Status: json.RawMessage(`{"by":"live"}`)}}
+	if st, err := e.st.Complete(ctx, second[0], ok); err != nil || st != store.Applied {
+		t.Fatalf("live completion = %v, %v; want applied", st, err)
+	}
+	if st, err := e.st.Complete(ctx, second[0], ok); err != nil || st != store.Duplicate {
+		t.Fatalf("repeated completion = %v, %v; want duplicate no-op", st, err)
+	}
+	stale := model.Result{Outcome: &model.Outcome{Status: json.RawMessage(`{"by":"zombie"}`)}}
+	if _, err := e.st.Complete(ctx, first[0], stale); !errors.Is(err, store.ErrSuperseded) {
+		t.Fatalf("stale completion err = %v, want ErrSuperseded", err)
+	}
+	got := e.waitPhase("leaf", "x", "Ready", 10*time.Second)
+	if string(got.Status) != `{"by": "live"}` {
+		t.Errorf("status = %s, want the live claim's", got.Status)
+	}
+	e.checkInvariants()
+}
+
+func TestOversizedStatusFailsTerminally(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{})
+	e.st = store.New(e.db.Pool, store.Config{MaxStatusBytes: 64})
+	e.defineKinds(model.Policy{})
+	e.listen()
+	ctx := t.Context()
+
+	e.apply("leaf", "big", map[string]any{})
+	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 1, Lease: time.Minute})
+	must(t, err)
+	big := model.Result{Outcome: &model.Outcome{Status: json.RawMessage(fmt.Sprintf(`{"blob":%q}`, make([]byte, 100)))}}
+	_, err = e.st.Complete(ctx, tasks[0], big)
+	must(t, err)
+	e.waitPhase("leaf", "big", "Failed", 10*time.Second)
+	var status *string
+	var msg string
+	must(t, e.db.Pool.QueryRow(ctx, `SELECT status::text, last_error FROM resources WHERE name = 'big'`).Scan(&status, &msg))
+	if status != nil {
+		t.Errorf("oversized status was stored: %s", *status)
+	}
+	if msg == "" {
+		t.Error("no last_error recorded")
+	}
+	t.Logf("last_error: %s", msg)
+}

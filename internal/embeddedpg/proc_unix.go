@@ -1,0 +1,176 @@
+//go:build unix
+
+package embeddedpg
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// runAs is the unprivileged account the server runs as when this process is
+// root, because initdb and postgres refuse to run as root.
+type runAs struct {
+	name string
+	uid  uint32
+	gid  uint32
+}
+
+// lookupRunAs returns nil when the process is not root: then the server simply
+// runs as the current user.
+func lookupRunAs() (*runAs, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	var errs []error
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		uid, err := strconv.ParseUint(u.Uid, 10, 32)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("user %s: bad uid %q: %w", name, u.Uid, err))
+			continue
+		}
+		gid, err := strconv.ParseUint(u.Gid, 10, 32)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("user %s: bad gid %q: %w", name, u.Gid, err))
+			continue
+		}
+		return &runAs{name: name, uid: uint32(uid), gid: uint32(gid)}, nil
+	}
+	return nil, fmt.Errorf("running as root and no unprivileged user (postgres, nobody) to run PostgreSQL as: %w",
+		errors.Join(errs...))
+}
+
+// sysProcAttr runs the child as the unprivileged user (if any), in its own
+// process group so a terminal's Ctrl-C reaches only the parent (which then
+// stops the server in order), and ties the child's life to the parent where
+// the OS allows it (see setParentDeathSignal).
+func sysProcAttr(ra *runAs, deathSignal syscall.Signal) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	if ra != nil {
+		attr.Credential = &syscall.Credential{Uid: ra.uid, Gid: ra.gid}
+	}
+	setParentDeathSignal(attr, deathSignal)
+	return attr
+}
+
+// handOver gives the data directory to the unprivileged user and makes every
+// ancestor searchable by it, since postgres must own its data dir and reach it.
+// Ancestors only gain the search (x) bit for others, never read, and each
+// change is logged.
+func handOver(dir string, ra *runAs, log *slog.Logger) error {
+	if ra == nil {
+		return nil
+	}
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("cannot stat %s: %w", p, err)
+		}
+		if !canSearch(fi, ra) {
+			mode := fi.Mode().Perm() | 0o001
+			if err := os.Chmod(p, mode); err != nil {
+				return fmt.Errorf("cannot make %s traversable for user %s: %w", p, ra.name, err)
+			}
+			log.Warn("made directory traversable for the PostgreSQL user",
+				"dir", p, "user", ra.name, "mode", fmt.Sprintf("%#o", mode))
+		}
+		if p == filepath.Dir(p) {
+			break
+		}
+	}
+
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("cannot stat %s: %w", dir, err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == ra.uid {
+		return nil // already handed over on an earlier run
+	}
+	return filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Lchown(path, int(ra.uid), int(ra.gid)); err != nil {
+			return fmt.Errorf("cannot chown %s to %s: %w", path, ra.name, err)
+		}
+		return nil
+	})
+}
+
+func canSearch(fi os.FileInfo, ra *runAs) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return true // cannot tell; let postgres report it
+	}
+	perm := fi.Mode().Perm()
+	switch {
+	case st.Uid == ra.uid:
+		return perm&0o100 != 0
+	case st.Gid == ra.gid:
+		return perm&0o010 != 0
+	default:
+		return perm&0o001 != 0
+	}
+}
+
+// chownFile hands a file we created (the server log) to the server's user so
+// the data dir stays uniformly owned.
+func chownFile(path string, ra *runAs) error {
+	if ra == nil {
+		return nil
+	}
+	if err := os.Lchown(path, int(ra.uid), int(ra.gid)); err != nil {
+		return fmt.Errorf("cannot chown %s to %s: %w", path, ra.name, err)
+	}
+	return nil
+}
+
+// processAlive reports whether pid exists. EPERM means it exists but belongs
+// to someone else, which still counts.
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// postmasterOf reports whether pid is a postmaster serving dataDir. A
+// postmaster chdirs into its data directory, so on Linux its cwd identifies
+// it; a recycled pid (common in containers after a crash) does not match.
+// ok is false where the OS gives no way to tell.
+func postmasterOf(pid int, dataDir string) (ours, ok bool) {
+	cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd")
+	if err != nil {
+		if _, statErr := os.Stat("/proc/self"); statErr != nil {
+			return false, false // no procfs (macOS, BSD)
+		}
+		return false, true // the process vanished or is unreadable: not a server we can use
+	}
+	want, err := filepath.EvalSymlinks(dataDir)
+	if err != nil {
+		want = dataDir
+	}
+	return cwd == want, true
+}
+
+func signalProcess(pid int, sig syscall.Signal) error {
+	return syscall.Kill(pid, sig)
+}
+
+const (
+	// sigFastShutdown is what `pg_ctl stop -m fast` sends: roll back open
+	// transactions, disconnect clients, checkpoint, exit.
+	sigFastShutdown = syscall.SIGINT
+	// sigImmediateShutdown is `pg_ctl stop -m immediate`: exit at once; the
+	// next start runs crash recovery.
+	sigImmediateShutdown = syscall.SIGQUIT
+)

@@ -1,0 +1,169 @@
+// Package migrations holds Converge's SQL schema, embedded in the binary, and
+// applies it with goose.
+//
+// The .sql files in this directory are the only place the schema changes
+// (plpgsql included). They are numbered, never edited once merged, and
+// written in goose format: "-- +goose Up" / "-- +goose Down", with plpgsql
+// bodies between "-- +goose StatementBegin" and "-- +goose StatementEnd".
+//
+// Every pod runs Up at boot. Up, Down and Status serialise on a session-level
+// advisory lock in the target database, so when several pods start at once
+// exactly one applies pending migrations while the others wait for it and then
+// find nothing to do. Advisory locks are per database, so migrating different
+// databases on one server (test templates) never contends.
+package migrations
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+// LockWaitDefault is how long Up and Down wait for another process that holds
+// the migration lock, e.g. a pod applying a slow migration.
+const LockWaitDefault = 10 * time.Minute
+
+//go:embed *.sql
+var files embed.FS // read-only: embedded at build time
+
+// FS returns the embedded migration files, for tools that inspect them.
+func FS() fs.FS { return files }
+
+// Up applies every pending migration. log receives one line per migration
+// applied; nil discards them. Concurrent callers against the same database
+// are safe: one applies, the rest wait and then no-op.
+func Up(ctx context.Context, dsn string, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return withProvider(ctx, dsn, func(p *goose.Provider) error {
+		results, err := p.Up(ctx)
+		for _, r := range results {
+			if r.Error == nil {
+				log.InfoContext(ctx, "migration applied",
+					"version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("migrations: up: %w", err)
+		}
+		if len(results) == 0 {
+			log.DebugContext(ctx, "schema up to date")
+		}
+		return nil
+	})
+}
+
+// Down rolls back the most recently applied migration, one step. It fails if
+// nothing is applied.
+func Down(ctx context.Context, dsn string) error {
+	return withProvider(ctx, dsn, func(p *goose.Provider) error {
+		if _, err := p.Down(ctx); err != nil {
+			return fmt.Errorf("migrations: down: %w", err)
+		}
+		return nil
+	})
+}
+
+// Status writes one line per embedded migration to w: its version, whether it
+// is applied (and when) or pending, and its file.
+func Status(ctx context.Context, dsn string, w io.Writer) error {
+	return withProvider(ctx, dsn, func(p *goose.Provider) error {
+		statuses, err := p.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("migrations: status: %w", err)
+		}
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "VERSION\tSTATE\tAPPLIED AT\tFILE") //nolint:errcheck // checked at Flush
+		for _, s := range statuses {
+			applied := "-"
+			if s.State == goose.StateApplied {
+				applied = s.AppliedAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Source.Version, s.State, applied, s.Source.Path) //nolint:errcheck
+		}
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("migrations: status: cannot write: %w", err)
+		}
+		return nil
+	})
+}
+
+// Hash identifies the embedded migration set: it changes when any file is
+// added, renamed or edited. Test helpers name template databases after it, so
+// a schema change produces a fresh template instead of reusing a stale one.
+func Hash() string {
+	entries, err := fs.ReadDir(files, ".")
+	if err != nil {
+		// The embedded FS root always exists; reaching this is a build defect.
+		panic(fmt.Sprintf("migrations: cannot list embedded files: %v", err))
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	h := sha256.New()
+	for _, name := range names {
+		b, err := files.ReadFile(name)
+		if err != nil {
+			panic(fmt.Sprintf("migrations: cannot read embedded %s: %v", name, err))
+		}
+		// Length prefixes keep "ab"+"c" and "a"+"bc" apart.
+		h.Write([]byte(strconv.Itoa(len(name)) + ":" + name + strconv.Itoa(len(b)) + ":"))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func withProvider(ctx context.Context, dsn string, fn func(*goose.Provider) error) (retErr error) {
+	connConfig, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return fmt.Errorf("migrations: bad DSN: %w", err)
+	}
+	// stdlib.OpenDB rather than sql.Open("pgx"): no dependence on the
+	// driver registry that package's init populates.
+	db := stdlib.OpenDB(*connConfig)
+	defer func() {
+		if err := db.Close(); err != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("migrations: cannot close database: %w", err))
+		}
+	}()
+
+	// goose polls pg_try_advisory_lock; 1s is its shortest period, which
+	// keeps waiting pods from lagging far behind the one migrating.
+	locker, err := lock.NewPostgresSessionLocker(
+		lock.WithLockTimeout(1, uint64(LockWaitDefault/time.Second)),
+	)
+	if err != nil {
+		return fmt.Errorf("migrations: cannot create locker: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files,
+		goose.WithSessionLocker(locker),
+		// Up logs results itself; goose's own log (verbose mode) echoes
+		// every SQL statement.
+		goose.WithSlog(slog.New(slog.DiscardHandler)),
+		// Only the embedded SQL counts; ignore Go migrations that any
+		// imported package may have registered globally with goose.
+		goose.WithDisableGlobalRegistry(true),
+	)
+	if err != nil {
+		return fmt.Errorf("migrations: cannot create provider: %w", err)
+	}
+	return fn(p)
+}
