@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // engine is a running control plane on a private database: the drain duty,
 // optionally the reaper, and in-process executors.
 type engine struct {
-	t     *testing.T
+	t     testing.TB
 	db    *pgtest.Database
 	st    *store.Store
 	lis   *store.Listener
@@ -37,7 +37,7 @@ type engineOpts struct {
 	retryMax time.Duration
 }
 
-func newEngine(t *testing.T, o engineOpts) *engine {
+func newEngine(t testing.TB, o engineOpts) *engine {
 	t.Helper()
 	db := pgtest.New(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -191,7 +191,7 @@ CREATE TRIGGER kind_manifest_deleted AFTER DELETE ON kind_manifest
 
 CREATE TABLE resources (
     id              uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
-    shard_id        smallint    NOT NULL,
+    shard_id        smallint    GENERATED ALWAYS AS (shard_of(id)) STORED,
     kind            text        NOT NULL,
     kind_version    smallint    NOT NULL CHECK (kind_version BETWEEN 1 AND 32767),
     name            text        NOT NULL CHECK (name ~ '^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$'),
@@ -243,29 +243,28 @@ CREATE INDEX idx_resources_frozen_sweep ON resources (frozen_until) WHERE frozen
 CREATE INDEX idx_resources_deleting ON resources (shard_id) WHERE deletion_requested_at IS NOT NULL;
 
 -- +goose StatementBegin
-CREATE FUNCTION resources_before_write() RETURNS trigger
+CREATE FUNCTION resources_before_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        NEW.shard_id := shard_of(NEW.id);
-        RETURN NEW;
-    END IF;
-    IF NEW.id <> OLD.id THEN RAISE EXCEPTION 'resource id is immutable'; END IF;
-    NEW.shard_id := OLD.shard_id;
-    -- A spec or version change is a new generation. jsonb equality is semantic,
-    -- so a re-apply of byte-different but equal JSON is not a change.
+    -- A spec or version change is a new generation. jsonb equality is
+    -- semantic, so a re-apply of byte-different but equal JSON is no change.
     IF NEW.spec IS DISTINCT FROM OLD.spec OR NEW.kind_version <> OLD.kind_version THEN
         NEW.generation := OLD.generation + 1;
     END IF;
-    IF NEW IS DISTINCT FROM OLD THEN
-        NEW.updated_at := now();
-    END IF;
+    NEW.updated_at := now();
     RETURN NEW;
 END
 $$;
 -- +goose StatementEnd
-CREATE TRIGGER resources_before_write BEFORE INSERT OR UPDATE ON resources
-    FOR EACH ROW EXECUTE FUNCTION resources_before_write();
+-- Only user-facing changes fire it: the drain's hot UPDATE stamps updated_at
+-- itself and never pays for a row trigger.
+CREATE TRIGGER resources_before_update BEFORE UPDATE ON resources
+    FOR EACH ROW
+    WHEN (NEW.spec IS DISTINCT FROM OLD.spec OR NEW.kind_version IS DISTINCT FROM OLD.kind_version
+          OR NEW.labels IS DISTINCT FROM OLD.labels OR NEW.provider_config_ref IS DISTINCT FROM OLD.provider_config_ref
+          OR NEW.frozen_until IS DISTINCT FROM OLD.frozen_until
+          OR NEW.deletion_requested_at IS DISTINCT FROM OLD.deletion_requested_at)
+    EXECUTE FUNCTION resources_before_update();
 
 CREATE TABLE providerconfigs (
     name         text     PRIMARY KEY CHECK (name ~ '^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$'),
@@ -416,7 +415,7 @@ CREATE TABLE resource_conditions (
 -- Per-resource event log, bounded by the reaper's prune pass.
 CREATE TABLE resource_events (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    resource_id uuid        NOT NULL REFERENCES resources ON DELETE CASCADE,
+    resource_id uuid        NOT NULL, -- no FK: inserts are on the hot path; resources_after_delete cleans up
     at          timestamptz NOT NULL DEFAULT now(),
     type        text        NOT NULL,
     generation  bigint,
@@ -504,5 +503,5 @@ DROP TABLE IF EXISTS endpoint_deliveries, endpoints, rollup_recheck, wake_state,
     work_outbox, work_queue, resource_deps CASCADE;
 ALTER TABLE IF EXISTS resources DROP CONSTRAINT IF EXISTS resources_provider_config_fk;
 DROP TABLE IF EXISTS providerconfigs, resources, kind_config, kind_manifest CASCADE;
-DROP FUNCTION IF EXISTS providerconfigs_changed, resources_before_write, kind_manifest_notify_delete,
+DROP FUNCTION IF EXISTS providerconfigs_changed, resources_before_update, kind_manifest_notify_delete,
     kind_manifest_seed_config, reaction_mask, validate_kind_manifest, outcome_bit, shard_of;

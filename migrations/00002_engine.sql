@@ -439,13 +439,15 @@ END
 $$;
 -- +goose StatementEnd
 
--- A removed resource takes its queued work with it (the queue is UNLOGGED and
--- partitioned, so a foreign key cannot do this).
+-- A removed resource takes its queued work and its events with it (the queue
+-- is UNLOGGED and partitioned, and events are written on the hot path, so
+-- neither carries a foreign key).
 -- +goose StatementBegin
 CREATE FUNCTION resources_after_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM work_queue w USING old_rows o WHERE w.shard_id = o.shard_id AND w.resource_id = o.id;
+    DELETE FROM resource_events e USING old_rows o WHERE e.resource_id = o.id;
     RETURN NULL;
 END
 $$;

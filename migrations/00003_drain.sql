@@ -275,7 +275,8 @@ BEGIN
                          ELSE NOT (i.emits & 16 <> 0 AND coalesce(jsonb_path_exists(i.outcome, '$.conditions[*] ? (@.type == "Ready" && @.status == "False")'), false)) END,
         failure_gen = CASE WHEN i.error IS NULL THEN 0 ELSE i.generation END,
         failure_terminal = CASE WHEN i.error IS NULL THEN false ELSE i.terminal END,
-        last_error = i.error
+        last_error = i.error,
+        updated_at = now()
       FROM unnest(v_items) i
      WHERE r.id = i.resource_id;
 
@@ -307,7 +308,9 @@ BEGIN
 
     PERFORM substitute_values(v_status_ids);
 
-    SELECT array_agg(i.resource_id) FILTER (WHERE i.error IS NULL OR i.rerun),
+    -- A leaf's success needs no re-scheduling (its dependents are scheduled
+    -- by the cascade); a rerun, a composer's next step or a failure might.
+    SELECT array_agg(i.resource_id) FILTER (WHERE i.rerun OR (i.error IS NULL AND i.trigger = 'specChange' AND i.has_rollup)),
            array_agg(i.resource_id) FILTER (WHERE i.rollup_dirty)
       INTO v_ids, v_rollup
       FROM unnest(v_items) i;
