@@ -1,0 +1,93 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// HeartbeatParams is one member beat.
+type HeartbeatParams struct {
+	MemberID, Role, Host, Version string
+	PID, InFlight                 int
+	Info                          json.RawMessage
+	Total                         int
+	Liveness                      time.Duration
+}
+
+// Heartbeat upserts the member's row and returns its assigned shard range;
+// ok is false if the member is not live (which a fresh beat rules out).
+func (s *Store) Heartbeat(ctx context.Context, p HeartbeatParams) (lo, hi int, ok bool, err error) {
+	var l, h *int
+	err = s.pool.QueryRow(ctx, `
+		WITH up AS (
+			INSERT INTO cluster_members (member_id, role, host, pid, version, in_flight, info, last_heartbeat)
+			VALUES ($1, $2, $3, $4, $5, $6, coalesce($7, '{}'), now())
+			ON CONFLICT (member_id) DO UPDATE SET role = EXCLUDED.role, host = EXCLUDED.host, pid = EXCLUDED.pid,
+				version = EXCLUDED.version, in_flight = EXCLUDED.in_flight, info = EXCLUDED.info, last_heartbeat = now()
+			RETURNING 1)
+		SELECT a.lo, a.hi FROM up, assign_member_shards($1, $8, $9) a`,
+		p.MemberID, p.Role, p.Host, p.PID, p.Version, p.InFlight, p.Info, p.Total, int(p.Liveness/time.Second)).Scan(&l, &h)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("cluster heartbeat: %w", err)
+	}
+	if l == nil || h == nil {
+		return 0, 0, false, nil
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE cluster_members SET shard_lo = $2, shard_hi = $3 WHERE member_id = $1`, p.MemberID, *l, *h); err != nil {
+		return 0, 0, false, fmt.Errorf("cluster heartbeat: %w", err)
+	}
+	return *l, *h, true, nil
+}
+
+// LeaveCluster deletes the member's row.
+func (s *Store) LeaveCluster(ctx context.Context, memberID string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM cluster_members WHERE member_id = $1`, memberID); err != nil {
+		return fmt.Errorf("leave cluster: %w", err)
+	}
+	return nil
+}
+
+// ClusterMember is one row of the cluster view.
+type ClusterMember struct {
+	MemberID      string          `json:"member_id"`
+	Role          string          `json:"role"`
+	Host          string          `json:"host"`
+	PID           int             `json:"pid"`
+	Version       string          `json:"version"`
+	ShardLo       *int            `json:"shard_lo,omitempty"`
+	ShardHi       *int            `json:"shard_hi,omitempty"`
+	InFlight      int             `json:"in_flight"`
+	Info          json.RawMessage `json:"info,omitempty"`
+	StartedAt     time.Time       `json:"started_at"`
+	LastHeartbeat time.Time       `json:"last_heartbeat"`
+	Ready         bool            `json:"ready"`
+}
+
+// ListClusterMembers returns every member; Ready is derived from heartbeat
+// age against the liveness window at read time.
+func (s *Store) ListClusterMembers(ctx context.Context, liveness time.Duration) ([]ClusterMember, error) {
+	rows, err := s.pool.Query(ctx, `SELECT member_id, role, host, pid, version, shard_lo, shard_hi, in_flight, info,
+		started_at, last_heartbeat, last_heartbeat > now() - make_interval(secs => $1)
+		FROM cluster_members ORDER BY role, member_id`, liveness.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("list cluster members: %w", err)
+	}
+	defer rows.Close()
+	var out []ClusterMember
+	for rows.Next() {
+		var m ClusterMember
+		var lo, hi *int16
+		if err := rows.Scan(&m.MemberID, &m.Role, &m.Host, &m.PID, &m.Version, &lo, &hi, &m.InFlight, &m.Info,
+			&m.StartedAt, &m.LastHeartbeat, &m.Ready); err != nil {
+			return nil, fmt.Errorf("list cluster members: %w", err)
+		}
+		if lo != nil && hi != nil {
+			l, h := int(*lo), int(*hi)
+			m.ShardLo, m.ShardHi = &l, &h
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,185 @@
+package webhooksdk
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// maxResponseRead caps how much of a callback or heartbeat response is read (to reuse
+// the connection); the body itself is ignored.
+const maxResponseRead = 64 << 10
+
+// heartbeatNoDeadline is the heartbeat interval of a task without a deadline.
+const heartbeatNoDeadline = 10 * time.Second
+
+// HeartbeatURL derives the heartbeat URL from a callback URL: the final "/outcome" path
+// segment is replaced by "/heartbeat" (…/v1/tasks/{id}/outcome → …/v1/tasks/{id}/heartbeat),
+// or "/heartbeat" is appended when the path does not end in "/outcome". The query, if
+// any, is kept.
+func HeartbeatURL(callbackURL string) (string, error) {
+	u, err := url.Parse(callbackURL)
+	if err != nil {
+		return "", fmt.Errorf("heartbeat url: %w", err)
+	}
+	p := strings.TrimSuffix(u.Path, "/")
+	p = strings.TrimSuffix(p, "/outcome")
+	u.Path = p + "/heartbeat"
+	u.RawPath = ""
+	return u.String(), nil
+}
+
+// deliver POSTs the result body to the callback URL until it is accepted, refused for
+// good, or the task deadline plus the grace passes. Network errors, 408, 425, 429 and
+// 5xx are retried with exponential backoff (at least the Retry-After the callback asks
+// for); anything else ends delivery.
+func (e *Endpoint) deliver(rn *run, body []byte, log *slog.Logger) {
+	cb := rn.env.Callback
+	stopAt := rn.env.Deadline
+	if stopAt.IsZero() || stopAt.Before(time.Now()) {
+		stopAt = time.Now()
+	}
+	ctx, cancel := context.WithDeadline(e.baseCtx, stopAt.Add(e.cfg.callbackGrace))
+	defer cancel()
+
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(e.cfg.retryInitial),
+		backoff.WithMaxInterval(e.cfg.retryMax),
+		backoff.WithMaxElapsedTime(0), // bounded by ctx's deadline instead
+	)
+	for attempt := 1; ; attempt++ {
+		status, retryAfter, err := e.post(ctx, cb.URL, cb.Token, body)
+		switch {
+		case err != nil:
+			log.Warn("callback attempt failed", "attempt", attempt, "err", err)
+		case status == http.StatusOK || status == http.StatusNoContent:
+			log.Debug("callback delivered", "attempt", attempt, "status", status)
+			return
+		case status == http.StatusConflict:
+			log.Info("callback refused: task superseded by a newer claim; result dropped")
+			return
+		case retryableStatus(status):
+			log.Warn("callback attempt failed", "attempt", attempt, "status", status)
+		default: // 400, 401, 413, other 4xx, 3xx: retrying the same body cannot help
+			log.Error("callback rejected; result dropped", "status", status)
+			return
+		}
+		wait := b.NextBackOff()
+		wait = max(wait, retryAfter)
+		if dl, _ := ctx.Deadline(); time.Until(dl) < wait {
+			log.Error("callback not delivered before the task deadline; result dropped", "attempts", attempt)
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			log.Error("callback abandoned", "attempts", attempt, "cause", context.Cause(ctx))
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// heartbeat extends the task's lease while an asynchronous Work runs; a 409 cancels the
+// Work context with ErrSuperseded.
+func (e *Endpoint) heartbeat(ctx context.Context, rn *run) {
+	defer e.wg.Done()
+	select {
+	case <-rn.asyncCh:
+	case <-rn.done:
+		return
+	}
+	cb := rn.env.Callback
+	hbURL, err := HeartbeatURL(cb.URL)
+	if err != nil {
+		e.taskLogger(rn).Error("no heartbeats", "err", err)
+		return
+	}
+	interval := e.cfg.heartbeatEvery
+	if interval == 0 {
+		interval = heartbeatNoDeadline
+		if !rn.env.Deadline.IsZero() {
+			interval = max(time.Until(rn.env.Deadline)/3, HeartbeatMinDefault)
+		}
+	}
+	body, err := json.Marshal(struct {
+		TaskID     string `json:"task_id"`
+		ClaimEpoch int64  `json:"claim_epoch"`
+	}{rn.env.TaskID, rn.env.ClaimEpoch})
+	if err != nil { // cannot happen: a string and an int
+		return
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-rn.done:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		status, _, err := e.post(ctx, hbURL, cb.Token, body)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				e.taskLogger(rn).Warn("heartbeat failed", "err", err)
+			}
+		case status == http.StatusConflict:
+			e.taskLogger(rn).Info("heartbeat refused: task superseded; cancelling work")
+			rn.cancel(ErrSuperseded)
+			return
+		case status >= 300:
+			e.taskLogger(rn).Warn("heartbeat refused", "status", status)
+		}
+	}
+}
+
+// post sends one authenticated JSON POST and returns the status and the Retry-After the
+// response asks for (0 if none).
+func (e *Endpoint) post(ctx context.Context, target, token string, body []byte) (int, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("User-Agent", "converge-webhooksdk")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return 0, 0, err // *url.Error names the URL, never the token
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseRead)) // drain for reuse; errors don't matter
+	return resp.StatusCode, retryAfter(resp.Header.Get("Retry-After")), nil
+}
+
+func retryableStatus(status int) bool {
+	return status == http.StatusRequestTimeout || status == http.StatusTooEarly ||
+		status == http.StatusTooManyRequests || status >= 500
+}
+
+// retryAfter parses a Retry-After of delay-seconds or an HTTP date; 0 if absent or bad.
+func retryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
+}

@@ -1,0 +1,116 @@
+package webhooksdk
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// MergeConfig deep-merges override onto defaultSpec and returns the merged JSON document:
+// objects merge recursively, and for any other value (scalars, arrays, null) the
+// override's value wins. An empty or "null" override returns defaultSpec unchanged; an
+// empty or "null" default yields the override. Numbers keep their exact text.
+//
+// A malformed override never wipes the default: MergeConfig returns defaultSpec together
+// with an error. A malformed default, or an override that is not a JSON object, is an
+// error too.
+func MergeConfig(defaultSpec, override json.RawMessage) (json.RawMessage, error) {
+	if isAbsent(override) {
+		return defaultSpec, nil
+	}
+	ov, err := decodeJSON(override)
+	if err != nil {
+		return defaultSpec, fmt.Errorf("merge config: malformed override: %w", err)
+	}
+	ovObj, ok := ov.(map[string]any)
+	if !ok {
+		return defaultSpec, errors.New("merge config: override is not a JSON object")
+	}
+	if isAbsent(defaultSpec) {
+		return override, nil
+	}
+	def, err := decodeJSON(defaultSpec)
+	if err != nil {
+		return nil, fmt.Errorf("merge config: malformed default: %w", err)
+	}
+	defObj, ok := def.(map[string]any)
+	if !ok {
+		return nil, errors.New("merge config: default is not a JSON object")
+	}
+	merged, err := json.Marshal(mergeObjects(defObj, ovObj))
+	if err != nil {
+		return nil, fmt.Errorf("merge config: %w", err)
+	}
+	return merged, nil
+}
+
+// EffectiveConfig deep-merges override onto defaultSpec (see [MergeConfig]) and decodes
+// the result into a T. An absent override decodes the default verbatim; both absent
+// decode to the zero T. If the override is malformed, EffectiveConfig returns the default
+// decoded into T together with the error, so a caller may choose to run on the default.
+//
+// The dispatcher already sends the effective config in [Request.Config]; this helper is
+// for a provider that layers defaults of its own under it.
+func EffectiveConfig[T any](defaultSpec, override json.RawMessage) (T, error) {
+	var out T
+	merged, mergeErr := MergeConfig(defaultSpec, override)
+	if mergeErr != nil && merged == nil {
+		return out, fmt.Errorf("effective config: %w", mergeErr)
+	}
+	if !isAbsent(merged) {
+		if err := json.Unmarshal(merged, &out); err != nil {
+			return out, fmt.Errorf("effective config: decode: %w", err)
+		}
+	}
+	if mergeErr != nil {
+		return out, fmt.Errorf("effective config: %w", mergeErr)
+	}
+	return out, nil
+}
+
+// EffectiveBundle returns the effective config data: a bundle is opaque and replaced
+// whole, so override wins if it is non-empty, else def.
+func EffectiveBundle(def, override []byte) []byte {
+	if len(override) > 0 {
+		return override
+	}
+	return def
+}
+
+func isAbsent(b json.RawMessage) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) == 0 || bytes.Equal(b, []byte("null"))
+}
+
+// decodeJSON decodes exactly one JSON value, keeping numbers as json.Number.
+func decodeJSON(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("trailing data after JSON value")
+	}
+	return v, nil
+}
+
+func mergeObjects(def, ov map[string]any) map[string]any {
+	out := make(map[string]any, len(def)+len(ov))
+	for k, v := range def {
+		out[k] = v
+	}
+	for k, v := range ov {
+		dv, dok := out[k].(map[string]any)
+		ovv, ook := v.(map[string]any)
+		if dok && ook {
+			out[k] = mergeObjects(dv, ovv)
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}

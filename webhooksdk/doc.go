@@ -1,0 +1,57 @@
+// Package webhooksdk is the provider SDK for Converge's push dispatch: write a kind's
+// handler code once as a [Provider] and serve it over HTTPS with [Handler].
+//
+// # Model
+//
+// Converge's dispatcher claims a task from Postgres and POSTs it to a registered
+// provider endpoint as a JSON [Envelope], signed the Standard Webhooks way
+// (https://www.standardwebhooks.com): headers webhook-id, webhook-timestamp and
+// webhook-signature, the signature being "v1," + base64(HMAC-SHA256(key,
+// "id.timestamp.body")). The endpoint answers in one of two ways:
+//
+//   - inline: 200 with a [Result] body, {"outcome": {...}} or {"error": {"message",
+//     "terminal"}};
+//   - asynchronously: 202 at once, then a POST of the same Result body to the
+//     envelope's callback URL with "Authorization: Bearer <callback token>", and
+//     heartbeats to the matching …/heartbeat URL while the work runs.
+//
+// The dispatcher also probes readiness with a signed {"type": "health"} POST, answered
+// with a [HealthResponse] built from every provider's Ready.
+//
+// docs/protocol.md in this repository is the normative wire protocol; this package is
+// one implementation of its provider side, and its wire types and signing functions
+// ([Sign], [Signer], [Verify]) are the ones the dispatcher uses too.
+//
+// # The contract
+//
+// A [Provider] serves exactly one (kind, version). The SDK calls only its four methods:
+// Kind once at construction, Ready for health probes and before each task, OnConfig
+// before Work whenever the task's effective config differs from the last one the
+// provider saw, and Work once per delivery. Work returns an [Outcome] or an error; an
+// error is retried with backoff unless wrapped with [Terminal]. An HTTP status is never
+// a terminal failure — only a Result with "terminal": true is.
+//
+// The dispatcher merges each task's provider config (kind default ⊕ per-resource
+// override) and sends the effective config in the envelope ([Request.Config],
+// [Request.Bundle]); a provider is stateless. [EffectiveConfig] and [EffectiveBundle]
+// remain for providers that layer their own defaults.
+//
+// # Invariants of the Handler
+//
+//   - A request whose signature does not verify with any configured secret is refused
+//     (401) before its body is decoded.
+//   - Work runs at most once per webhook-id while that id's result is cached (bounded by
+//     entries, bytes and age): a repeat delivery gets 202 while the run is in flight and
+//     the identical result body once it finished. The webhook-id is stable across HTTP
+//     retries of one claim, and a new claim gets a new one, so a new claim always runs.
+//   - Work runs under the envelope's deadline; a panic becomes a transient error result.
+//   - Once a request has been answered 202 for a run, that run's result is POSTed to the
+//     callback (with backoff, until the deadline plus a grace), even if an inline answer
+//     was also written; the dispatcher treats a duplicate outcome as a no-op. A 409 from
+//     the callback or a heartbeat means a newer claim superseded this one: the result is
+//     dropped and the Work context is cancelled with cause [ErrSuperseded].
+//   - Readiness is advisory: an unready provider is answered 503 (transient), never a
+//     terminal failure.
+//
+// Test helpers live in package webhooksdk/sdktest.
+package webhooksdk

@@ -1,0 +1,508 @@
+package webhooksdk
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Causes of a Work context's cancellation, read with context.Cause.
+var (
+	// ErrSuperseded: a heartbeat was answered 409 — another claim owns the task now, so
+	// this run's result would be discarded.
+	ErrSuperseded = errors.New("task superseded by a newer claim")
+	// ErrShutdown: Shutdown's context ended before in-flight work finished.
+	ErrShutdown = errors.New("endpoint shut down")
+)
+
+// Endpoint is the provider endpoint the dispatcher pushes to: an http.Handler that
+// serves task deliveries and health probes for a set of providers. Mount it wherever the
+// registered endpoint's target and health URLs point (one path may serve both). Create it
+// with [Handler]; stop it with [Endpoint.Shutdown] after http.Server.Shutdown.
+type Endpoint struct {
+	cfg    config
+	client *http.Client
+	log    *slog.Logger
+	slots  []*providerSlot
+	byKind map[KindVersion]*providerSlot
+
+	baseCtx    context.Context
+	cancelBase context.CancelCauseFunc
+	wg         sync.WaitGroup // execute, heartbeat and callback goroutines
+
+	mu       sync.Mutex
+	closing  bool
+	inflight map[string]*run // by deliveryKey
+	results  *resultCache    // by deliveryKey
+}
+
+// providerSlot is one registered provider and the fingerprint of the last config its
+// OnConfig saw.
+type providerSlot struct {
+	kv KindVersion
+	p  Provider
+
+	mu     sync.Mutex // serialises OnConfig
+	seen   bool
+	cfgSum [sha256.Size]byte
+}
+
+// run is one execution of Work for one delivery (webhook-id).
+type run struct {
+	id        string // deliveryKey
+	webhookID string
+	env       *Envelope
+	slot      *providerSlot
+	cancel    context.CancelCauseFunc
+
+	done    chan struct{} // closed once body is set
+	asyncCh chan struct{} // closed when the result was promised to the callback
+	body    []byte        // the Result JSON; read only after done is closed
+
+	// Guarded by Endpoint.mu.
+	async    bool
+	finished bool
+}
+
+// Handler returns the Endpoint serving providers. Every provider needs a distinct, valid
+// Kind() (kind non-empty, version 1..32767), and WithSecrets is required.
+//
+// Requests: POST only (405); body capped (413); Standard Webhooks signature checked
+// (401); envelope decoded (400). A health probe gets 200 with every provider's Ready().
+// A task goes to the provider of its (kind, kind_version) (404 if none; 503 with
+// Retry-After if it is not ready or the endpoint is shutting down) and Work runs under
+// the task deadline. If Work finishes within the sync budget the answer is 200 with the
+// Result (an error result too); otherwise 202, and the Result is POSTed to the
+// envelope's callback URL later, with heartbeats meanwhile. A repeated webhook-id is
+// never run twice: while it runs it gets 202, once finished it gets the same body again.
+func Handler(providers []Provider, opts ...Option) (*Endpoint, error) {
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		if err := opt(&cfg); err != nil {
+			return nil, fmt.Errorf("webhooksdk handler: %w", err)
+		}
+	}
+	if len(cfg.secrets) == 0 {
+		return nil, errors.New("webhooksdk handler: no signing secrets; use WithSecrets")
+	}
+	if len(providers) == 0 {
+		return nil, errors.New("webhooksdk handler: no providers")
+	}
+	e := &Endpoint{
+		cfg:      cfg,
+		client:   cfg.client,
+		log:      cmp.Or(cfg.logger, slog.Default()),
+		byKind:   make(map[KindVersion]*providerSlot, len(providers)),
+		inflight: make(map[string]*run),
+		results:  newResultCache(cfg.cacheEntries, cfg.cacheBytes, cfg.cacheTTL),
+	}
+	if e.client == nil {
+		e.client = &http.Client{
+			Timeout:       CallbackTimeoutDefault,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	for i, p := range providers {
+		if p == nil {
+			return nil, fmt.Errorf("webhooksdk handler: provider %d is nil", i)
+		}
+		kv := p.Kind()
+		if err := kv.validate(); err != nil {
+			return nil, fmt.Errorf("webhooksdk handler: provider %d: %w", i, err)
+		}
+		if _, dup := e.byKind[kv]; dup {
+			return nil, fmt.Errorf("webhooksdk handler: two providers for %s", kv)
+		}
+		s := &providerSlot{kv: kv, p: p}
+		e.slots = append(e.slots, s)
+		e.byKind[kv] = s
+	}
+	e.baseCtx, e.cancelBase = context.WithCancelCause(context.Background())
+	return e, nil
+}
+
+// Shutdown stops accepting tasks (new ones get 503, health reports every kind unready)
+// and waits for in-flight work, heartbeats and callbacks to finish. If ctx ends first it
+// cancels every Work context and pending callback (cause ErrShutdown) and returns
+// ctx.Err() without waiting further; results not yet delivered are then lost, and the
+// dispatcher re-dispatches those tasks when their leases expire. Call it after
+// http.Server.Shutdown, which drains the inline requests. Safe to call more than once.
+func (e *Endpoint) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	e.closing = true
+	e.mu.Unlock()
+
+	idle := make(chan struct{})
+	go func() {
+		e.wg.Wait()
+		close(idle)
+	}()
+	select {
+	case <-idle:
+		e.cancelBase(ErrShutdown)
+		return nil
+	case <-ctx.Done():
+		e.cancelBase(ErrShutdown)
+		return fmt.Errorf("webhooksdk shutdown: %w", ctx.Err())
+	}
+}
+
+// ServeHTTP serves one delivery from the dispatcher.
+func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeProblem(w, http.StatusMethodNotAllowed, "only POST is served")
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeProblem(w, http.StatusUnsupportedMediaType, "content type must be application/json")
+			return
+		}
+	}
+	if r.ContentLength > e.cfg.maxBody {
+		writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", e.cfg.maxBody))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.maxBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", e.cfg.maxBody))
+			return
+		}
+		writeProblem(w, http.StatusBadRequest, "cannot read body")
+		return
+	}
+	if err := Verify(e.cfg.secrets, r.Header, body, e.cfg.now(), e.cfg.tolerance); err != nil {
+		writeProblem(w, http.StatusUnauthorized, "signature verification failed: "+err.Error())
+		return
+	}
+	var env Envelope
+	if err := json.Unmarshal(body, &env); err != nil {
+		writeProblem(w, http.StatusBadRequest, "malformed envelope: "+err.Error())
+		return
+	}
+	switch env.Type {
+	case EnvelopeHealth:
+		e.serveHealth(w)
+	case EnvelopeTask:
+		e.serveTask(w, r, &env)
+	default:
+		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("malformed envelope: unknown type %q", env.Type))
+	}
+}
+
+func (e *Endpoint) serveHealth(w http.ResponseWriter) {
+	e.mu.Lock()
+	closing := e.closing
+	e.mu.Unlock()
+	resp := HealthResponse{Kinds: make([]KindReadiness, 0, len(e.slots))}
+	for _, s := range e.slots {
+		resp.Kinds = append(resp.Kinds, KindReadiness{
+			Kind:        s.kv.Kind,
+			KindVersion: s.kv.Version,
+			Ready:       !closing && e.ready(s),
+		})
+	}
+	body, err := json.Marshal(resp)
+	if err != nil { // cannot happen: plain strings, ints and bools
+		writeProblem(w, http.StatusInternalServerError, "cannot encode health response")
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelope) {
+	switch {
+	case env.TaskID == "":
+		writeProblem(w, http.StatusBadRequest, "malformed envelope: task_id is required")
+		return
+	case env.Kind == "":
+		writeProblem(w, http.StatusBadRequest, "malformed envelope: kind is required")
+		return
+	case env.KindVersion < 1 || env.KindVersion > MaxKindVersion:
+		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("malformed envelope: kind_version %d outside 1..%d", env.KindVersion, MaxKindVersion))
+		return
+	case env.Callback != nil && env.Callback.URL == "":
+		writeProblem(w, http.StatusBadRequest, "malformed envelope: callback.url is empty")
+		return
+	}
+	kv := KindVersion{Kind: env.Kind, Version: env.KindVersion}
+	slot, ok := e.byKind[kv]
+	if !ok {
+		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no provider for %s at this endpoint", kv))
+		return
+	}
+	webhookID := r.Header.Get(canonicalID)
+	id := deliveryKey(webhookID, env)
+	ready := e.ready(slot)
+
+	e.mu.Lock()
+	if body, ok := e.results.get(id, time.Now()); ok {
+		e.mu.Unlock()
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
+	if rn, ok := e.inflight[id]; ok {
+		if rn.env.Callback != nil {
+			// The promise of a callback is what the 202 means, even if the first request
+			// is still waiting inline: mark the run so its result is also delivered.
+			e.markAsyncLocked(rn)
+			e.mu.Unlock()
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		e.mu.Unlock()
+		e.await(w, r, rn)
+		return
+	}
+	if e.closing {
+		e.mu.Unlock()
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterUnready))
+		writeProblem(w, http.StatusServiceUnavailable, "endpoint is shutting down")
+		return
+	}
+	if !ready {
+		e.mu.Unlock()
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterUnready))
+		writeProblem(w, http.StatusServiceUnavailable, fmt.Sprintf("provider %s is not ready", kv))
+		return
+	}
+	rn := &run{
+		id:        id,
+		webhookID: webhookID,
+		env:       env,
+		slot:      slot,
+		done:      make(chan struct{}),
+		asyncCh:   make(chan struct{}),
+	}
+	e.inflight[id] = rn
+	e.wg.Add(2)
+	e.mu.Unlock()
+
+	ctx, cancel := context.WithCancelCause(e.baseCtx)
+	rn.cancel = cancel
+	if !env.Deadline.IsZero() {
+		var cancelDeadline context.CancelFunc
+		ctx, cancelDeadline = context.WithDeadline(ctx, env.Deadline)
+		rn.cancel = func(cause error) {
+			cancel(cause)
+			cancelDeadline()
+		}
+	}
+	go e.execute(ctx, rn)
+	go e.heartbeat(ctx, rn)
+	e.await(w, r, rn)
+}
+
+// deliveryKey identifies a delivery for deduplication: the webhook-id, qualified by the
+// claim it carries, so that a webhook-id reused for another task or claim (a dispatcher
+// bug) runs rather than receiving someone else's result.
+func deliveryKey(webhookID string, env *Envelope) string {
+	return webhookID + "\x00" + env.TaskID + "\x00" + strconv.FormatInt(env.ClaimEpoch, 10)
+}
+
+// await answers the request for rn: inline if the result is ready within the sync
+// budget (or at all, when there is no callback to fall back on), else 202.
+func (e *Endpoint) await(w http.ResponseWriter, r *http.Request, rn *run) {
+	if rn.env.Callback == nil {
+		select {
+		case <-rn.done:
+			writeJSON(w, http.StatusOK, rn.body)
+		case <-r.Context().Done():
+			// The dispatcher gave up; the result stays cached for its retry.
+		}
+		return
+	}
+	timer := time.NewTimer(e.cfg.syncBudget)
+	defer timer.Stop()
+	select {
+	case <-rn.done:
+		writeJSON(w, http.StatusOK, rn.body)
+	case <-timer.C:
+		if e.goAsync(rn) {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		writeJSON(w, http.StatusOK, rn.body)
+	case <-r.Context().Done():
+		// The dispatcher gave up waiting; it will not read an inline answer, so the
+		// result must reach it through the callback.
+		e.goAsync(rn)
+	}
+}
+
+// goAsync promises rn's result to the callback, unless it has already finished (then
+// the caller answers inline and goAsync returns false).
+func (e *Endpoint) goAsync(rn *run) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if rn.finished {
+		return false
+	}
+	e.markAsyncLocked(rn)
+	return true
+}
+
+func (e *Endpoint) markAsyncLocked(rn *run) {
+	if !rn.async {
+		rn.async = true
+		close(rn.asyncCh)
+	}
+}
+
+// execute runs Work for rn, publishes the result and, if it was promised, delivers it to
+// the callback.
+func (e *Endpoint) execute(ctx context.Context, rn *run) {
+	defer e.wg.Done()
+	log := e.taskLogger(rn)
+	res := e.work(ctx, rn, log)
+	superseded := errors.Is(context.Cause(ctx), ErrSuperseded)
+	rn.cancel(nil)
+
+	body, err := json.Marshal(res)
+	if err != nil {
+		log.Error("cannot encode outcome", "err", err)
+		body, _ = json.Marshal(Result{ // plain strings: cannot fail
+			TaskID: res.TaskID, ClaimEpoch: res.ClaimEpoch,
+			Error: &Error{Message: "provider returned an outcome that is not valid JSON: " + err.Error()},
+		})
+	}
+
+	e.mu.Lock()
+	rn.body = body
+	rn.finished = true
+	delete(e.inflight, rn.id)
+	e.results.put(rn.id, body, time.Now())
+	async := rn.async
+	e.mu.Unlock()
+	close(rn.done)
+
+	if !async {
+		return
+	}
+	if superseded {
+		log.Info("task superseded; result dropped")
+		return
+	}
+	e.deliver(rn, body, log)
+}
+
+// work calls OnConfig (if the config changed) and Work, turning a panic into a
+// transient error result.
+func (e *Endpoint) work(ctx context.Context, rn *run, log *slog.Logger) (res Result) {
+	res = Result{TaskID: rn.env.TaskID, ClaimEpoch: rn.env.ClaimEpoch}
+	req := NewRequest(rn.env)
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("provider panicked", "panic", p, "stack", string(debug.Stack()))
+			res.Outcome = nil
+			res.Error = &Error{Message: fmt.Sprintf("provider %s panicked: %v", rn.slot.kv, p)}
+		}
+	}()
+	rn.slot.configure(req)
+	out, err := rn.slot.p.Work(ctx, req)
+	if err != nil {
+		res.Error = &Error{Message: cmp.Or(err.Error(), "unspecified error"), Terminal: IsTerminal(err)}
+		log.Info("task failed", "err", err, "terminal", res.Error.Terminal)
+		return res
+	}
+	if err := out.Validate(); err != nil {
+		res.Error = &Error{Message: err.Error()}
+		log.Error("provider returned an invalid outcome", "err", err)
+		return res
+	}
+	res.Outcome = &out
+	return res
+}
+
+// configure fires OnConfig if req's effective config differs from the last one this
+// provider saw (the first one included). Serialised per provider.
+func (s *providerSlot) configure(req Request) {
+	sum := configSum(req.Config, req.Bundle)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen && s.cfgSum == sum {
+		return
+	}
+	s.p.OnConfig(ProviderConfig{Spec: req.Config, Data: req.Bundle})
+	s.seen, s.cfgSum = true, sum // only once OnConfig returned normally
+}
+
+func configSum(spec json.RawMessage, bundle []byte) [sha256.Size]byte {
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, spec); err != nil {
+		compact.Reset()
+		compact.Write(spec)
+	}
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(compact.Len()))
+	h.Write(n[:])
+	h.Write(compact.Bytes())
+	h.Write(bundle)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+func (e *Endpoint) ready(s *providerSlot) (ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Error("provider Ready panicked", "kind", s.kv.Kind, "kind_version", s.kv.Version, "panic", p)
+			ok = false
+		}
+	}()
+	return s.p.Ready()
+}
+
+func (e *Endpoint) taskLogger(rn *run) *slog.Logger {
+	return e.log.With(
+		"task_id", rn.env.TaskID,
+		"claim_epoch", rn.env.ClaimEpoch,
+		"kind", rn.env.Kind,
+		"kind_version", rn.env.KindVersion,
+		"webhook_id", rn.webhookID,
+	)
+}
+
+// problem is an RFC 9457 problem details body.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func writeProblem(w http.ResponseWriter, status int, detail string) {
+	body, err := json.Marshal(problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+	if err != nil { // cannot happen: plain strings and an int
+		http.Error(w, detail, status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body) // a failed write means the client is gone; nothing to do
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body) // a failed write means the client is gone; nothing to do
+}

@@ -1,0 +1,194 @@
+package webhooksdk
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Defaults of the Handler options.
+const (
+	// SyncBudgetDefault is how long a task request waits for Work before answering 202.
+	SyncBudgetDefault = 2 * time.Second
+	// MaxBodyDefault caps a request body (16 MiB).
+	MaxBodyDefault int64 = 16 << 20
+	// HeartbeatMinDefault is the floor of the default heartbeat interval.
+	HeartbeatMinDefault = time.Second
+	// ResultCacheEntriesDefault bounds the finished-result cache by entries.
+	ResultCacheEntriesDefault = 10_000
+	// ResultCacheTTLDefault is how long a finished result is kept for duplicate deliveries.
+	ResultCacheTTLDefault = 10 * time.Minute
+	// ResultCacheBytesDefault bounds the finished-result cache by body bytes (64 MiB).
+	ResultCacheBytesDefault = 64 << 20
+	// CallbackGraceDefault is how long past the task deadline a callback is still retried.
+	CallbackGraceDefault = time.Minute
+	// CallbackTimeoutDefault is the per-attempt timeout of the default callback client.
+	CallbackTimeoutDefault = 30 * time.Second
+	// RetryAfterUnready is the Retry-After, in seconds, of a 503 for an unready provider
+	// or a shutting-down endpoint.
+	RetryAfterUnready = 5
+)
+
+// Option configures [Handler]. An option returns an error for an invalid value.
+type Option func(*config) error
+
+type config struct {
+	secrets        []Secret
+	syncBudget     time.Duration
+	tolerance      time.Duration
+	maxBody        int64
+	client         *http.Client
+	logger         *slog.Logger
+	heartbeatEvery time.Duration // 0: a third of the time left to the deadline
+	now            func() time.Time
+	cacheEntries   int
+	cacheTTL       time.Duration
+	cacheBytes     int
+	callbackGrace  time.Duration
+	retryInitial   time.Duration
+	retryMax       time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		syncBudget:    SyncBudgetDefault,
+		tolerance:     DefaultTolerance,
+		maxBody:       MaxBodyDefault,
+		now:           time.Now,
+		cacheEntries:  ResultCacheEntriesDefault,
+		cacheTTL:      ResultCacheTTLDefault,
+		cacheBytes:    ResultCacheBytesDefault,
+		callbackGrace: CallbackGraceDefault,
+		retryInitial:  500 * time.Millisecond,
+		retryMax:      30 * time.Second,
+	}
+}
+
+// WithSecrets sets the endpoint's signing secrets ("whsec_<base64>"). Required. Give
+// both the old and the new secret during a rotation: a request verifies if any of its
+// signatures matches any secret.
+func WithSecrets(secrets ...string) Option {
+	return func(c *config) error {
+		ps, err := parseSecrets(secrets)
+		if err != nil {
+			return fmt.Errorf("with secrets: %w", err)
+		}
+		c.secrets = append(c.secrets, ps...)
+		return nil
+	}
+}
+
+// WithSyncBudget sets how long a task request waits for Work to finish and answer inline
+// (200). Past it, the request is answered 202 and the result goes to the callback.
+// Defaults to SyncBudgetDefault; 0 answers 202 at once unless Work has already finished.
+func WithSyncBudget(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return errors.New("with sync budget: negative duration")
+		}
+		c.syncBudget = d
+		return nil
+	}
+}
+
+// WithTolerance sets how far webhook-timestamp may be from the clock either way. Defaults
+// to DefaultTolerance.
+func WithTolerance(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Second {
+			return errors.New("with tolerance: must be at least 1s")
+		}
+		c.tolerance = d
+		return nil
+	}
+}
+
+// WithMaxBody caps the request body; a larger one is answered 413. Defaults to
+// MaxBodyDefault.
+func WithMaxBody(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return errors.New("with max body: must be positive")
+		}
+		c.maxBody = n
+		return nil
+	}
+}
+
+// WithHTTPClient sets the client for callbacks and heartbeats. It should not follow
+// redirects. Defaults to a client with CallbackTimeoutDefault that never follows
+// redirects.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *config) error {
+		if hc == nil {
+			return errors.New("with http client: nil client")
+		}
+		c.client = hc
+		return nil
+	}
+}
+
+// WithLogger sets the logger. Defaults to slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("with logger: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithHeartbeatEvery sets the heartbeat interval while an asynchronous Work runs.
+// Defaults to a third of the time left to the task deadline when the task went
+// asynchronous, and at least HeartbeatMinDefault.
+func WithHeartbeatEvery(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return errors.New("with heartbeat every: must be positive")
+		}
+		c.heartbeatEvery = d
+		return nil
+	}
+}
+
+// WithClock sets the clock that signature timestamps are checked against. Defaults to
+// time.Now. Deadlines and timers always use the real clock.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) error {
+		if now == nil {
+			return errors.New("with clock: nil func")
+		}
+		c.now = now
+		return nil
+	}
+}
+
+// WithResultCache bounds the cache of finished results that answers duplicate
+// deliveries (same webhook-id): at most entries results, each kept for ttl. Defaults to
+// ResultCacheEntriesDefault and ResultCacheTTLDefault (and ResultCacheBytesDefault bytes
+// in all).
+func WithResultCache(entries int, ttl time.Duration) Option {
+	return func(c *config) error {
+		if entries <= 0 || ttl <= 0 {
+			return errors.New("with result cache: entries and ttl must be positive")
+		}
+		c.cacheEntries, c.cacheTTL = entries, ttl
+		return nil
+	}
+}
+
+// WithCallbackRetry sets the exponential backoff between callback attempts: the first
+// interval and the cap. Attempts stop at the task deadline plus grace. Defaults to 500ms,
+// 30s and CallbackGraceDefault.
+func WithCallbackRetry(initial, maxInterval, grace time.Duration) Option {
+	return func(c *config) error {
+		if initial <= 0 || maxInterval < initial || grace < 0 {
+			return errors.New("with callback retry: need 0 < initial <= max and grace >= 0")
+		}
+		c.retryInitial, c.retryMax, c.callbackGrace = initial, maxInterval, grace
+		return nil
+	}
+}
