@@ -1,0 +1,250 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+type applyOpts struct {
+	files []string
+	typ   string
+}
+
+func (o *applyOpts) validate() error {
+	if len(o.files) == 0 {
+		return usagef("no input: pass -f FILE (or -f - for stdin)")
+	}
+	for _, f := range o.files {
+		if strings.TrimSpace(f) == "" {
+			return usagef("empty -f value")
+		}
+	}
+	if n := countOf(o.files, "-"); n > 1 {
+		return usagef("stdin (-f -) given %d times; give it once", n)
+	}
+	if o.typ != "" {
+		if _, ok := lookupType(o.typ); !ok {
+			return usagef("unknown --type %q; want one of %s", o.typ, typeNames(applyTypes))
+		}
+	}
+	return nil
+}
+
+func countOf(s []string, v string) int {
+	n := 0
+	for _, x := range s {
+		if x == v {
+			n++
+		}
+	}
+	return n
+}
+
+func (a *app) applyCommand() *cobra.Command {
+	var o applyOpts
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE [-f FILE ...] [--type TYPE]",
+		Short: "Create or update objects from JSON or YAML files",
+		Long: `Apply creates or updates every object in the given files and prints, per
+object, "<type>/<name> created|configured|unchanged".
+
+A file may be JSON (one object, an array of objects, or several objects one
+after another) or YAML (documents separated by "---" lines; a document may
+also be a list). "-f -" reads stdin; "-f DIR" reads DIR's *.json, *.yaml and
+*.yml files in name order.
+
+Each object's type comes from --type or from a top-level "type" field, which
+is removed before the object is sent. Types and their aliases:
+
+  resource        res, resources
+  manifest        crd, manifests, kind, kinds
+  providerconfig  pc, providerconfigs
+  reactorbinding  rb, reactorbindings, binding
+  endpoint        ep, endpoints
+  kindconfig      config, configs (per-version operational config; the
+                  object names its kind and kind_version)
+
+An object that fails is reported and the rest are still applied; the exit
+status is then 1. When an endpoint is created, its signing secret is printed
+once; store it, it cannot be shown again.`,
+		Example: `  conctl apply --type manifest -f vpc.kind.json
+  conctl apply -f kinds.yaml -f resources.yaml
+  cat resource.json | conctl apply --type res -f -
+  conctl apply --type pc -f providerconfig-vpc-v1-default.json -o json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return a.apply(cmd.Context(), cmd, &o)
+		},
+	}
+	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "file, directory or - (stdin) to apply; repeatable")
+	cmd.Flags().StringVar(&o.typ, "type", "", "type of every object: "+typeNames(applyTypes)+" (or an alias)")
+	return cmd
+}
+
+func (a *app) apply(ctx context.Context, cmd *cobra.Command, o *applyOpts) error {
+	c, err := a.api()
+	if err != nil {
+		return err
+	}
+	p, err := a.printer()
+	if err != nil {
+		return err
+	}
+	var def *objectType
+	if o.typ != "" {
+		def, _ = lookupType(o.typ)
+	}
+	docs := readInputs(o.files, cmd.InOrStdin())
+	failed := 0
+	for i, d := range docs {
+		id, resp, err := a.applyDocument(ctx, c, def, d)
+		if err != nil {
+			failed++
+			what := d.source
+			if id != "" {
+				what = id + " from " + d.source
+			}
+			writeError(a.stderr, what, err)
+			var ce *ConnError
+			if errors.As(err, &ce) || ctx.Err() != nil {
+				// The server is unreachable; every other object would fail
+				// the same way.
+				failed += len(docs) - i - 1
+				break
+			}
+			continue
+		}
+		if p.format == outputTable {
+			fmt.Fprintf(a.stdout, "%s %s\n", id, resp.ApplyResult())
+		} else if len(resp.Body) > 0 {
+			if err := p.stream(resp.Body, i == 0); err != nil {
+				return err
+			}
+		}
+		if strings.HasPrefix(id, typeEndpoint.name+"/") {
+			a.showSecret(p, id, resp.Body)
+		}
+	}
+	if failed > 0 {
+		if len(docs) > 1 {
+			fmt.Fprintf(a.stderr, "Error: %d of %d objects failed\n", failed, len(docs))
+		}
+		return &reportedError{fmt.Errorf("%d of %d objects failed", failed, len(docs))}
+	}
+	return nil
+}
+
+// applyDocument sends one document to the API. id names the object for
+// output ("resource/vpc/sample-vpc"); it is set whenever the type is known.
+func (a *app) applyDocument(ctx context.Context, c *Client, def *objectType, d document) (id string, resp *Response, err error) {
+	if d.err != nil {
+		return "", nil, d.err
+	}
+	t, err := documentType(def, d.fields)
+	if err != nil {
+		return "", nil, err
+	}
+	kind := stringField(d.fields, "kind")
+	name := cmpOrText(stringField(d.fields, "name"), "<unnamed>")
+	version := cmpOrText(versionField(d.fields), "?")
+
+	method, path := http.MethodPost, ""
+	switch t {
+	case typeResource:
+		id = t.name + "/" + cmpOrText(kind, "<no kind>") + "/" + name
+		path = "/resources"
+	case typeManifest:
+		id = t.name + "/" + cmpOrText(kind, "<no kind>") + "/v" + version
+		if kind == "" {
+			return id, nil, errors.New(`manifest has no "kind"`)
+		}
+		method, path = http.MethodPut, "/kinds/"+seg(kind)+"/manifest"
+	case typeKindConfig:
+		id = t.name + "/" + cmpOrText(kind, "<no kind>") + "/v" + version
+		if kind == "" || version == "?" {
+			return id, nil, errors.New(`kind config needs "kind" and "kind_version" (they name the config to set)`)
+		}
+		delete(d.fields, "kind")
+		delete(d.fields, "kind_version")
+		method, path = http.MethodPut, "/kinds/"+seg(kind)+"/versions/"+seg(version)+"/config"
+	case typeProviderConfig:
+		id, path = t.name+"/"+name, "/providerconfigs"
+	case typeReactorBinding:
+		id, path = t.name+"/"+name, "/reactor-bindings"
+	case typeEndpoint:
+		id, path = t.name+"/"+name, "/endpoints"
+	}
+	body, err := json.Marshal(d.fields)
+	if err != nil {
+		return id, nil, fmt.Errorf("cannot encode object: %w", err)
+	}
+	resp, err = c.Do(ctx, method, path, nil, body)
+	return id, resp, err
+}
+
+// documentType resolves a document's type from its "type" field and the
+// --type default, removing the field.
+func documentType(def *objectType, fields map[string]json.RawMessage) (*objectType, error) {
+	raw, ok := fields["type"]
+	if !ok {
+		if def == nil {
+			return nil, errors.New(`no type: add a top-level "type" field or pass --type`)
+		}
+		return def, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, errors.New(`top-level "type" field must be a string`)
+	}
+	t, ok := lookupType(s)
+	if !ok {
+		return nil, fmt.Errorf(`unknown type %q in the "type" field; want one of %s`, s, typeNames(applyTypes))
+	}
+	if def != nil && def != t {
+		return nil, fmt.Errorf(`the "type" field says %s but --type says %s`, t.name, def.name)
+	}
+	delete(fields, "type")
+	return t, nil
+}
+
+// stringField returns a string field, or "" when it is absent or not a string.
+func stringField(fields map[string]json.RawMessage, key string) string {
+	var s string
+	if json.Unmarshal(fields[key], &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// versionField returns kind_version as written when it is a plain number.
+func versionField(fields map[string]json.RawMessage) string {
+	var n json.Number
+	if json.Unmarshal(fields["kind_version"], &n) != nil {
+		return ""
+	}
+	return n.String()
+}
+
+// showSecret prints an endpoint's one-time signing secret, if the answer
+// holds one, with a warning that it will not be shown again.
+func (a *app) showSecret(p *printer, id string, body []byte) {
+	var v struct {
+		Secret string `json:"secret"`
+	}
+	if json.Unmarshal(body, &v) != nil || v.Secret == "" {
+		return
+	}
+	if p.format == outputTable {
+		fmt.Fprintf(a.stdout, "\n  signing secret: %s\n\n", v.Secret)
+	}
+	fmt.Fprintf(a.stderr, "WARNING: the signing secret of %s is shown only this once and cannot be retrieved again. Store it now.\n", id)
+}

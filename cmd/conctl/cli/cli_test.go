@@ -1,0 +1,1036 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
+)
+
+type testBundle struct {
+	fake *fakeAPI
+	srv  *httptest.Server
+	env  map[string]string
+	dir  string
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	fake, srv := newFakeAPI(t)
+	return &testBundle{
+		fake: fake,
+		srv:  srv,
+		env:  map[string]string{EnvServer: srv.URL},
+		dir:  t.TempDir(),
+	}
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run runs conctl with args, stdin and the bundle's environment, an hour
+// after the fake objects were created.
+func (b *testBundle) run(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	now := func() time.Time { return fakeCreatedAt.Add(time.Hour) }
+	code := run(context.Background(), args, strings.NewReader(stdin), &stdout, &stderr,
+		func(k string) string { return b.env[k] }, now)
+	t.Logf("conctl %s -> %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
+	return result{stdout.String(), stderr.String(), code}
+}
+
+// file writes a file into the bundle's temp dir and returns its path.
+func (b *testBundle) file(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(b.dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func wantCode(t *testing.T, r result, code int) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("exit status = %d, want %d\nstdout: %s\nstderr: %s", r.code, code, r.stdout, r.stderr)
+	}
+}
+
+func wantOutput(t *testing.T, got, want string) {
+	t.Helper()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("output mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// jsonEqual compares two JSON texts semantically.
+func jsonEqual(t *testing.T, got []byte, want string) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("got invalid JSON %q: %v", got, err)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("want invalid JSON %q: %v", want, err)
+	}
+	if diff := cmp.Diff(w, g); diff != "" {
+		t.Errorf("JSON mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// requestLines renders recorded requests as "METHOD path?query" lines.
+func requestLines(reqs []recordedRequest) []string {
+	var out []string
+	for _, r := range reqs {
+		line := r.Method + " " + r.Path
+		if len(r.Query) > 0 {
+			line += "?" + r.Query.Encode()
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+func wantRequests(t *testing.T, b *testBundle, want ...string) {
+	t.Helper()
+	if diff := cmp.Diff(want, requestLines(b.fake.recorded())); diff != "" {
+		t.Errorf("requests mismatch (-want +got):\n%s", diff)
+	}
+}
+
+const manifestVPC1 = `{
+  "kind": "vpc",
+  "kind_version": 1,
+  "description": "vpc/v1 — a network",
+  "spec_schema": {"type": "object", "properties": {"cidr": {"type": "string"}}, "required": ["cidr"]},
+  "reactions": [{"name": "work", "trigger": "specChange", "emits": ["status"]},
+                {"name": "teardown", "trigger": "deleteRequested", "emits": ["finalizer"], "finalizer": "vpc"}]
+}`
+
+const resourceVPC = `{"kind": "vpc", "kind_version": 1, "name": "sample-vpc", "labels": {"team": "payments"}, "spec": {"cidr": "10.0.0.0/16"}}`
+
+func TestApply(t *testing.T) {
+	t.Parallel()
+
+	t.Run("JSONManifestWithTypeFlag", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.run(t, "", "apply", "--type", "manifest", "-f", b.file(t, "vpc.kind.json", manifestVPC1))
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "manifest/vpc/v1 created\n")
+		wantRequests(t, b, "PUT /kinds/vpc/manifest")
+		req := b.fake.recorded()[0]
+		jsonEqual(t, req.Body, manifestVPC1)
+		if ct := req.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("Content-Type = %q", ct)
+		}
+	})
+
+	t.Run("CreatedUnchangedConfigured", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := b.file(t, "vpc.json", resourceVPC)
+		wantOutput(t, b.run(t, "", "apply", "--type", "resource", "-f", f).stdout, "resource/vpc/sample-vpc created\n")
+		wantOutput(t, b.run(t, "", "apply", "--type", "res", "-f", f).stdout, "resource/vpc/sample-vpc unchanged\n")
+		f2 := b.file(t, "vpc2.json", strings.Replace(resourceVPC, "10.0.0.0/16", "10.1.0.0/16", 1))
+		r := b.run(t, "", "apply", "--type", "resources", "-f", f2)
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "resource/vpc/sample-vpc configured\n")
+		wantRequests(t, b, "POST /resources", "POST /resources", "POST /resources")
+	})
+
+	t.Run("YAMLFile", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := b.file(t, "vpc.yaml", `# a v1 vpc
+kind: vpc
+kind_version: 1
+name: sample-vpc
+labels:
+  team: payments
+spec:
+  cidr: 10.0.0.0/16
+  tags: [a, b]
+  size: 3
+`)
+		r := b.run(t, "", "apply", "--type", "resource", "-f", f)
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "resource/vpc/sample-vpc created\n")
+		jsonEqual(t, b.fake.recorded()[0].Body, `{"kind":"vpc","kind_version":1,"name":"sample-vpc",
+			"labels":{"team":"payments"},"spec":{"cidr":"10.0.0.0/16","tags":["a","b"],"size":3}}`)
+	})
+
+	t.Run("MultiDocumentYAMLTypeFieldsRouteAndAreStripped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := b.file(t, "all.yaml", `---
+type: manifest
+kind: vpc
+kind_version: 1
+reactions: [{name: work, trigger: specChange, emits: [status]}]
+---
+# comments only: not a document
+---
+type: pc
+name: vpc-v1-default
+kind: vpc
+kind_version: 1
+is_default: true
+spec: {flow_logs_bucket: logs}
+---
+type: rb
+name: vpc-synced
+watch_kind: vpc
+transition: synced
+reactor: statussink
+enabled: true
+---
+type: resource
+kind: vpc
+kind_version: 1
+name: sample-vpc
+spec: {cidr: 10.0.0.0/16}
+`)
+		r := b.run(t, "", "apply", "-f", f)
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, `manifest/vpc/v1 created
+providerconfig/vpc-v1-default created
+reactorbinding/vpc-synced created
+resource/vpc/sample-vpc created
+`)
+		wantRequests(t, b, "PUT /kinds/vpc/manifest", "POST /providerconfigs", "POST /reactor-bindings", "POST /resources")
+		for _, req := range b.fake.recorded() {
+			if bytes.Contains(req.Body, []byte(`"type"`)) {
+				t.Errorf("%s %s: the type field was sent: %s", req.Method, req.Path, req.Body)
+			}
+		}
+		jsonEqual(t, b.fake.recorded()[1].Body, `{"name":"vpc-v1-default","kind":"vpc","kind_version":1,
+			"is_default":true,"spec":{"flow_logs_bucket":"logs"}}`)
+	})
+
+	t.Run("JSONArrayAndConcatenatedObjects", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		arr := b.file(t, "arr.json", `[`+strings.Replace(resourceVPC, "sample-vpc", "a", 1)+`,`+
+			strings.Replace(resourceVPC, "sample-vpc", "b", 1)+`]`)
+		stream := b.file(t, "stream.json", strings.Replace(resourceVPC, "sample-vpc", "c", 1)+"\n"+
+			strings.Replace(resourceVPC, "sample-vpc", "d", 1))
+		r := b.run(t, "", "apply", "--type", "resource", "-f", arr, "-f", stream)
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "resource/vpc/a created\nresource/vpc/b created\nresource/vpc/c created\nresource/vpc/d created\n")
+	})
+
+	t.Run("Stdin", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.run(t, "type: pc\nname: cfg\nkind: vpc\nkind_version: 1\nspec: {}\n", "apply", "-f", "-")
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "providerconfig/cfg created\n")
+		wantRequests(t, b, "POST /providerconfigs")
+	})
+
+	t.Run("StdinTwiceIsUsageError", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.run(t, resourceVPC, "apply", "--type", "res", "-f", "-", "-f", "-")
+		wantCode(t, r, ExitUsage)
+		wantRequests(t, b)
+	})
+
+	t.Run("Directory", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.file(t, "kinds/b.yaml", "kind: b\nkind_version: 1\nreactions: []\n")
+		b.file(t, "kinds/a.json", `{"kind": "a", "kind_version": 2, "reactions": []}`)
+		b.file(t, "kinds/README.md", "not a manifest")
+		r := b.run(t, "", "apply", "--type", "crd", "-f", filepath.Join(b.dir, "kinds"))
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "manifest/a/v2 created\nmanifest/b/v1 created\n")
+	})
+
+	t.Run("TypeFieldWinsWhenFlagAgrees", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := b.file(t, "x.json", `{"type": "resources", `+resourceVPC[1:])
+		r := b.run(t, "", "apply", "--type", "res", "-f", f)
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "resource/vpc/sample-vpc created\n")
+	})
+
+	t.Run("TypeFieldConflictingWithFlagFailsThatDocumentOnly", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := b.file(t, "x.yaml", "type: manifest\nkind: vpc\nkind_version: 1\n---\n"+
+			"kind: vpc\nkind_version: 1\nname: ok\nspec: {}\n")
+		r := b.run(t, "", "apply", "--type", "resource", "-f", f)
+		wantCode(t, r, ExitFailure)
+		wantOutput(t, r.stdout, "resource/vpc/ok created\n")
+		if !strings.Contains(r.stderr, `x.yaml (document 1): the "type" field says manifest but --type says resource`) {
+			t.Errorf("stderr = %q", r.stderr)
+		}
+	})
+
+	t.Run("NoTypeAnywhere", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.run(t, "", "apply", "-f", b.file(t, "x.json", resourceVPC))
+		wantCode(t, r, ExitFailure)
+		if !strings.Contains(r.stderr, `no type: add a top-level "type" field or pass --type`) {
+			t.Errorf("stderr = %q", r.stderr)
+		}
+		wantRequests(t, b)
+	})
+
+	t.Run("UnknownTypeFieldValue", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.run(t, "", "apply", "-f", b.file(t, "x.json", `{"type": "widget", "name": "w"}`))
+		wantCode(t, r, ExitFailure)
+		if !strings.Contains(r.stderr, `unknown type "widget"`) {
+			t.Errorf("stderr = %q", r.stderr)
+		}
+	})
+
+	t.Run("ProblemDetailAndPartialFailure", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.fake.failWith("PUT", "/kinds/vpc/manifest", problem{
+			Status: 409,
+			Detail: "BREAKING schema change to vpc/v1; publish it as a new kind_version",
+			Errors: []ProblemError{
+				{Location: "body.spec_schema.required", Message: `new required property "region"`, Value: "region"},
+				{Location: "body.spec_schema.properties.cidr", Message: "property removed"},
+			},
+		})
+		f := b.file(t, "mixed.yaml", "type: manifest\nkind: vpc\nkind_version: 1\nreactions: []\n---\n"+
+			"type: resource\nkind: vpc\nkind_version: 1\nname: after\nspec: {}\n")
+		r := b.run(t, "", "apply", "-f", f)
+		wantCode(t, r, ExitFailure)
+		wantOutput(t, r.stdout, "resource/vpc/after created\n")
+		wantOutput(t, r.stderr, `Error: manifest/vpc/v1 from `+f+` (document 1): 409 Conflict: BREAKING schema change to vpc/v1; publish it as a new kind_version
+  - body.spec_schema.required: new required property "region"
+  - body.spec_schema.properties.cidr: property removed
+Error: 1 of 2 objects failed
+`)
+	})
+
+	t.Run("ServerValidationError", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.run(t, "", "apply", "--type", "resource", "-f", b.file(t, "x.json", `{"kind": "vpc", "name": "n", "spec": {}}`))
+		wantCode(t, r, ExitFailure)
+		wantOutput(t, r.stderr, "Error: resource/vpc/n from "+filepath.Join(b.dir, "x.json")+": 422 Unprocessable Entity: validation failed\n"+
+			"  - body.kind_version: required property is missing\n")
+	})
+
+	t.Run("UnparsableDocumentOthersStillApplied", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := b.file(t, "x.yaml", "kind: vpc\nkind_version: 1\nname: a\n---\nkind: [unclosed\n---\n- not\n- objects\n---\n"+
+			"kind: vpc\nkind_version: 1\nname: b\n")
+		r := b.run(t, "", "apply", "--type", "resource", "-f", f)
+		wantCode(t, r, ExitFailure)
+		wantOutput(t, r.stdout, "resource/vpc/a created\nresource/vpc/b created\n")
+		for _, want := range []string{"(document 2): cannot parse YAML", "(document 3): document is not an object",
+			"(document 4): document is not an object", "Error: 3 of 5 objects failed"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+			}
+		}
+	})
+
+	t.Run("MissingFile", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ok := b.file(t, "ok.json", resourceVPC)
+		r := b.run(t, "", "apply", "--type", "res", "-f", filepath.Join(b.dir, "nope.json"), "-f", ok)
+		wantCode(t, r, ExitFailure)
+		wantOutput(t, r.stdout, "resource/vpc/sample-vpc created\n")
+		if !strings.Contains(r.stderr, "nope.json: cannot read file") {
+			t.Errorf("stderr = %q", r.stderr)
+		}
+	})
+
+	t.Run("EndpointSecretShownOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := b.file(t, "ep.yaml", `name: networking
+kinds: [{kind: vpc, kind_version: 1}, {kind: vpc, kind_version: 2}]
+target: {type: https, url: "https://net.internal:8443/converge"}
+enabled: true
+`)
+		r := b.run(t, "", "apply", "--type", "ep", "-f", f)
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "endpoint/networking created\n\n  signing secret: whsec_Zm9vYmFyYmF6cXV4cXV1eGNvcmdl\n\n")
+		wantOutput(t, r.stderr, "WARNING: the signing secret of endpoint/networking is shown only this once and cannot be retrieved again. Store it now.\n")
+		jsonEqual(t, b.fake.recorded()[0].Body, `{"name":"networking","enabled":true,
+			"kinds":[{"kind":"vpc","kind_version":1},{"kind":"vpc","kind_version":2}],
+			"target":{"type":"https","url":"https://net.internal:8443/converge"}}`)
+
+		r = b.run(t, "", "apply", "--type", "ep", "-f", f)
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "endpoint/networking unchanged\n")
+		wantOutput(t, r.stderr, "")
+	})
+
+	t.Run("EndpointSecretWithJSONOutput", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.run(t, "", "apply", "--type", "endpoint", "-o", "json", "-f", b.file(t, "ep.json", `{"name": "n", "target": {"type": "https"}}`))
+		wantCode(t, r, ExitOK)
+		jsonEqual(t, []byte(r.stdout), `{"name":"n","target":{"type":"https"},"secret":"whsec_Zm9vYmFyYmF6cXV4cXV1eGNvcmdl"}`)
+		if !strings.Contains(r.stderr, "shown only this once") {
+			t.Errorf("stderr = %q", r.stderr)
+		}
+	})
+
+	t.Run("KindConfig", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := b.file(t, "cfg.yaml", "type: config\nkind: vpc\nkind_version: 2\nmax_inflight: 50\ntask_deadline_secs: 30\n")
+		r := b.run(t, "", "apply", "-f", f)
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "kindconfig/vpc/v2 created\n")
+		wantRequests(t, b, "PUT /kinds/vpc/versions/2/config")
+		jsonEqual(t, b.fake.recorded()[0].Body, `{"max_inflight":50,"task_deadline_secs":30}`)
+	})
+
+	t.Run("OutputJSONAndYAMLStreamObjects", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := b.file(t, "two.json", `[{"name":"a","kind":"vpc","kind_version":1,"spec":{}},{"name":"b","kind":"vpc","kind_version":1,"spec":{}}]`)
+		r := b.run(t, "", "apply", "--type", "pc", "-o", "yaml", "-f", f)
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "kind: vpc\nkind_version: 1\nname: a\nspec: {}\n---\nkind: vpc\nkind_version: 1\nname: b\nspec: {}\n")
+
+		r = b.run(t, "", "apply", "--type", "pc", "-o", "json", "-f", f)
+		wantCode(t, r, ExitOK)
+		dec := json.NewDecoder(strings.NewReader(r.stdout))
+		var names []string
+		for dec.More() {
+			var v struct{ Name string }
+			if err := dec.Decode(&v); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, v.Name)
+		}
+		if diff := cmp.Diff([]string{"a", "b"}, names); diff != "" {
+			t.Errorf("names (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("UnreachableServerStopsAndSaysWhere", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.env[EnvServer] = deadServer(t)
+		f := b.file(t, "two.json", `[`+resourceVPC+`,`+resourceVPC+`]`)
+		r := b.run(t, "", "apply", "--type", "res", "-f", f)
+		wantCode(t, r, ExitFailure)
+		if want := "cannot reach the converge server at " + b.env[EnvServer] + " (set --server or $CONVERGE_SERVER)"; !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+		if strings.Count(r.stderr, "cannot reach") != 1 {
+			t.Errorf("want one connection error, got:\n%s", r.stderr)
+		}
+		if !strings.Contains(r.stderr, "Error: 2 of 2 objects failed") {
+			t.Errorf("stderr = %q", r.stderr)
+		}
+	})
+
+	t.Run("UsageErrors", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, args := range [][]string{
+			{"apply"},
+			{"apply", "-f", ""},
+			{"apply", "--type", "widget", "-f", "x.json"},
+			{"apply", "-f", "x.json", "extra-arg"},
+			{"apply", "--filename"},
+		} {
+			r := b.run(t, "", args...)
+			wantCode(t, r, ExitUsage)
+			if !strings.Contains(r.stderr, "Run 'conctl apply --help' for usage.") {
+				t.Errorf("%v: stderr = %q", args, r.stderr)
+			}
+		}
+		wantRequests(t, b)
+	})
+}
+
+// deadServer returns the URL of a server that is no longer listening.
+func deadServer(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	u := srv.URL
+	srv.Close()
+	return u
+}
+
+// seed applies the given objects through the CLI.
+func (b *testBundle) seed(t *testing.T, typ, content string) {
+	t.Helper()
+	r := b.run(t, "", "apply", "--type", typ, "-f", b.file(t, "seed-"+typ+".yaml", content))
+	wantCode(t, r, ExitOK)
+	b.fake.mu.Lock()
+	b.fake.requests = nil
+	b.fake.mu.Unlock()
+}
+
+func TestGet(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ResourceTableJSONYAML", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.seed(t, "res", resourceVPC)
+
+		r := b.run(t, "", "get", "resource", "vpc/sample-vpc")
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "KIND   VERSION   NAME         PHASE         GEN   SYNCED   AGE\n"+
+			"vpc    1         sample-vpc   Reconciling   1     0        60m\n")
+
+		r = b.run(t, "", "get", "res", "--kind", "vpc", "sample-vpc", "-o", "json")
+		wantCode(t, r, ExitOK)
+		jsonEqual(t, []byte(r.stdout), `{"id":"r-1","kind":"vpc","kind_version":1,"name":"sample-vpc",
+			"labels":{"team":"payments"},"spec":{"cidr":"10.0.0.0/16"},"phase":"Reconciling",
+			"generation":1,"synced_gen":0,"created_at":"2026-01-02T03:04:05Z"}`)
+		if !strings.HasPrefix(r.stdout, "{\n  \"") {
+			t.Errorf("JSON is not indented: %q", r.stdout)
+		}
+
+		r = b.run(t, "", "--output", "yaml", "get", "resources", "vpc/sample-vpc")
+		wantCode(t, r, ExitOK)
+		var y map[string]any
+		if err := yaml.Unmarshal([]byte(r.stdout), &y); err != nil {
+			t.Fatal(err)
+		}
+		if y["name"] != "sample-vpc" || y["phase"] != "Reconciling" {
+			t.Errorf("yaml = %v", y)
+		}
+		wantRequests(t, b, "GET /resources/vpc/sample-vpc", "GET /resources/vpc/sample-vpc", "GET /resources/vpc/sample-vpc")
+	})
+
+	t.Run("ResourceNameIsEscaped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		name := "naïve'; DROP TABLE resources;--"
+		b.seed(t, "res", `{"kind":"vpc","kind_version":1,"name":"naïve'; DROP TABLE resources;--","spec":{}}`)
+		r := b.run(t, "", "get", "resource", "vpc/"+name, "-o", "json")
+		wantCode(t, r, ExitOK)
+		wantRequests(t, b, "GET /resources/vpc/"+name)
+	})
+
+	t.Run("ManifestNeedsKindVersion", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.run(t, "", "get", "manifest", "vpc")
+		wantCode(t, r, ExitUsage)
+		wantOutput(t, r.stderr, "Error: --kind-version is required: name the exact version (1..32767), e.g. --kind-version 1\n"+
+			"Run 'conctl get manifest --help' for usage.\n")
+		for _, v := range []string{"0", "32768", "-1", "x"} {
+			wantCode(t, b.run(t, "", "get", "crd", "vpc", "--kind-version", v), ExitUsage)
+		}
+		wantRequests(t, b)
+	})
+
+	t.Run("ManifestTable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.seed(t, "manifest", manifestVPC1)
+		r := b.run(t, "", "get", "manifest", "vpc", "--kind-version", "1")
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "KIND   VERSION   REACTIONS       DESCRIPTION\n"+
+			"vpc    1         work,teardown   vpc/v1 — a network\n")
+		wantRequests(t, b, "GET /kinds/vpc/versions/1/manifest")
+	})
+
+	t.Run("ByNamePaths", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.seed(t, "pc", "name: cfg\nkind: vpc\nkind_version: 1\nis_default: true\nspec: {}\n")
+		b.seed(t, "rb", "name: bind\nwatch_kind: vpc\ntransition: synced\nreactor: statussink\nlabel_match: {team: a}\nenabled: true\n")
+		b.seed(t, "ep", "name: net\ntarget: {type: https, url: 'https://x/converge'}\nkinds: [{kind: vpc, kind_version: 1}]\nenabled: true\n")
+		b.seed(t, "config", "kind: vpc\nkind_version: 1\nmax_inflight: 10\n")
+
+		r := b.run(t, "", "get", "pc", "cfg")
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "NAME   KIND   VERSION   DEFAULT   AGE\ncfg    vpc    1         true      <none>\n")
+
+		r = b.run(t, "", "get", "rb", "bind")
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "NAME   WATCH_KIND   TRANSITION   REACTOR      LABEL_MATCH   ENABLED\n"+
+			"bind   vpc          synced       statussink   team=a        true\n")
+
+		r = b.run(t, "", "get", "endpoint", "net")
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "NAME   TYPE    TARGET               KINDS    ENABLED   AGE\n"+
+			"net    https   https://x/converge   vpc/v1   true      <none>\n")
+
+		r = b.run(t, "", "get", "config", "vpc", "--kind-version", "1")
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "KIND   VERSION   MAX_INFLIGHT   DEADLINE_SECS   RESYNC_SECS   RESYNC_RECOMPOSES   ORPHAN_GRACE_SECS   MAX_ATTEMPTS\n"+
+			"vpc    1         10             <none>          <none>        <none>              <none>              <none>\n")
+
+		wantRequests(t, b, "GET /providerconfigs/cfg", "GET /reactor-bindings/bind", "GET /endpoints/net",
+			"GET /kinds/vpc/versions/1/config")
+	})
+
+	t.Run("NotFoundProblem", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.run(t, "", "get", "resource", "vpc/missing")
+		wantCode(t, r, ExitFailure)
+		wantOutput(t, r.stderr, "Error: 404 Not Found: resource vpc/missing not found\n")
+	})
+
+	t.Run("UsageErrors", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, args := range [][]string{
+			{"get"},
+			{"get", "widget", "x"},
+			{"get", "resource"},
+			{"get", "resource", "no-slash"},
+			{"get", "resource", "vpc/"},
+			{"get", "resource", "--kind", "vpc", "tgw/x"},
+			{"get", "resource", "a/b", "c/d"},
+			{"get", "pc"},
+			{"get", "manifest", "--kind-version", "1"},
+			{"get", "resource", "vpc/x", "-o", "xml"},
+		} {
+			r := b.run(t, "", args...)
+			if r.code != ExitUsage {
+				t.Errorf("%v: exit status %d, want %d", args, r.code, ExitUsage)
+			}
+		}
+		wantRequests(t, b)
+	})
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+
+	seedResources := func(t *testing.T, b *testBundle) {
+		t.Helper()
+		var docs []string
+		for _, n := range []string{"a", "b", "c", "d", "e"} {
+			docs = append(docs, `{"kind":"vpc","kind_version":1,"name":"`+n+`","labels":{"team":"t"},"spec":{}}`)
+		}
+		b.seed(t, "res", "["+strings.Join(docs, ",")+"]")
+	}
+
+	t.Run("ResourceFiltersQueryString", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.run(t, "", "list", "resources", "--kind", "vpc", "--kind-version", "2",
+			"--phase", "Failed", "--phase", "Degraded,Quarantined", "-l", "team=payments,env=prod",
+			"--owner", "r-1", "--limit", "50", "--cursor", "vpc/x")
+		wantCode(t, r, ExitOK)
+		reqs := b.fake.recorded()
+		if len(reqs) != 1 {
+			t.Fatalf("requests = %v", requestLines(reqs))
+		}
+		want := url.Values{
+			"kind": {"vpc"}, "kind_version": {"2"}, "phase": {"Failed", "Degraded", "Quarantined"},
+			"label_selector": {"team=payments,env=prod"}, "owner": {"r-1"}, "limit": {"50"}, "cursor": {"vpc/x"},
+		}
+		if diff := cmp.Diff(want, reqs[0].Query); diff != "" {
+			t.Errorf("query (-want +got):\n%s", diff)
+		}
+		wantOutput(t, r.stderr, "No resources found.\n")
+	})
+
+	t.Run("AllFollowsNextCursor", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		seedResources(t, b)
+		r := b.run(t, "", "list", "res", "--all", "--limit", "2")
+		wantCode(t, r, ExitOK)
+		wantRequests(t, b,
+			"GET /resources?limit=2",
+			"GET /resources?cursor=vpc%2Fb&limit=2",
+			"GET /resources?cursor=vpc%2Fd&limit=2")
+		wantOutput(t, r.stdout, `KIND   VERSION   NAME   PHASE         GEN   SYNCED   AGE
+vpc    1         a      Reconciling   1     0        60m
+vpc    1         b      Reconciling   1     0        60m
+vpc    1         c      Reconciling   1     0        60m
+vpc    1         d      Reconciling   1     0        60m
+vpc    1         e      Reconciling   1     0        60m
+`)
+		wantOutput(t, r.stderr, "")
+
+		r = b.run(t, "", "list", "res", "--all", "--limit", "2", "-o", "json")
+		wantCode(t, r, ExitOK)
+		var got struct {
+			Items []struct {
+				Name string `json:"name"`
+			} `json:"items"`
+			NextCursor *string `json:"next_cursor"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Items) != 5 || got.Items[4].Name != "e" || got.NextCursor != nil {
+			t.Errorf("merged list = %+v", got)
+		}
+	})
+
+	t.Run("OnePageHintsAtMore", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		seedResources(t, b)
+		r := b.run(t, "", "list", "res", "--limit", "2")
+		wantCode(t, r, ExitOK)
+		if n := strings.Count(r.stdout, "\n"); n != 3 {
+			t.Errorf("want header + 2 rows, got:\n%s", r.stdout)
+		}
+		wantOutput(t, r.stderr, "More resources available: rerun with --all, or with --cursor vpc/b for the next page.\n")
+
+		r = b.run(t, "", "list", "res", "--limit", "2", "-o", "json")
+		jsonEqual(t, []byte(r.stdout), `{"items":[`+
+			`{"id":"r-1","kind":"vpc","kind_version":1,"name":"a","labels":{"team":"t"},"spec":{},"phase":"Reconciling","generation":1,"synced_gen":0,"created_at":"2026-01-02T03:04:05Z"},`+
+			`{"id":"r-2","kind":"vpc","kind_version":1,"name":"b","labels":{"team":"t"},"spec":{},"phase":"Reconciling","generation":1,"synced_gen":0,"created_at":"2026-01-02T03:04:05Z"}],`+
+			`"next_cursor":"vpc/b"}`)
+	})
+
+	t.Run("OtherTypes", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.seed(t, "manifest", manifestVPC1)
+		b.seed(t, "manifest", strings.Replace(manifestVPC1, `"kind_version": 1`, `"kind_version": 2`, 1))
+		b.seed(t, "pc", `[{"name":"d","kind":"vpc","kind_version":1,"is_default":true,"spec":{}},{"name":"c","kind":"vpc","kind_version":1,"spec":{}}]`)
+
+		r := b.run(t, "", "list", "kinds")
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "KIND   VERSIONS\nvpc    1,2\n")
+
+		r = b.run(t, "", "list", "crds", "--kind", "vpc", "-o", "yaml")
+		wantCode(t, r, ExitOK)
+		var y struct{ Items []map[string]any }
+		if err := yaml.Unmarshal([]byte(r.stdout), &y); err != nil || len(y.Items) != 2 {
+			t.Errorf("yaml list = %+v, %v", y, err)
+		}
+
+		r = b.run(t, "", "list", "pc", "--kind", "vpc", "--kind-version", "1", "--default")
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "NAME   KIND   VERSION   DEFAULT   AGE\nd      vpc    1         true      <none>\n")
+
+		r = b.run(t, "", "list", "pc", "--default=false")
+		wantCode(t, r, ExitOK)
+		wantOutput(t, r.stdout, "NAME   KIND   VERSION   DEFAULT   AGE\nc      vpc    1         false     <none>\n")
+
+		wantCode(t, b.run(t, "", "list", "rb"), ExitOK)
+		wantCode(t, b.run(t, "", "ls", "endpoints"), ExitOK)
+		wantRequests(t, b,
+			"GET /kinds",
+			"GET /manifests?kind=vpc",
+			"GET /providerconfigs?default=true&kind=vpc&kind_version=1",
+			"GET /providerconfigs?default=false",
+			"GET /reactor-bindings",
+			"GET /endpoints")
+	})
+
+	t.Run("UsageErrors", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, args := range [][]string{
+			{"list"},
+			{"list", "widgets"},
+			{"list", "res", "extra"},
+			{"list", "res", "--limit", "-1"},
+			{"list", "res", "--kind-version", "0"},
+			{"list", "res", "--phase", ""},
+			{"list", "pc", "--phase", "Ready"},
+			{"list", "kinds", "--kind", "vpc"},
+		} {
+			r := b.run(t, "", args...)
+			if r.code != ExitUsage {
+				t.Errorf("%v: exit status %d, want %d", args, r.code, ExitUsage)
+			}
+		}
+		wantRequests(t, b)
+	})
+}
+
+func TestDelete(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Paths", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.seed(t, "res", resourceVPC)
+		b.seed(t, "manifest", manifestVPC1)
+		b.seed(t, "pc", "name: cfg\nkind: vpc\nkind_version: 1\nspec: {}\n")
+		b.seed(t, "rb", "name: bind\nwatch_kind: vpc\ntransition: synced\nreactor: sink\n")
+		b.seed(t, "ep", "name: net\ntarget: {type: https}\n")
+
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"delete", "resource", "vpc/sample-vpc"}, "resource/vpc/sample-vpc deletion requested\n"},
+			{[]string{"delete", "manifest", "vpc", "--kind-version", "1"}, "manifest/vpc/v1 deleted\n"},
+			{[]string{"delete", "pc", "cfg"}, "providerconfig/cfg deleted\n"},
+			{[]string{"delete", "binding", "bind"}, "reactorbinding/bind deleted\n"},
+			{[]string{"rm", "ep", "net"}, "endpoint/net deleted\n"},
+		} {
+			r := b.run(t, "", tc.args...)
+			wantCode(t, r, ExitOK)
+			wantOutput(t, r.stdout, tc.want)
+		}
+		wantRequests(t, b,
+			"DELETE /resources/vpc/sample-vpc",
+			"DELETE /kinds/vpc/versions/1/manifest",
+			"DELETE /providerconfigs/cfg",
+			"DELETE /reactor-bindings/bind",
+			"DELETE /endpoints/net")
+	})
+
+	t.Run("SeveralWithOneFailing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.seed(t, "res", `[{"kind":"vpc","kind_version":1,"name":"a","spec":{}},{"kind":"vpc","kind_version":1,"name":"c","spec":{}}]`)
+		r := b.run(t, "", "delete", "res", "--kind", "vpc", "a", "b", "vpc/c")
+		wantCode(t, r, ExitFailure)
+		wantOutput(t, r.stdout, "resource/vpc/a deletion requested\nresource/vpc/c deletion requested\n")
+		wantOutput(t, r.stderr, "Error: resource/vpc/b: 404 Not Found: resource vpc/b not found\nError: 1 of 3 deletes failed\n")
+	})
+
+	t.Run("ManifestNeedsKindVersion", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		wantCode(t, b.run(t, "", "delete", "manifest", "vpc"), ExitUsage)
+		wantCode(t, b.run(t, "", "delete", "resource"), ExitUsage)
+		wantRequests(t, b)
+	})
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ClientAndServer", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.run(t, "", "version")
+		wantCode(t, r, ExitOK)
+		for _, want := range []string{"Client Version: ", "Server Version: v0.1.0-fake (commit abc123)\n", "Server:         " + b.srv.URL} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+			}
+		}
+		wantRequests(t, b, "GET /version")
+
+		r = b.run(t, "", "version", "-o", "json")
+		wantCode(t, r, ExitOK)
+		var v struct {
+			Client map[string]string `json:"client"`
+			Server map[string]string `json:"server"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.Client["version"] == "" || v.Server["version"] != "v0.1.0-fake" {
+			t.Errorf("version JSON = %+v", v)
+		}
+	})
+
+	t.Run("ClientOnlyNeedsNoServer", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.env[EnvServer] = deadServer(t)
+		r := b.run(t, "", "version", "--client")
+		wantCode(t, r, ExitOK)
+		if !strings.HasPrefix(r.stdout, "Client Version: ") || strings.Contains(r.stdout, "Server") {
+			t.Errorf("stdout = %q", r.stdout)
+		}
+	})
+
+	t.Run("UnreachableServerFails", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.env[EnvServer] = deadServer(t)
+		r := b.run(t, "", "version")
+		wantCode(t, r, ExitFailure)
+		if !strings.HasPrefix(r.stdout, "Client Version: ") || !strings.Contains(r.stderr, "cannot reach the converge server") {
+			t.Errorf("stdout = %q, stderr = %q", r.stdout, r.stderr)
+		}
+	})
+}
+
+func TestRotateSecret(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.seed(t, "ep", "name: net\ntarget: {type: https}\n")
+	r := b.run(t, "", "rotate-secret", "endpoint", "net")
+	wantCode(t, r, ExitOK)
+	wantOutput(t, r.stdout, "endpoint/net secret rotated\n\n  signing secret: whsec_cm90YXRlZHJvdGF0ZWRyb3RhdGVk\n\n")
+	if !strings.Contains(r.stderr, "shown only this once") {
+		t.Errorf("stderr = %q", r.stderr)
+	}
+	wantRequests(t, b, "POST /endpoints/net/rotate-secret")
+
+	r = b.run(t, "", "rotate-secret", "endpoint", "nope")
+	wantCode(t, r, ExitFailure)
+	wantOutput(t, r.stderr, "Error: 404 Not Found: endpoint not found\n")
+}
+
+func TestGlobalFlags(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ServerFromEnvironment", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t) // $CONVERGE_SERVER points at the fake
+		wantCode(t, b.run(t, "", "list", "kinds"), ExitOK)
+		wantRequests(t, b, "GET /kinds")
+	})
+
+	t.Run("ServerFlagOverridesEnvironment", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.env[EnvServer] = deadServer(t)
+		wantCode(t, b.run(t, "", "--server", b.srv.URL, "list", "kinds"), ExitOK)
+		wantCode(t, b.run(t, "", "list", "kinds", "--server", b.srv.URL+"/api/v1/"), ExitOK)
+		wantRequests(t, b, "GET /kinds", "GET /kinds")
+	})
+
+	t.Run("DefaultServer", func(t *testing.T) {
+		t.Parallel()
+		a := newApp(&bytes.Buffer{}, &bytes.Buffer{}, func(string) string { return "" })
+		a.output, a.timeout = outputTable, TimeoutDefault
+		c, err := a.api()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Server() != ServerDefault || c.base != ServerDefault+APIPrefix {
+			t.Errorf("server = %q, base = %q", c.Server(), c.base)
+		}
+	})
+
+	t.Run("BearerToken", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		wantCode(t, b.run(t, "", "list", "kinds"), ExitOK)
+		b.env[EnvToken] = "env-token"
+		wantCode(t, b.run(t, "", "list", "kinds"), ExitOK)
+		wantCode(t, b.run(t, "", "list", "kinds", "--token", "flag-token"), ExitOK)
+		var got []string
+		for _, r := range b.fake.recorded() {
+			got = append(got, r.Header.Get("Authorization"))
+		}
+		if diff := cmp.Diff([]string{"", "Bearer env-token", "Bearer flag-token"}, got); diff != "" {
+			t.Errorf("Authorization (-want +got):\n%s", diff)
+		}
+		if ua := b.fake.recorded()[0].Header.Get("User-Agent"); !strings.HasPrefix(ua, "conctl/") {
+			t.Errorf("User-Agent = %q", ua)
+		}
+	})
+
+	t.Run("UnauthorizedHintsAtToken", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.fake.failWith("GET", "/kinds", problem{Status: 401, Detail: "missing bearer token"})
+		r := b.run(t, "", "list", "kinds")
+		wantCode(t, r, ExitFailure)
+		wantOutput(t, r.stderr, "Error: 401 Unauthorized: missing bearer token\n  (check --token or $CONVERGE_TOKEN)\n")
+	})
+
+	t.Run("NonProblemErrorBody", func(t *testing.T) {
+		t.Parallel()
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = w.Write([]byte("<html>\n  <body>upstream   down</body>\n</html>"))
+		}))
+		t.Cleanup(srv.Close)
+		b := &testBundle{env: map[string]string{EnvServer: srv.URL}}
+		r := b.run(t, "", "list", "kinds")
+		wantCode(t, r, ExitFailure)
+		wantOutput(t, r.stderr, "Error: 502 Bad Gateway: <html> <body>upstream down</body> </html>\n")
+	})
+
+	t.Run("Timeout", func(t *testing.T) {
+		t.Parallel()
+		release := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}))
+		t.Cleanup(func() { close(release); srv.Close() })
+		b := &testBundle{env: map[string]string{EnvServer: srv.URL}}
+		r := b.run(t, "", "list", "kinds", "--timeout", "50ms")
+		wantCode(t, r, ExitFailure)
+		if want := "no answer from the converge server at " + srv.URL + " within 50ms"; !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q: %q", want, r.stderr)
+		}
+	})
+
+	t.Run("UsageErrors", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, tc := range []struct {
+			args []string
+			env  string
+		}{
+			{args: []string{"list", "kinds", "-o", "xml"}},
+			{args: []string{"list", "kinds", "--server", "localhost:8080"}},
+			{args: []string{"list", "kinds", "--server", "http://"}},
+			{args: []string{"list", "kinds", "--timeout", "-1s"}},
+			{args: []string{"list", "kinds", "--timeout", "soon"}},
+			{args: []string{"list", "kinds"}, env: "ftp://example.com"},
+			{args: []string{"bogus"}},
+			{args: []string{"--bogus"}},
+		} {
+			b.env[EnvServer] = cmpOrText(tc.env, b.srv.URL)
+			r := b.run(t, "", tc.args...)
+			if r.code != ExitUsage {
+				t.Errorf("%v (env %q): exit status %d, want %d", tc.args, tc.env, r.code, ExitUsage)
+			}
+		}
+		wantRequests(t, b)
+	})
+
+	t.Run("HelpAndNoArgsExitZero", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, args := range [][]string{nil, {"--help"}, {"apply", "--help"}, {"help", "list"}, {"list", "res", "-h"}} {
+			r := b.run(t, "", args...)
+			wantCode(t, r, ExitOK)
+			if !strings.Contains(r.stdout, "Usage:") {
+				t.Errorf("%v: no usage in stdout", args)
+			}
+		}
+	})
+}
+
+func TestNewAndExitStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var stdout, stderr bytes.Buffer
+	cmd := New(&stdout, &stderr, func(k string) string { return b.env[k] })
+	cmd.SetArgs([]string{"get", "manifest", "vpc"})
+	err := cmd.Execute()
+	if got := ExitStatus(err); got != ExitUsage {
+		t.Errorf("ExitStatus(%v) = %d, want %d", err, got, ExitUsage)
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("New's command printed its error: %q", stderr.String())
+	}
+}

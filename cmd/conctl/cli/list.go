@@ -1,0 +1,217 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+type listResourcesOpts struct {
+	kind     string
+	kv       kindVersionOpt
+	phases   []string
+	phaseSet bool // --phase given, perhaps empty
+	selector string
+	owner    string
+	limit    int
+	cursor   string
+	all      bool
+}
+
+func (o *listResourcesOpts) validate() error {
+	if err := o.kv.validate(false); err != nil {
+		return err
+	}
+	if o.limit < 0 {
+		return usagef("invalid --limit %d: must be positive (0 lets the server choose)", o.limit)
+	}
+	if o.phaseSet && len(o.phases) == 0 {
+		return usagef("empty --phase value")
+	}
+	for _, p := range o.phases {
+		if strings.TrimSpace(p) == "" {
+			return usagef("empty --phase value")
+		}
+	}
+	return nil
+}
+
+func (o *listResourcesOpts) query() url.Values {
+	q := url.Values{}
+	if o.kind != "" {
+		q.Set("kind", o.kind)
+	}
+	if o.kv.set() {
+		q.Set("kind_version", o.kv.String())
+	}
+	for _, p := range o.phases {
+		q.Add("phase", strings.TrimSpace(p))
+	}
+	if o.selector != "" {
+		q.Set("label_selector", o.selector)
+	}
+	if o.owner != "" {
+		q.Set("owner", o.owner)
+	}
+	if o.limit > 0 {
+		q.Set("limit", strconv.Itoa(o.limit))
+	}
+	if o.cursor != "" {
+		q.Set("cursor", o.cursor)
+	}
+	return q
+}
+
+func (a *app) listCommand() *cobra.Command {
+	cmd := typeGroup("list", "List objects",
+		`List shows the objects of one type, filtered by flags: as a table by
+default, or as the server returned them with -o json or -o yaml
+({"items": [...]}, plus "next_cursor" when more pages remain).`)
+	cmd.Aliases = []string{"ls"}
+	cmd.Example = `  conctl list resources
+  conctl list res --kind vpc --kind-version 2 --phase Failed --phase Degraded
+  conctl list res -l team=payments,env=prod --all -o json
+  conctl list manifests --kind vpc
+  conctl list pc --kind vpc --kind-version 1 --default
+  conctl list kinds`
+
+	// resources
+	{
+		var o listResourcesOpts
+		c := &cobra.Command{
+			Use:     "resource",
+			Aliases: typeResource.aliases,
+			Short:   "List resources (paged; --all follows every page)",
+			Args:    noArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				o.phaseSet = cmd.Flags().Changed("phase")
+				if err := o.validate(); err != nil {
+					return err
+				}
+				return a.list(cmd, typeResource, o.query(), o.all)
+			},
+		}
+		f := c.Flags()
+		f.StringVar(&o.kind, "kind", "", "only this kind")
+		o.kv.register(c, "only this kind version (1..32767)")
+		f.StringSliceVar(&o.phases, "phase", nil, "only these phases; repeatable or comma-separated (union)")
+		f.StringVarP(&o.selector, "selector", "l", "", "label selector, e.g. team=payments,env=prod")
+		f.StringVar(&o.owner, "owner", "", "only resources owned by this owner")
+		f.IntVar(&o.limit, "limit", 0, "page size (0: the server's default)")
+		f.StringVar(&o.cursor, "cursor", "", "start after this cursor (from next_cursor)")
+		f.BoolVar(&o.all, "all", false, "follow next_cursor and list every page")
+		cmd.AddCommand(c)
+	}
+	// manifests
+	{
+		var kind string
+		c := &cobra.Command{
+			Use:     "manifest",
+			Aliases: without(typeManifest.aliases, "kind", "kinds"),
+			Short:   "List kind manifests",
+			Args:    noArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				q := url.Values{}
+				if kind != "" {
+					q.Set("kind", kind)
+				}
+				return a.list(cmd, typeManifest, q, false)
+			},
+		}
+		c.Flags().StringVar(&kind, "kind", "", "only this kind's versions")
+		cmd.AddCommand(c)
+	}
+	// provider configs
+	{
+		var kind string
+		var kv kindVersionOpt
+		var def bool
+		c := &cobra.Command{
+			Use:     "providerconfig",
+			Aliases: typeProviderConfig.aliases,
+			Short:   "List provider configs",
+			Args:    noArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				if err := kv.validate(false); err != nil {
+					return err
+				}
+				q := url.Values{}
+				if kind != "" {
+					q.Set("kind", kind)
+				}
+				if kv.set() {
+					q.Set("kind_version", kv.String())
+				}
+				if cmd.Flags().Changed("default") {
+					q.Set("default", strconv.FormatBool(def))
+				}
+				return a.list(cmd, typeProviderConfig, q, false)
+			},
+		}
+		c.Flags().StringVar(&kind, "kind", "", "only this kind")
+		kv.register(c, "only this kind version (1..32767)")
+		c.Flags().BoolVar(&def, "default", false, "only defaults (--default=false: only custom configs)")
+		cmd.AddCommand(c)
+	}
+	// the rest take no filters
+	for _, t := range []*objectType{typeReactorBinding, typeEndpoint, typeKinds} {
+		short := "List " + t.plural
+		if t == typeKinds {
+			short = "List the kinds and their versions"
+		}
+		cmd.AddCommand(&cobra.Command{
+			Use:     t.name,
+			Aliases: t.aliases,
+			Short:   short,
+			Args:    noArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return a.list(cmd, t, nil, false)
+			},
+		})
+	}
+	return cmd
+}
+
+func (a *app) list(cmd *cobra.Command, t *objectType, q url.Values, all bool) error {
+	c, err := a.api()
+	if err != nil {
+		return err
+	}
+	p, err := a.printer()
+	if err != nil {
+		return err
+	}
+	page, raw, err := c.List(cmd.Context(), collectionPath(t), q, all)
+	if err != nil {
+		return err
+	}
+	body := raw
+	if all {
+		items := page.Items
+		if items == nil {
+			items = []json.RawMessage{}
+		}
+		if body, err = json.Marshal(map[string]any{"items": items}); err != nil {
+			return err
+		}
+	}
+	if p.format != outputTable {
+		return p.list(t, page.Items, body)
+	}
+	if len(page.Items) == 0 {
+		fmt.Fprintf(a.stderr, "No %s found.\n", t.plural)
+		return nil
+	}
+	if err := p.list(t, page.Items, body); err != nil {
+		return err
+	}
+	if !all && page.NextCursor != "" {
+		fmt.Fprintf(a.stderr, "More %s available: rerun with --all, or with --cursor %s for the next page.\n",
+			t.plural, page.NextCursor)
+	}
+	return nil
+}

@@ -1,0 +1,342 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// The output formats of -o/--output.
+const (
+	outputTable = "table"
+	outputJSON  = "json"
+	outputYAML  = "yaml"
+)
+
+var outputFormats = []string{outputTable, outputJSON, outputYAML}
+
+// printer renders API objects in the chosen format.
+type printer struct {
+	format string
+	w      io.Writer
+	now    func() time.Time
+}
+
+// object prints one object as returned by the server.
+func (p *printer) object(t *objectType, raw json.RawMessage) error {
+	switch p.format {
+	case outputJSON:
+		return writeJSON(p.w, raw)
+	case outputYAML:
+		return writeYAML(p.w, raw)
+	}
+	return p.table(t, []json.RawMessage{raw})
+}
+
+// list prints a list answer. body is what JSON and YAML print (the server's
+// answer, or the merged items of every page); items feed the table.
+func (p *printer) list(t *objectType, items []json.RawMessage, body json.RawMessage) error {
+	switch p.format {
+	case outputJSON:
+		return writeJSON(p.w, body)
+	case outputYAML:
+		return writeYAML(p.w, body)
+	}
+	return p.table(t, items)
+}
+
+// stream prints one of several objects produced one by one (apply -o json),
+// as a JSON stream or YAML documents separated by "---".
+func (p *printer) stream(raw json.RawMessage, first bool) error {
+	if p.format == outputYAML && !first {
+		if _, err := io.WriteString(p.w, "---\n"); err != nil {
+			return err
+		}
+	}
+	if p.format == outputYAML {
+		return writeYAML(p.w, raw)
+	}
+	return writeJSON(p.w, raw)
+}
+
+func writeJSON(w io.Writer, raw json.RawMessage) error {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return fmt.Errorf("server sent invalid JSON: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+func writeYAML(w io.Writer, raw json.RawMessage) error {
+	y, err := yaml.JSONToYAML(raw)
+	if err != nil {
+		return fmt.Errorf("cannot render YAML: %w", err)
+	}
+	_, err = w.Write(y)
+	return err
+}
+
+// table prints items as aligned columns under a header row.
+func (p *printer) table(t *objectType, items []json.RawMessage) error {
+	cols := columnsFor(t)
+	tw := tabwriter.NewWriter(p.w, 0, 4, 3, ' ', 0)
+	headers := make([]string, len(cols))
+	for i, c := range cols {
+		headers[i] = c.header
+	}
+	fmt.Fprintln(tw, strings.Join(headers, "\t"))
+	now := time.Now()
+	if p.now != nil {
+		now = p.now()
+	}
+	for _, raw := range items {
+		o, err := decodeObject(raw)
+		if err != nil {
+			return err
+		}
+		cells := make([]string, len(cols))
+		for i, c := range cols {
+			cells[i] = cell(c.value(o, now))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	return tw.Flush()
+}
+
+// cell keeps a value on one line and out of the column separator.
+func cell(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(s)
+}
+
+// obj is a decoded JSON object with lenient accessors for table cells.
+type obj map[string]any
+
+func decodeObject(raw json.RawMessage) (obj, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var o obj
+	if err := dec.Decode(&o); err != nil {
+		return nil, fmt.Errorf("server sent an unexpected object: %w", err)
+	}
+	return o, nil
+}
+
+// get walks a path of object keys.
+func (o obj) get(path ...string) any {
+	var v any = map[string]any(o)
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+// str renders the value at path as text; objects and arrays as compact JSON.
+func (o obj) str(path ...string) string { return text(o.get(path...)) }
+
+func text(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	case json.Number:
+		return v.String()
+	case bool:
+		if v {
+			return "true"
+		}
+		return "false"
+	default:
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+}
+
+// labels renders a string map as sorted k=v pairs.
+func labels(v any) string {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return text(v)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + text(m[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// age renders how long ago an RFC 3339 timestamp was, kubectl style.
+func age(ts string, now time.Time) string {
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return ""
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "0s"
+	case d < 2*time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < 2*time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	case d < 2*365*24*time.Hour:
+		return fmt.Sprintf("%dd", int(d.Hours()/24))
+	default:
+		return fmt.Sprintf("%dy", int(d.Hours()/24/365))
+	}
+}
+
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+// column is one table column.
+type column struct {
+	header string
+	value  func(o obj, now time.Time) string
+}
+
+func field(header string, path ...string) column {
+	return column{header, func(o obj, _ time.Time) string { return o.str(path...) }}
+}
+
+func ageColumn() column {
+	return column{"AGE", func(o obj, now time.Time) string { return age(o.str("created_at"), now) }}
+}
+
+// columnsFor returns the table layout of a type.
+func columnsFor(t *objectType) []column {
+	switch t {
+	case typeResource:
+		return []column{
+			field("KIND", "kind"), field("VERSION", "kind_version"), field("NAME", "name"),
+			field("PHASE", "phase"), field("GEN", "generation"), field("SYNCED", "synced_gen"),
+			ageColumn(),
+		}
+	case typeManifest:
+		return []column{
+			field("KIND", "kind"), field("VERSION", "kind_version"),
+			{"REACTIONS", func(o obj, _ time.Time) string { return reactionNames(o.get("reactions")) }},
+			{"DESCRIPTION", func(o obj, _ time.Time) string { return truncate(o.str("description"), 60) }},
+		}
+	case typeProviderConfig:
+		return []column{
+			field("NAME", "name"), field("KIND", "kind"), field("VERSION", "kind_version"),
+			{"DEFAULT", func(o obj, _ time.Time) string { return cmpOrText(o.str("is_default"), "false") }},
+			ageColumn(),
+		}
+	case typeReactorBinding:
+		return []column{
+			field("NAME", "name"), field("WATCH_KIND", "watch_kind"), field("TRANSITION", "transition"),
+			field("REACTOR", "reactor"),
+			{"LABEL_MATCH", func(o obj, _ time.Time) string { return labels(o.get("label_match")) }},
+			field("ENABLED", "enabled"),
+		}
+	case typeEndpoint:
+		return []column{
+			field("NAME", "name"), field("TYPE", "target", "type"),
+			{"TARGET", func(o obj, _ time.Time) string { return endpointTarget(o) }},
+			{"KINDS", func(o obj, _ time.Time) string { return kindVersions(o.get("kinds")) }},
+			field("ENABLED", "enabled"), ageColumn(),
+		}
+	case typeKinds:
+		return []column{
+			field("KIND", "kind"),
+			{"VERSIONS", func(o obj, _ time.Time) string { return joinList(o.get("versions")) }},
+		}
+	case typeKindConfig:
+		return []column{
+			field("KIND", "kind"), field("VERSION", "kind_version"),
+			field("MAX_INFLIGHT", "max_inflight"), field("DEADLINE_SECS", "task_deadline_secs"),
+			field("RESYNC_SECS", "resync_interval_secs"), field("RESYNC_RECOMPOSES", "resync_recomposes"),
+			field("ORPHAN_GRACE_SECS", "orphan_grace_secs"), field("MAX_ATTEMPTS", "max_transient_attempts"),
+		}
+	}
+	return []column{field("NAME", "name")}
+}
+
+func cmpOrText(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func reactionNames(v any) string {
+	list, ok := v.([]any)
+	if !ok {
+		return ""
+	}
+	names := make([]string, 0, len(list))
+	for _, r := range list {
+		if m, ok := r.(map[string]any); ok {
+			names = append(names, text(m["name"]))
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+func kindVersions(v any) string {
+	list, ok := v.([]any)
+	if !ok {
+		return text(v)
+	}
+	parts := make([]string, 0, len(list))
+	for _, kv := range list {
+		m, ok := kv.(map[string]any)
+		if !ok {
+			parts = append(parts, text(kv))
+			continue
+		}
+		parts = append(parts, text(m["kind"])+"/v"+text(m["kind_version"]))
+	}
+	return strings.Join(parts, ",")
+}
+
+func joinList(v any) string {
+	list, ok := v.([]any)
+	if !ok {
+		return text(v)
+	}
+	parts := make([]string, len(list))
+	for i, x := range list {
+		parts[i] = text(x)
+	}
+	return strings.Join(parts, ",")
+}
+
+func endpointTarget(o obj) string {
+	for _, k := range []string{"url", "function_url", "function_name", "function_arn", "arn", "function"} {
+		if s := o.str("target", k); s != "" {
+			return s
+		}
+	}
+	return ""
+}

@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"slices"
+	"strings"
+)
+
+// objectType is one kind of API object conctl handles.
+type objectType struct {
+	name    string   // canonical, singular: "resource"
+	aliases []string // accepted everywhere a type is named
+	plural  string   // for messages: "resources"
+}
+
+// The object types. Type names and aliases are matched case-insensitively.
+var (
+	typeResource = &objectType{name: "resource", plural: "resources",
+		aliases: []string{"res", "resources"}}
+	typeManifest = &objectType{name: "manifest", plural: "manifests",
+		aliases: []string{"crd", "crds", "manifests", "kind", "kinds"}}
+	typeProviderConfig = &objectType{name: "providerconfig", plural: "provider configs",
+		aliases: []string{"pc", "pcs", "providerconfigs"}}
+	typeReactorBinding = &objectType{name: "reactorbinding", plural: "reactor bindings",
+		aliases: []string{"rb", "rbs", "reactorbindings", "binding", "bindings"}}
+	typeEndpoint = &objectType{name: "endpoint", plural: "endpoints",
+		aliases: []string{"ep", "eps", "endpoints"}}
+	typeKindConfig = &objectType{name: "kindconfig", plural: "kind configs",
+		aliases: []string{"config", "configs", "kindconfigs"}}
+
+	// typeKinds is the kinds listing (GET /kinds); only `list` knows it.
+	typeKinds = &objectType{name: "kinds", plural: "kinds", aliases: []string{"kind"}}
+)
+
+// applyTypes are the types `apply --type` and a document's `type` field accept.
+var applyTypes = []*objectType{typeResource, typeManifest, typeProviderConfig,
+	typeReactorBinding, typeEndpoint, typeKindConfig}
+
+// lookupType resolves a type name or alias among applyTypes.
+func lookupType(s string) (*objectType, bool) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	for _, t := range applyTypes {
+		if t.name == s || slices.Contains(t.aliases, s) {
+			return t, true
+		}
+	}
+	return nil, false
+}
+
+// typeNames lists the canonical names of ts, for help and error text.
+func typeNames(ts []*objectType) string {
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// without returns aliases minus the ones listed.
+func without(aliases []string, drop ...string) []string {
+	return slices.DeleteFunc(slices.Clone(aliases), func(a string) bool { return slices.Contains(drop, a) })
+}
