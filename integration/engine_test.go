@@ -369,3 +369,65 @@ func TestOversizedStatusFailsTerminally(t *testing.T) {
 	}
 	t.Logf("last_error: %s", msg)
 }
+
+func TestReadsAndReconcileNow(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{})
+	e.defineKinds(model.Policy{})
+	fl := &faults{}
+	fl.set("b", "terminal")
+	e.run(inproc.Config{}, standardHandlers(e, fl))
+	e.listen()
+	ctx := t.Context()
+
+	rootID := e.apply("comp", "root", compSpec{Children: []childSpec{{Name: "a"}, {Name: "b", After: []string{"a"}, Flow: true}}})
+	e.waitPhase("comp", "root", "Degraded", 20*time.Second)
+
+	g, err := e.st.Graph(ctx, rootID)
+	must(t, err)
+	if len(g.Nodes) != 3 || len(g.Edges) != 1 {
+		t.Fatalf("graph = %d nodes, %d edges; want 3, 1", len(g.Nodes), len(g.Edges))
+	}
+	if ed := g.Edges[0]; ed.Dependent.Name != "b" || ed.Dependency.Name != "a" || len(ed.Values) != 1 || ed.DependencyPhase != "Ready" {
+		t.Errorf("edge = %+v", ed)
+	}
+	kids, err := e.st.Children(ctx, rootID)
+	must(t, err)
+	if len(kids) != 2 {
+		t.Errorf("children = %d, want 2", len(kids))
+	}
+	bID, err := e.st.ResourceID(ctx, "leaf", "b")
+	must(t, err)
+	up, down, err := e.st.Dependencies(ctx, bID)
+	must(t, err)
+	if len(up) != 1 || len(down) != 0 {
+		t.Errorf("b: %d upstream, %d downstream; want 1, 0", len(up), len(down))
+	}
+	task, err := e.st.ResourceTask(ctx, bID)
+	must(t, err)
+	if task == nil || task.State != "done" || task.LastError == "" {
+		t.Errorf("b's task = %+v, want done with its last error", task)
+	}
+	evs, err := e.st.Events(ctx, bID, 0, 50)
+	must(t, err)
+	if len(evs) == 0 || evs[0].Type != "failed" {
+		t.Errorf("b's newest event = %+v, want failed", evs)
+	}
+
+	// The operator fixes the backend and asks for a reconcile: the terminal
+	// failure is lifted, b re-runs, and the root recovers.
+	fl.set("b", "")
+	must(t, e.st.ReconcileNow(ctx, bID))
+	e.waitPhase("comp", "root", "Ready", 20*time.Second)
+	if n := e.calls.get("b"); n != 2 {
+		t.Errorf("b ran %d times, want 2 (the failure, then the requested reconcile)", n)
+	}
+	// Reconciling a settled resource re-runs it without a generation bump.
+	aID, _ := e.st.ResourceID(ctx, "leaf", "a")
+	must(t, e.st.ReconcileNow(ctx, aID))
+	waitFor(t, 10*time.Second, "a to re-run", func() bool { return e.calls.get("a") == 2 })
+	if r := e.waitPhase("leaf", "a", "Ready", 10*time.Second); r.Generation != 1 {
+		t.Errorf("a generation = %d, want 1 (a reconcile is not a spec change)", r.Generation)
+	}
+	e.checkInvariants()
+}

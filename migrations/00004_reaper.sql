@@ -222,8 +222,42 @@ $$;
 CREATE TRIGGER cluster_members_changed AFTER INSERT OR DELETE ON cluster_members
     FOR EACH STATEMENT EXECUTE FUNCTION cluster_members_changed();
 
+-- reconcile_now is the operator's "run it again": a pending task runs at
+-- once with its attempts reset; a lagging resource is scheduled; a terminal
+-- failure is lifted and retried; a settled resource re-runs its reaction
+-- without a generation bump (a resync). Returns false if the resource is
+-- frozen (orphaned, quarantined) or being deleted.
+-- +goose StatementBegin
+CREATE FUNCTION reconcile_now(p_id uuid) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    r resources;
+BEGIN
+    SELECT * INTO r FROM resources WHERE id = p_id FOR UPDATE;
+    IF NOT FOUND OR r.deletion_requested_at IS NOT NULL OR r.frozen_until IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE work_queue SET not_before = now(), attempts = 0
+     WHERE shard_id = r.shard_id AND resource_id = r.id AND task_type = 'reconcile' AND state = 'pending';
+    IF FOUND THEN
+        PERFORM notify_gated('work_ready');
+    ELSIF r.synced_gen < r.generation THEN
+        IF r.failure_terminal THEN
+            UPDATE resources SET failure_terminal = false, failure_gen = 0 WHERE id = r.id;
+        END IF;
+        PERFORM schedule_eligible(ARRAY[r.id]);
+    ELSE
+        PERFORM enqueue_reconcile(ARRAY[r.id], ARRAY['resync']);
+    END IF;
+    INSERT INTO resource_events (resource_id, type, generation, message)
+    VALUES (r.id, 'reconcile_requested', r.generation, 'an operator asked for a reconcile');
+    RETURN true;
+END
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
 DROP TRIGGER IF EXISTS cluster_members_changed ON cluster_members;
-DROP FUNCTION IF EXISTS cluster_members_changed, assign_member_shards, prune_resource_events,
+DROP FUNCTION IF EXISTS reconcile_now, cluster_members_changed, assign_member_shards, prune_resource_events,
     sweep_expired_orphans, recount_inflight, delete_unclaimed_work, requeue_lagging,
     reap_expired_leases, extend_leases, release_tasks;

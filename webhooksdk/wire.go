@@ -124,6 +124,10 @@ type Resource struct {
 	Status json.RawMessage `json:"status,omitempty"`
 	// Generation bumps on every spec change.
 	Generation int64 `json:"generation,omitempty"`
+	// Phase is the resource's readiness (Ready, Reconciling, Degraded,
+	// Failed, Orphaned, Quarantined, Deleting); a rollup reads it from each
+	// descendant to aggregate.
+	Phase string `json:"phase,omitempty"`
 }
 
 // Operation is the subresource verb an operate task runs, with its input.

@@ -1,0 +1,44 @@
+# Every entry point a person or CI uses. `make help` lists them.
+SHELL := /bin/bash
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/convergeplane/converge/internal/version.Version=$(VERSION)
+# The default suite stays well under 20 minutes on 2 cores.
+TEST_TIMEOUT ?= 20m
+PKGS ?= ./...
+
+.PHONY: help demo dev test test-race build lint bench soak postgres clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+demo: build postgres ## run the control plane on an embedded Postgres with the demo provider
+	./bin/converge dev --demo
+
+dev: build postgres ## run the control plane on an embedded Postgres (no demo)
+	./bin/converge dev
+
+test: postgres ## run the whole test suite against real Postgres (installs it if missing)
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+test-race: postgres ## the suite under the race detector (slower)
+	$(GO) test -race -count=1 -timeout 40m $(PKGS)
+
+build: ## build converge, conctl and the example provider into bin/
+	@mkdir -p bin
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/converge ./cmd/conctl ./examples/...
+
+lint: ## gofmt check and go vet
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+bench: postgres ## benchmarks: engine, API apply, dispatch (figures are ratios to baselines in the same run)
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/ ./dispatch/...
+	$(GO) test -run '^$$' -bench BenchmarkApply -benchtime 5s -timeout 20m ./control/api/
+
+postgres: ## make sure PostgreSQL server binaries are installed (apt-get as root if not)
+	@./scripts/ensure-postgres.sh >/dev/null
+
+clean: ## remove build output
+	rm -rf bin

@@ -1,0 +1,68 @@
+// Command quickstart-provider serves the quickstart kinds (bucket, cdn, site)
+// over HTTP with webhooksdk. Configuration:
+//
+//	PROVIDER_ADDR     listen address (default 127.0.0.1:9090)
+//	PROVIDER_SECRETS  the endpoint's signing secret(s), whsec_..., comma-separated
+//	WORK_DELAY        simulated work time per leaf (default 0, e.g. 500ms)
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/convergeplane/converge/examples/quickstart/provider"
+	"github.com/convergeplane/converge/webhooksdk"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(ctx, log); err != nil {
+		log.Error("quickstart provider failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, log *slog.Logger) error {
+	addr := os.Getenv("PROVIDER_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:9090"
+	}
+	secrets := strings.Split(os.Getenv("PROVIDER_SECRETS"), ",")
+	if secrets[0] == "" {
+		return errors.New("PROVIDER_SECRETS is required: the endpoint's signing secret (whsec_...)")
+	}
+	var delay time.Duration
+	if v := os.Getenv("WORK_DELAY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("WORK_DELAY=%q: want a duration like 500ms", v)
+		}
+		delay = d
+	}
+	h, err := webhooksdk.Handler(provider.New(delay), webhooksdk.WithSecrets(secrets...), webhooksdk.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Info("quickstart provider listening", "addr", addr, "kinds", "bucket/1 cdn/1 site/1")
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return errors.Join(srv.Shutdown(sctx), h.Shutdown(sctx))
+}
