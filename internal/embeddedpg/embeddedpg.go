@@ -65,7 +65,11 @@ const (
 	Superuser = "postgres"
 
 	logFileName = "embeddedpg.log"
-	pidFileName = "postmaster.pid"
+	// A throwaway cluster without a DataDir lives in os.TempDir()/embeddedpg-*/data,
+	// next to ownerLockName, which its process holds an flock on.
+	tempDirPrefix = "embeddedpg-"
+	ownerLockName = "owner.lock"
+	pidFileName   = "postmaster.pid"
 	// maxSocketPath keeps "<dir>/.s.PGSQL.<port>" inside sun_path (104 bytes
 	// on macOS, 108 on Linux) with room to spare.
 	maxSocketPath = 100
@@ -133,7 +137,8 @@ type Server struct {
 	runAs *runAs
 
 	dataDir    string
-	removeDir  string // deleted by Stop (non-persistent) or by a failed Start
+	removeDir  string    // deleted by Stop (non-persistent) or by a failed Start
+	ownerLock  io.Closer // held while this process owns a temp cluster (see sweepAbandoned)
 	sockDir    string
 	ownSockDir bool // sockDir is a temp dir of ours under /tmp
 	port       int
@@ -193,14 +198,30 @@ func Start(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		if createdTemp {
 			_ = os.RemoveAll(s.removeDir)
 		}
+		if s.ownerLock != nil {
+			_ = s.ownerLock.Close()
+		}
 	}()
 
 	if cfg.DataDir == "" {
-		dir, err := os.MkdirTemp("", "embeddedpg-")
+		sweepAbandoned(log)
+		root, err := os.MkdirTemp("", tempDirPrefix)
 		if err != nil {
 			return nil, fmt.Errorf("embeddedpg: cannot create data dir: %w", err)
 		}
-		s.dataDir, s.removeDir, createdTemp = dir, dir, true
+		s.removeDir, createdTemp = root, true
+		lock, err := lockOwner(filepath.Join(root, ownerLockName))
+		if err != nil {
+			return nil, fmt.Errorf("embeddedpg: %w", err)
+		}
+		s.ownerLock = lock
+		s.dataDir = filepath.Join(root, "data")
+		if err := os.Mkdir(s.dataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("embeddedpg: cannot create data dir: %w", err)
+		}
+		if err := chownFile(root, ra); err != nil {
+			return nil, fmt.Errorf("embeddedpg: %w", err)
+		}
 	} else {
 		dir, err := filepath.Abs(cfg.DataDir)
 		if err != nil {
@@ -283,6 +304,11 @@ func (s *Server) stop(ctx context.Context) error {
 	if s.removeDir != "" {
 		if err := os.RemoveAll(s.removeDir); err != nil {
 			errs = append(errs, fmt.Errorf("cannot remove data dir: %w", err))
+		}
+	}
+	if s.ownerLock != nil {
+		if err := s.ownerLock.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("cannot release data dir lock: %w", err))
 		}
 	}
 	s.log.Info("embedded postgres stopped", "data_dir", s.dataDir, "removed", s.removeDir != "",
@@ -637,4 +663,29 @@ func tail(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// sweepAbandoned deletes temporary clusters whose owning process died without
+// Stop (a test binary killed by -timeout, say), so /tmp does not fill up with
+// data dirs. The owner's flock on owner.lock is released by the kernel when it
+// dies, so a lock we can take marks an abandoned dir; a dir without the file
+// is still being set up and is left alone.
+func sweepAbandoned(log *slog.Logger) {
+	dirs, err := filepath.Glob(filepath.Join(os.TempDir(), tempDirPrefix+"*"))
+	if err != nil {
+		return // the pattern is constant and valid
+	}
+	for _, dir := range dirs {
+		release, ok := tryLock(filepath.Join(dir, ownerLockName))
+		if !ok {
+			continue
+		}
+		err := os.RemoveAll(dir)
+		release()
+		if err != nil {
+			log.Warn("cannot remove abandoned temporary cluster", "dir", dir, "err", err)
+			continue
+		}
+		log.Info("removed abandoned temporary cluster", "dir", dir)
+	}
 }

@@ -3,6 +3,7 @@ package embeddedpg
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -257,4 +258,100 @@ func TestFindBinaries(t *testing.T) {
 			t.Errorf("versionOfDir: 15 -> %d, 9.6 -> %d; want 15 newer", a, b)
 		}
 	})
+}
+
+// TestSweepAbandoned is not parallel: it points TMPDIR at its own directory.
+func TestSweepAbandoned(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	mk := func(name string) string {
+		dir := filepath.Join(tmp, tempDirPrefix+name)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatalf("mkdir: %v", err)
+		}
+		return dir
+	}
+
+	abandoned := mk("abandoned")
+	f, err := lockOwner(filepath.Join(abandoned, ownerLockName))
+	if err != nil {
+		t.Fatalf("lockOwner: %v", err)
+	}
+	if err := f.Close(); err != nil { // as if its process had died
+		t.Fatalf("close: %v", err)
+	}
+	live := mk("live")
+	held, err := lockOwner(filepath.Join(live, ownerLockName))
+	if err != nil {
+		t.Fatalf("lockOwner: %v", err)
+	}
+	defer held.Close() //nolint:errcheck
+
+	// No lock file yet: its process is between MkdirTemp and lockOwner.
+	settingUp := mk("settingup")
+
+	sweepAbandoned(testLogger(t))
+
+	for dir, wantGone := range map[string]bool{abandoned: true, live: false, settingUp: false} {
+		_, err := os.Stat(dir)
+		if gone := errors.Is(err, fs.ErrNotExist); gone != wantGone {
+			t.Errorf("%s: removed = %v, want %v", filepath.Base(dir), gone, wantGone)
+		}
+	}
+}
+
+// TestOrphanedServerDies kills a process that started a throwaway cluster
+// and checks that the server does not outlive it and that the next sweep
+// removes its data dir.
+func TestOrphanedServerDies(t *testing.T) {
+	if os.Getenv("EMBEDDEDPG_TEST_HELPER") == "1" {
+		s, err := Start(t.Context(), Config{})
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		fmt.Println(s.proc.cmd.Process.Pid, filepath.Dir(s.dataDir))
+		select {} // wait to be killed
+	}
+	if _, err := findBinaries(t.Context(), debianBinGlob); err != nil {
+		t.Skip(err)
+	}
+	t.Parallel()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOrphanedServerDies$")
+	cmd.Env = append(os.Environ(), "EMBEDDEDPG_TEST_HELPER=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	var root string
+	if _, err := fmt.Fscan(out, &pid, &root); err != nil {
+		_ = cmd.Process.Kill()
+		t.Fatalf("reading helper output: %v", err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill helper: %v", err)
+	}
+	_ = cmd.Wait() // killed: the error is expected
+
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for processAlive(pid) {
+		select {
+		case <-deadline:
+			_ = signalProcess(pid, sigImmediateShutdown)
+			t.Fatalf("postmaster %d still running 30s after its parent was killed", pid)
+		case <-tick.C:
+		}
+	}
+
+	sweepAbandoned(testLogger(t))
+	if _, err := os.Stat(root); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("abandoned dir %s not swept (stat err %v)", root, err)
+	}
 }

@@ -39,3 +39,7 @@ const (
 	sigFastShutdown      = syscall.SIGINT
 	sigImmediateShutdown = syscall.SIGQUIT
 )
+
+func lockOwner(string) (*os.File, error) { return nil, errUnsupported }
+
+func tryLock(string) (func(), bool) { return nil, false }

@@ -3,6 +3,7 @@
 package embeddedpg
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -136,11 +137,21 @@ func chownFile(path string, ra *runAs) error {
 	return nil
 }
 
-// processAlive reports whether pid exists. EPERM means it exists but belongs
-// to someone else, which still counts.
+// processAlive reports whether pid is running. EPERM means it exists but
+// belongs to someone else, which still counts. A zombie does not: it has
+// exited and only awaits its parent's wait (a container whose pid 1 does not
+// reap leaves those behind).
 func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true // no procfs: trust kill
+	}
+	// The state follows the parenthesised command name, which may contain spaces.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
 
 // postmasterOf reports whether pid is a postmaster serving dataDir. A
@@ -174,3 +185,32 @@ const (
 	// next start runs crash recovery.
 	sigImmediateShutdown = syscall.SIGQUIT
 )
+
+// lockOwner creates path and holds an exclusive flock on it for as long as
+// the returned file stays open, marking the directory as in use by this
+// process (see sweepAbandoned).
+func lockOwner(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("cannot lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// tryLock takes the flock on an existing lock file; ok is false if the file
+// is missing or another live process holds the lock.
+func tryLock(path string) (release func(), ok bool) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, false
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, false
+	}
+	return func() { _ = f.Close() }, true
+}

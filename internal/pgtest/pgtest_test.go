@@ -1,6 +1,8 @@
 package pgtest
 
 import (
+	"context"
+	"fmt"
 	"io/fs"
 	"strconv"
 	"strings"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/convergeplane/converge/migrations"
 )
@@ -120,6 +123,89 @@ func TestDatabaseIsDroppedWhenTestPasses(t *testing.T) {
 	if n != 0 {
 		t.Errorf("database %s of a passed test still exists", name)
 	}
+}
+
+// recordingTB lets a test drive create and drop by hand: it collects
+// cleanups and errors instead of acting on them, and fails on demand.
+type recordingTB struct {
+	testing.TB
+	failed   bool
+	errors   []string
+	cleanups []func()
+}
+
+func (r *recordingTB) Cleanup(f func())          { r.cleanups = append(r.cleanups, f) }
+func (r *recordingTB) Failed() bool              { return r.failed || len(r.errors) > 0 }
+func (r *recordingTB) Errorf(f string, a ...any) { r.errors = append(r.errors, fmt.Sprintf(f, a...)) }
+
+func (r *recordingTB) runCleanups() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+}
+
+func TestCleanup(t *testing.T) {
+	t.Parallel()
+	New(t) // make sure the server and template exist
+	s := proc.server
+
+	nameOf := func(t *testing.T, db *Database) string {
+		t.Helper()
+		var name string
+		if err := db.Pool.QueryRow(t.Context(), "SELECT current_database()").Scan(&name); err != nil {
+			t.Fatalf("current_database: %v", err)
+		}
+		return name
+	}
+	exists := func(t *testing.T, name string) bool {
+		t.Helper()
+		var n int
+		if err := s.admin.QueryRow(t.Context(), "SELECT count(*) FROM pg_database WHERE datname = $1", name).Scan(&n); err != nil {
+			t.Fatalf("count: %v", err)
+		}
+		return n == 1
+	}
+
+	t.Run("FailedTestKeepsDatabase", func(t *testing.T) {
+		t.Parallel()
+		r := &recordingTB{TB: t, failed: true}
+		name := nameOf(t, s.create(r, proc.template))
+		r.runCleanups()
+		if !exists(t, name) {
+			t.Error("database of a failed test was dropped; want it kept for inspection")
+		}
+		if _, err := s.admin.Exec(t.Context(), "DROP DATABASE "+ident(name)+" WITH (FORCE)"); err != nil {
+			t.Fatalf("drop: %v", err)
+		}
+	})
+
+	t.Run("LeakedConnectionIsReported", func(t *testing.T) {
+		t.Parallel()
+		r := &recordingTB{TB: t}
+		db := s.create(r, proc.template)
+		conn, err := pgx.Connect(t.Context(), db.DSN)
+		if err != nil {
+			t.Fatalf("connect: %v", err)
+		}
+		defer conn.Close(context.Background()) //nolint:errcheck // already terminated by the forced drop
+		r.runCleanups()
+		if len(r.errors) != 1 || !strings.Contains(r.errors[0], "still open") {
+			t.Errorf("errors = %q, want one report of an open connection", r.errors)
+		}
+	})
+
+	t.Run("PassedTestDropsDatabase", func(t *testing.T) {
+		t.Parallel()
+		r := &recordingTB{TB: t}
+		name := nameOf(t, s.create(r, proc.template))
+		r.runCleanups()
+		if len(r.errors) != 0 {
+			t.Errorf("errors = %q, want none", r.errors)
+		}
+		if exists(t, name) {
+			t.Error("database of a passed test still exists")
+		}
+	})
 }
 
 func TestNewEmpty(t *testing.T) {
