@@ -23,7 +23,7 @@ func (s *Store) Heartbeat(ctx context.Context, p HeartbeatParams) (lo, hi int, o
 	err = s.pool.QueryRow(ctx, `
 		WITH up AS (
 			INSERT INTO cluster_members (member_id, role, host, pid, version, in_flight, info, last_heartbeat)
-			VALUES ($1, $2, $3, $4, $5, $6, coalesce($7, '{}'), now())
+			VALUES ($1, $2, $3, $4, $5, $6, coalesce($7::jsonb, '{}'::jsonb), now())
 			ON CONFLICT (member_id) DO UPDATE SET role = EXCLUDED.role, host = EXCLUDED.host, pid = EXCLUDED.pid,
 				version = EXCLUDED.version, in_flight = EXCLUDED.in_flight, info = EXCLUDED.info, last_heartbeat = now()
 			RETURNING 1)

@@ -1,0 +1,256 @@
+package cli
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Role selects the duties a process runs.
+type Role string
+
+// The roles.
+const (
+	RoleAll      Role = "all"      // control + dispatch + API
+	RoleControl  Role = "control"  // API, drainer, reaper
+	RoleDispatch Role = "dispatch" // dispatcher and its callback receiver
+)
+
+// Config is the server's configuration, read once from the environment
+// (12-factor). Every variable is validated at boot; a bad value is a loud
+// error naming the variable.
+type Config struct {
+	// DatabaseURL is the Postgres DSN (DATABASE_URL). Required except in
+	// dev mode, which starts an embedded Postgres when it is empty.
+	DatabaseURL string
+	// Role is ROLE: all (default), control or dispatch.
+	Role Role
+	// ListenAddr is the API's listen address (LISTEN_ADDR, default :8080):
+	// host:port, http://host:port, or https://host:port with TLSCertFile and
+	// TLSKeyFile.
+	ListenAddr  string
+	TLS         bool
+	TLSCertFile string
+	TLSKeyFile  string
+	// HealthAddr serves /livez and /readyz for pods without the API
+	// (HEALTH_ADDR, default :8081; used by ROLE=dispatch).
+	HealthAddr string
+	// LogLevel and LogFormat (text|json) come from LOG_LEVEL, LOG_FORMAT.
+	LogLevel  slog.Level
+	LogFormat string
+	// DataDir is where dev mode keeps its embedded Postgres
+	// (CONVERGE_DATA_DIR, default $XDG_CACHE_HOME/converge or ~/.cache/converge).
+	DataDir string
+	// ReadTokens and AdminTokens enable bearer-token auth on the API
+	// (CONVERGE_READ_TOKENS, CONVERGE_ADMIN_TOKENS; comma-separated). Empty
+	// means the API is open, which is only sensible in dev.
+	ReadTokens, AdminTokens []string
+	// CallbackBaseURL is the externally reachable base URL of the dispatch
+	// API, used to build each task's callback URL (CALLBACK_BASE_URL;
+	// defaults to the listen address in dev mode).
+	CallbackBaseURL string
+	// SecretKey encrypts endpoint signing secrets at rest
+	// (CONVERGE_SECRET_KEY, base64 of 32 bytes). Required for dispatch.
+	SecretKey []byte
+	// CallbackKey signs callback tokens, shared by all dispatch pods
+	// (CONVERGE_CALLBACK_KEY, base64 of >= 32 bytes). Required for dispatch.
+	CallbackKey []byte
+	// AllowCIDRs lets endpoints reach these otherwise-blocked networks
+	// (DISPATCH_ALLOW_CIDRS, comma-separated), e.g. an internal VPC range.
+	AllowCIDRs []netip.Prefix
+	// ReaperRetryWindow is how long a lagging resource with no live task
+	// waits before the reaper re-schedules it (REAPER_RETRY_WINDOW, 30s).
+	ReaperRetryWindow time.Duration
+	// MemberID names this process in the cluster view (MEMBER_ID,
+	// default host-pid).
+	MemberID string
+	// Dev is set by `converge dev`: plain-http loopback endpoints allowed.
+	Dev bool
+}
+
+// LoadConfig reads the configuration through getenv and reports every bad
+// variable at once.
+func LoadConfig(getenv func(string) string) (Config, error) {
+	var (
+		c    Config
+		errs []error
+	)
+	bad := func(name, val, why string) {
+		errs = append(errs, fmt.Errorf("%s=%q: %s", name, val, why))
+	}
+	c.DatabaseURL = getenv("DATABASE_URL")
+	if c.DatabaseURL != "" {
+		if _, err := url.Parse(c.DatabaseURL); err != nil && !strings.Contains(c.DatabaseURL, "=") {
+			bad("DATABASE_URL", "(redacted)", "is neither a URL nor a key=value DSN")
+		}
+	}
+	switch r := Role(or(getenv("ROLE"), string(RoleAll))); r {
+	case RoleAll, RoleControl, RoleDispatch:
+		c.Role = r
+	default:
+		bad("ROLE", string(r), "must be all, control or dispatch")
+	}
+
+	c.ListenAddr = or(getenv("LISTEN_ADDR"), ":8080")
+	c.TLSCertFile, c.TLSKeyFile = getenv("TLS_CERT_FILE"), getenv("TLS_KEY_FILE")
+	addr, tls, err := parseListen(c.ListenAddr)
+	if err != nil {
+		bad("LISTEN_ADDR", c.ListenAddr, err.Error())
+	} else {
+		c.ListenAddr, c.TLS = addr, tls
+		switch {
+		case tls && (c.TLSCertFile == "" || c.TLSKeyFile == ""):
+			bad("LISTEN_ADDR", getenv("LISTEN_ADDR"), "https:// needs TLS_CERT_FILE and TLS_KEY_FILE")
+		case !tls && (c.TLSCertFile != "" || c.TLSKeyFile != ""):
+			bad("TLS_CERT_FILE", c.TLSCertFile, "is set but LISTEN_ADDR is not https://; refusing to serve plain HTTP by mistake")
+		}
+	}
+	c.HealthAddr = or(getenv("HEALTH_ADDR"), ":8081")
+	if _, _, err := net.SplitHostPort(c.HealthAddr); err != nil {
+		bad("HEALTH_ADDR", c.HealthAddr, "must be host:port")
+	}
+
+	if v := getenv("LOG_LEVEL"); v != "" {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			bad("LOG_LEVEL", v, "must be debug, info, warn or error")
+		}
+	}
+	switch c.LogFormat = or(getenv("LOG_FORMAT"), "text"); c.LogFormat {
+	case "text", "json":
+	default:
+		bad("LOG_FORMAT", c.LogFormat, "must be text or json")
+	}
+
+	c.DataDir = getenv("CONVERGE_DATA_DIR")
+	if c.DataDir == "" {
+		base := getenv("XDG_CACHE_HOME")
+		if base == "" {
+			if home, err := os.UserHomeDir(); err == nil {
+				base = filepath.Join(home, ".cache")
+			} else {
+				base = os.TempDir()
+			}
+		}
+		c.DataDir = filepath.Join(base, "converge")
+	}
+
+	c.ReadTokens = splitList(getenv("CONVERGE_READ_TOKENS"))
+	c.AdminTokens = splitList(getenv("CONVERGE_ADMIN_TOKENS"))
+	for _, t := range append(append([]string{}, c.ReadTokens...), c.AdminTokens...) {
+		if len(t) < 16 {
+			bad("CONVERGE_ADMIN_TOKENS/CONVERGE_READ_TOKENS", "(redacted)", "every token must be at least 16 characters")
+			break
+		}
+	}
+
+	c.CallbackBaseURL = strings.TrimSuffix(getenv("CALLBACK_BASE_URL"), "/")
+	if c.CallbackBaseURL != "" {
+		if u, err := url.Parse(c.CallbackBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("CALLBACK_BASE_URL", c.CallbackBaseURL, "must be an absolute http(s) URL")
+		}
+	}
+	c.SecretKey = decodeKey(getenv, "CONVERGE_SECRET_KEY", 32, 32, bad)
+	c.CallbackKey = decodeKey(getenv, "CONVERGE_CALLBACK_KEY", 32, 1024, bad)
+	for _, s := range splitList(getenv("DISPATCH_ALLOW_CIDRS")) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			bad("DISPATCH_ALLOW_CIDRS", s, "is not a CIDR prefix")
+			continue
+		}
+		c.AllowCIDRs = append(c.AllowCIDRs, p)
+	}
+	c.ReaperRetryWindow = 30 * time.Second
+	if v := getenv("REAPER_RETRY_WINDOW"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			bad("REAPER_RETRY_WINDOW", v, "must be a positive duration like 30s")
+		} else {
+			c.ReaperRetryWindow = d
+		}
+	}
+	c.MemberID = getenv("MEMBER_ID")
+	return c, errors.Join(errs...)
+}
+
+// parseListen accepts host:port, http://host:port and https://host:port.
+func parseListen(s string) (addr string, tls bool, err error) {
+	if strings.Contains(s, "://") {
+		u, err := url.Parse(s)
+		if err != nil {
+			return "", false, fmt.Errorf("is not a URL: %w", err)
+		}
+		switch u.Scheme {
+		case "http":
+		case "https":
+			tls = true
+		default:
+			return "", false, errors.New("scheme must be http or https")
+		}
+		if u.Path != "" && u.Path != "/" {
+			return "", false, errors.New("must not have a path")
+		}
+		s = u.Host
+	}
+	if _, port, err := net.SplitHostPort(s); err != nil {
+		return "", false, errors.New("must be host:port, http://host:port or https://host:port")
+	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return "", false, errors.New("port must be 0-65535")
+	}
+	return s, tls, nil
+}
+
+func decodeKey(getenv func(string) string, name string, minLen, maxLen int, bad func(string, string, string)) []byte {
+	v := getenv(name)
+	if v == "" {
+		return nil
+	}
+	b, err := base64.StdEncoding.DecodeString(v)
+	if err != nil {
+		bad(name, "(redacted)", "must be base64")
+		return nil
+	}
+	if len(b) < minLen || len(b) > maxLen {
+		if minLen == maxLen {
+			bad(name, "(redacted)", fmt.Sprintf("must decode to exactly %d bytes (got %d)", minLen, len(b)))
+		} else {
+			bad(name, "(redacted)", fmt.Sprintf("must decode to at least %d bytes (got %d)", minLen, len(b)))
+		}
+		return nil
+	}
+	return b
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// NewLogger builds the process logger.
+func (c Config) NewLogger(w *os.File) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.LogLevel}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestLoadConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := LoadConfig(env(map[string]string{"CONVERGE_DATA_DIR": "/tmp/x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Role != RoleAll || c.ListenAddr != ":8080" || c.TLS || c.HealthAddr != ":8081" || c.LogFormat != "text" ||
+		c.ReaperRetryWindow != 30*time.Second || c.DataDir != "/tmp/x" {
+		t.Errorf("defaults = %+v", c)
+	}
+}
+
+func TestLoadConfigReportsEveryBadVariable(t *testing.T) {
+	t.Parallel()
+	_, err := LoadConfig(env(map[string]string{
+		"ROLE":                  "worker",
+		"LISTEN_ADDR":           "https://:8443",
+		"LOG_LEVEL":             "loud",
+		"LOG_FORMAT":            "xml",
+		"CONVERGE_SECRET_KEY":   "c2hvcnQ=",
+		"DISPATCH_ALLOW_CIDRS":  "10.0.0.0/8,nope",
+		"REAPER_RETRY_WINDOW":   "-1s",
+		"CALLBACK_BASE_URL":     "ftp://x",
+		"CONVERGE_ADMIN_TOKENS": "short",
+	}))
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	for _, want := range []string{`ROLE="worker"`, "https:// needs TLS_CERT_FILE", `LOG_LEVEL="loud"`, `LOG_FORMAT="xml"`,
+		"CONVERGE_SECRET_KEY", `DISPATCH_ALLOW_CIDRS="nope"`, `REAPER_RETRY_WINDOW="-1s"`, `CALLBACK_BASE_URL="ftp://x"`, "at least 16 characters"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "c2hvcnQ=") {
+		t.Error("error leaks a secret value")
+	}
+}
+
+func TestParseListen(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in, addr string
+		tls, ok  bool
+	}{
+		{":8080", ":8080", false, true},
+		{"0.0.0.0:9000", "0.0.0.0:9000", false, true},
+		{"http://127.0.0.1:8080", "127.0.0.1:8080", false, true},
+		{"https://:8443", ":8443", true, true},
+		{"ftp://:1", "", false, false},
+		{"8080", "", false, false},
+		{"http://:8080/api", "", false, false},
+	} {
+		addr, tls, err := parseListen(tc.in)
+		if (err == nil) != tc.ok || addr != tc.addr || tls != tc.tls {
+			t.Errorf("parseListen(%q) = %q, %v, %v; want %q, %v, ok=%v", tc.in, addr, tls, err, tc.addr, tc.tls, tc.ok)
+		}
+	}
+}

@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/convergeplane/converge/internal/embeddedpg"
+)
+
+func newDev(stdout io.Writer, getenv func(string) string) *cobra.Command {
+	var (
+		reset, demo bool
+		pgPort      int
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "run everything on an embedded Postgres (kept in CONVERGE_DATA_DIR across restarts)",
+		Long: `dev starts a PostgreSQL from this machine's server binaries in
+CONVERGE_DATA_DIR (default ~/.cache/converge), migrates it, and runs the whole
+control plane against it with dev-mode settings: plain-http loopback provider
+endpoints are allowed and keys are generated and kept in the data dir.
+With DATABASE_URL set it uses that database instead. --demo also starts the
+example provider, registers it and applies the example kinds and resources.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := LoadConfig(getenv)
+			if err != nil {
+				return usageError{fmt.Errorf("bad configuration:\n%w", err)}
+			}
+			cfg.Dev = true
+			log := cfg.NewLogger(os.Stderr)
+			ctx := cmd.Context()
+			if reset {
+				if err := os.RemoveAll(cfg.DataDir); err != nil {
+					return fmt.Errorf("reset %s: %w", cfg.DataDir, err)
+				}
+				fmt.Fprintf(stdout, "wiped %s\n", cfg.DataDir)
+			}
+			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+				return fmt.Errorf("data dir: %w", err)
+			}
+			if cfg.DatabaseURL == "" {
+				pgDir := filepath.Join(cfg.DataDir, "pg")
+				pg, err := embeddedpg.Start(ctx, embeddedpg.Config{DataDir: pgDir, Port: pgPort, Persistent: true, Log: log})
+				if err != nil {
+					return fmt.Errorf("embedded postgres: %w", err)
+				}
+				defer func() {
+					sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					if err := pg.Stop(sctx); err != nil {
+						log.Error("stopping embedded postgres", "err", err)
+					}
+				}()
+				cfg.DatabaseURL = pg.DSN("postgres")
+				fmt.Fprintf(stdout, "embedded postgres: %s (data in %s)\n", cfg.DatabaseURL, pgDir)
+			}
+			if err := devKeys(&cfg); err != nil {
+				return err
+			}
+			s, err := Start(ctx, cfg, log)
+			if err != nil {
+				return err
+			}
+			base := "http://" + loopback(s.Addr())
+			fmt.Fprintf(stdout, "converge is up\n  API:     %s/api/v1\n  docs:    %s/docs\n  OpenAPI: %s/openapi.json\n  try:     conctl --server %s list kinds\n",
+				base, base, base, base)
+			if demo {
+				if err := runDemo(ctx, stdout, base, cfg, log); err != nil {
+					s.Stop() //nolint:errcheck // reporting the demo error instead
+					return fmt.Errorf("demo: %w", err)
+				}
+			}
+			fmt.Fprintln(stdout, "press Ctrl+C to stop")
+			select {
+			case <-ctx.Done():
+			case err := <-s.served:
+				if err != nil {
+					log.Error("http server stopped", "err", err)
+				}
+			}
+			return s.Stop()
+		},
+	}
+	cmd.Flags().BoolVar(&reset, "reset", false, "wipe the data dir (database and dev keys) first")
+	cmd.Flags().BoolVar(&demo, "demo", false, "start the example provider and apply the example kinds and resources")
+	cmd.Flags().IntVar(&pgPort, "pg-port", 0, "port for the embedded Postgres (0 picks a free one)")
+	return cmd
+}
+
+// devKeys fills missing dispatch keys from files in the data dir, creating
+// them on first use, so endpoints registered in one dev session still
+// verify in the next.
+func devKeys(cfg *Config) error {
+	load := func(name string, n int) ([]byte, error) {
+		p := filepath.Join(cfg.DataDir, name)
+		if b, err := os.ReadFile(p); err == nil {
+			return base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		k := make([]byte, n)
+		if _, err := rand.Read(k); err != nil {
+			return nil, err
+		}
+		return k, os.WriteFile(p, []byte(base64.StdEncoding.EncodeToString(k)), 0o600)
+	}
+	var err error
+	if cfg.SecretKey == nil {
+		if cfg.SecretKey, err = load("secret.key", 32); err != nil {
+			return fmt.Errorf("dev secret key: %w", err)
+		}
+	}
+	if cfg.CallbackKey == nil {
+		if cfg.CallbackKey, err = load("callback.key", 32); err != nil {
+			return fmt.Errorf("dev callback key: %w", err)
+		}
+	}
+	return nil
+}
+
+// loopback turns ":8080" or "[::]:8080" into "127.0.0.1:8080" for display.
+func loopback(addr string) string {
+	if strings.HasPrefix(addr, ":") {
+		return "127.0.0.1" + addr
+	}
+	if strings.HasPrefix(addr, "[::]:") {
+		return "127.0.0.1" + strings.TrimPrefix(addr, "[::]")
+	}
+	if strings.HasPrefix(addr, "0.0.0.0:") {
+		return "127.0.0.1" + strings.TrimPrefix(addr, "0.0.0.0")
+	}
+	return addr
+}

@@ -1,0 +1,17 @@
+// Package quickstart holds the quickstart's manifests and sample resource,
+// embedded so `converge dev --demo` can apply them without a checkout.
+// The provider that serves these kinds is in ./provider.
+package quickstart
+
+import "embed"
+
+// Files holds manifests/*.json and resources/*.json.
+//
+//go:embed manifests/*.json resources/*.json
+var Files embed.FS //nolint:gochecknoglobals // read-only embedded data
+
+// Manifests lists the manifest files in the order they should be applied.
+var Manifests = []string{"manifests/bucket.json", "manifests/cdn.json", "manifests/site.json"} //nolint:gochecknoglobals // constant list
+
+// Resources lists the sample resources.
+var Resources = []string{"resources/shop.json"} //nolint:gochecknoglobals // constant list
