@@ -1,0 +1,248 @@
+// Package api serves Converge's REST API under /api/v1: kind manifests and
+// their operational config, resources, provider configs and reactor
+// bindings, plus /livez, /readyz, /openapi.json and /docs.
+//
+// It is Fiber with huma on top. huma routes each operation, parses path and
+// query parameters and generates the OpenAPI 3.1 document; the handlers
+// decode request bodies themselves (each operation takes its raw body) so
+// that every status code is this package's decision: a body that is not
+// JSON is 400, a body that breaks a rule is 422, a spec or config that
+// breaks its kind's JSON Schema is 400 with the pointer and keyword. Every
+// error, including Fiber's own (unknown route, body over the limit, panic),
+// is an RFC 9457 application/problem+json document; see problem.go.
+//
+// Kinds are data applied at runtime, so the OpenAPI document is too: the
+// spec, status and config schema of every published kind version appear as
+// components as soon as the manifest is applied (see openapi.go).
+//
+// Only the store speaks SQL. Each write is one store call, one transaction,
+// so bad input changes nothing.
+package api
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humafiber"
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+
+	"github.com/convergeplane/converge/control/store"
+)
+
+// Prefix is the path every REST route lives under.
+const Prefix = "/api/v1"
+
+// Config configures the API. The zero value takes every default and leaves
+// the API open (no tokens), which suits development only.
+type Config struct {
+	// BodyLimit caps a request body in bytes; a larger one is refused with
+	// 413 before it is read in full. Defaults to 4 MiB.
+	BodyLimit int
+	// Version is the build version reported by GET /api/v1/version and in
+	// the OpenAPI document. Defaults to "dev".
+	Version string
+	// ReadTokens are bearer tokens that may call the read-only (GET, HEAD)
+	// routes under /api/v1.
+	ReadTokens []string
+	// AdminTokens are bearer tokens that may call every route. When neither
+	// ReadTokens nor AdminTokens is set, the API is open. /livez, /readyz,
+	// /openapi.json and /docs never need a token.
+	AdminTokens []string
+	// RequestTimeout bounds the work of one request (its database calls).
+	// Defaults to 30 seconds.
+	RequestTimeout time.Duration
+	// ReadyTimeout bounds the database ping of /readyz. Defaults to 2
+	// seconds.
+	ReadyTimeout time.Duration
+}
+
+// The Config defaults.
+const (
+	BodyLimitDefault      = 4 << 20
+	VersionDefault        = "dev"
+	RequestTimeoutDefault = 30 * time.Second
+	ReadyTimeoutDefault   = 2 * time.Second
+)
+
+// WithDefaults returns a copy of c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	c.BodyLimit = cmp.Or(c.BodyLimit, BodyLimitDefault)
+	c.Version = cmp.Or(c.Version, VersionDefault)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
+	c.ReadyTimeout = cmp.Or(c.ReadyTimeout, ReadyTimeoutDefault)
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.BodyLimit < 0:
+		return fmt.Errorf("api: BodyLimit must not be negative (got %d)", c.BodyLimit)
+	case c.RequestTimeout < 0:
+		return fmt.Errorf("api: RequestTimeout must not be negative (got %s)", c.RequestTimeout)
+	case c.ReadyTimeout < 0:
+		return fmt.Errorf("api: ReadyTimeout must not be negative (got %s)", c.ReadyTimeout)
+	}
+	for i, t := range c.ReadTokens {
+		if t == "" {
+			return fmt.Errorf("api: ReadTokens[%d] is empty", i)
+		}
+	}
+	for i, t := range c.AdminTokens {
+		if t == "" {
+			return fmt.Errorf("api: AdminTokens[%d] is empty", i)
+		}
+	}
+	return nil
+}
+
+// Server is the REST API over one store and kind cache. Mount App on a
+// listener; register further operations on API (they get the same auth,
+// limits and problem responses).
+type Server struct {
+	cfg   Config
+	store *store.Store
+	kinds *store.KindCache
+	log   *slog.Logger
+	app   *fiber.App
+	api   huma.API
+	auth  *auth
+	docs  *openAPIDoc
+}
+
+// New builds the API. st is the store every handler writes through; kinds
+// is the process's kind cache (the one installed as st's spec validator),
+// refreshed synchronously after each manifest write and used to publish
+// kind schemas in the OpenAPI document. log receives server-side failures;
+// nil discards them.
+func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if st == nil || kinds == nil {
+		return nil, errors.New("api: a store and a kind cache are required")
+	}
+	cfg = cfg.WithDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, store: st, kinds: kinds, log: log, auth: newAuth(cfg.ReadTokens, cfg.AdminTokens)}
+
+	s.app = fiber.New(fiber.Config{
+		AppName:               "converge",
+		BodyLimit:             cfg.BodyLimit,
+		ErrorHandler:          s.fiberError,
+		DisableStartupMessage: true,
+	})
+	s.app.Use(recover.New(recover.Config{EnableStackTrace: true, StackTraceHandler: s.logPanic}))
+	s.app.Use(s.withTimeout)
+	s.app.Use(Prefix, s.auth.middleware)
+	s.app.Use(Prefix, requireJSONBody)
+
+	s.docs = newOpenAPIDoc(s)
+	// These routes come before huma's own /openapi.* routes, so they win:
+	// they serve the live document with every published kind's schemas.
+	s.app.Get("/openapi.json", s.docs.serveJSON)
+	s.app.Get("/openapi.yaml", s.docs.serveYAML)
+
+	hc := huma.DefaultConfig("Converge API", cfg.Version)
+	hc.Info.Description = "Declarative control plane: kinds (manifests with JSON Schemas), resources, " +
+		"provider configs and reactor bindings. Every error is an RFC 9457 application/problem+json document."
+	// The default hooks add a $schema link to every response body; the API
+	// keeps bodies exactly as documented instead.
+	hc.CreateHooks = nil
+	hc.SchemasPath = ""
+	hc.RejectUnknownQueryParameters = true
+	hc.Transformers = []huma.Transformer{problemTransformer}
+	if s.auth.enabled() {
+		hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+			"bearer": {Type: "http", Scheme: "bearer", Description: "A read or admin token."},
+		}
+		hc.Security = []map[string][]string{{"bearer": {}}}
+	}
+	s.api = humafiber.New(s.app, hc)
+
+	s.registerHealth()
+	s.registerManifests()
+	s.registerResources()
+	s.registerEngine()
+	s.registerProviderConfigs()
+	s.registerBindings()
+	return s, nil
+}
+
+// App returns the Fiber app to serve (app.Listener) or test (app.Test).
+func (s *Server) App() *fiber.App { return s.app }
+
+// API returns the huma API, to register further operations (with paths
+// under Prefix). They get the same auth, limits and problem responses; an
+// error they return as huma.ErrorXxx or through ErrorFor is rendered as a
+// Problem.
+func (s *Server) API() huma.API { return s.api }
+
+// ErrorFor maps an error from the store to the Problem the API answers
+// with: *store.NotFoundError to 404, *store.InvalidError to 422 and so on
+// (see problem.go); anything unexpected is logged and answered 500 without
+// its text. in says where the request carried the fields the store names:
+// "body", "path" or "query".
+func (s *Server) ErrorFor(ctx context.Context, err error, in string) error {
+	return s.problemFor(ctx, err, problemOpts{in: inPart(in)})
+}
+
+// withTimeout bounds each request's work. fasthttp gives handlers no context
+// that ends when the client leaves, so this deadline is what stops a slow
+// database call from holding a connection forever.
+func (s *Server) withTimeout(c *fiber.Ctx) error {
+	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.RequestTimeout)
+	defer cancel()
+	c.SetUserContext(ctx)
+	return c.Next()
+}
+
+func (s *Server) logPanic(c *fiber.Ctx, e any) {
+	s.log.Error("api: handler panicked", "method", c.Method(), "path", c.Path(), "panic", e)
+}
+
+// tokenSum hashes a token so comparisons take the same time whatever its
+// length.
+func tokenSum(t string) [sha256.Size]byte { return sha256.Sum256([]byte(t)) }
+
+// operation fills what every operation shares and registers it. Handlers
+// that take a body decode RawBody themselves (see the package doc); doc is
+// the type the body is documented as, nil for none.
+func register[I, O any](s *Server, op huma.Operation, doc any, h func(context.Context, *I) (*O, error)) {
+	op.Path = Prefix + op.Path
+	op.MaxBodyBytes = int64(s.cfg.BodyLimit) + 1 // huma refuses a body of exactly MaxBodyBytes
+	op.SkipValidateBody = true
+	huma.Register(s.api, op, h)
+	if doc == nil {
+		return
+	}
+	oapi := s.api.OpenAPI()
+	item := oapi.Paths[op.Path]
+	var target *huma.Operation
+	switch op.Method {
+	case http.MethodPost:
+		target = item.Post
+	case http.MethodPut:
+		target = item.Put
+	case http.MethodPatch:
+		target = item.Patch
+	}
+	if target == nil {
+		panic("api: cannot document the body of " + op.Method + " " + op.Path)
+	}
+	sch := oapi.Components.Schemas.Schema(reflect.TypeOf(doc), true, op.OperationID+"Request")
+	target.RequestBody = &huma.RequestBody{
+		Required: true,
+		Content:  map[string]*huma.MediaType{"application/json": {Schema: sch}},
+	}
+}

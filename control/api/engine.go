@@ -1,0 +1,161 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
+)
+
+// Dependencies is the body of GET /resources/{kind}/{name}/dependencies.
+type Dependencies struct {
+	// Upstream are the edges this resource waits on (and takes values from).
+	Upstream []store.DepEdge `json:"upstream"`
+	// Downstream are the edges of resources that wait on this one.
+	Downstream []store.DepEdge `json:"downstream"`
+}
+
+// EventList is the body of GET /resources/{kind}/{name}/events.
+type EventList struct {
+	Items []store.Event `json:"items"`
+	// NextBefore continues the listing into older events; absent at the end.
+	NextBefore int64 `json:"next_before,omitempty" doc:"Pass as ?before= for older events; absent when there are none."`
+}
+
+// ChildList is the body of GET /resources/{kind}/{name}/children.
+type ChildList struct {
+	Items []model.Resource `json:"items"`
+}
+
+type eventsInput struct {
+	resourcePath
+	Before int64 `query:"before" minimum:"0" doc:"Only events older than this id."`
+	Limit  int   `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
+}
+
+// Accepted is the body of an accepted asynchronous request.
+type Accepted struct {
+	Message string `json:"message"`
+}
+
+func (s *Server) registerEngine() {
+	register(s, huma.Operation{
+		OperationID: "reconcile-resource", Method: http.MethodPost, Path: "/resources/{kind}/{name}/reconcile", Tags: []string{"Resources"},
+		Summary: "Reconcile a resource now",
+		Description: "Runs the resource's reaction again: a queued task runs at once with its attempts reset, a terminal failure is " +
+			"lifted and retried, a settled resource re-runs without a generation bump. 202; 409 if the resource is orphaned, " +
+			"quarantined or being deleted.",
+		DefaultStatus: http.StatusAccepted,
+		Errors:        []int{404, 409},
+	}, nil, s.reconcileResource)
+	register(s, huma.Operation{
+		OperationID: "list-resource-events", Method: http.MethodGet, Path: "/resources/{kind}/{name}/events", Tags: []string{"Resources"},
+		Summary:     "List a resource's events",
+		Description: "Newest first: applied, claimed work succeeded or failed (with the reason), values substituted, reclaimed, composed ... bounded per resource.",
+		Errors:      []int{404},
+	}, nil, s.listEvents)
+	register(s, huma.Operation{
+		OperationID: "list-resource-children", Method: http.MethodGet, Path: "/resources/{kind}/{name}/children", Tags: []string{"Resources"},
+		Summary: "List the resources a composite owns", Errors: []int{404},
+	}, nil, s.listChildren)
+	register(s, huma.Operation{
+		OperationID: "get-resource-dependencies", Method: http.MethodGet, Path: "/resources/{kind}/{name}/dependencies", Tags: []string{"Resources"},
+		Summary: "List a resource's dependency edges, both ways, with their value flows", Errors: []int{404},
+	}, nil, s.getDependencies)
+	register(s, huma.Operation{
+		OperationID: "get-resource-graph", Method: http.MethodGet, Path: "/resources/{kind}/{name}/graph", Tags: []string{"Resources"},
+		Summary:     "Get a composite's graph",
+		Description: "The resource and its whole owned subtree (at most 10,000 nodes), with every dependency edge inside it.",
+		Errors:      []int{404},
+	}, nil, s.getGraph)
+}
+
+func (s *Server) resolve(ctx context.Context, in *resourcePath) (string, error) {
+	id, err := s.store.ResourceID(ctx, in.Kind, in.Name)
+	if err != nil {
+		return "", s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return id, nil
+}
+
+func (s *Server) reconcileResource(ctx context.Context, in *resourcePath) (*bodyOutput[Accepted], error) {
+	id, err := s.resolve(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.ReconcileNow(ctx, id); err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return &bodyOutput[Accepted]{Body: Accepted{Message: "reconcile requested"}}, nil
+}
+
+func (s *Server) listEvents(ctx context.Context, in *eventsInput) (*bodyOutput[EventList], error) {
+	id, err := s.resolve(ctx, &in.resourcePath)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := s.store.Events(ctx, id, in.Before, in.Limit)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{})
+	}
+	out := EventList{Items: evs}
+	if out.Items == nil {
+		out.Items = []store.Event{}
+	}
+	if len(evs) == in.Limit {
+		out.NextBefore = evs[len(evs)-1].ID
+	}
+	return &bodyOutput[EventList]{Body: out}, nil
+}
+
+func (s *Server) listChildren(ctx context.Context, in *resourcePath) (*bodyOutput[ChildList], error) {
+	id, err := s.resolve(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	kids, err := s.store.Children(ctx, id)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{})
+	}
+	if kids == nil {
+		kids = []model.Resource{}
+	}
+	return &bodyOutput[ChildList]{Body: ChildList{Items: kids}}, nil
+}
+
+func (s *Server) getDependencies(ctx context.Context, in *resourcePath) (*bodyOutput[Dependencies], error) {
+	id, err := s.resolve(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	up, down, err := s.store.Dependencies(ctx, id)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{})
+	}
+	d := Dependencies{Upstream: up, Downstream: down}
+	if d.Upstream == nil {
+		d.Upstream = []store.DepEdge{}
+	}
+	if d.Downstream == nil {
+		d.Downstream = []store.DepEdge{}
+	}
+	return &bodyOutput[Dependencies]{Body: d}, nil
+}
+
+func (s *Server) getGraph(ctx context.Context, in *resourcePath) (*bodyOutput[store.Graph], error) {
+	id, err := s.resolve(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	g, err := s.store.Graph(ctx, id)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{})
+	}
+	if g.Edges == nil {
+		g.Edges = []store.DepEdge{}
+	}
+	return &bodyOutput[store.Graph]{Body: g}, nil
+}

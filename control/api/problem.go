@@ -1,0 +1,369 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/gofiber/fiber/v2"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/convergeplane/converge/control/store"
+)
+
+// ProblemContentType is the media type of every error response.
+const ProblemContentType = "application/problem+json"
+
+// Problem types. Each names one kind of failure a client may branch on;
+// docs/api.md describes them.
+const (
+	typeMalformed            = "urn:converge:problem:malformed-request"
+	typeInvalidDocument      = "urn:converge:problem:invalid-document"
+	typeInvalid              = "urn:converge:problem:invalid"
+	typeNotFound             = "urn:converge:problem:not-found"
+	typeConflict             = "urn:converge:problem:conflict"
+	typeBreakingChange       = "urn:converge:problem:breaking-change"
+	typeUnauthorized         = "urn:converge:problem:unauthorized"
+	typeForbidden            = "urn:converge:problem:forbidden"
+	typeTooLarge             = "urn:converge:problem:body-too-large"
+	typeUnsupportedMediaType = "urn:converge:problem:unsupported-media-type"
+	typeMethodNotAllowed     = "urn:converge:problem:method-not-allowed"
+	typeUnavailable          = "urn:converge:problem:unavailable"
+	typeTimeout              = "urn:converge:problem:timeout"
+	typeInternal             = "urn:converge:problem:internal"
+)
+
+// Problem is an RFC 9457 problem document, the body of every error. Errors
+// lists each offending field; it is always present, possibly empty.
+type Problem struct {
+	Type     string         `json:"type" doc:"A URI naming the kind of problem, e.g. urn:converge:problem:invalid-document."`
+	Title    string         `json:"title" doc:"A short summary of the problem type (the HTTP status text)."`
+	Status   int            `json:"status" doc:"The HTTP status code."`
+	Detail   string         `json:"detail" doc:"What went wrong this time."`
+	Instance string         `json:"instance,omitempty" doc:"The request path."`
+	Errors   []ProblemError `json:"errors" doc:"Each offending field."`
+}
+
+// ProblemError is one offending field of a request.
+type ProblemError struct {
+	Location string `json:"location" doc:"Where: body.spec.replicas, path.kind, query.limit, header.Content-Type."`
+	Message  string `json:"message" doc:"What is wrong with it."`
+	Value    any    `json:"value,omitempty" doc:"The value sent, when short enough to echo."`
+	// Pointer and Keyword are set for a JSON Schema violation: the RFC 6901
+	// pointer into the request body and the failing schema keyword.
+	Pointer string `json:"pointer,omitempty" doc:"For a JSON Schema violation: an RFC 6901 pointer into the request body."`
+	Keyword string `json:"keyword,omitempty" doc:"For a JSON Schema violation: the schema keyword that failed."`
+}
+
+func (p *Problem) Error() string { return p.Detail }
+
+// GetStatus makes a Problem a huma.StatusError.
+func (p *Problem) GetStatus() int { return p.Status }
+
+// ContentType makes huma send a Problem as application/problem+json.
+func (p *Problem) ContentType(string) string { return ProblemContentType }
+
+func newProblem(status int, typ, detail string, errs ...ProblemError) *Problem {
+	if errs == nil {
+		errs = []ProblemError{}
+	}
+	return &Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail, Errors: errs}
+}
+
+// writeProblem answers a Fiber request with p.
+func writeProblem(c *fiber.Ctx, p *Problem) error {
+	if p.Instance == "" {
+		p.Instance = c.Path()
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encode problem: %w", err)
+	}
+	c.Set(fiber.HeaderContentType, ProblemContentType)
+	return c.Status(p.Status).Send(b)
+}
+
+// defaultType maps a status to its problem type when nothing more specific
+// is known (huma's own errors, Fiber's).
+func defaultType(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return typeMalformed
+	case http.StatusUnprocessableEntity:
+		return typeInvalid
+	case http.StatusNotFound:
+		return typeNotFound
+	case http.StatusConflict:
+		return typeConflict
+	case http.StatusUnauthorized:
+		return typeUnauthorized
+	case http.StatusForbidden:
+		return typeForbidden
+	case http.StatusRequestEntityTooLarge:
+		return typeTooLarge
+	case http.StatusUnsupportedMediaType:
+		return typeUnsupportedMediaType
+	case http.StatusMethodNotAllowed:
+		return typeMethodNotAllowed
+	case http.StatusServiceUnavailable:
+		return typeUnavailable
+	case http.StatusGatewayTimeout, http.StatusRequestTimeout:
+		return typeTimeout
+	}
+	if status >= 500 {
+		return typeInternal
+	}
+	return "about:blank"
+}
+
+// problemTransformer turns the errors huma raises itself (a bad path or
+// query parameter, a missing body) into Problems, so every error has one
+// shape, and stamps each Problem with the request path. It is a per-API
+// transformer: huma's global NewError is left alone.
+func problemTransformer(ctx huma.Context, _ string, v any) (any, error) {
+	if p, ok := v.(*Problem); ok {
+		if p.Instance == "" {
+			p.Instance = ctx.URL().Path
+		}
+		return p, nil
+	}
+	em, ok := v.(*huma.ErrorModel)
+	if !ok {
+		return v, nil
+	}
+	p := newProblem(em.Status, defaultType(em.Status), em.Detail)
+	p.Instance = ctx.URL().Path
+	if em.Title != "" {
+		p.Title = em.Title
+	}
+	for _, d := range em.Errors {
+		if d == nil {
+			continue
+		}
+		p.Errors = append(p.Errors, ProblemError{Location: d.Location, Message: d.Message, Value: d.Value})
+	}
+	if em.Status == http.StatusUnprocessableEntity && p.Detail == "validation failed" && len(p.Errors) > 0 {
+		p.Detail = "invalid request: " + p.Errors[0].Location + ": " + p.Errors[0].Message
+	}
+	return p, nil
+}
+
+// fiberError renders the errors Fiber raises outside huma: no such route,
+// a body over the limit (fasthttp refuses it before a handler runs), a
+// panic, and anything a middleware returns.
+func (s *Server) fiberError(c *fiber.Ctx, err error) error {
+	var p *Problem
+	if errors.As(err, &p) {
+		return writeProblem(c, p)
+	}
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		switch fe.Code {
+		case http.StatusRequestEntityTooLarge:
+			p = newProblem(fe.Code, typeTooLarge, fmt.Sprintf("the request body is larger than the %d-byte limit", s.cfg.BodyLimit),
+				ProblemError{Location: "body", Message: fmt.Sprintf("must be at most %d bytes", s.cfg.BodyLimit)})
+		case http.StatusNotFound:
+			p = newProblem(fe.Code, typeNotFound, fmt.Sprintf("no route %s %s", c.Method(), c.Path()))
+		default:
+			detail := fe.Message
+			if fe.Code >= 500 {
+				s.log.Error("api: request failed", "method", c.Method(), "path", c.Path(), "err", err)
+				detail = http.StatusText(fe.Code)
+			}
+			p = newProblem(fe.Code, defaultType(fe.Code), detail)
+		}
+		return writeProblem(c, p)
+	}
+	s.log.Error("api: request failed", "method", c.Method(), "path", c.Path(), "err", err)
+	return writeProblem(c, newProblem(http.StatusInternalServerError, typeInternal, "internal error"))
+}
+
+// in is where the fields a store error names were sent: "body", "query" or
+// "path".
+type in string
+
+// inPart converts a caller's location word; anything unknown means the body.
+func inPart(s string) in {
+	switch s {
+	case "path", "query", "header":
+		return in(s)
+	}
+	return "body"
+}
+
+// locate prefixes a store field location with where it was sent.
+func (w in) locate(field string) string {
+	if field == "" {
+		return string(w)
+	}
+	return string(w) + "." + field
+}
+
+// problemOpts carries request context for rendering a store error.
+type problemOpts struct {
+	in in
+	// value returns the value sent for a field, to echo it; may be nil.
+	value func(field string) any
+	// doc is the document a DocumentError is about, to echo offending
+	// values; may be nil.
+	doc json.RawMessage
+}
+
+// problemFor maps an error from the store to a Problem. Unknown errors are
+// logged and answered 500 without their text: it may carry SQL.
+func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Problem {
+	if o.in == "" {
+		o.in = "body"
+	}
+	echo := func(field string) any {
+		if o.value == nil {
+			return nil
+		}
+		return o.value(field)
+	}
+	var (
+		p   *Problem
+		de  *store.DocumentError
+		be  *store.BreakingChangeError
+		ce  *store.ConflictError
+		ie  *store.InvalidError
+		nfe *store.NotFoundError
+		pe  *pgconn.PgError
+	)
+	switch {
+	case errors.As(err, &p):
+		return p
+	case errors.As(err, &de):
+		return documentProblem(de, o)
+	case errors.As(err, &be):
+		p := newProblem(http.StatusConflict, typeBreakingChange, be.Unwrap().(*store.ConflictError).Message)
+		for _, c := range be.Changes {
+			loc := o.in.locate(c.Field)
+			if c.Path != "" {
+				loc += "." + c.Path
+			}
+			p.Errors = append(p.Errors, ProblemError{Location: loc, Message: c.Message})
+		}
+		return p
+	case errors.As(err, &ce):
+		p := newProblem(http.StatusConflict, typeConflict, ce.Message)
+		for _, d := range ce.Details {
+			p.Errors = append(p.Errors, ProblemError{Location: string(o.in), Message: d})
+		}
+		return p
+	case errors.As(err, &ie):
+		loc := o.in.locate(ie.Location)
+		return newProblem(http.StatusUnprocessableEntity, typeInvalid, loc+": "+ie.Message,
+			ProblemError{Location: loc, Message: ie.Message, Value: echo(ie.Location)})
+	case errors.As(err, &nfe):
+		p := newProblem(http.StatusNotFound, typeNotFound, nfe.Message)
+		if nfe.Location != "" {
+			p.Errors = append(p.Errors, ProblemError{Location: o.in.locate(nfe.Location), Message: nfe.Message, Value: echo(nfe.Location)})
+		}
+		return p
+	case errors.Is(err, store.ErrNotFound):
+		return newProblem(http.StatusNotFound, typeNotFound, "not found")
+	case errors.Is(err, context.DeadlineExceeded):
+		s.log.Warn("api: request timed out", "err", err)
+		return newProblem(http.StatusServiceUnavailable, typeTimeout, "the request did not finish in time; retry it")
+	case errors.As(err, &pe):
+		// The store maps the violations it expects; these are backstops.
+		// The SQLSTATE decides the status, and no SQL text leaves.
+		switch pe.Code {
+		case "23505":
+			return newProblem(http.StatusConflict, typeConflict, "the object conflicts with one that exists")
+		case "23503":
+			return newProblem(http.StatusConflict, typeConflict, "the object references, or is referenced by, another object")
+		case "23514", "23502":
+			return newProblem(http.StatusUnprocessableEntity, typeInvalid, "the object breaks a rule enforced by the database")
+		case "22P02", "22P05", "22001", "22003":
+			return newProblem(http.StatusBadRequest, typeMalformed, "a value cannot be stored as sent")
+		case "40001", "40P01", "55P03", "57014", "53300":
+			s.log.Warn("api: database busy", "code", pe.Code, "err", err)
+			return newProblem(http.StatusServiceUnavailable, typeUnavailable, "the database is busy; retry the request")
+		}
+	}
+	s.log.Error("api: request failed", "err", err)
+	return newProblem(http.StatusInternalServerError, typeInternal, "internal error")
+}
+
+// documentProblem renders a schema violation: one error per violation, at
+// the field's location in the body, with the pointer and keyword.
+func documentProblem(de *store.DocumentError, o problemOpts) *Problem {
+	var doc any
+	if len(o.doc) > 0 {
+		_ = json.Unmarshal(o.doc, &doc) // best effort: only used to echo values
+	}
+	p := newProblem(http.StatusBadRequest, typeInvalidDocument,
+		fmt.Sprintf("%s does not match the %s schema of %s/%d", de.Location, de.Location, de.Kind, de.KindVersion))
+	for _, v := range de.Violations {
+		loc, val := pointerLocation(o.in.locate(de.Location), v.Pointer, doc)
+		pe := ProblemError{Location: loc, Message: v.Message, Pointer: "/" + de.Location + v.Pointer, Keyword: v.Keyword}
+		if v.Keyword != "required" && v.Keyword != "dependentRequired" {
+			pe.Value = shortValue(val)
+		}
+		p.Errors = append(p.Errors, pe)
+	}
+	if len(p.Errors) > 0 {
+		first := p.Errors[0]
+		p.Detail += ": " + first.Location + ": " + first.Keyword + ": " + first.Message
+		if len(p.Errors) > 1 {
+			p.Detail += fmt.Sprintf(" (and %d more)", len(p.Errors)-1)
+		}
+	}
+	return p
+}
+
+// pointerLocation turns an RFC 6901 pointer into the dotted location style
+// of the other errors (body.spec.items[2].name) and finds the value there.
+func pointerLocation(base, pointer string, doc any) (string, any) {
+	if pointer == "" {
+		return base, doc
+	}
+	var b strings.Builder
+	b.WriteString(base)
+	cur := doc
+	for _, tok := range strings.Split(pointer[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch v := cur.(type) {
+		case []any:
+			b.WriteString("[" + tok + "]")
+			if i, err := strconv.Atoi(tok); err == nil && i >= 0 && i < len(v) {
+				cur = v[i]
+			} else {
+				cur = nil
+			}
+		case map[string]any:
+			b.WriteString("." + tok)
+			cur = v[tok]
+		default:
+			b.WriteString("." + tok)
+			cur = nil
+		}
+	}
+	return b.String(), cur
+}
+
+// shortValue echoes scalars and small composites; large ones are omitted
+// rather than mirrored back at the client.
+func shortValue(v any) any {
+	switch v.(type) {
+	case nil:
+		return nil
+	case map[string]any, []any:
+		b, err := json.Marshal(v)
+		if err != nil || len(b) > 256 {
+			return nil
+		}
+	case string:
+		if len(v.(string)) > 256 {
+			return nil
+		}
+	}
+	return v
+}

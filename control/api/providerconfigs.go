@@ -1,0 +1,147 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/convergeplane/converge/control/store"
+)
+
+// ProviderConfigApply is the body of POST /providerconfigs.
+type ProviderConfigApply struct {
+	Name        string          `json:"name" doc:"Globally unique; one name is one (kind, kind_version)." example:"vpc-v1-default"`
+	Kind        string          `json:"kind" doc:"The consumer kind." example:"vpc"`
+	KindVersion versionField    `json:"kind_version"`
+	IsDefault   bool            `json:"is_default,omitempty" doc:"Make this the default of its (kind, kind_version); at most one."`
+	Spec        json.RawMessage `json:"spec,omitempty" doc:"Validated against the kind version's config_schema; omitted = {}."`
+	Data        []byte          `json:"data,omitempty" doc:"An opaque bundle, base64."`
+}
+
+// configServerFields are read-only fields a GET returns, accepted and
+// ignored on apply.
+type configServerFields struct {
+	OwnerID   json.RawMessage `json:"owner_id,omitempty"`
+	CreatedAt json.RawMessage `json:"created_at,omitempty"`
+	UpdatedAt json.RawMessage `json:"updated_at,omitempty"`
+}
+
+type providerConfigApplyBody struct {
+	ProviderConfigApply
+	configServerFields
+}
+
+type rawBodyInput struct {
+	RawBody []byte
+}
+
+type namePath struct {
+	Name string `path:"name" doc:"The object's name."`
+}
+
+// ProviderConfigList is one page of GET /providerconfigs.
+type ProviderConfigList struct {
+	Items      []store.ProviderConfig `json:"items"`
+	NextCursor string                 `json:"next_cursor,omitempty" doc:"Pass as ?cursor= for the next page; absent on the last page."`
+}
+
+type listProviderConfigsOutput struct {
+	NextCursor string `header:"X-Next-Cursor"`
+	Body       ProviderConfigList
+}
+
+type listProviderConfigsInput struct {
+	Kind        string `query:"kind" doc:"Only this kind."`
+	KindVersion int    `query:"kind_version" minimum:"1" maximum:"32767" doc:"Only this kind version."`
+	Default     string `query:"default" enum:"true,false" doc:"true: only defaults; false: only overrides."`
+	Limit       int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
+	Cursor      string `query:"cursor" doc:"The next_cursor of the previous page."`
+}
+
+func (s *Server) registerProviderConfigs() {
+	register(s, huma.Operation{
+		OperationID: "apply-providerconfig", Method: http.MethodPost, Path: "/providerconfigs", Tags: []string{"Provider configs"},
+		Summary: "Apply a provider config",
+		Description: "Creates (201) or updates (200) the config by name; X-Apply-Result says created, configured or unchanged. " +
+			"A second default for one (kind, kind_version) is 409; moving a referenced config to another version is 409.",
+		Errors: []int{400, 404, 409, 422},
+	}, ProviderConfigApply{}, s.applyProviderConfig)
+	register(s, huma.Operation{
+		OperationID: "list-providerconfigs", Method: http.MethodGet, Path: "/providerconfigs", Tags: []string{"Provider configs"},
+		Summary: "List provider configs", Errors: []int{422},
+	}, nil, s.listProviderConfigs)
+	register(s, huma.Operation{
+		OperationID: "get-providerconfig", Method: http.MethodGet, Path: "/providerconfigs/{name}", Tags: []string{"Provider configs"},
+		Summary: "Get a provider config", Errors: []int{404},
+	}, nil, s.getProviderConfig)
+	register(s, huma.Operation{
+		OperationID: "delete-providerconfig", Method: http.MethodDelete, Path: "/providerconfigs/{name}", Tags: []string{"Provider configs"},
+		Summary: "Delete a provider config", DefaultStatus: http.StatusNoContent,
+		Description: "Refused with 409 while a resource references it.",
+		Errors:      []int{404, 409},
+	}, nil, s.deleteProviderConfig)
+}
+
+func (s *Server) applyProviderConfig(ctx context.Context, in *rawBodyInput) (*applyOutput[store.ProviderConfig], error) {
+	var b providerConfigApplyBody
+	if p := decodeBody(in.RawBody, &b); p != nil {
+		return nil, p
+	}
+	version, p := b.KindVersion.value("body.kind_version")
+	if p != nil {
+		return nil, p
+	}
+	params := store.PutProviderConfigParams{Name: b.Name, Kind: b.Kind, KindVersion: version, IsDefault: b.IsDefault,
+		Spec: b.Spec, Data: b.Data}
+	c, res, err := s.store.PutProviderConfig(ctx, params)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{doc: b.Spec, value: func(f string) any {
+			switch f {
+			case "name":
+				return params.Name
+			case "kind":
+				return params.Kind
+			case "kind_version":
+				return params.KindVersion
+			}
+			return nil
+		}})
+	}
+	return &applyOutput[store.ProviderConfig]{Status: applyStatus(res), ApplyResult: res, Body: c}, nil
+}
+
+func (s *Server) listProviderConfigs(ctx context.Context, in *listProviderConfigsInput) (*listProviderConfigsOutput, error) {
+	params := store.ListProviderConfigsParams{Kind: in.Kind, KindVersion: in.KindVersion, Limit: in.Limit, Cursor: in.Cursor}
+	if in.Default != "" {
+		d := in.Default == "true"
+		params.Default = &d
+	}
+	page, err := s.store.ListProviderConfigs(ctx, params)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "query", value: func(f string) any {
+			if f == "cursor" {
+				return in.Cursor
+			}
+			return nil
+		}})
+	}
+	return &listProviderConfigsOutput{NextCursor: page.NextCursor,
+		Body: ProviderConfigList{Items: page.Items, NextCursor: page.NextCursor}}, nil
+}
+
+func (s *Server) getProviderConfig(ctx context.Context, in *namePath) (*bodyOutput[store.ProviderConfig], error) {
+	c, err := s.store.GetProviderConfig(ctx, in.Name)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return &bodyOutput[store.ProviderConfig]{Body: c}, nil
+}
+
+func (s *Server) deleteProviderConfig(ctx context.Context, in *namePath) (*struct{}, error) {
+	if err := s.store.DeleteProviderConfig(ctx, in.Name); err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return &struct{}{}, nil
+}

@@ -1,0 +1,209 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
+)
+
+// ResourceApply is the body of POST /resources: a resource as its owner
+// declares it, keyed by (kind, name).
+type ResourceApply struct {
+	Kind        string          `json:"kind" doc:"The kind." example:"vpc"`
+	KindVersion versionField    `json:"kind_version"`
+	Name        string          `json:"name" doc:"Unique within the kind: 1-253 of [A-Za-z0-9._-], starting and ending alphanumeric." example:"sample-vpc"`
+	Labels      labelsField     `json:"labels,omitempty"`
+	Spec        json.RawMessage `json:"spec,omitempty" doc:"The desired state, a JSON object validated against the kind version's spec_schema. Omitted = {}."`
+	// ProviderConfigRef attaches a provider config of the same kind version.
+	ProviderConfigRef string `json:"provider_config_ref,omitempty" doc:"A provider config of the same (kind, kind_version) overriding the default."`
+}
+
+// resourceServerFields are the read-only fields a GET returns. An apply
+// accepts and ignores them, so an edited GET answer can be applied as is.
+type resourceServerFields struct {
+	ID         json.RawMessage `json:"id,omitempty"`
+	Status     json.RawMessage `json:"status,omitempty"`
+	OwnerID    json.RawMessage `json:"owner_id,omitempty"`
+	Generation json.RawMessage `json:"generation,omitempty"`
+	SyncedGen  json.RawMessage `json:"synced_gen,omitempty"`
+	HealthOK   json.RawMessage `json:"health_ok,omitempty"`
+	FailureGen json.RawMessage `json:"failure_gen,omitempty"`
+	Phase      json.RawMessage `json:"phase,omitempty"`
+	LastError  json.RawMessage `json:"last_error,omitempty"`
+	CreatedAt  json.RawMessage `json:"created_at,omitempty"`
+	UpdatedAt  json.RawMessage `json:"updated_at,omitempty"`
+	Conditions json.RawMessage `json:"conditions,omitempty"`
+}
+
+type resourceApplyBody struct {
+	ResourceApply
+	resourceServerFields
+}
+
+type applyResourceInput struct {
+	RawBody []byte
+}
+
+type resourcePath struct {
+	Kind string `path:"kind" doc:"The kind." example:"vpc"`
+	Name string `path:"name" doc:"The resource name." example:"sample-vpc"`
+}
+
+// ResourceList is one page of GET /resources.
+type ResourceList struct {
+	Items []model.Resource `json:"items"`
+	// NextCursor continues the listing; absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as ?cursor= for the next page; absent on the last page."`
+}
+
+type listResourcesOutput struct {
+	NextCursor string `header:"X-Next-Cursor" doc:"Same as body.next_cursor."`
+	Body       ResourceList
+}
+
+type listResourcesInput struct {
+	Kind          string   `query:"kind" doc:"Only this kind."`
+	KindVersion   int      `query:"kind_version" minimum:"1" maximum:"32767" doc:"Only this kind version."`
+	Phase         []string `query:"phase,explode" doc:"Only these phases; repeat to union: ?phase=Failed&phase=Degraded. One of Deleting, Quarantined, Failed, Orphaned, Degraded, Ready, Reconciling."`
+	LabelSelector string   `query:"label_selector" doc:"Comma-separated key=value pairs the labels must all contain: team=a,env=prod." example:"team=payments"`
+	Owner         string   `query:"owner" doc:"Only the children of this resource id."`
+	Limit         int      `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
+	Cursor        string   `query:"cursor" doc:"The next_cursor of the previous page."`
+}
+
+func (s *Server) registerResources() {
+	register(s, huma.Operation{
+		OperationID: "apply-resource", Method: http.MethodPost, Path: "/resources", Tags: []string{"Resources"},
+		Summary: "Apply a resource",
+		Description: "Creates (201) or updates (200) the resource (kind, name); X-Apply-Result says created, configured or unchanged. " +
+			"A JSON-equal re-apply writes nothing. Re-applying at another kind_version flips the resource in place (same id) " +
+			"when the spec validates against the new version's schema.",
+		Errors: []int{400, 404, 409, 422},
+	}, ResourceApply{}, s.applyResource)
+	register(s, huma.Operation{
+		OperationID: "get-resource", Method: http.MethodGet, Path: "/resources/{kind}/{name}", Tags: []string{"Resources"},
+		Summary: "Get a resource", Errors: []int{404},
+	}, nil, s.getResource)
+	register(s, huma.Operation{
+		OperationID: "list-resources", Method: http.MethodGet, Path: "/resources", Tags: []string{"Resources"},
+		Summary:     "List resources",
+		Description: "Pages in creation order with a keyset cursor; no total is counted.",
+		Errors:      []int{422},
+	}, nil, s.listResources)
+	register(s, huma.Operation{
+		OperationID: "delete-resource", Method: http.MethodDelete, Path: "/resources/{kind}/{name}", Tags: []string{"Resources"},
+		Summary:       "Request a resource's deletion",
+		Description:   "Marks the resource for deletion (phase Deleting) and answers 202; the engine tears it down. Repeating it is a no-op.",
+		DefaultStatus: http.StatusAccepted,
+		Errors:        []int{404},
+	}, nil, s.deleteResource)
+}
+
+func (s *Server) applyResource(ctx context.Context, in *applyResourceInput) (*applyOutput[model.Resource], error) {
+	var b resourceApplyBody
+	if p := decodeBody(in.RawBody, &b); p != nil {
+		return nil, p
+	}
+	version, p := b.KindVersion.value("body.kind_version")
+	if p != nil {
+		return nil, p
+	}
+	labels, p := b.Labels.strings("body.labels")
+	if p != nil {
+		return nil, p
+	}
+	params := store.ApplyResourceParams{Kind: b.Kind, KindVersion: version, Name: b.Name, Labels: labels,
+		Spec: b.Spec, ProviderConfigRef: b.ProviderConfigRef}
+	r, res, err := s.store.ApplyResource(ctx, params)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{doc: b.Spec, value: func(f string) any {
+			switch {
+			case f == "kind":
+				return params.Kind
+			case f == "kind_version":
+				return params.KindVersion
+			case f == "name":
+				return params.Name
+			case f == "provider_config_ref":
+				return params.ProviderConfigRef
+			case strings.HasPrefix(f, "labels."):
+				return params.Labels[strings.TrimPrefix(f, "labels.")]
+			}
+			return nil
+		}})
+	}
+	return &applyOutput[model.Resource]{Status: applyStatus(res), ApplyResult: res, Body: r}, nil
+}
+
+func (s *Server) getResource(ctx context.Context, in *resourcePath) (*bodyOutput[store.ResourceDetail], error) {
+	r, err := s.store.GetResource(ctx, in.Kind, in.Name)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return &bodyOutput[store.ResourceDetail]{Body: r}, nil
+}
+
+func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*listResourcesOutput, error) {
+	labels, p := parseSelector(in.LabelSelector)
+	if p != nil {
+		return nil, p
+	}
+	params := store.ListResourcesParams{Kind: in.Kind, KindVersion: in.KindVersion, Labels: labels,
+		OwnerID: in.Owner, Limit: in.Limit, Cursor: in.Cursor}
+	for _, ph := range in.Phase {
+		// ?phase=Failed,Degraded is accepted as well as repeated params.
+		for _, one := range strings.Split(ph, ",") {
+			if one = strings.TrimSpace(one); one != "" {
+				params.Phases = append(params.Phases, model.Phase(one))
+			}
+		}
+	}
+	page, err := s.store.ListResources(ctx, params)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "query", value: func(f string) any {
+			switch f {
+			case "cursor":
+				return in.Cursor
+			case "owner":
+				return in.Owner
+			case "phase":
+				return in.Phase
+			}
+			return nil
+		}})
+	}
+	return &listResourcesOutput{NextCursor: page.NextCursor, Body: ResourceList{Items: page.Items, NextCursor: page.NextCursor}}, nil
+}
+
+// parseSelector parses "k=v,k2=v2". Keys and values are taken verbatim
+// (any Unicode, '=' allowed in values); a value cannot contain ','.
+func parseSelector(sel string) (map[string]string, *Problem) {
+	if strings.TrimSpace(sel) == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, part := range strings.Split(sel, ",") {
+		k, v, ok := strings.Cut(part, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return nil, newProblem(http.StatusUnprocessableEntity, typeInvalid, "query.label_selector must be key=value pairs separated by commas",
+				ProblemError{Location: "query.label_selector", Message: "each term must be key=value", Value: part})
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func (s *Server) deleteResource(ctx context.Context, in *resourcePath) (*bodyOutput[model.Resource], error) {
+	r, err := s.store.DeleteResource(ctx, in.Kind, in.Name)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return &bodyOutput[model.Resource]{Body: r}, nil
+}

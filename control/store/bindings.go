@@ -1,0 +1,257 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/convergeplane/converge/control/model"
+)
+
+// ReactorBinding subscribes a reactor kind to a lifecycle transition of
+// another kind: when a resource of WatchKind crosses Transition (and its
+// labels contain LabelMatch), the engine runs Reactor's reactor reaction. It
+// is the only place a transition is named.
+type ReactorBinding struct {
+	Name      string `json:"name" doc:"Unique, operator-chosen handle."`
+	WatchKind string `json:"watch_kind" doc:"The kind whose transitions fire the binding."`
+	// WatchKindVersion limits the binding to one version of WatchKind; 0
+	// watches every version.
+	WatchKindVersion int              `json:"watch_kind_version,omitempty" doc:"Only this version of watch_kind fires it; omitted = every version."`
+	Transition       model.Transition `json:"transition" enum:"created,synced,degraded,failed,deleted" doc:"The lifecycle edge."`
+	Reactor          string           `json:"reactor" doc:"The reactor kind to run."`
+	// ReactorVersion pins one version of Reactor; 0 leaves it unpinned.
+	ReactorVersion int               `json:"reactor_version,omitempty" doc:"Pin this version of the reactor; omitted = unpinned."`
+	LabelMatch     map[string]string `json:"label_match" doc:"The watched resource's labels must contain these; {} matches all."`
+	Enabled        bool              `json:"enabled" doc:"A disabled binding never fires."`
+	CreatedAt      time.Time         `json:"created_at" readOnly:"true"`
+	UpdatedAt      time.Time         `json:"updated_at" readOnly:"true"`
+}
+
+// PutReactorBindingParams is a binding as an operator declares it.
+type PutReactorBindingParams struct {
+	Name             string
+	WatchKind        string
+	WatchKindVersion int
+	Transition       model.Transition
+	Reactor          string
+	ReactorVersion   int
+	LabelMatch       map[string]string
+	Enabled          bool
+}
+
+const bindingCols = `name, watch_kind, coalesce(watch_kind_version, 0)::int, transition, reactor,
+       coalesce(reactor_version, 0)::int, label_match, enabled, created_at, updated_at`
+
+func scanBinding(row pgx.Row, extra ...any) (ReactorBinding, error) {
+	var b ReactorBinding
+	err := row.Scan(append([]any{&b.Name, &b.WatchKind, &b.WatchKindVersion, &b.Transition, &b.Reactor,
+		&b.ReactorVersion, &b.LabelMatch, &b.Enabled, &b.CreatedAt, &b.UpdatedAt}, extra...)...)
+	if b.LabelMatch == nil {
+		b.LabelMatch = map[string]string{}
+	}
+	return b, err
+}
+
+const (
+	// bindingKindsSQL reads the manifests a binding names, locked FOR SHARE
+	// so neither can be deleted before the binding is written (deleting a
+	// manifest checks for bindings after taking its own lock).
+	bindingKindsSQL = `SELECT kind, kind_version::int, is_reactor FROM kind_manifest
+ WHERE kind = $1 OR kind = $2 ORDER BY kind, kind_version FOR SHARE`
+	bindingUpsertSQL = `WITH up AS (
+    INSERT INTO reactor_bindings AS b (name, watch_kind, watch_kind_version, transition, reactor, reactor_version, label_match, enabled)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+    ON CONFLICT (name) DO UPDATE SET watch_kind = EXCLUDED.watch_kind, watch_kind_version = EXCLUDED.watch_kind_version,
+        transition = EXCLUDED.transition, reactor = EXCLUDED.reactor, reactor_version = EXCLUDED.reactor_version,
+        label_match = EXCLUDED.label_match, enabled = EXCLUDED.enabled, updated_at = clock_timestamp()
+    WHERE (b.watch_kind, b.watch_kind_version, b.transition, b.reactor, b.reactor_version, b.label_match, b.enabled)
+          IS DISTINCT FROM (EXCLUDED.watch_kind, EXCLUDED.watch_kind_version, EXCLUDED.transition, EXCLUDED.reactor,
+                            EXCLUDED.reactor_version, EXCLUDED.label_match, EXCLUDED.enabled)
+    RETURNING b.*, b.xmax = 0 AS inserted
+)
+SELECT ` + bindingCols + `, CASE WHEN inserted THEN 'created' ELSE 'configured' END FROM up
+UNION ALL
+SELECT ` + bindingCols + `, 'unchanged' FROM reactor_bindings WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up)`
+)
+
+// PutReactorBinding creates or updates the binding p.Name. WatchKind must be
+// a published work kind (at WatchKindVersion, if set), Reactor a published
+// reactor kind (at ReactorVersion, if set) other than WatchKind, and
+// Transition one of model.Transitions; otherwise *InvalidError names the
+// field. The change is live: the dispatcher reads bindings on every claim.
+func (s *Store) PutReactorBinding(ctx context.Context, p PutReactorBindingParams) (ReactorBinding, ApplyResult, error) {
+	if err := validateBindingParams(p); err != nil {
+		return ReactorBinding{}, "", err
+	}
+	labels := p.LabelMatch
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	var (
+		out    ReactorBinding
+		result string
+	)
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, bindingKindsSQL, p.WatchKind, p.Reactor)
+		if err != nil {
+			return fmt.Errorf("load kinds: %w", err)
+		}
+		type kv struct {
+			kind    string
+			version int
+			reactor bool
+		}
+		kinds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (kv, error) {
+			var k kv
+			err := r.Scan(&k.kind, &k.version, &k.reactor)
+			return k, err
+		})
+		if err != nil {
+			return fmt.Errorf("load kinds: %w", err)
+		}
+		var watchAny, watchWork, reactorAny, reactorOK bool
+		for _, k := range kinds {
+			if k.kind == p.WatchKind && (p.WatchKindVersion == 0 || k.version == p.WatchKindVersion) {
+				watchAny = true
+				watchWork = watchWork || !k.reactor
+			}
+			if k.kind == p.Reactor && (p.ReactorVersion == 0 || k.version == p.ReactorVersion) {
+				reactorAny = true
+				reactorOK = reactorOK || k.reactor
+			}
+		}
+		switch {
+		case !watchAny:
+			return &InvalidError{Location: "watch_kind", Message: fmt.Sprintf("%s is not a published kind", kindRef(p.WatchKind, p.WatchKindVersion))}
+		case !watchWork:
+			return &InvalidError{Location: "watch_kind", Message: fmt.Sprintf("%s is a reactor kind; it owns no resources whose transitions could fire a binding", kindRef(p.WatchKind, p.WatchKindVersion))}
+		case !reactorAny:
+			return &InvalidError{Location: "reactor", Message: fmt.Sprintf("%s is not a published kind", kindRef(p.Reactor, p.ReactorVersion))}
+		case !reactorOK:
+			return &InvalidError{Location: "reactor", Message: fmt.Sprintf("%s is not a reactor kind (its manifest must declare only a reactor reaction)", kindRef(p.Reactor, p.ReactorVersion))}
+		}
+		out, err = scanBinding(tx.QueryRow(ctx, bindingUpsertSQL, p.Name, p.WatchKind, nullVersion(p.WatchKindVersion),
+			string(p.Transition), p.Reactor, nullVersion(p.ReactorVersion), labels, p.Enabled), &result)
+		if err != nil {
+			if code, _ := pgCode(err); code == codeCheckViolation {
+				return &InvalidError{Location: "", Message: "the binding breaks a rule enforced by the database"}
+			}
+			return fmt.Errorf("upsert: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return ReactorBinding{}, "", wrapUnlessTyped(err, "put reactor binding %s", p.Name)
+	}
+	return out, ApplyResult(result), nil
+}
+
+func validateBindingParams(p PutReactorBindingParams) error {
+	switch {
+	case !model.ValidName(p.Name):
+		return &InvalidError{Location: "name", Message: "must be 1-253 letters, digits, '.', '_' or '-', starting and ending with a letter or digit"}
+	case !model.ValidKind(p.WatchKind):
+		return &InvalidError{Location: "watch_kind", Message: "must be a kind name matching ^[a-z][a-z0-9-]{0,62}$"}
+	case !model.ValidKind(p.Reactor):
+		return &InvalidError{Location: "reactor", Message: "must be a kind name matching ^[a-z][a-z0-9-]{0,62}$"}
+	case p.WatchKind == p.Reactor:
+		return &InvalidError{Location: "reactor", Message: "must differ from watch_kind: a reactor acts on other kinds"}
+	case p.WatchKindVersion != 0 && !model.ValidKindVersion(p.WatchKindVersion):
+		return &InvalidError{Location: "watch_kind_version", Message: fmt.Sprintf("must be in 1..%d, or omitted for every version", model.MaxKindVersion)}
+	case p.ReactorVersion != 0 && !model.ValidKindVersion(p.ReactorVersion):
+		return &InvalidError{Location: "reactor_version", Message: fmt.Sprintf("must be in 1..%d, or omitted", model.MaxKindVersion)}
+	case !slices.Contains(model.Transitions, p.Transition):
+		names := make([]string, len(model.Transitions))
+		for i, t := range model.Transitions {
+			names[i] = string(t)
+		}
+		return &InvalidError{Location: "transition", Message: fmt.Sprintf("%q is not one of %s", p.Transition, strings.Join(names, ", "))}
+	}
+	return validateLabels("label_match", p.LabelMatch)
+}
+
+func nullVersion(v int) any {
+	if v == 0 {
+		return nil
+	}
+	return v
+}
+
+func kindRef(kind string, version int) string {
+	if version == 0 {
+		return fmt.Sprintf("%q", kind)
+	}
+	return fmt.Sprintf("%s/%d", kind, version)
+}
+
+const bindingGetSQL = `SELECT ` + bindingCols + ` FROM reactor_bindings WHERE name = $1`
+
+// GetReactorBinding returns the binding name, or a *NotFoundError.
+func (s *Store) GetReactorBinding(ctx context.Context, name string) (ReactorBinding, error) {
+	b, err := scanBinding(s.pool.QueryRow(ctx, bindingGetSQL, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ReactorBinding{}, bindingNotFound(name)
+	}
+	if err != nil {
+		return ReactorBinding{}, fmt.Errorf("get reactor binding %s: %w", name, err)
+	}
+	return b, nil
+}
+
+func bindingNotFound(name string) error {
+	return &NotFoundError{Message: fmt.Sprintf("reactor binding %q does not exist", name)}
+}
+
+// ListReactorBindingsParams filters ListReactorBindings. Zero values do not
+// filter.
+type ListReactorBindingsParams struct {
+	WatchKind string
+	Reactor   string
+}
+
+const bindingListSQL = `SELECT ` + bindingCols + ` FROM reactor_bindings
+ WHERE ($1::text IS NULL OR watch_kind = $1) AND ($2::text IS NULL OR reactor = $2) ORDER BY name`
+
+// ListReactorBindings returns the bindings by name. Bindings are operator
+// wiring, few by nature, so the list is not paginated.
+func (s *Store) ListReactorBindings(ctx context.Context, p ListReactorBindingsParams) ([]ReactorBinding, error) {
+	var watch, reactor any
+	if p.WatchKind != "" {
+		watch = p.WatchKind
+	}
+	if p.Reactor != "" {
+		reactor = p.Reactor
+	}
+	rows, err := s.pool.Query(ctx, bindingListSQL, watch, reactor)
+	if err != nil {
+		return nil, fmt.Errorf("list reactor bindings: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ReactorBinding, error) { return scanBinding(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list reactor bindings: %w", err)
+	}
+	if out == nil {
+		out = []ReactorBinding{}
+	}
+	return out, nil
+}
+
+const bindingDeleteSQL = `DELETE FROM reactor_bindings WHERE name = $1`
+
+// DeleteReactorBinding deletes the binding name, or returns a *NotFoundError.
+func (s *Store) DeleteReactorBinding(ctx context.Context, name string) error {
+	tag, err := s.pool.Exec(ctx, bindingDeleteSQL, name)
+	if err != nil {
+		return fmt.Errorf("delete reactor binding %s: %w", name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return bindingNotFound(name)
+	}
+	return nil
+}

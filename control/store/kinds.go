@@ -1,0 +1,651 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/schema"
+)
+
+// ApplyResult says what an idempotent write did, so a client re-applying the
+// same document on every deploy can tell a no-op from a change.
+type ApplyResult string
+
+// The three apply results.
+const (
+	ApplyCreated    ApplyResult = "created"
+	ApplyConfigured ApplyResult = "configured"
+	ApplyUnchanged  ApplyResult = "unchanged"
+)
+
+// NotFoundError names what is missing and which input field named it.
+// errors.Is(err, ErrNotFound) holds for it.
+type NotFoundError struct {
+	// Location is the input field that named the missing object, such as
+	// "kind_version" or "provider_config_ref"; "" when the object is the
+	// target of the request itself.
+	Location string
+	// Message says what is missing, e.g. `kind "vpc" has no version 3`.
+	Message string
+}
+
+func (e *NotFoundError) Error() string { return e.Message }
+
+// Unwrap makes errors.Is(err, ErrNotFound) hold.
+func (e *NotFoundError) Unwrap() error { return ErrNotFound }
+
+// DocumentError means a user document — a resource spec or a provider config
+// spec — violates the schema its kind version declares for it (400).
+type DocumentError struct {
+	// Location is the field holding the document, e.g. "spec".
+	Location    string
+	Kind        string
+	KindVersion int
+	// Violations lists every reason, each with a JSON pointer into the
+	// document and the failing keyword.
+	Violations []schema.Violation
+}
+
+func (e *DocumentError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s does not match the %s schema of %s/%d", e.Location, e.Location, e.Kind, e.KindVersion)
+	for i, v := range e.Violations {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		p := v.Pointer
+		if p == "" {
+			p = "(root)"
+		}
+		b.WriteString(p + ": " + v.Keyword + ": " + v.Message)
+	}
+	return b.String()
+}
+
+// SchemaChange is one breaking change the stability gate found.
+type SchemaChange struct {
+	// Field is the manifest field whose schema changed: "spec_schema" or
+	// "config_schema".
+	Field string
+	// Path locates the change inside that schema ("" is its root).
+	Path string
+	// Message says what changed, e.g. "newly required".
+	Message string
+}
+
+func (c SchemaChange) String() string {
+	if c.Path == "" {
+		return c.Field + ": " + c.Message
+	}
+	return c.Field + "." + c.Path + ": " + c.Message
+}
+
+// BreakingChangeError refuses an in-place republish of a (kind, kind_version)
+// whose spec or config schema would reject documents the published one
+// accepts. Live resources were validated against the published schema, so a
+// breaking change must ship as a new kind_version. It unwraps to a
+// *ConflictError listing each change.
+type BreakingChangeError struct {
+	Kind        string
+	KindVersion int
+	Changes     []SchemaChange
+}
+
+func (e *BreakingChangeError) message() string {
+	return fmt.Sprintf("breaking schema change to the published manifest %s/%d; publish it as a new kind_version (e.g. %d) instead",
+		e.Kind, e.KindVersion, min(e.KindVersion+1, model.MaxKindVersion))
+}
+
+func (e *BreakingChangeError) Error() string { return e.Unwrap().Error() }
+
+// Unwrap returns the equivalent *ConflictError, so callers that only know
+// ConflictError still answer 409.
+func (e *BreakingChangeError) Unwrap() error {
+	details := make([]string, len(e.Changes))
+	for i, c := range e.Changes {
+		details[i] = c.String()
+	}
+	return &ConflictError{Message: e.message(), Details: details}
+}
+
+// manifestRow is a manifest in the shape the kind_manifest columns take.
+type manifestRow struct {
+	description  string
+	spec         json.RawMessage // nil: untyped
+	status       json.RawMessage
+	config       json.RawMessage
+	reactions    []byte
+	finalizer    string
+	policy       []byte
+	specSchema   *schema.Schema
+	configSchema *schema.Schema
+}
+
+// prepareManifest checks a manifest before any write: the legality lattice,
+// every schema compiles, and turns it into column values.
+func prepareManifest(m *model.KindManifest) (manifestRow, error) {
+	if err := model.ValidateManifest(m); err != nil {
+		var fe *model.FieldError
+		if errors.As(err, &fe) {
+			return manifestRow{}, &InvalidError{Location: fe.Location, Message: fe.Message}
+		}
+		return manifestRow{}, &InvalidError{Location: "", Message: err.Error()}
+	}
+	row := manifestRow{description: m.Description, finalizer: m.FinalizerName}
+	for _, f := range []struct {
+		loc string
+		raw json.RawMessage
+		dst *json.RawMessage
+		sch **schema.Schema
+	}{
+		{"spec_schema", m.SpecSchema, &row.spec, &row.specSchema},
+		{"status_schema", m.StatusSchema, &row.status, nil},
+		{"config_schema", m.ConfigSchema, &row.config, &row.configSchema},
+	} {
+		s, err := schema.Compile(f.raw)
+		if err != nil {
+			return manifestRow{}, &InvalidError{Location: f.loc, Message: strings.TrimPrefix(err.Error(), "schema: ")}
+		}
+		if s != nil {
+			*f.dst = s.Raw()
+		}
+		if f.sch != nil {
+			*f.sch = s
+		}
+	}
+	reactions := m.Reactions
+	if reactions == nil {
+		reactions = []model.ReactionDecl{}
+	}
+	var err error
+	if row.reactions, err = json.Marshal(reactions); err != nil {
+		return manifestRow{}, fmt.Errorf("encode reactions: %w", err)
+	}
+	if row.policy, err = json.Marshal(m.Policy); err != nil {
+		return manifestRow{}, fmt.Errorf("encode policy: %w", err)
+	}
+	return row, nil
+}
+
+// nullJSON maps an absent document to SQL NULL.
+func nullJSON(raw json.RawMessage) any {
+	if len(raw) == 0 {
+		return nil
+	}
+	return raw
+}
+
+// errRetry asks a write loop to run its transaction again: a concurrent
+// writer created the row between our read and our insert.
+var errRetry = errors.New("retry")
+
+// maxWriteAttempts bounds errRetry loops. Two suffice (the second attempt
+// sees the row the first lost to); the third is slack.
+const maxWriteAttempts = 3
+
+const (
+	// kindManifestLockSQL locks an existing manifest for a republish so
+	// concurrent publishes of one (kind, kind_version) serialize, and
+	// compares the stored manifest with the new one as JSON values (jsonb
+	// equality ignores key order, whitespace and number spelling).
+	kindManifestLockSQL = `SELECT spec_schema, config_schema,
+       (description, spec_schema, status_schema, config_schema, reactions, finalizer_name, policy)
+       IS NOT DISTINCT FROM ($3::text, $4::jsonb, $5::jsonb, $6::jsonb, $7::jsonb, $8::text, $9::jsonb)
+  FROM kind_manifest WHERE kind = $1 AND kind_version = $2 FOR UPDATE`
+
+	// kindManifestInsertSQL creates a manifest; its AFTER trigger seeds
+	// kind_config insert-if-absent and notifies kind_manifest_changed.
+	kindManifestInsertSQL = `INSERT INTO kind_manifest
+       (kind, kind_version, description, spec_schema, status_schema, config_schema, reactions, finalizer_name, policy)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (kind, kind_version) DO NOTHING`
+
+	// kindManifestUpdateSQL republishes a manifest. kind_config is left alone:
+	// it is the operator's live copy of the policy.
+	kindManifestUpdateSQL = `UPDATE kind_manifest SET description = $3, spec_schema = $4, status_schema = $5,
+       config_schema = $6, reactions = $7, finalizer_name = $8, policy = $9, updated_at = clock_timestamp()
+ WHERE kind = $1 AND kind_version = $2`
+)
+
+// PutManifest publishes a kind manifest for its (kind, kind_version).
+//
+// The manifest must pass model.ValidateManifest and every schema must compile
+// (else *InvalidError naming the field). Republishing an identical manifest
+// is ApplyUnchanged and writes nothing. Any other republish passes the
+// schema-stability gate on spec_schema and config_schema: a breaking change
+// returns *BreakingChangeError (a *ConflictError) and writes nothing;
+// status_schema is advisory and may change freely. kind_config is seeded by
+// the database on first publish and never overwritten here.
+func (s *Store) PutManifest(ctx context.Context, m *model.KindManifest) (ApplyResult, error) {
+	row, err := prepareManifest(m)
+	if err != nil {
+		return "", err
+	}
+	for attempt := 1; ; attempt++ {
+		res, err := s.putManifestOnce(ctx, m, row)
+		if errors.Is(err, errRetry) && attempt < maxWriteAttempts {
+			continue
+		}
+		if errors.Is(err, errRetry) {
+			return "", fmt.Errorf("publish manifest %s/%d: lost %d races with concurrent publishers", m.Kind, m.KindVersion, attempt)
+		}
+		return res, err
+	}
+}
+
+func (s *Store) putManifestOnce(ctx context.Context, m *model.KindManifest, row manifestRow) (ApplyResult, error) {
+	args := []any{m.Kind, m.KindVersion, row.description, nullJSON(row.spec), nullJSON(row.status),
+		nullJSON(row.config), row.reactions, row.finalizer, row.policy}
+	var result ApplyResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var (
+			oldSpec, oldConfig json.RawMessage
+			identical          bool
+		)
+		err := tx.QueryRow(ctx, kindManifestLockSQL, args...).Scan(&oldSpec, &oldConfig, &identical)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			tag, err := tx.Exec(ctx, kindManifestInsertSQL, args...)
+			if err != nil {
+				return manifestWriteError(err)
+			}
+			if tag.RowsAffected() == 0 {
+				return errRetry
+			}
+			result = ApplyCreated
+			return nil
+		case err != nil:
+			return fmt.Errorf("lock manifest: %w", err)
+		case identical:
+			result = ApplyUnchanged
+			return nil
+		}
+		if err := checkStable(m, oldSpec, row.spec, oldConfig, row.config); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, kindManifestUpdateSQL, args...); err != nil {
+			return manifestWriteError(err)
+		}
+		result = ApplyConfigured
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, errRetry) {
+			return "", err
+		}
+		var ie *InvalidError
+		var be *BreakingChangeError
+		if errors.As(err, &ie) || errors.As(err, &be) {
+			return "", err
+		}
+		return "", fmt.Errorf("publish manifest %s/%d: %w", m.Kind, m.KindVersion, err)
+	}
+	return result, nil
+}
+
+// checkStable runs the schema-stability gate on the axes that validate user
+// input. The status schema only documents handler output, so it may change.
+func checkStable(m *model.KindManifest, oldSpec, newSpec, oldConfig, newConfig json.RawMessage) error {
+	var changes []SchemaChange
+	for _, f := range []struct {
+		field    string
+		old, new json.RawMessage
+	}{{"spec_schema", oldSpec, newSpec}, {"config_schema", oldConfig, newConfig}} {
+		d, err := schema.Diff(f.old, f.new)
+		if err != nil {
+			return fmt.Errorf("compare %s: %w", f.field, err)
+		}
+		for _, c := range d.Breaking {
+			changes = append(changes, SchemaChange{Field: f.field, Path: c.Path, Message: c.Message})
+		}
+	}
+	if len(changes) > 0 {
+		return &BreakingChangeError{Kind: m.Kind, KindVersion: m.KindVersion, Changes: changes}
+	}
+	return nil
+}
+
+// manifestWriteError maps the constraint violations a manifest write can hit.
+// model.ValidateManifest mirrors validate_kind_manifest(), so reaching the
+// CHECK means the two halves disagree; the request is still refused cleanly.
+func manifestWriteError(err error) error {
+	code, pe := pgCode(err)
+	if code == codeCheckViolation {
+		switch {
+		case strings.Contains(pe.ConstraintName, "kind_version"):
+			return &InvalidError{Location: "kind_version", Message: fmt.Sprintf("must be in 1..%d", model.MaxKindVersion)}
+		case strings.Contains(pe.ConstraintName, "kind_check"):
+			return &InvalidError{Location: "kind", Message: "must match ^[a-z][a-z0-9-]{0,62}$"}
+		default:
+			return &InvalidError{Location: "reactions", Message: "the reaction set breaks the manifest legality rules enforced by the database"}
+		}
+	}
+	return fmt.Errorf("write manifest: %w", err)
+}
+
+const manifestCols = `kind, kind_version, description, spec_schema, status_schema, config_schema,
+       reactions, finalizer_name, policy`
+
+// scanManifest reads manifestCols.
+func scanManifest(row pgx.Row) (*model.KindManifest, error) {
+	var (
+		m                    model.KindManifest
+		reactions, policy    []byte
+		spec, status, config []byte
+	)
+	if err := row.Scan(&m.Kind, &m.KindVersion, &m.Description, &spec, &status, &config,
+		&reactions, &m.FinalizerName, &policy); err != nil {
+		return nil, err
+	}
+	m.SpecSchema, m.StatusSchema, m.ConfigSchema = nilIfEmpty(spec), nilIfEmpty(status), nilIfEmpty(config)
+	if err := json.Unmarshal(reactions, &m.Reactions); err != nil {
+		return nil, fmt.Errorf("decode reactions of %s/%d: %w", m.Kind, m.KindVersion, err)
+	}
+	if err := json.Unmarshal(policy, &m.Policy); err != nil {
+		return nil, fmt.Errorf("decode policy of %s/%d: %w", m.Kind, m.KindVersion, err)
+	}
+	return &m, nil
+}
+
+func nilIfEmpty(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+const kindManifestGetSQL = `SELECT ` + manifestCols + ` FROM kind_manifest WHERE kind = $1 AND kind_version = $2`
+
+// GetManifest returns the published manifest of (kind, version), or a
+// *NotFoundError. Schemas come back as stored: equal as JSON to what was
+// published, with keys in the database's order.
+func (s *Store) GetManifest(ctx context.Context, kind string, version int) (*model.KindManifest, error) {
+	if !model.ValidKindVersion(version) {
+		return nil, manifestNotFound(kind, version)
+	}
+	m, err := scanManifest(s.pool.QueryRow(ctx, kindManifestGetSQL, kind, version))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, manifestNotFound(kind, version)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get manifest %s/%d: %w", kind, version, err)
+	}
+	return m, nil
+}
+
+func manifestNotFound(kind string, version int) error {
+	return &NotFoundError{Message: fmt.Sprintf("no manifest is published for %s/%d", kind, version)}
+}
+
+// ListManifestsParams filters ListManifests.
+type ListManifestsParams struct {
+	// Kind keeps only the versions of this kind; "" lists every kind.
+	Kind string
+}
+
+const kindManifestListSQL = `SELECT ` + manifestCols + ` FROM kind_manifest
+ WHERE ($1::text IS NULL OR kind = $1) ORDER BY kind, kind_version`
+
+// ListManifests returns the published manifests ordered by kind and version.
+// The set is small (one row per kind version), so it is not paginated.
+func (s *Store) ListManifests(ctx context.Context, p ListManifestsParams) ([]*model.KindManifest, error) {
+	var kind any
+	if p.Kind != "" {
+		kind = p.Kind
+	}
+	rows, err := s.pool.Query(ctx, kindManifestListSQL, kind)
+	if err != nil {
+		return nil, fmt.Errorf("list manifests: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*model.KindManifest, error) { return scanManifest(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list manifests: %w", err)
+	}
+	return out, nil
+}
+
+// KindVersions is one kind and the versions published for it.
+type KindVersions struct {
+	Kind     string `json:"kind"`
+	Versions []int  `json:"versions"`
+	// Reactor is true when every version is a reactor kind.
+	Reactor bool `json:"reactor"`
+}
+
+const kindListSQL = `SELECT kind, array_agg(kind_version::int ORDER BY kind_version), bool_and(is_reactor)
+  FROM kind_manifest GROUP BY kind ORDER BY kind`
+
+// ListKinds returns every kind with its published versions, ascending.
+func (s *Store) ListKinds(ctx context.Context) ([]KindVersions, error) {
+	rows, err := s.pool.Query(ctx, kindListSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list kinds: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (KindVersions, error) {
+		var k KindVersions
+		err := r.Scan(&k.Kind, &k.Versions, &k.Reactor)
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list kinds: %w", err)
+	}
+	return out, nil
+}
+
+const (
+	kindManifestLockDeleteSQL = `SELECT is_reactor FROM kind_manifest WHERE kind = $1 AND kind_version = $2 FOR UPDATE`
+	// The blockers are sampled, not counted: a name or three is enough to
+	// act on, and resources is the hot table.
+	kindManifestResourceUsersSQL = `SELECT name FROM resources WHERE kind = $1 AND kind_version = $2 LIMIT 4`
+	kindManifestConfigUsersSQL   = `SELECT name FROM providerconfigs WHERE kind = $1 AND kind_version = $2 ORDER BY name LIMIT 4`
+	// A binding blocks the deletion of the version it pins, or of the last
+	// version of a kind it names without a version.
+	kindManifestBindingUsersSQL = `SELECT name FROM reactor_bindings b
+ WHERE (b.watch_kind = $1 AND (b.watch_kind_version = $2 OR (b.watch_kind_version IS NULL
+          AND NOT EXISTS (SELECT 1 FROM kind_manifest m WHERE m.kind = $1 AND m.kind_version <> $2))))
+    OR (b.reactor = $1 AND (b.reactor_version = $2 OR (b.reactor_version IS NULL
+          AND NOT EXISTS (SELECT 1 FROM kind_manifest m WHERE m.kind = $1 AND m.kind_version <> $2 AND m.is_reactor))))
+ ORDER BY name LIMIT 4`
+	kindManifestDeleteSQL = `DELETE FROM kind_manifest WHERE kind = $1 AND kind_version = $2`
+)
+
+// DeleteManifest deletes the manifest of (kind, version) and its kind_config.
+// It refuses with *ConflictError while resources, provider configs or reactor
+// bindings still use that version, naming some of them; *NotFoundError if
+// there is no such manifest.
+func (s *Store) DeleteManifest(ctx context.Context, kind string, version int) error {
+	if !model.ValidKindVersion(version) {
+		return manifestNotFound(kind, version)
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var reactor bool
+		err := tx.QueryRow(ctx, kindManifestLockDeleteSQL, kind, version).Scan(&reactor)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return manifestNotFound(kind, version)
+		}
+		if err != nil {
+			return fmt.Errorf("lock manifest: %w", err)
+		}
+		for _, b := range []struct{ sql, what, fix string }{
+			{kindManifestResourceUsersSQL, "resources", "delete them or re-apply them at another kind_version first"},
+			{kindManifestConfigUsersSQL, "provider configs", "delete them first"},
+			{kindManifestBindingUsersSQL, "reactor bindings", "delete or repoint them first"},
+		} {
+			names, err := sampleNames(ctx, tx, b.sql, kind, version)
+			if err != nil {
+				return err
+			}
+			if len(names) > 0 {
+				return &ConflictError{
+					Message: fmt.Sprintf("%s/%d is still used by %s (%s); %s", kind, version, b.what, listNames(names, 3), b.fix),
+				}
+			}
+		}
+		if _, err := tx.Exec(ctx, kindManifestDeleteSQL, kind, version); err != nil {
+			if code, _ := pgCode(err); code == codeForeignKeyViolation {
+				return &ConflictError{Message: fmt.Sprintf("%s/%d is still in use by resources or provider configs", kind, version)}
+			}
+			return fmt.Errorf("delete: %w", err)
+		}
+		return nil
+	})
+	return wrapUnlessTyped(err, "delete manifest %s/%d", kind, version)
+}
+
+// sampleNames runs a name-sampling query.
+func sampleNames(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, sql string, args ...any) ([]string, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("find users: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find users: %w", err)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// listNames renders up to max names and says when there are more.
+func listNames(names []string, max int) string {
+	if len(names) <= max {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:max], ", ") + " and more"
+}
+
+// wrapUnlessTyped adds context to unexpected errors and passes the typed ones
+// the API maps to statuses through unchanged, so messages are not prefixed
+// twice.
+func wrapUnlessTyped(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	var (
+		nf *NotFoundError
+		ce *ConflictError
+		ie *InvalidError
+		de *DocumentError
+		be *BreakingChangeError
+	)
+	if errors.As(err, &nf) || errors.As(err, &ce) || errors.As(err, &ie) || errors.As(err, &de) || errors.As(err, &be) {
+		return err
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}
+
+// KindConfig is the operator-editable runtime policy of one (kind,
+// kind_version). The database seeds it from the manifest's policy on first
+// publish; republishing the manifest never overwrites it.
+type KindConfig struct {
+	Kind        string `json:"kind" doc:"The kind."`
+	KindVersion int    `json:"kind_version" doc:"The kind version."`
+	// MaxInflight caps concurrently running tasks of this kind version
+	// across the cluster. 0 means uncapped.
+	MaxInflight int `json:"max_inflight" minimum:"0" doc:"Cluster-wide cap on concurrently running tasks; 0 = uncapped."`
+	// TaskDeadlineSecs bounds one task's run time. 0 means no deadline.
+	TaskDeadlineSecs int `json:"task_deadline_secs" minimum:"0" doc:"Per-task deadline in seconds; 0 = none."`
+	// ResyncIntervalSecs > 0 re-observes synced resources periodically.
+	ResyncIntervalSecs int `json:"resync_interval_secs" minimum:"0" doc:"Drift re-observe interval in seconds; 0 = off."`
+	// ResyncRecomposes also re-runs the composer on each resync.
+	ResyncRecomposes bool `json:"resync_recomposes" doc:"Also re-run the composer on each resync."`
+	// OrphanGraceSecs keeps a composer-dropped child this long before
+	// tearing it down. 0 prunes at once.
+	OrphanGraceSecs int `json:"orphan_grace_secs" minimum:"0" doc:"Grace window before a dropped child is torn down; 0 = at once."`
+	// MaxTransientAttempts turns a task that failed transiently this many
+	// times into a terminal failure. 0 retries forever.
+	MaxTransientAttempts int       `json:"max_transient_attempts" minimum:"0" doc:"Transient failures before a task fails terminally; 0 = retry forever."`
+	UpdatedAt            time.Time `json:"updated_at" readOnly:"true" doc:"When the config last changed."`
+}
+
+const (
+	kindConfigCols   = `kind, kind_version, max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes, orphan_grace_secs, max_transient_attempts, updated_at`
+	kindConfigGetSQL = `SELECT ` + kindConfigCols + ` FROM kind_config WHERE kind = $1 AND kind_version = $2`
+	// kindConfigUpdateSQL replaces the six fields, skipping the write (and
+	// the updated_at bump) when nothing changes.
+	kindConfigUpdateSQL = `WITH up AS (
+    UPDATE kind_config SET max_inflight = $3, task_deadline_secs = $4, resync_interval_secs = $5,
+           resync_recomposes = $6, orphan_grace_secs = $7, max_transient_attempts = $8, updated_at = clock_timestamp()
+     WHERE kind = $1 AND kind_version = $2
+       AND (max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes, orphan_grace_secs, max_transient_attempts)
+           IS DISTINCT FROM ($3, $4, $5, $6, $7, $8)
+    RETURNING ` + kindConfigCols + `)
+SELECT ` + kindConfigCols + `, true FROM up
+UNION ALL
+SELECT ` + kindConfigCols + `, false FROM kind_config
+ WHERE kind = $1 AND kind_version = $2 AND NOT EXISTS (SELECT 1 FROM up)`
+)
+
+func scanKindConfig(row pgx.Row, extra ...any) (KindConfig, error) {
+	var c KindConfig
+	err := row.Scan(append([]any{&c.Kind, &c.KindVersion, &c.MaxInflight, &c.TaskDeadlineSecs, &c.ResyncIntervalSecs,
+		&c.ResyncRecomposes, &c.OrphanGraceSecs, &c.MaxTransientAttempts, &c.UpdatedAt}, extra...)...)
+	return c, err
+}
+
+// GetKindConfig returns the runtime policy of (kind, version), or a
+// *NotFoundError if no such manifest is published.
+func (s *Store) GetKindConfig(ctx context.Context, kind string, version int) (KindConfig, error) {
+	if !model.ValidKindVersion(version) {
+		return KindConfig{}, manifestNotFound(kind, version)
+	}
+	c, err := scanKindConfig(s.pool.QueryRow(ctx, kindConfigGetSQL, kind, version))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return KindConfig{}, manifestNotFound(kind, version)
+	}
+	if err != nil {
+		return KindConfig{}, fmt.Errorf("get kind config %s/%d: %w", kind, version, err)
+	}
+	return c, nil
+}
+
+// PutKindConfig replaces the six policy fields of c.Kind/c.KindVersion (each
+// must be >= 0, else *InvalidError) and reports ApplyConfigured or, when every
+// field already held its value, ApplyUnchanged. The change takes effect on
+// the next claim; no restart is needed.
+func (s *Store) PutKindConfig(ctx context.Context, c KindConfig) (KindConfig, ApplyResult, error) {
+	for _, f := range []struct {
+		loc string
+		v   int
+	}{{"max_inflight", c.MaxInflight}, {"task_deadline_secs", c.TaskDeadlineSecs},
+		{"resync_interval_secs", c.ResyncIntervalSecs}, {"orphan_grace_secs", c.OrphanGraceSecs},
+		{"max_transient_attempts", c.MaxTransientAttempts}} {
+		if f.v < 0 {
+			return KindConfig{}, "", &InvalidError{Location: f.loc, Message: fmt.Sprintf("must not be negative (got %d)", f.v)}
+		}
+		if f.v > maxInt32 {
+			return KindConfig{}, "", &InvalidError{Location: f.loc, Message: fmt.Sprintf("must be at most %d (got %d)", maxInt32, f.v)}
+		}
+	}
+	if !model.ValidKindVersion(c.KindVersion) {
+		return KindConfig{}, "", manifestNotFound(c.Kind, c.KindVersion)
+	}
+	var changed bool
+	out, err := scanKindConfig(s.pool.QueryRow(ctx, kindConfigUpdateSQL, c.Kind, c.KindVersion, c.MaxInflight,
+		c.TaskDeadlineSecs, c.ResyncIntervalSecs, c.ResyncRecomposes, c.OrphanGraceSecs, c.MaxTransientAttempts), &changed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return KindConfig{}, "", manifestNotFound(c.Kind, c.KindVersion)
+	}
+	if err != nil {
+		return KindConfig{}, "", fmt.Errorf("put kind config %s/%d: %w", c.Kind, c.KindVersion, err)
+	}
+	if changed {
+		return out, ApplyConfigured, nil
+	}
+	return out, ApplyUnchanged, nil
+}
+
+// maxInt32 is the ceiling of the int columns the policy fields live in.
+const maxInt32 = 1<<31 - 1

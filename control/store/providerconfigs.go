@@ -1,0 +1,335 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/schema"
+)
+
+// ProviderConfig is an operator-owned runtime document for one (kind,
+// kind_version): the kind's default (IsDefault, at most one per version) or
+// an override a resource attaches by name through provider_config_ref.
+type ProviderConfig struct {
+	Name        string          `json:"name" doc:"Globally unique name."`
+	Kind        string          `json:"kind" doc:"The consumer kind."`
+	KindVersion int             `json:"kind_version" doc:"The consumer kind version; the spec is validated against its config_schema."`
+	IsDefault   bool            `json:"is_default" doc:"The default config of its (kind, kind_version); at most one."`
+	Spec        json.RawMessage `json:"spec" doc:"The config document."`
+	Data        []byte          `json:"data,omitempty" doc:"An opaque bundle (base64 in JSON)."`
+	OwnerID     string          `json:"owner_id,omitempty" readOnly:"true" doc:"The composite resource that emitted this config, if any."`
+	CreatedAt   time.Time       `json:"created_at" readOnly:"true"`
+	UpdatedAt   time.Time       `json:"updated_at" readOnly:"true"`
+}
+
+// PutProviderConfigParams is a provider config as an operator declares it.
+type PutProviderConfigParams struct {
+	Name        string
+	Kind        string
+	KindVersion int
+	IsDefault   bool
+	// Spec is validated against the version's config_schema; empty
+	// validates (and is stored) as {}.
+	Spec json.RawMessage
+	Data []byte
+}
+
+const providerConfigCols = `name, kind, kind_version, is_default, spec, data, owner_id, created_at, updated_at`
+
+func scanProviderConfig(row pgx.Row, extra ...any) (ProviderConfig, error) {
+	var (
+		c     ProviderConfig
+		owner *string
+	)
+	err := row.Scan(append([]any{&c.Name, &c.Kind, &c.KindVersion, &c.IsDefault, &c.Spec, &c.Data, &owner,
+		&c.CreatedAt, &c.UpdatedAt}, extra...)...)
+	if owner != nil {
+		c.OwnerID = *owner
+	}
+	return c, err
+}
+
+const (
+	// providerConfigSchemaSQL locks the manifest FOR SHARE: it cannot be
+	// republished or deleted until the config is written, so the config is
+	// validated against exactly the schema in force when it lands.
+	providerConfigSchemaSQL       = `SELECT config_schema FROM kind_manifest WHERE kind = $1 AND kind_version = $2 FOR SHARE`
+	providerConfigLockSQL         = `SELECT kind, kind_version::int FROM providerconfigs WHERE name = $1 FOR UPDATE`
+	providerConfigUsersSQL        = `SELECT kind || '/' || name FROM resources WHERE provider_config_ref = $1 LIMIT 4`
+	providerConfigOtherDefaultSQL = `SELECT name FROM providerconfigs
+ WHERE kind = $1 AND kind_version = $2 AND is_default AND name <> $3`
+	providerConfigUpsertSQL = `WITH up AS (
+    INSERT INTO providerconfigs AS c (name, kind, kind_version, is_default, spec, data)
+    VALUES ($1, $2, $3, $4, $5, $6)
+    ON CONFLICT (name) DO UPDATE SET kind = EXCLUDED.kind, kind_version = EXCLUDED.kind_version,
+        is_default = EXCLUDED.is_default, spec = EXCLUDED.spec, data = EXCLUDED.data, updated_at = clock_timestamp()
+    WHERE (c.kind, c.kind_version, c.is_default, c.spec, c.data)
+          IS DISTINCT FROM (EXCLUDED.kind, EXCLUDED.kind_version, EXCLUDED.is_default, EXCLUDED.spec, EXCLUDED.data)
+    RETURNING c.*, c.xmax = 0 AS inserted
+)
+SELECT ` + providerConfigCols + `, CASE WHEN inserted THEN 'created' ELSE 'configured' END FROM up
+UNION ALL
+SELECT ` + providerConfigCols + `, 'unchanged' FROM providerconfigs WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up)`
+)
+
+// PutProviderConfig creates or updates the provider config p.Name.
+//
+// The spec is validated against the config_schema of (p.Kind,
+// p.KindVersion) as stored when the write lands (*DocumentError). A second
+// default for one (kind, kind_version) is a *ConflictError naming the
+// existing one. Moving an existing config to another (kind, kind_version) is
+// allowed only while no resource references it (*ConflictError). An unknown
+// kind version is a *NotFoundError.
+func (s *Store) PutProviderConfig(ctx context.Context, p PutProviderConfigParams) (ProviderConfig, ApplyResult, error) {
+	switch {
+	case !model.ValidName(p.Name):
+		return ProviderConfig{}, "", &InvalidError{Location: "name", Message: "must be 1-253 letters, digits, '.', '_' or '-', starting and ending with a letter or digit"}
+	case !model.ValidKind(p.Kind):
+		return ProviderConfig{}, "", &InvalidError{Location: "kind", Message: "must match ^[a-z][a-z0-9-]{0,62}$"}
+	case !model.ValidKindVersion(p.KindVersion):
+		return ProviderConfig{}, "", &InvalidError{Location: "kind_version", Message: fmt.Sprintf("is required and must be in 1..%d (got %d)", model.MaxKindVersion, p.KindVersion)}
+	}
+	p.Spec = bytes.TrimSpace(p.Spec)
+	if len(p.Spec) == 0 || string(p.Spec) == "null" {
+		p.Spec = json.RawMessage(`{}`)
+	}
+	if p.Spec[0] != '{' {
+		return ProviderConfig{}, "", &DocumentError{Location: "spec", Kind: p.Kind, KindVersion: p.KindVersion,
+			Violations: []schema.Violation{{Keyword: "type", Message: "spec must be a JSON object"}}}
+	}
+	if len(p.Data) == 0 {
+		p.Data = nil // no bundle, however it was spelled
+	}
+	var (
+		out    ProviderConfig
+		result string
+	)
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var raw []byte
+		err := tx.QueryRow(ctx, providerConfigSchemaSQL, p.Kind, p.KindVersion).Scan(&raw)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.kindNotFound(ctx, p.Kind, p.KindVersion)
+		}
+		if err != nil {
+			return fmt.Errorf("load config schema: %w", err)
+		}
+		if err := validateConfig(raw, p); err != nil {
+			return err
+		}
+
+		var (
+			oldKind    string
+			oldVersion int
+		)
+		err = tx.QueryRow(ctx, providerConfigLockSQL, p.Name).Scan(&oldKind, &oldVersion)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("lock provider config: %w", err)
+		case oldKind != p.Kind || oldVersion != p.KindVersion:
+			// The FOR UPDATE above waited out any apply holding the row
+			// FOR SHARE, so this statement sees every committed reference.
+			users, err := sampleNames(ctx, tx, providerConfigUsersSQL, p.Name)
+			if err != nil {
+				return err
+			}
+			if len(users) > 0 {
+				return &ConflictError{Message: fmt.Sprintf(
+					"provider_config %q is for %s/%d and is referenced by %s; it cannot move to %s/%d while referenced",
+					p.Name, oldKind, oldVersion, listNames(users, 3), p.Kind, p.KindVersion)}
+			}
+		}
+		if p.IsDefault {
+			if err := otherDefault(ctx, tx, p); err != nil {
+				return err
+			}
+		}
+		out, err = scanProviderConfig(tx.QueryRow(ctx, providerConfigUpsertSQL, p.Name, p.Kind, p.KindVersion,
+			p.IsDefault, p.Spec, p.Data), &result)
+		if code, _ := pgCode(err); code == codeUniqueViolation {
+			// A concurrent writer made another default first.
+			return &ConflictError{Message: fmt.Sprintf("a default provider_config already exists for %s/%d", p.Kind, p.KindVersion)}
+		}
+		if code, _ := pgCode(err); code == codeUntranslatableCharacter || code == codeInvalidTextRepresentation {
+			return &DocumentError{Location: "spec", Kind: p.Kind, KindVersion: p.KindVersion, Violations: []schema.Violation{{
+				Keyword: "type", Message: "contains a string the database cannot store (a \\u0000 escape)"}}}
+		}
+		if err != nil {
+			return fmt.Errorf("upsert: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return ProviderConfig{}, "", wrapUnlessTyped(err, "put provider config %s", p.Name)
+	}
+	return out, ApplyResult(result), nil
+}
+
+func otherDefault(ctx context.Context, tx pgx.Tx, p PutProviderConfigParams) error {
+	var other string
+	err := tx.QueryRow(ctx, providerConfigOtherDefaultSQL, p.Kind, p.KindVersion, p.Name).Scan(&other)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("find default: %w", err)
+	}
+	return &ConflictError{Message: fmt.Sprintf("a default provider_config already exists for %s/%d (%q); set is_default to false, or make %q not the default first",
+		p.Kind, p.KindVersion, other, other)}
+}
+
+// validateConfig checks a config spec against the stored config_schema. Config
+// writes are rare, so the schema is compiled from the locked row rather than
+// read from a cache that could be a notification behind.
+func validateConfig(raw []byte, p PutProviderConfigParams) error {
+	sch, err := schema.Compile(raw)
+	if err != nil {
+		return fmt.Errorf("the stored config_schema of %s/%d does not compile: %w", p.Kind, p.KindVersion, err)
+	}
+	err = sch.Validate(p.Spec)
+	var ve *schema.ValidationError
+	if errors.As(err, &ve) {
+		return &DocumentError{Location: "spec", Kind: p.Kind, KindVersion: p.KindVersion, Violations: ve.Violations}
+	}
+	if err != nil {
+		return fmt.Errorf("validate config: %w", err)
+	}
+	return nil
+}
+
+const providerConfigGetSQL = `SELECT ` + providerConfigCols + ` FROM providerconfigs WHERE name = $1`
+
+// GetProviderConfig returns the provider config name, or a *NotFoundError.
+func (s *Store) GetProviderConfig(ctx context.Context, name string) (ProviderConfig, error) {
+	c, err := scanProviderConfig(s.pool.QueryRow(ctx, providerConfigGetSQL, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ProviderConfig{}, providerConfigNotFound(name)
+	}
+	if err != nil {
+		return ProviderConfig{}, fmt.Errorf("get provider config %s: %w", name, err)
+	}
+	return c, nil
+}
+
+func providerConfigNotFound(name string) error {
+	return &NotFoundError{Message: fmt.Sprintf("provider_config %q does not exist", name)}
+}
+
+// ListProviderConfigsParams filters and pages ListProviderConfigs. Zero
+// values do not filter.
+type ListProviderConfigsParams struct {
+	Kind        string
+	KindVersion int
+	// Default, when set, keeps only defaults (true) or only overrides.
+	Default *bool
+	// Limit is the page size: ListLimitDefault when 0, at most ListLimitMax.
+	Limit int
+	// Cursor continues after the page that returned it.
+	Cursor string
+}
+
+// ProviderConfigPage is one page of provider configs in name order.
+type ProviderConfigPage struct {
+	Items      []ProviderConfig
+	NextCursor string
+}
+
+// ListProviderConfigs pages through provider configs by name.
+func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsParams) (ProviderConfigPage, error) {
+	limit := p.Limit
+	switch {
+	case limit == 0:
+		limit = ListLimitDefault
+	case limit < 0 || limit > ListLimitMax:
+		return ProviderConfigPage{}, &InvalidError{Location: "limit", Message: fmt.Sprintf("must be in 1..%d (got %d)", ListLimitMax, limit)}
+	}
+	var (
+		q    strings.Builder
+		args []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	q.WriteString(`SELECT ` + providerConfigCols + ` FROM providerconfigs WHERE true`)
+	if p.Kind != "" {
+		q.WriteString(` AND kind = ` + arg(p.Kind))
+	}
+	if p.KindVersion != 0 {
+		if !model.ValidKindVersion(p.KindVersion) {
+			return ProviderConfigPage{}, &InvalidError{Location: "kind_version", Message: fmt.Sprintf("must be in 1..%d", model.MaxKindVersion)}
+		}
+		q.WriteString(` AND kind_version = ` + arg(p.KindVersion))
+	}
+	if p.Default != nil {
+		q.WriteString(` AND is_default = ` + arg(*p.Default))
+	}
+	if p.Cursor != "" {
+		after, err := base64.RawURLEncoding.DecodeString(p.Cursor)
+		if err != nil || len(after) == 0 {
+			return ProviderConfigPage{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
+		}
+		q.WriteString(` AND name > ` + arg(string(after)))
+	}
+	q.WriteString(` ORDER BY name LIMIT ` + arg(limit+1))
+	rows, err := s.pool.Query(ctx, q.String(), args...)
+	if err != nil {
+		return ProviderConfigPage{}, fmt.Errorf("list provider configs: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ProviderConfig, error) { return scanProviderConfig(r) })
+	if err != nil {
+		return ProviderConfigPage{}, fmt.Errorf("list provider configs: %w", err)
+	}
+	page := ProviderConfigPage{Items: items}
+	if len(items) > limit {
+		page.Items = items[:limit]
+		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(page.Items[limit-1].Name))
+	}
+	if page.Items == nil {
+		page.Items = []ProviderConfig{}
+	}
+	return page, nil
+}
+
+const providerConfigDeleteSQL = `DELETE FROM providerconfigs WHERE name = $1`
+
+// DeleteProviderConfig deletes the provider config name. It refuses with
+// *ConflictError while a resource references it.
+func (s *Store) DeleteProviderConfig(ctx context.Context, name string) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var k string
+		var v int
+		if err := tx.QueryRow(ctx, providerConfigLockSQL, name).Scan(&k, &v); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return providerConfigNotFound(name)
+			}
+			return fmt.Errorf("lock: %w", err)
+		}
+		users, err := sampleNames(ctx, tx, providerConfigUsersSQL, name)
+		if err != nil {
+			return err
+		}
+		if len(users) > 0 {
+			return &ConflictError{Message: fmt.Sprintf("provider_config %q is referenced by %s; detach it (re-apply them without provider_config_ref) first",
+				name, listNames(users, 3))}
+		}
+		if _, err := tx.Exec(ctx, providerConfigDeleteSQL, name); err != nil {
+			if code, _ := pgCode(err); code == codeForeignKeyViolation {
+				return &ConflictError{Message: fmt.Sprintf("provider_config %q is referenced by a resource", name)}
+			}
+			return fmt.Errorf("delete: %w", err)
+		}
+		return nil
+	})
+	return wrapUnlessTyped(err, "delete provider config %s", name)
+}

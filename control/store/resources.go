@@ -1,0 +1,650 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/schema"
+)
+
+// Label limits. Labels are free text (any Unicode), but bounded so a label
+// set stays a small, indexable document.
+const (
+	MaxLabels          = 64
+	MaxLabelKeyBytes   = 253
+	MaxLabelValueBytes = 1024
+)
+
+// ApplyResourceParams is one resource as a client declares it.
+type ApplyResourceParams struct {
+	Kind        string
+	KindVersion int
+	Name        string
+	Labels      map[string]string
+	// Spec is the desired state, a JSON object validated against the
+	// version's spec_schema. Empty means {}.
+	Spec json.RawMessage
+	// ProviderConfigRef names a provider config of the same (kind,
+	// kind_version) whose spec overrides the kind's default; "" for none.
+	ProviderConfigRef string
+}
+
+// resourceViewCols are the columns a resource is read with, from alias r.
+const resourceViewCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec, r.status, r.owner_id,
+       r.provider_config_ref, r.generation, r.synced_gen, r.health_ok, r.failure_gen,
+       r.phase, r.last_error, r.created_at, r.updated_at`
+
+// resourceScanTargets returns scan destinations for resourceViewCols and a
+// func that finishes r once scanned.
+func resourceScanTargets(r *model.Resource) ([]any, func()) {
+	var (
+		ref, lastErr *string
+		ownerID      *uuid.UUID
+	)
+	finish := func() {
+		if ownerID != nil {
+			r.OwnerID = ownerID.String()
+		}
+		if ref != nil {
+			r.ProviderConfigRef = *ref
+		}
+		if lastErr != nil {
+			r.LastError = *lastErr
+		}
+		if r.Labels == nil {
+			r.Labels = map[string]string{}
+		}
+	}
+	return []any{&r.ID, &r.Kind, &r.KindVersion, &r.Name, &r.Labels, &r.Spec, &r.Status, &ownerID,
+		&ref, &r.Generation, &r.SyncedGen, &r.HealthOK, &r.FailureGen,
+		&r.Phase, &lastErr, &r.CreatedAt, &r.UpdatedAt}, finish
+}
+
+// resourceApplySQL upserts a resource in one statement:
+//
+//   - gate checks that the manifest exists and is not a reactor kind, and
+//     that the provider config, if named, belongs to the same (kind,
+//     kind_version). The config row is locked FOR SHARE so it cannot move to
+//     another version until this apply commits.
+//   - up inserts, or updates when anything the client owns changed. Its
+//     WHERE makes a JSON-equal re-apply write nothing, so generation (bumped
+//     by the BEFORE trigger on a spec or version change) stays put. xmax = 0
+//     tells an insert from an update.
+//   - ev appends the 'applied' event of a write.
+//   - the result is the written row, or the stored one when nothing was
+//     written, together with the gate's findings.
+const resourceApplySQL = `WITH m AS (
+    SELECT is_reactor FROM kind_manifest WHERE kind = $1 AND kind_version = $2
+), pc AS (
+    SELECT kind, kind_version FROM providerconfigs WHERE name = $6 FOR SHARE
+), gate AS (
+    SELECT (SELECT NOT is_reactor FROM m) IS TRUE
+       AND ($6::text IS NULL OR EXISTS (SELECT 1 FROM pc WHERE pc.kind = $1 AND pc.kind_version = $2)) AS pass
+), up AS (
+    INSERT INTO resources AS r (kind, kind_version, name, labels, spec, provider_config_ref)
+    SELECT $1::text, $2::smallint, $3::text, $4::jsonb, $5::jsonb, $6::text FROM gate WHERE pass
+    ON CONFLICT (kind, name) DO UPDATE SET
+        kind_version = EXCLUDED.kind_version, labels = EXCLUDED.labels,
+        spec = EXCLUDED.spec, provider_config_ref = EXCLUDED.provider_config_ref
+    WHERE r.deletion_requested_at IS NULL
+      AND (r.kind_version, r.labels, r.spec, r.provider_config_ref)
+          IS DISTINCT FROM (EXCLUDED.kind_version, EXCLUDED.labels, EXCLUDED.spec, EXCLUDED.provider_config_ref)
+    RETURNING r.*, r.xmax = 0 AS inserted
+), ev AS (
+    INSERT INTO resource_events (resource_id, type, generation, message)
+    SELECT id, 'applied', generation, CASE WHEN inserted THEN 'created' ELSE 'configured' END FROM up
+), res AS (
+    SELECT ` + resourceViewCols + `, r.deletion_requested_at IS NOT NULL AS deleting,
+           CASE WHEN r.inserted THEN 'created' ELSE 'configured' END AS result
+      FROM up r
+    UNION ALL
+    SELECT ` + resourceViewCols + `, r.deletion_requested_at IS NOT NULL, 'unchanged'
+      FROM resources r
+     WHERE r.kind = $1 AND r.name = $3 AND NOT EXISTS (SELECT 1 FROM up)
+)
+SELECT (SELECT pass FROM gate), (SELECT is_reactor FROM m), (SELECT kind FROM pc), (SELECT kind_version::int FROM pc),
+       res.*
+  FROM (SELECT 1) one LEFT JOIN res ON true`
+
+// resourceScheduleSQL runs in the apply's implicit transaction, after the
+// upsert, so the engine schedules a created or changed resource. now() is the
+// transaction's start, so updated_at = now() selects exactly a row this
+// transaction wrote; schedule_eligible is a no-op for a synced one.
+const resourceScheduleSQL = `SELECT schedule_eligible(array_agg(id)) FROM resources
+ WHERE kind = $1 AND name = $2 AND updated_at = now() AND synced_gen < generation`
+
+// ApplyResource creates or updates the resource (kind, name) and schedules it.
+//
+// The spec must be a JSON object valid against the version's spec_schema
+// (else *DocumentError). Errors: *NotFoundError for an unknown (kind,
+// kind_version) or provider config, *InvalidError for a bad name, version or
+// label, a reactor kind, or a provider config of another kind version, and
+// *ConflictError while the resource is being deleted.
+//
+// Re-applying a JSON-equal spec, equal labels, the same version and the same
+// provider config writes nothing and returns ApplyUnchanged; generation moves
+// only when the spec or version changes. Re-applying at another kind_version
+// flips the row in place (same id), validated against the new version's
+// schema; a refused flip changes nothing.
+//
+// The write is one round trip: the upsert, its event and the scheduling call
+// are pipelined in one implicit transaction.
+func (s *Store) ApplyResource(ctx context.Context, p ApplyResourceParams) (model.Resource, ApplyResult, error) {
+	if err := validateResourceParams(&p); err != nil {
+		return model.Resource{}, "", err
+	}
+	if err := s.checkSpec(ctx, p.Kind, p.KindVersion, p.Spec); err != nil {
+		return model.Resource{}, "", err
+	}
+	var ref any
+	if p.ProviderConfigRef != "" {
+		ref = p.ProviderConfigRef
+	}
+	labels := p.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	for attempt := 1; ; attempt++ {
+		r, res, err := s.applyResourceOnce(ctx, p, labels, ref)
+		if errors.Is(err, errRetry) && attempt < maxWriteAttempts {
+			continue
+		}
+		if errors.Is(err, errRetry) {
+			return model.Resource{}, "", fmt.Errorf("apply resource %s/%s: lost %d races with concurrent applies", p.Kind, p.Name, attempt)
+		}
+		return r, res, err
+	}
+}
+
+func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, labels map[string]string, ref any) (model.Resource, ApplyResult, error) {
+	b := &pgx.Batch{}
+	b.Queue(resourceApplySQL, p.Kind, p.KindVersion, p.Name, labels, p.Spec, ref)
+	b.Queue(resourceScheduleSQL, p.Kind, p.Name)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close() //nolint:errcheck // the error is read from the results below
+
+	rows, err := br.Query()
+	if err != nil {
+		return model.Resource{}, "", resourceWriteError(err, p)
+	}
+	var (
+		pass, reactor, deleting *bool
+		pcKind, rid, result     *string
+		pcVersion               *int
+		r                       model.Resource
+	)
+	targets, finishScanned := resourceScanTargets(&r)
+	if rows.Next() {
+		// The LEFT JOIN yields NULL resource columns when no row matched,
+		// so read the gate and the id first and the resource only if there
+		// is one. pgx allows scanning one row twice.
+		head := append([]any{&pass, &reactor, &pcKind, &pcVersion, &rid}, make([]any, len(targets))...)
+		head = append(head, &result)
+		err = rows.Scan(head...)
+		if err == nil && rid != nil {
+			full := append([]any{nil, nil, nil, nil}, targets...)
+			err = rows.Scan(append(full, &deleting, nil)...)
+		}
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return model.Resource{}, "", resourceWriteError(err, p)
+	}
+	if _, err := br.Exec(); err != nil {
+		return model.Resource{}, "", resourceWriteError(err, p)
+	}
+	if err := br.Close(); err != nil {
+		return model.Resource{}, "", resourceWriteError(err, p)
+	}
+	switch {
+	case reactor == nil:
+		return model.Resource{}, "", s.kindNotFound(ctx, p.Kind, p.KindVersion)
+	case *reactor:
+		return model.Resource{}, "", &InvalidError{Location: "kind",
+			Message: fmt.Sprintf("%s/%d is a reactor kind: it owns no resources and runs only through reactor bindings", p.Kind, p.KindVersion)}
+	case pass == nil || !*pass:
+		if pcKind == nil {
+			return model.Resource{}, "", &NotFoundError{Location: "provider_config_ref",
+				Message: fmt.Sprintf("provider_config %q does not exist", p.ProviderConfigRef)}
+		}
+		return model.Resource{}, "", &InvalidError{Location: "provider_config_ref",
+			Message: fmt.Sprintf("provider_config %q is for %s/%d, not %s/%d", p.ProviderConfigRef, *pcKind, *pcVersion, p.Kind, p.KindVersion)}
+	case rid == nil:
+		// The row was inserted by a transaction that committed after this
+		// statement's snapshot, and equals ours: run again to read it.
+		return model.Resource{}, "", errRetry
+	case *deleting:
+		return model.Resource{}, "", &ConflictError{Message: fmt.Sprintf(
+			"%s/%s is being deleted; re-apply it once the deletion has finished", p.Kind, p.Name)}
+	}
+	finishScanned()
+	return r, ApplyResult(*result), nil
+}
+
+// resourceWriteError maps database errors of a resource write.
+func resourceWriteError(err error, p ApplyResourceParams) error {
+	code, pe := pgCode(err)
+	switch code {
+	case codeForeignKeyViolation:
+		// The manifest or config vanished between the gate and the write.
+		if strings.Contains(pe.ConstraintName, "provider_config") {
+			return &NotFoundError{Location: "provider_config_ref", Message: fmt.Sprintf("provider_config %q does not exist", p.ProviderConfigRef)}
+		}
+		return &NotFoundError{Location: "kind_version", Message: fmt.Sprintf("no manifest is published for %s/%d", p.Kind, p.KindVersion)}
+	case codeCheckViolation:
+		return &InvalidError{Location: "", Message: "the resource breaks a rule enforced by the database"}
+	case codeUntranslatableCharacter, codeInvalidTextRepresentation:
+		return &DocumentError{Location: "spec", Kind: p.Kind, KindVersion: p.KindVersion, Violations: []schema.Violation{{
+			Keyword: "type", Message: "contains a string the database cannot store (a \\u0000 escape)"}}}
+	}
+	return fmt.Errorf("apply resource %s/%s: %w", p.Kind, p.Name, err)
+}
+
+// SQLSTATEs of text the database cannot store in jsonb (\u0000).
+const (
+	codeUntranslatableCharacter   = "22P05"
+	codeInvalidTextRepresentation = "22P02"
+)
+
+// kindNotFound says whether the kind or only the version is unknown.
+func (s *Store) kindNotFound(ctx context.Context, kind string, version int) error {
+	versions := s.knownVersions(ctx, kind)
+	if len(versions) == 0 {
+		return &NotFoundError{Location: "kind", Message: fmt.Sprintf("kind %q is not published (no manifest for %s/%d)", kind, kind, version)}
+	}
+	vs := make([]string, len(versions))
+	for i, v := range versions {
+		vs[i] = strconv.Itoa(v)
+	}
+	return &NotFoundError{Location: "kind_version", Message: fmt.Sprintf(
+		"kind %q has no version %d (published: %s)", kind, version, strings.Join(vs, ", "))}
+}
+
+// validateResourceParams checks what needs no database.
+func validateResourceParams(p *ApplyResourceParams) error {
+	switch {
+	case !model.ValidKind(p.Kind):
+		return &InvalidError{Location: "kind", Message: "must match ^[a-z][a-z0-9-]{0,62}$"}
+	case !model.ValidKindVersion(p.KindVersion):
+		return &InvalidError{Location: "kind_version", Message: fmt.Sprintf("is required and must be in 1..%d (got %d)", model.MaxKindVersion, p.KindVersion)}
+	case !model.ValidName(p.Name):
+		return &InvalidError{Location: "name", Message: "must be 1-253 letters, digits, '.', '_' or '-', starting and ending with a letter or digit"}
+	case p.ProviderConfigRef != "" && !model.ValidName(p.ProviderConfigRef):
+		return &InvalidError{Location: "provider_config_ref", Message: "is not a valid provider config name"}
+	}
+	if err := validateLabels("labels", p.Labels); err != nil {
+		return err
+	}
+	p.Spec = bytes.TrimSpace(p.Spec)
+	if len(p.Spec) == 0 {
+		p.Spec = json.RawMessage(`{}`)
+	}
+	if p.Spec[0] != '{' {
+		return &DocumentError{Location: "spec", Kind: p.Kind, KindVersion: p.KindVersion,
+			Violations: []schema.Violation{{Keyword: "type", Message: "spec must be a JSON object"}}}
+	}
+	return nil
+}
+
+// validateLabels bounds a label set. Keys and values may be any Unicode text
+// except NUL, which jsonb cannot store.
+func validateLabels(loc string, labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return &InvalidError{Location: loc, Message: fmt.Sprintf("at most %d labels are allowed (got %d)", MaxLabels, len(labels))}
+	}
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := labels[k]
+		switch {
+		case k == "":
+			return &InvalidError{Location: loc, Message: "label keys must not be empty"}
+		case len(k) > MaxLabelKeyBytes:
+			return &InvalidError{Location: loc + "." + k, Message: fmt.Sprintf("label key is longer than %d bytes", MaxLabelKeyBytes)}
+		case len(v) > MaxLabelValueBytes:
+			return &InvalidError{Location: loc + "." + k, Message: fmt.Sprintf("label value is longer than %d bytes", MaxLabelValueBytes)}
+		case strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0):
+			return &InvalidError{Location: loc + "." + k, Message: "labels must not contain NUL characters"}
+		case !utf8.ValidString(k) || !utf8.ValidString(v):
+			return &InvalidError{Location: loc + "." + k, Message: "labels must be valid UTF-8"}
+		}
+	}
+	return nil
+}
+
+const kindManifestSpecSchemaSQL = `SELECT spec_schema FROM kind_manifest
+ WHERE kind = $1 AND kind_version = $2 AND ($3::timestamptz IS NULL OR updated_at <> $3)`
+
+// checkSpec validates spec through the installed validator (the KindCache)
+// and falls back to the database when the validator cannot answer or may be
+// stale: a kind version it does not hold yet (published on another pod a
+// moment ago), or a violation found against a cached schema the database
+// has since widened. The fallback compiles the stored schema; it runs only
+// on those rare paths, or on every call when no validator is installed.
+func (s *Store) checkSpec(ctx context.Context, kind string, version int, spec json.RawMessage) error {
+	if s.specCheck != nil {
+		err := s.specCheck(kind, version, spec)
+		var (
+			stale *staleSpecError
+			ve    *schema.ValidationError
+		)
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &stale):
+			// Refuse only if the database holds no newer schema.
+			raw, newer, err := s.loadSpecSchema(ctx, kind, version, &stale.cachedAt)
+			if err != nil {
+				return err
+			}
+			if !newer {
+				return &DocumentError{Location: "spec", Kind: kind, KindVersion: version, Violations: stale.Violations}
+			}
+			return validateAgainst(raw, kind, version, spec)
+		case errors.As(err, &ve):
+			return &DocumentError{Location: "spec", Kind: kind, KindVersion: version, Violations: ve.Violations}
+		case !errors.Is(err, ErrNotFound):
+			return fmt.Errorf("validate spec of %s/%d: %w", kind, version, err)
+		}
+	}
+	raw, found, err := s.loadSpecSchema(ctx, kind, version, nil)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return s.kindNotFound(ctx, kind, version)
+	}
+	return validateAgainst(raw, kind, version, spec)
+}
+
+// loadSpecSchema reads the stored spec schema of (kind, version) — when
+// changedSince is set, only if the row changed since then. found is false
+// when no such row matches.
+func (s *Store) loadSpecSchema(ctx context.Context, kind string, version int, changedSince *time.Time) (json.RawMessage, bool, error) {
+	var raw []byte
+	err := s.pool.QueryRow(ctx, kindManifestSpecSchemaSQL, kind, version, changedSince).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("load spec schema of %s/%d: %w", kind, version, err)
+	}
+	return raw, true, nil
+}
+
+func validateAgainst(raw json.RawMessage, kind string, version int, spec json.RawMessage) error {
+	sch, err := schema.Compile(raw)
+	if err != nil {
+		return fmt.Errorf("the stored spec_schema of %s/%d does not compile: %w", kind, version, err)
+	}
+	err = sch.Validate(spec)
+	var ve *schema.ValidationError
+	if errors.As(err, &ve) {
+		return &DocumentError{Location: "spec", Kind: kind, KindVersion: version, Violations: ve.Violations}
+	}
+	if err != nil {
+		return fmt.Errorf("validate spec of %s/%d: %w", kind, version, err)
+	}
+	return nil
+}
+
+const kindVersionsSQL = `SELECT kind_version::int FROM kind_manifest WHERE kind = $1 ORDER BY kind_version`
+
+// knownVersions lists the published versions of kind for an error message;
+// it returns nil on any failure (the message then just says less).
+func (s *Store) knownVersions(ctx context.Context, kind string) []int {
+	rows, err := s.pool.Query(ctx, kindVersionsSQL, kind)
+	if err != nil {
+		return nil
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil
+	}
+	return vs
+}
+
+// ResourceDetail is a resource with its conditions.
+type ResourceDetail struct {
+	model.Resource
+	// Conditions are the stored conditions, by type. Happy-path Ready and
+	// Synced are not stored; phase says them.
+	Conditions []model.Condition `json:"conditions"`
+}
+
+const resourceGetSQL = `SELECT ` + resourceViewCols + `,
+       (SELECT coalesce(json_agg(json_build_object('type', c.type, 'status', c.status, 'reason', c.reason,
+                 'message', c.message, 'last_transition_time', c.last_transition_time) ORDER BY c.type), '[]')
+          FROM resource_conditions c WHERE c.resource_id = r.id)
+  FROM resources r WHERE r.kind = $1 AND r.name = $2`
+
+// GetResource returns the resource (kind, name) with its conditions, or a
+// *NotFoundError.
+func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDetail, error) {
+	var d ResourceDetail
+	targets, finish := resourceScanTargets(&d.Resource)
+	err := s.pool.QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ResourceDetail{}, resourceNotFound(kind, name)
+	}
+	if err != nil {
+		return ResourceDetail{}, fmt.Errorf("get resource %s/%s: %w", kind, name, err)
+	}
+	finish()
+	if d.Conditions == nil {
+		d.Conditions = []model.Condition{}
+	}
+	return d, nil
+}
+
+func resourceNotFound(kind, name string) error {
+	return &NotFoundError{Message: fmt.Sprintf("resource %s/%s does not exist", kind, name)}
+}
+
+// List page sizes.
+const (
+	ListLimitDefault = 100
+	ListLimitMax     = 1000
+)
+
+// ListResourcesParams filters and pages ListResources. Zero values do not
+// filter.
+type ListResourcesParams struct {
+	Kind        string
+	KindVersion int
+	// Phases keeps resources in any of these phases.
+	Phases []model.Phase
+	// Labels keeps resources whose labels contain every pair.
+	Labels map[string]string
+	// OwnerID keeps the children of this resource (a UUID).
+	OwnerID string
+	// Limit is the page size: ListLimitDefault when 0, at most ListLimitMax.
+	Limit int
+	// Cursor continues after the page that returned it; "" starts at the
+	// beginning.
+	Cursor string
+}
+
+// ResourcePage is one page of resources in creation order.
+type ResourcePage struct {
+	Items []model.Resource
+	// NextCursor continues the listing; "" on the last page.
+	NextCursor string
+}
+
+// ListResources pages through resources in (created_at, id) order with a
+// keyset cursor: each page is one indexed range scan, stable under
+// concurrent inserts, and no total is counted. Invalid parameters return
+// *InvalidError naming the parameter.
+func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (ResourcePage, error) {
+	limit := p.Limit
+	switch {
+	case limit == 0:
+		limit = ListLimitDefault
+	case limit < 0 || limit > ListLimitMax:
+		return ResourcePage{}, &InvalidError{Location: "limit", Message: fmt.Sprintf("must be in 1..%d (got %d)", ListLimitMax, limit)}
+	}
+	var (
+		q    strings.Builder
+		args []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	q.WriteString(`SELECT ` + resourceViewCols + ` FROM resources r WHERE true`)
+	if p.Kind != "" {
+		q.WriteString(` AND r.kind = ` + arg(p.Kind))
+	}
+	if p.KindVersion != 0 {
+		if !model.ValidKindVersion(p.KindVersion) {
+			return ResourcePage{}, &InvalidError{Location: "kind_version", Message: fmt.Sprintf("must be in 1..%d", model.MaxKindVersion)}
+		}
+		q.WriteString(` AND r.kind_version = ` + arg(p.KindVersion))
+	}
+	if len(p.Phases) > 0 {
+		phases := make([]string, len(p.Phases))
+		for i, ph := range p.Phases {
+			if !slices.Contains(model.Phases, ph) {
+				return ResourcePage{}, &InvalidError{Location: "phase", Message: fmt.Sprintf("%q is not one of %s", ph, phaseNames())}
+			}
+			phases[i] = string(ph)
+		}
+		q.WriteString(` AND r.phase = ANY (` + arg(phases) + `::text[])`)
+	}
+	if len(p.Labels) > 0 {
+		if err := validateLabels("label_selector", p.Labels); err != nil {
+			return ResourcePage{}, err
+		}
+		q.WriteString(` AND r.labels @> ` + arg(p.Labels) + `::jsonb`)
+	}
+	if p.OwnerID != "" {
+		id, err := uuid.Parse(p.OwnerID)
+		if err != nil {
+			return ResourcePage{}, &InvalidError{Location: "owner", Message: "must be a resource id (a UUID)"}
+		}
+		q.WriteString(` AND r.owner_id = ` + arg(id))
+	}
+	if p.Cursor != "" {
+		at, id, err := decodeCursor(p.Cursor)
+		if err != nil {
+			return ResourcePage{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
+		}
+		q.WriteString(` AND (r.created_at, r.id) > (` + arg(at) + `, ` + arg(id) + `)`)
+	}
+	// One row more than the page says whether another page follows.
+	q.WriteString(` ORDER BY r.created_at, r.id LIMIT ` + arg(limit+1))
+
+	rows, err := s.pool.Query(ctx, q.String(), args...)
+	if err != nil {
+		return ResourcePage{}, fmt.Errorf("list resources: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (model.Resource, error) {
+		var r model.Resource
+		targets, finish := resourceScanTargets(&r)
+		if err := row.Scan(targets...); err != nil {
+			return r, err
+		}
+		finish()
+		return r, nil
+	})
+	if err != nil {
+		return ResourcePage{}, fmt.Errorf("list resources: %w", err)
+	}
+	page := ResourcePage{Items: items}
+	if len(items) > limit {
+		page.Items = items[:limit]
+		last := page.Items[limit-1]
+		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+	}
+	if page.Items == nil {
+		page.Items = []model.Resource{}
+	}
+	return page, nil
+}
+
+func phaseNames() string {
+	s := make([]string, len(model.Phases))
+	for i, p := range model.Phases {
+		s[i] = string(p)
+	}
+	return strings.Join(s, ", ")
+}
+
+// A cursor is "<created_at in unix microseconds>.<id>" in base64url. The
+// database keeps microseconds, so the round trip is exact.
+func encodeCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixMicro(), 10) + "." + id))
+}
+
+func decodeCursor(c string) (time.Time, uuid.UUID, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, uuid.UUID{}, err
+	}
+	micros, id, ok := strings.Cut(string(b), ".")
+	if !ok {
+		return time.Time{}, uuid.UUID{}, errors.New("no separator")
+	}
+	n, err := strconv.ParseInt(micros, 10, 64)
+	if err != nil {
+		return time.Time{}, uuid.UUID{}, err
+	}
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return time.Time{}, uuid.UUID{}, err
+	}
+	return time.UnixMicro(n), u, nil
+}
+
+// resourceDeleteSQL marks a resource for deletion, once: a repeated delete
+// returns the row as it is. The cascade that tears it down reads
+// deletion_requested_at.
+const resourceDeleteSQL = `WITH d AS (
+    UPDATE resources r SET deletion_requested_at = now()
+     WHERE r.kind = $1 AND r.name = $2 AND r.deletion_requested_at IS NULL
+    RETURNING r.*
+), ev AS (
+    INSERT INTO resource_events (resource_id, type, generation, message)
+    SELECT id, 'deletion_requested', generation, 'deletion requested' FROM d
+)
+SELECT ` + resourceViewCols + ` FROM d r
+UNION ALL
+SELECT ` + resourceViewCols + ` FROM resources r
+ WHERE r.kind = $1 AND r.name = $2 AND NOT EXISTS (SELECT 1 FROM d)`
+
+// DeleteResource requests the deletion of (kind, name): its phase becomes
+// Deleting and the engine tears it down. It returns the resource, or a
+// *NotFoundError. Requesting it again is a no-op.
+func (s *Store) DeleteResource(ctx context.Context, kind, name string) (model.Resource, error) {
+	var r model.Resource
+	targets, finish := resourceScanTargets(&r)
+	err := s.pool.QueryRow(ctx, resourceDeleteSQL, kind, name).Scan(targets...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return model.Resource{}, resourceNotFound(kind, name)
+	}
+	if err != nil {
+		return model.Resource{}, fmt.Errorf("delete resource %s/%s: %w", kind, name, err)
+	}
+	finish()
+	return r, nil
+}
