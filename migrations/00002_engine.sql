@@ -123,7 +123,12 @@ DECLARE
     v_noop uuid[];
 BEGIN
     IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN RETURN 0; END IF;
-    WITH c AS (
+    -- MATERIALIZED forces the primary-key lookup: otherwise the planner may
+    -- walk idx_resources_lagging (whose predicate the gate repeats) with
+    -- id = ANY as a filter, which costs O(every lagging resource) per call.
+    WITH t AS MATERIALIZED (
+        SELECT * FROM resources WHERE id = ANY (p_ids)
+    ), c AS (
         SELECT r.id,
             CASE
                 WHEN r.spec_gen < r.generation AND m.spec_reaction IS NOT NULL THEN
@@ -139,10 +144,9 @@ BEGIN
                     THEN 'childrenSettled' END
                 ELSE 'noop'
             END AS trig
-        FROM resources r
+        FROM t r
         JOIN kind_manifest m ON m.kind = r.kind AND m.kind_version = r.kind_version
-        WHERE r.id = ANY (p_ids)
-          AND r.synced_gen < r.generation
+        WHERE r.synced_gen < r.generation
           AND r.deletion_requested_at IS NULL
           AND r.frozen_until IS NULL
           AND NOT (r.failure_gen = r.generation AND r.failure_terminal)
@@ -174,15 +178,16 @@ DECLARE
     v_trigs text[];
 BEGIN
     IF p_roots IS NULL OR cardinality(p_roots) = 0 THEN RETURN 0; END IF;
-    WITH c AS (
+    WITH t AS MATERIALIZED (
+        SELECT * FROM resources WHERE id = ANY (p_roots)
+    ), c AS (
         SELECT r.id, r.shard_id, EXISTS (
                 SELECT 1 FROM resources ch
                 WHERE ch.owner_id = r.id AND ch.synced_gen < ch.generation
                   AND ch.failure_gen <> ch.generation AND ch.frozen_until IS NULL) AS lagging
-        FROM resources r
+        FROM t r
         JOIN kind_manifest m ON m.kind = r.kind AND m.kind_version = r.kind_version
-        WHERE r.id = ANY (p_roots)
-          AND m.rollup_reaction IS NOT NULL
+        WHERE m.rollup_reaction IS NOT NULL
           AND (r.spec_gen >= r.generation OR m.spec_reaction IS NULL)
           AND r.deletion_requested_at IS NULL
           AND r.frozen_until IS NULL
@@ -243,6 +248,10 @@ DECLARE
     v_deps uuid[];
     v_roots uuid[];
 BEGIN
+    -- An upsert that only inserted still fires the UPDATE statement trigger.
+    IF NOT EXISTS (SELECT 1 FROM new_rows) THEN
+        RETURN NULL;
+    END IF;
     WITH ch AS (
         SELECT n.id, n.owner_id,
             (n.synced_gen >= n.generation AND n.synced_gen > o.synced_gen) AS synced_edge,

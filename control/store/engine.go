@@ -207,7 +207,9 @@ func (s *Store) checkOutcome(t model.Task, o *model.Outcome) error {
 			}
 			seen[ref] = true
 			if s.specCheck != nil {
-				if err := s.specCheck(c.Kind, c.KindVersion, c.Spec); err != nil {
+				// A kind this pod has not cached yet is not refused here: the
+				// drain's foreign key refuses a kind that does not exist.
+				if err := s.specCheck(c.Kind, c.KindVersion, c.Spec); err != nil && !errors.Is(err, ErrNotFound) {
 					return fmt.Errorf("children[%d] (%s/%s): %w", i, c.Kind, c.Name, err)
 				}
 			}
