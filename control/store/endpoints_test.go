@@ -1,0 +1,491 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/webhooksdk"
+)
+
+type endpointBundle struct {
+	db  *pgtest.Database
+	st  *store.Store
+	box *store.SecretBox
+	ctx context.Context
+}
+
+func endpointSetup(t *testing.T) *endpointBundle {
+	t.Helper()
+	db := pgtest.New(t)
+	key := make([]byte, store.SecretKeyBytes)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	box, err := store.NewSecretBox(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return &endpointBundle{db: db, st: store.New(db.Pool, store.Config{}), box: box, ctx: ctx}
+}
+
+func endpointParams(name string) store.PutEndpointParams {
+	return store.PutEndpointParams{
+		Name:   name,
+		Kinds:  []store.EndpointKind{{Kind: "vpc", KindVersion: 1}, {Kind: "vpc", KindVersion: 2}},
+		Target: store.EndpointTarget{Type: store.TargetHTTPS, URL: "https://net.example.com:8443/converge"},
+		Health: store.EndpointHealth{URL: "https://net.example.com:8443/converge/health", IntervalSecs: 10},
+	}
+}
+
+func TestEndpointCRUD(t *testing.T) {
+	t.Parallel()
+	b := endpointSetup(t)
+
+	created, secret, err := b.st.CreateEndpoint(b.ctx, b.box, endpointParams("networking"))
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if _, err := webhooksdk.ParseSecret(secret.Reveal()); err != nil {
+		t.Fatalf("created secret is not a valid whsec_ secret: %v", err)
+	}
+	want := store.Endpoint{
+		Name:               "networking",
+		Kinds:              []store.EndpointKind{{Kind: "vpc", KindVersion: 1}, {Kind: "vpc", KindVersion: 2}},
+		Target:             store.EndpointTarget{Type: "https", URL: "https://net.example.com:8443/converge"},
+		Health:             store.EndpointHealth{URL: "https://net.example.com:8443/converge/health", IntervalSecs: 10},
+		MaxConcurrency:     store.EndpointMaxConcurrencyDefault,
+		RequestTimeoutSecs: store.EndpointRequestTimeoutDefault,
+		Enabled:            true,
+	}
+	ignoreTimes := cmpopts.IgnoreFields(store.Endpoint{}, "CreatedAt", "UpdatedAt")
+	if d := cmp.Diff(want, created, ignoreTimes); d != "" {
+		t.Errorf("created (-want +got):\n%s", d)
+	}
+
+	t.Run("create twice is a conflict", func(t *testing.T) {
+		_, _, err := b.st.CreateEndpoint(b.ctx, b.box, endpointParams("networking"))
+		var ce *store.ConflictError
+		if !errors.As(err, &ce) {
+			t.Fatalf("err = %v, want *ConflictError", err)
+		}
+	})
+
+	t.Run("get and list never carry the secret", func(t *testing.T) {
+		got, err := b.st.GetEndpoint(b.ctx, "networking")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(want, got, ignoreTimes); d != "" {
+			t.Errorf("get (-want +got):\n%s", d)
+		}
+		list, err := b.st.ListEndpoints(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, _ := json.Marshal(list)
+		if strings.Contains(string(js), strings.TrimPrefix(secret.Reveal(), "whsec_")) {
+			t.Error("list JSON contains the secret")
+		}
+		if len(list) != 1 {
+			t.Errorf("list has %d endpoints, want 1", len(list))
+		}
+	})
+
+	t.Run("put is idempotent and reports what it did", func(t *testing.T) {
+		p := endpointParams("networking")
+		_, res, sec, err := b.st.PutEndpoint(b.ctx, b.box, p)
+		if err != nil || res != store.ApplyUnchanged || sec != "" {
+			t.Fatalf("re-put = %v, %q, secret set %v; want unchanged without a secret", err, res, sec != "")
+		}
+		p.MaxConcurrency = 8
+		e, res, sec, err := b.st.PutEndpoint(b.ctx, b.box, p)
+		if err != nil || res != store.ApplyConfigured || sec != "" || e.MaxConcurrency != 8 {
+			t.Fatalf("put = %+v, %v, %q; want configured with max_concurrency 8", e, err, res)
+		}
+		_, res, sec, err = b.st.PutEndpoint(b.ctx, b.box, endpointParams("other"))
+		if err != nil || res != store.ApplyCreated || sec == "" {
+			t.Fatalf("put new = %v, %q, secret set %v; want created with a secret", err, res, sec != "")
+		}
+	})
+
+	t.Run("delete", func(t *testing.T) {
+		if err := b.st.DeleteEndpoint(b.ctx, "other"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.st.DeleteEndpoint(b.ctx, "other"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("second delete = %v, want ErrNotFound", err)
+		}
+		if _, err := b.st.GetEndpoint(b.ctx, "other"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("get deleted = %v, want ErrNotFound", err)
+		}
+	})
+}
+
+func TestEndpointValidation(t *testing.T) {
+	t.Parallel()
+	b := endpointSetup(t)
+	tests := []struct {
+		name   string
+		mutate func(*store.PutEndpointParams)
+		loc    string
+	}{
+		{"bad name", func(p *store.PutEndpointParams) { p.Name = "-x" }, "name"},
+		{"no kinds", func(p *store.PutEndpointParams) { p.Kinds = nil }, "kinds"},
+		{"bad kind", func(p *store.PutEndpointParams) { p.Kinds[0].Kind = "VPC" }, "kinds[0].kind"},
+		{"version 0", func(p *store.PutEndpointParams) { p.Kinds[1].KindVersion = 0 }, "kinds[1].kind_version"},
+		{"duplicate kind", func(p *store.PutEndpointParams) { p.Kinds[1] = p.Kinds[0] }, "kinds[1]"},
+		{"unknown target type", func(p *store.PutEndpointParams) { p.Target.Type = "smtp" }, "target.type"},
+		{"no url", func(p *store.PutEndpointParams) { p.Target.URL = "" }, "target.url"},
+		{"ftp url", func(p *store.PutEndpointParams) { p.Target.URL = "ftp://x/y" }, "target.url"},
+		{"credentials in url", func(p *store.PutEndpointParams) { p.Target.URL = "https://u:p@x/y" }, "target.url"},
+		{"bad ca bundle", func(p *store.PutEndpointParams) { p.Target.CABundle = "not pem" }, "target.ca_bundle"},
+		{"cert without key", func(p *store.PutEndpointParams) { p.Target.ClientCertFile = "/c.pem" }, "target.client_key_file"},
+		{"bad health url", func(p *store.PutEndpointParams) { p.Health.URL = "nope" }, "health.url"},
+		{"concurrency too high", func(p *store.PutEndpointParams) { p.MaxConcurrency = 1 << 20 }, "max_concurrency"},
+		{"negative timeout", func(p *store.PutEndpointParams) { p.RequestTimeoutSecs = -1 }, "request_timeout_secs"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := endpointParams("v")
+			tc.mutate(&p)
+			_, _, err := b.st.CreateEndpoint(b.ctx, b.box, p)
+			var ie *store.InvalidError
+			if !errors.As(err, &ie) {
+				t.Fatalf("err = %v, want *InvalidError", err)
+			}
+			if ie.Location != tc.loc {
+				t.Errorf("location = %q, want %q (%s)", ie.Location, tc.loc, ie.Message)
+			}
+		})
+	}
+}
+
+func TestEndpointSecretAtRest(t *testing.T) {
+	t.Parallel()
+	b := endpointSetup(t)
+	_, secret, err := b.st.CreateEndpoint(b.ctx, b.box, endpointParams("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var enc []byte
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT secret_enc FROM endpoints WHERE name = 'a'`).Scan(&enc); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret.Reveal(), "whsec_"))
+	if bytes.Contains(enc, []byte(secret.Reveal())) || bytes.Contains(enc, raw) {
+		t.Fatal("secret_enc holds the plaintext secret")
+	}
+
+	t.Run("the dispatcher opens it", func(t *testing.T) {
+		eps, err := b.st.DispatchEndpoints(b.ctx, b.box)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(eps) != 1 || eps[0].SecretErr != nil || len(eps[0].Secrets) != 1 || eps[0].Secrets[0].Secret != secret {
+			t.Fatalf("dispatch endpoints = %+v, want the one secret", eps)
+		}
+	})
+
+	t.Run("another key cannot", func(t *testing.T) {
+		other, err := store.NewSecretBox(bytes.Repeat([]byte{7}, store.SecretKeyBytes))
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps, err := b.st.DispatchEndpoints(b.ctx, other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(eps[0].SecretErr, store.ErrSecretUndecryptable) || len(eps[0].Secrets) != 0 {
+			t.Fatalf("with the wrong key: %+v, want ErrSecretUndecryptable", eps[0])
+		}
+	})
+
+	t.Run("a ciphertext moved to another row does not open", func(t *testing.T) {
+		if _, _, err := b.st.CreateEndpoint(b.ctx, b.box, endpointParams("b")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.db.Pool.Exec(b.ctx, `UPDATE endpoints SET secret_enc = (SELECT secret_enc FROM endpoints WHERE name = 'a') WHERE name = 'b'`); err != nil {
+			t.Fatal(err)
+		}
+		eps, err := b.st.DispatchEndpoints(b.ctx, b.box)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range eps {
+			if e.Name == "b" && !errors.Is(e.SecretErr, store.ErrSecretUndecryptable) {
+				t.Fatalf("b opened a's ciphertext: %+v", e)
+			}
+		}
+	})
+}
+
+func TestEndpointSecretRedaction(t *testing.T) {
+	t.Parallel()
+	s := store.EndpointSecret("whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0")
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("x", "secret", s)
+	js, _ := json.Marshal(struct{ S store.EndpointSecret }{s})
+	for _, out := range []string{fmt.Sprint(s), fmt.Sprintf("%v %s %q %+v %#v", s, s, s, s, s), logged.String(), string(js)} {
+		if strings.Contains(out, "c2VjcmV0") {
+			t.Errorf("secret leaked: %s", out)
+		}
+	}
+	if s.Reveal() != "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0" {
+		t.Error("Reveal lost the secret")
+	}
+}
+
+func TestEndpointSecretBox(t *testing.T) {
+	t.Parallel()
+	oldKey := bytes.Repeat([]byte{1}, store.SecretKeyBytes)
+	newKey := bytes.Repeat([]byte{2}, store.SecretKeyBytes)
+	oldBox, err := store.NewSecretBox(oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, err := oldBox.Seal([]byte("plain"), []byte("row"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := store.NewSecretBox(newKey, oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pt, err := rotated.Open(blob, []byte("row")); err != nil || string(pt) != "plain" {
+		t.Fatalf("rotated box open = %q, %v; want the old key to still open", pt, err)
+	}
+	if _, err := rotated.Open(blob, []byte("other row")); !errors.Is(err, store.ErrSecretUndecryptable) {
+		t.Fatalf("open with other aad = %v, want ErrSecretUndecryptable", err)
+	}
+	tampered := bytes.Clone(blob)
+	tampered[len(tampered)-1] ^= 1
+	if _, err := rotated.Open(tampered, []byte("row")); !errors.Is(err, store.ErrSecretUndecryptable) {
+		t.Fatalf("open tampered = %v, want ErrSecretUndecryptable", err)
+	}
+	if _, err := store.NewSecretBox(make([]byte, 16)); err == nil {
+		t.Error("a 16-byte key was accepted")
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawURLEncoding} {
+		k, err := store.ParseSecretKey(enc.EncodeToString(newKey))
+		if err != nil || !bytes.Equal(k, newKey) {
+			t.Errorf("ParseSecretKey = %v, %v", k, err)
+		}
+	}
+	if _, err := store.ParseSecretKey(base64.StdEncoding.EncodeToString(make([]byte, 31))); err == nil {
+		t.Error("a 31-byte key was accepted")
+	}
+}
+
+func TestEndpointRotateSecret(t *testing.T) {
+	t.Parallel()
+	b := endpointSetup(t)
+	_, first, err := b.st.CreateEndpoint(b.ctx, b.box, endpointParams("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, ends, err := b.st.RotateEndpointSecret(b.ctx, b.box, "a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first {
+		t.Fatal("rotation kept the secret")
+	}
+	if d := time.Until(ends); d < 59*time.Minute || d > 61*time.Minute {
+		t.Errorf("rotation ends in %s, want ~1h", d)
+	}
+	eps, err := b.st.DispatchEndpoints(b.ctx, b.box)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := eps[0].Secrets
+	if len(got) != 2 || got[0].Secret != second || !got[0].Until.IsZero() || got[1].Secret != first || !got[1].Until.Equal(ends) {
+		t.Fatalf("secrets during the grace window = %+v; want the new one then the old one until %s", got, ends)
+	}
+	if e, _ := b.st.GetEndpoint(b.ctx, "a"); e.SecretRotationEndsAt == nil || !e.SecretRotationEndsAt.Equal(ends) {
+		t.Errorf("endpoint rotation end = %v, want %s", e.SecretRotationEndsAt, ends)
+	}
+
+	// Past the window only the new secret signs.
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE endpoints SET prev_secret_expires = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	eps, err = b.st.DispatchEndpoints(b.ctx, b.box)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(eps[0].Secrets) != 1 || eps[0].Secrets[0].Secret != second {
+		t.Fatalf("secrets after the window = %+v, want only the new one", eps[0].Secrets)
+	}
+	if e, _ := b.st.GetEndpoint(b.ctx, "a"); e.SecretRotationEndsAt != nil {
+		t.Errorf("rotation end after the window = %v, want nil", e.SecretRotationEndsAt)
+	}
+	if _, _, err := b.st.RotateEndpointSecret(b.ctx, b.box, "missing", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("rotate missing = %v, want ErrNotFound", err)
+	}
+}
+
+func TestEndpointDisable(t *testing.T) {
+	t.Parallel()
+	b := endpointSetup(t)
+	if _, _, err := b.st.CreateEndpoint(b.ctx, b.box, endpointParams("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.st.DisableEndpoint(b.ctx, "a", "target answered 410 Gone"); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := b.st.GetEndpoint(b.ctx, "a")
+	if e.Enabled || e.DisabledReason != "target answered 410 Gone" {
+		t.Fatalf("after disable: enabled=%v reason=%q", e.Enabled, e.DisabledReason)
+	}
+	if err := b.st.DisableEndpoint(b.ctx, "a", "target answered 410 Gone"); err != nil {
+		t.Fatalf("disable again: %v", err)
+	}
+	// Re-applying the declared (enabled) endpoint turns it back on.
+	e, res, _, err := b.st.PutEndpoint(b.ctx, b.box, endpointParams("a"))
+	if err != nil || res != store.ApplyConfigured || !e.Enabled || e.DisabledReason != "" {
+		t.Fatalf("re-apply = %+v, %q, %v; want enabled again", e, res, err)
+	}
+	if err := b.st.DisableEndpoint(b.ctx, "missing", "x"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("disable missing = %v, want ErrNotFound", err)
+	}
+}
+
+func TestEndpointDeliveries(t *testing.T) {
+	t.Parallel()
+	b := endpointSetup(t)
+	for _, n := range []string{"a", "b"} {
+		if _, _, err := b.st.CreateEndpoint(b.ctx, b.box, endpointParams(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const resource = "00000000-0000-0000-0000-0000000000aa"
+	batch := func(ep string, n, from int) []store.EndpointDelivery {
+		out := make([]store.EndpointDelivery, n)
+		for i := range out {
+			out[i] = store.EndpointDelivery{Endpoint: ep, TaskID: fmt.Sprintf("00000000-0000-0000-0000-%012d", from+i),
+				ClaimEpoch: int64(from + i), Attempt: 1, HTTPStatus: 500, LatencyMS: 3, Reason: "server_error", Excerpt: "boom"}
+		}
+		return out
+	}
+	first := batch("a", 3, 0)
+	first[0].ResourceID = resource
+	first[1].HTTPStatus = 0
+	first[1].Reason = "network"
+	first[2].Excerpt = strings.Repeat("é", 400) + "\x00" // 800 bytes, a NUL
+	if err := b.st.RecordDeliveryFailures(b.ctx, append(first, store.EndpointDelivery{Endpoint: "gone", TaskID: first[0].TaskID, Reason: "x"})); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.st.ListDeliveries(b.ctx, "a", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].ClaimEpoch != 2 || got[2].ClaimEpoch != 0 {
+		t.Fatalf("deliveries = %+v, want 3 newest first", got)
+	}
+	if len(got[0].Excerpt) > store.DeliveryExcerptMax || !strings.HasPrefix(got[0].Excerpt, "éé") {
+		t.Errorf("excerpt is %d bytes (%q), want <= %d on a rune boundary", len(got[0].Excerpt), got[0].Excerpt[:8], store.DeliveryExcerptMax)
+	}
+	if got[1].HTTPStatus != 0 || got[1].Reason != "network" {
+		t.Errorf("network failure = %+v", got[1])
+	}
+	byRes, err := b.st.ListDeliveriesForResource(b.ctx, resource, 10)
+	if err != nil || len(byRes) != 1 || byRes[0].Endpoint != "a" {
+		t.Fatalf("for resource = %+v, %v", byRes, err)
+	}
+	if _, err := b.st.ListDeliveries(b.ctx, "missing", 10); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("list of a missing endpoint = %v, want ErrNotFound", err)
+	}
+
+	// The log is bounded per endpoint: b's rows are untouched by a's prune.
+	if err := b.st.RecordDeliveryFailures(b.ctx, batch("b", 5, 100)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := b.st.RecordDeliveryFailures(b.ctx, batch("a", 400, 1000+i*400)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.st.RecordDeliveryFailures(b.ctx, batch("a", 1, 5000)); err != nil {
+		t.Fatal(err)
+	}
+	var na, nb int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE endpoint = 'a'), count(*) FILTER (WHERE endpoint = 'b') FROM endpoint_deliveries`).Scan(&na, &nb); err != nil {
+		t.Fatal(err)
+	}
+	if na < store.DeliveriesKeepDefault || na > store.DeliveriesKeepDefault+1 || nb != 5 {
+		t.Fatalf("kept %d of a and %d of b; want ~%d and 5", na, nb, store.DeliveriesKeepDefault)
+	}
+	newest, _ := b.st.ListDeliveries(b.ctx, "a", 1)
+	if newest[0].ClaimEpoch != 5000 {
+		t.Errorf("newest kept = %d, want 5000", newest[0].ClaimEpoch)
+	}
+}
+
+func TestEndpointExpireAsync(t *testing.T) {
+	t.Parallel()
+	b := endpointSetup(t)
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions)
+		VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"r1", "r2", "r3"} {
+		if _, err := b.db.Pool.Exec(b.ctx, `WITH r AS (INSERT INTO resources (kind, kind_version, name) VALUES ('leaf', 1, $1) RETURNING id)
+			SELECT schedule_eligible(array_agg(id)) FROM r`, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if counts, err := b.st.PendingTaskCounts(b.ctx, 0, 255); err != nil || len(counts) != 1 || counts[0] != (store.PendingCount{Kind: "leaf", KindVersion: 1, Pending: 3}) {
+		t.Fatalf("pending counts = %+v, %v; want leaf/1: 3", counts, err)
+	}
+	tasks, err := b.st.Claim(b.ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	if err != nil || len(tasks) != 3 {
+		t.Fatalf("claim = %d tasks, %v", len(tasks), err)
+	}
+	// tasks[0]: lease lapsed, no callback -> expired. tasks[1]: lease still
+	// running -> held. tasks[2]: its callback already landed -> gone.
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE work_queue SET lease_until = now() - interval '1 second' WHERE task_id = $1`, tasks[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.st.Complete(b.ctx, tasks[2], model.Result{Outcome: &model.Outcome{}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.st.ExpireAsync(b.ctx, tasks, "async task timed out without a callback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].State != store.AsyncExpired || got[1].State != store.AsyncHeld || got[2].State != store.AsyncGone {
+		t.Fatalf("states = %+v, want expired, held, gone", got)
+	}
+	if time.Until(got[1].LeaseUntil) < 50*time.Second {
+		t.Errorf("held lease ends in %s, want ~1m", time.Until(got[1].LeaseUntil))
+	}
+	var errText string
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT coalesce(error, '') FROM work_outbox WHERE task_id = $1`, tasks[0].ID).Scan(&errText); err != nil {
+		t.Fatal(err)
+	}
+	if errText != "async task timed out without a callback" {
+		t.Errorf("outbox error = %q", errText)
+	}
+	// A late callback for the expired claim is now a duplicate of the expiry,
+	// never a second outcome.
+	if st, err := b.st.Complete(b.ctx, tasks[0], model.Result{Outcome: &model.Outcome{}}); err != nil || st != store.Duplicate {
+		t.Errorf("late callback = %q, %v; want duplicate", st, err)
+	}
+}

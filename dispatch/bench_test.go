@@ -1,0 +1,499 @@
+package dispatch_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/convergeplane/converge/control/drainer"
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/dispatch"
+	"github.com/convergeplane/converge/dispatch/callback"
+	"github.com/convergeplane/converge/dispatch/egress"
+	"github.com/convergeplane/converge/dispatch/inproc"
+	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/webhooksdk"
+)
+
+// Benchmark parameters: the concurrency every mode gets (the endpoint's
+// max_concurrency, the in-process executor's Concurrency, H's workers), Q's
+// claimers and batch, and the interleaved rounds whose medians are reported.
+const (
+	benchConcurrency = 256
+	benchQWorkers    = 4
+	benchQBatch      = 256
+	benchRounds      = 5
+)
+
+// BenchmarkDispatch drives N leaf resources (10,000; 2,000 under -short)
+// from pending to Ready and reports reconciles/s for each way of running
+// them, as medians of benchRounds interleaved rounds, with ratios against Q
+// measured in the same run:
+//
+//   - Q: the raw ceiling — batched SKIP LOCKED claim + delete on an
+//     equivalent sharded UNLOGGED table, no engine.
+//   - H: bare signed POSTs to a no-op webhooksdk provider on loopback, at the
+//     same concurrency, no database.
+//   - inproc: the engine with the in-process executor (no-op handler).
+//   - http: the engine with the push dispatcher, inline 200 answers from a
+//     no-op webhooksdk provider over loopback HTTP.
+//   - async: the same, the provider answering 202 and calling back.
+//
+// Then a latency run feeds resources at half the http rate and reports the
+// p50/p99 time from claim to resource updated.
+//
+// Run: go test ./dispatch -run '^$' -bench Dispatch -benchtime 1x
+func BenchmarkDispatch(b *testing.B) {
+	n := 10_000
+	if testing.Short() {
+		n = 2_000
+	}
+	modes := []struct {
+		name string
+		run  func(testing.TB, int) float64
+	}{
+		{"Q", benchQ},
+		{"H", benchH},
+		{"inproc", benchInproc},
+		{"http", func(tb testing.TB, n int) float64 { return benchHTTP(tb, n, false) }},
+		{"async", func(tb testing.TB, n int) float64 { return benchHTTP(tb, n, true) }},
+	}
+	for range b.N {
+		rates := map[string][]float64{}
+		for round := range benchRounds {
+			for _, m := range modes {
+				r := m.run(b, n)
+				rates[m.name] = append(rates[m.name], r)
+				b.Logf("round %d %-6s %8.0f /s", round+1, m.name, r)
+			}
+		}
+		med := map[string]float64{}
+		for k, v := range rates {
+			med[k] = median(v)
+		}
+		p50, p99, fed := benchLatency(b, n, med["http"]/2)
+		q := med["Q"]
+		b.ReportMetric(q, "Q/s")
+		b.ReportMetric(med["H"], "H/s")
+		b.ReportMetric(med["inproc"], "inproc/s")
+		b.ReportMetric(med["http"], "http/s")
+		b.ReportMetric(med["async"], "async/s")
+		b.ReportMetric(med["http"]/q, "http/Q")
+		b.ReportMetric(med["async"]/q, "async/Q")
+		b.ReportMetric(med["inproc"]/q, "inproc/Q")
+		b.ReportMetric(med["http"]/med["H"], "http/H")
+		b.ReportMetric(p50, "p50_ms")
+		b.ReportMetric(p99, "p99_ms")
+		b.Logf("N=%d, medians of %d rounds: Q %.0f/s, H %.0f/s, inproc %.0f/s (%.3f·Q), http %.0f/s (%.3f·Q), async %.0f/s (%.3f·Q); "+
+			"latency at %.0f/s fed: p50 %.1f ms, p99 %.1f ms",
+			n, benchRounds, q, med["H"], med["inproc"], med["inproc"]/q, med["http"], med["http"]/q, med["async"], med["async"]/q, fed, p50, p99)
+	}
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// benchDB is one run's private database with the drain duty running.
+type benchDB struct {
+	tb   testing.TB
+	db   *pgtest.Database
+	st   *store.Store
+	lis  *store.Listener
+	ctx  context.Context
+	stop []func()
+}
+
+var benchLog = slog.New(slog.DiscardHandler) //nolint:gochecknoglobals // a discarding logger
+
+func newBenchDB(tb testing.TB) *benchDB {
+	tb.Helper()
+	db := pgtest.New(tb)
+	x := &benchDB{tb: tb, db: db, st: store.New(db.Pool, store.Config{}), ctx: tb.Context()}
+	x.lis = x.st.NewListener(benchLog)
+	x.exec(`INSERT INTO kind_manifest (kind, kind_version, reactions) VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`)
+	dr := drainer.New(drainer.Config{}, x.st, x.lis.Subscribe("outbox_ready"), benchLog)
+	must(tb, dr.Start(x.ctx))
+	x.stop = append(x.stop, dr.Stop)
+	return x
+}
+
+func (x *benchDB) exec(sql string, args ...any) {
+	x.tb.Helper()
+	_, err := x.db.Pool.Exec(x.ctx, sql, args...)
+	must(x.tb, err)
+}
+
+func (x *benchDB) listen() {
+	must(x.tb, x.lis.Start(x.ctx))
+	x.stop = append(x.stop, x.lis.Stop)
+}
+
+// close stops every duty (last started first) and closes the pool now, so
+// the rounds do not pile up connections.
+func (x *benchDB) close() {
+	for i := len(x.stop) - 1; i >= 0; i-- {
+		x.stop[i]()
+	}
+	x.db.Pool.Close()
+}
+
+// seed inserts n leaf resources, not yet scheduled.
+func (x *benchDB) seed(n int) {
+	x.exec(`INSERT INTO resources (kind, kind_version, name, spec)
+		SELECT 'leaf', 1, 'r-' || i, jsonb_build_object('i', i) FROM generate_series(1, $1) i`, n)
+	x.exec(`VACUUM ANALYZE resources`)
+}
+
+// converge schedules every seeded resource and returns the rate at which
+// they all reach Ready, timed from the commit of the scheduling.
+func (x *benchDB) converge(n int) float64 {
+	x.tb.Helper()
+	x.exec(`SELECT schedule_eligible(array_agg(id)) FROM resources`)
+	start := time.Now()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := start.Add(5 * time.Minute)
+	for {
+		var lagging bool
+		must(x.tb, x.db.Pool.QueryRow(x.ctx, `SELECT EXISTS (SELECT 1 FROM resources
+			WHERE synced_gen < generation AND deletion_requested_at IS NULL AND frozen_until IS NULL)`).Scan(&lagging))
+		if !lagging {
+			break
+		}
+		if time.Now().After(deadline) {
+			x.tb.Fatalf("%d resources did not converge within 5m", n)
+		}
+		<-tick.C
+	}
+	rate := float64(n) / time.Since(start).Seconds()
+	var ready int
+	must(x.tb, x.db.Pool.QueryRow(x.ctx, `SELECT count(*) FROM resources WHERE phase = 'Ready'`).Scan(&ready))
+	if ready != n {
+		x.tb.Fatalf("%d of %d resources Ready", ready, n)
+	}
+	return rate
+}
+
+// benchQ is the raw claim+complete ceiling: benchQWorkers claimers, each
+// claiming benchQBatch rows FOR UPDATE SKIP LOCKED from a 16-partition
+// UNLOGGED table shaped like work_queue, then deleting them.
+func benchQ(tb testing.TB, n int) float64 {
+	x := newBenchDB(tb)
+	defer x.close()
+	x.exec(`CREATE UNLOGGED TABLE bench_q (
+		shard_id smallint NOT NULL, id uuid NOT NULL DEFAULT gen_random_uuid(),
+		state text NOT NULL DEFAULT 'pending', not_before timestamptz NOT NULL DEFAULT now(),
+		claim_epoch bigint NOT NULL DEFAULT 0, claimed_by text, lease_until timestamptz,
+		PRIMARY KEY (shard_id, id)) PARTITION BY RANGE (shard_id)`)
+	for i := range 16 {
+		x.exec(fmt.Sprintf(`CREATE UNLOGGED TABLE bench_q_p%d PARTITION OF bench_q FOR VALUES FROM (%d) TO (%d)`, i, i*16, (i+1)*16))
+	}
+	x.exec(`CREATE INDEX ON bench_q (shard_id, not_before) WHERE state = 'pending'`)
+	x.exec(`INSERT INTO bench_q (shard_id, id) SELECT shard_of(u), u FROM (SELECT gen_random_uuid() u FROM generate_series(1, $1)) s`, n)
+	x.exec(`VACUUM ANALYZE bench_q`)
+
+	const claimSQL = `WITH c AS (
+		SELECT shard_id, id FROM bench_q
+		 WHERE shard_id BETWEEN $1 AND $2 AND state = 'pending' AND not_before <= now()
+		 LIMIT $3 FOR UPDATE SKIP LOCKED)
+	UPDATE bench_q q SET state = 'claimed', claim_epoch = q.claim_epoch + 1, claimed_by = 'q', lease_until = now() + interval '60 seconds'
+	  FROM c WHERE q.shard_id = c.shard_id AND q.id = c.id
+	RETURNING q.shard_id, q.id`
+	const deleteSQL = `DELETE FROM bench_q q USING unnest($1::smallint[], $2::uuid[]) AS d(shard_id, id)
+		WHERE q.shard_id = d.shard_id AND q.id = d.id`
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range benchQWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each claimer owns a contiguous shard range, as dispatch pods do.
+			lo, hi := w*256/benchQWorkers, (w+1)*256/benchQWorkers-1
+			var (
+				shards []int16
+				ids    []string
+			)
+			for {
+				rows, err := x.db.Pool.Query(x.ctx, claimSQL, lo, hi, benchQBatch)
+				if err != nil {
+					tb.Error(err)
+					return
+				}
+				shards, ids = shards[:0], ids[:0]
+				for rows.Next() {
+					var (
+						sh int16
+						id string
+					)
+					if err := rows.Scan(&sh, &id); err != nil {
+						rows.Close()
+						tb.Error(err)
+						return
+					}
+					shards, ids = append(shards, sh), append(ids, id)
+				}
+				if err := rows.Err(); err != nil {
+					tb.Error(err)
+					return
+				}
+				if len(ids) == 0 {
+					return
+				}
+				if _, err := x.db.Pool.Exec(x.ctx, deleteSQL, shards, ids); err != nil {
+					tb.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	rate := float64(n) / time.Since(start).Seconds()
+	var left int
+	must(tb, x.db.Pool.QueryRow(x.ctx, `SELECT count(*) FROM bench_q`).Scan(&left))
+	if left != 0 {
+		tb.Fatalf("Q left %d rows", left)
+	}
+	return rate
+}
+
+// benchEnvelope is a leaf task envelope as the dispatcher sends it, for H.
+func benchEnvelope(i int) []byte {
+	id := fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+	env := webhooksdk.Envelope{Type: "task", TaskID: id, ClaimEpoch: 1, Attempt: 1, TaskType: "reconcile",
+		Reaction: "work", Trigger: "specChange", Kind: "leaf", KindVersion: 1,
+		Resource: &webhooksdk.Resource{ID: id, Kind: "leaf", KindVersion: 1, Name: "r-" + strconv.Itoa(i),
+			Spec: json.RawMessage(`{"i":` + strconv.Itoa(i) + `}`), Generation: 1, Phase: "Reconciling"},
+		Callback: &webhooksdk.Callback{URL: "http://127.0.0.1:1/v1/tasks/" + id + "/outcome", Token: "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}}
+	b, _ := json.Marshal(env)
+	return b
+}
+
+// noop is the provider every dispatch mode runs: it does nothing.
+func noop(context.Context, webhooksdk.Request) (webhooksdk.Outcome, error) {
+	return webhooksdk.Outcome{Status: json.RawMessage(`{}`)}, nil
+}
+
+// newSecret returns a fresh signing secret.
+func newSecret(tb testing.TB) string {
+	s, err := webhooksdk.GenerateSecret()
+	must(tb, err)
+	return s
+}
+
+// benchH is the HTTP ceiling: benchConcurrency workers POST signed
+// envelopes to a no-op webhooksdk provider through the egress client and
+// the HTTPS target, as the dispatcher does, with no database.
+func benchH(tb testing.TB, n int) float64 {
+	secret := newSecret(tb)
+	h, err := webhooksdk.Handler([]webhooksdk.Provider{newProvider("leaf", noop)}, webhooksdk.WithSecrets(secret),
+		webhooksdk.WithLogger(benchLog))
+	must(tb, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	client, err := egress.NewClient(egress.ClientConfig{Policy: egress.Policy{DevMode: true}, MaxIdleConnsPerHost: benchConcurrency})
+	must(tb, err)
+	defer client.CloseIdleConnections()
+	tgt := target.NewHTTPS(client, srv.URL, "converge-dispatch/bench", 16<<20)
+	signer, err := webhooksdk.NewSigner(secret)
+	must(tb, err)
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		bodies[i] = benchEnvelope(i)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range benchConcurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				now := time.Now()
+				msgID := "msg_h_" + strconv.Itoa(i)
+				resp, err := tgt.Deliver(tb.Context(), &target.Delivery{MsgID: msgID, Timestamp: now, Body: bodies[i],
+					Signature: signer.Sign(msgID, now, bodies[i])})
+				if err != nil || resp.Status != http.StatusOK {
+					tb.Errorf("H delivery %d: %v %v", i, resp, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	rate := float64(n) / time.Since(start).Seconds()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = h.Shutdown(ctx)
+	return rate
+}
+
+// benchInproc runs the engine with the in-process executor.
+func benchInproc(tb testing.TB, n int) float64 {
+	x := newBenchDB(tb)
+	defer x.close()
+	x.seed(n)
+	ex := inproc.New(inproc.Config{Concurrency: benchConcurrency, Handlers: map[string]inproc.Handler{
+		"leaf/1": inproc.HandlerFunc(func(context.Context, model.Request) (model.Outcome, error) {
+			return model.Outcome{Status: json.RawMessage(`{}`)}, nil
+		}),
+	}}, x.st, x.lis.Subscribe("work_ready"), benchLog)
+	must(tb, ex.Start(x.ctx))
+	x.stop = append(x.stop, ex.Stop)
+	x.listen()
+	return x.converge(n)
+}
+
+// benchDispatch is the push dispatcher wired to a no-op webhooksdk provider
+// and the callback API, all on loopback.
+type benchDispatch struct {
+	*benchDB
+	d *dispatch.Dispatcher
+}
+
+func newBenchDispatch(tb testing.TB, async bool) *benchDispatch {
+	x := newBenchDB(tb)
+	key := make([]byte, store.SecretKeyBytes)
+	_, _ = rand.Read(key)
+	box, err := store.NewSecretBox(key)
+	must(tb, err)
+	tokenKey := make([]byte, 32)
+	_, _ = rand.Read(tokenKey)
+	tokens, err := callback.NewTokens(tokenKey)
+	must(tb, err)
+	cbh, err := callback.NewHandler(callback.Config{Tokens: tokens, Store: x.st, Logger: benchLog})
+	must(tb, err)
+	cbSrv := httptest.NewServer(cbh)
+	x.stop = append(x.stop, cbSrv.Close)
+
+	var handler atomic.Pointer[http.Handler]
+	provSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
+	x.stop = append(x.stop, provSrv.Close)
+	_, secret, err := x.st.CreateEndpoint(x.ctx, box, store.PutEndpointParams{Name: "bench",
+		Kinds:          []store.EndpointKind{{Kind: "leaf", KindVersion: 1}},
+		Target:         store.EndpointTarget{Type: store.TargetHTTPS, URL: provSrv.URL + "/converge"},
+		MaxConcurrency: benchConcurrency})
+	must(tb, err)
+	work := noop
+	opts := []webhooksdk.Option{webhooksdk.WithSecrets(secret.Reveal()), webhooksdk.WithLogger(benchLog)}
+	if async {
+		// Answer 202 at once; the no-op work takes just long enough that the
+		// zero sync budget expires first. The callback client keeps its
+		// connections alive (the default transport keeps 2 per host).
+		work = func(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
+			t := time.NewTimer(100 * time.Microsecond)
+			defer t.Stop()
+			<-t.C
+			return noop(ctx, req)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = benchConcurrency
+		opts = append(opts, webhooksdk.WithSyncBudget(0), webhooksdk.WithHTTPClient(&http.Client{Transport: tr, Timeout: 30 * time.Second}))
+		x.stop = append(x.stop, tr.CloseIdleConnections)
+	}
+	h, err := webhooksdk.Handler([]webhooksdk.Provider{newProvider("leaf", work)}, opts...)
+	must(tb, err)
+	var hh http.Handler = h
+	handler.Store(&hh)
+	x.stop = append(x.stop, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = h.Shutdown(ctx)
+	})
+
+	d, err := dispatch.New(dispatch.Config{SecretBox: box, TokenKey: tokenKey, CallbackBaseURL: cbSrv.URL, DevMode: true,
+		Logger: benchLog}, x.st, dispatch.Wakeups{WorkReady: x.lis.Subscribe("work_ready"),
+		EndpointsChanged: x.lis.Subscribe("endpoints_changed")})
+	must(tb, err)
+	must(tb, d.Start(x.ctx))
+	x.stop = append(x.stop, d.Stop)
+	x.listen()
+	waitFor(tb, 10*time.Second, "the endpoint to be ready", func() bool { ok, _ := d.Registry().PairStatus("leaf", 1); return ok })
+	return &benchDispatch{benchDB: x, d: d}
+}
+
+// benchHTTP runs the engine with the push dispatcher (inline or async).
+func benchHTTP(tb testing.TB, n int, async bool) float64 {
+	x := newBenchDispatch(tb, async)
+	defer x.close()
+	x.seed(n)
+	return x.converge(n)
+}
+
+// benchLatency feeds leaf resources at rate/s for about n/rate seconds
+// (at least 2s) through the inline HTTP path and returns the p50 and p99 of
+// claim → resource updated, in ms (database clock on both ends), and the
+// rate it achieved.
+func benchLatency(tb testing.TB, n int, rate float64) (p50, p99, fed float64) {
+	x := newBenchDispatch(tb, false)
+	defer x.close()
+	const every = 10 * time.Millisecond
+	per := max(1, int(rate*every.Seconds()))
+	total := max(n/2, int(2*rate))
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	start := time.Now()
+	for sent := 0; sent < total; sent += per {
+		x.exec(`WITH r AS (INSERT INTO resources (kind, kind_version, name, spec)
+			SELECT 'leaf', 1, 'l-' || i, '{}' FROM generate_series($1::int, $2::int) i RETURNING id)
+			SELECT schedule_eligible(array_agg(id)) FROM r`, sent, sent+per-1)
+		<-tick.C
+	}
+	fed = float64(total) / time.Since(start).Seconds()
+	waitFor(tb, 5*time.Minute, "the latency run to converge", func() bool {
+		var lagging bool
+		must(tb, x.db.Pool.QueryRow(x.ctx, `SELECT EXISTS (SELECT 1 FROM resources
+			WHERE synced_gen < generation AND deletion_requested_at IS NULL AND frozen_until IS NULL)`).Scan(&lagging))
+		return !lagging
+	})
+	must(tb, x.db.Pool.QueryRow(x.ctx, `SELECT
+			1000 * percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM r.updated_at - w.claimed_at)),
+			1000 * percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM r.updated_at - w.claimed_at))
+		  FROM resources r JOIN work_queue w ON w.shard_id = r.shard_id AND w.resource_id = r.id`).Scan(&p50, &p99))
+	return p50, p99, fed
+}
+
+// BenchmarkDispatchMode runs one round of one mode per sub-benchmark, for
+// profiling a single path (go test -bench DispatchMode/http -cpuprofile …).
+// BenchmarkDispatch is the one that reports ratios.
+func BenchmarkDispatchMode(b *testing.B) {
+	n := 10_000
+	if testing.Short() {
+		n = 2_000
+	}
+	for _, m := range []struct {
+		name string
+		run  func(testing.TB, int) float64
+	}{
+		{"Q", benchQ}, {"H", benchH}, {"inproc", benchInproc},
+		{"http", func(tb testing.TB, n int) float64 { return benchHTTP(tb, n, false) }},
+		{"async", func(tb testing.TB, n int) float64 { return benchHTTP(tb, n, true) }},
+	} {
+		b.Run(m.name, func(b *testing.B) {
+			for range b.N {
+				b.ReportMetric(m.run(b, n), "rec/s")
+			}
+		})
+	}
+}

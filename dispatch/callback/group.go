@@ -1,0 +1,87 @@
+package callback
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
+)
+
+// group commits concurrent callbacks together: the first callback to arrive
+// opens a batch and, after a short window, waits for the previous batch's
+// write to finish — the batch stays open meanwhile, so everything arriving
+// during a write joins the next one — then completes the whole batch in one
+// CompleteBatch round trip; each callback answers with its own status. Under
+// load this turns N concurrent single-row transactions, which contend with
+// each other, into one batched write at a time per pod; a lone callback
+// waits only the window. There is no background goroutine: each batch's
+// first caller does its write.
+type group struct {
+	st     *store.Store
+	window time.Duration
+	max    int
+	writer chan struct{} // held by the batch being written
+
+	mu   sync.Mutex
+	open *batch
+}
+
+type batch struct {
+	items    []store.Completion
+	full     chan struct{} // closed when the batch reached max
+	done     chan struct{} // closed once statuses/err are set
+	statuses []store.CompleteStatus
+	err      error
+}
+
+// complete records one result as part of a batch and returns its status.
+func (g *group) complete(ctx context.Context, t model.Task, r model.Result) (store.CompleteStatus, error) {
+	g.mu.Lock()
+	b := g.open
+	leader := b == nil
+	if leader {
+		b = &batch{full: make(chan struct{}), done: make(chan struct{})}
+		g.open = b
+	}
+	i := len(b.items)
+	b.items = append(b.items, store.Completion{Task: t, Result: r})
+	if len(b.items) >= g.max {
+		g.open = nil
+		close(b.full)
+	}
+	g.mu.Unlock()
+
+	if leader {
+		timer := time.NewTimer(g.window)
+		select {
+		case <-timer.C:
+		case <-b.full:
+			timer.Stop()
+		}
+		g.writer <- struct{}{} // the batch keeps filling until the previous write is done
+		defer func() { <-g.writer }()
+		g.mu.Lock()
+		if g.open == b {
+			g.open = nil
+		}
+		g.mu.Unlock()
+		// The batch belongs to every caller in it: one caller going away
+		// must not cancel the others' writes.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		b.statuses, b.err = g.st.CompleteBatch(wctx, b.items)
+		cancel()
+		close(b.done)
+	}
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		// The result may still be applied; a retry finds it a duplicate.
+		return "", ctx.Err()
+	}
+	if b.err != nil {
+		return "", b.err
+	}
+	return b.statuses[i], nil
+}

@@ -1,0 +1,286 @@
+// Package callback is the dispatch API a provider calls back: the outcome
+// of a task it accepted with 202, and heartbeats while it works.
+//
+//	POST /v1/tasks/{task_id}/outcome    Authorization: Bearer <token>
+//	POST /v1/tasks/{task_id}/heartbeat  Authorization: Bearer <token>
+//
+// The bearer token ([Tokens]) is a stateless capability minted by the
+// dispatcher into the task envelope: any dispatch pod verifies it with the
+// shared key, with no lookup, so a callback may land on any pod. The token
+// proves who may speak for the claim; the FENCE is the database: an outcome
+// is applied only while the task is still claimed at the token's
+// claim_epoch (store.Complete).
+//
+// Outcome answers: 200 applied; 200 duplicate (the same claim's outcome was
+// already accepted: a no-op, so providers may retry freely); 409 superseded
+// (the claim lapsed and the task was re-claimed, re-pended or removed: the
+// result is dropped and the provider should stop); 401 bad, expired or
+// other-task token; 413 body over the cap; 415 not JSON; 400 malformed
+// (the task stays claimed until its lease or deadline lapses, then retries);
+// 503 the database is unavailable (retry).
+//
+// Heartbeat answers: 200 with the new lease end; 409 superseded; 401 as
+// above. A heartbeat extends the lease to the task deadline plus grace (or
+// by the async lease when the task has none), never beyond.
+package callback
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/dispatch/wire"
+)
+
+// Defaults shared by the dispatcher (which mints tokens and extends leases
+// on a 202) and the handler (which extends them on heartbeats); configure
+// both with the same values.
+const (
+	// AsyncLeaseDefault is the lease of an accepted task without a deadline,
+	// renewed by each heartbeat.
+	AsyncLeaseDefault = 5 * time.Minute
+	// GraceDefault is how long past the task deadline a callback is still
+	// accepted (webhooksdk retries its callback for CallbackGraceDefault, 1m,
+	// past the deadline).
+	GraceDefault = time.Minute
+	// TokenTTLDefault bounds a token of a task without a deadline.
+	TokenTTLDefault = 24 * time.Hour
+	// MaxBodyDefault caps an outcome body (16 MiB, the store's status cap).
+	MaxBodyDefault int64 = 16 << 20
+	// maxHeartbeatBody caps a heartbeat body, which carries ids only.
+	maxHeartbeatBody = 4 << 10
+)
+
+// Config configures a Handler.
+type Config struct {
+	// Tokens verifies bearer tokens. Required; the same keys as the
+	// dispatchers'.
+	Tokens *Tokens
+	// Store completes tasks and extends leases. Required.
+	Store *store.Store
+	// MaxBodyBytes caps an outcome body. Defaults to MaxBodyDefault.
+	MaxBodyBytes int64
+	// AsyncLease and Grace: see LeaseFor. Default to AsyncLeaseDefault and
+	// GraceDefault.
+	AsyncLease, Grace time.Duration
+	// Metrics registers callbacks_total and heartbeats_total. Nil skips
+	// registration.
+	Metrics prometheus.Registerer
+	// Logger defaults to a discarding logger.
+	Logger *slog.Logger
+	// Now is the clock tokens are checked against. Defaults to time.Now.
+	Now func() time.Time
+	// BatchWindow is how long the first of several concurrent outcome
+	// callbacks waits for others to complete together in one round trip.
+	// Defaults to 2ms; negative completes each on its own.
+	BatchWindow time.Duration
+}
+
+// Handler serves the callback routes. Create it with NewHandler.
+type Handler struct {
+	cfg        Config
+	group      *group
+	mux        *http.ServeMux
+	callbacks  *prometheus.CounterVec
+	heartbeats *prometheus.CounterVec
+}
+
+// NewHandler returns the callback handler, routing /v1/tasks/{id}/outcome
+// and /v1/tasks/{id}/heartbeat. Mount it at the root of the dispatch
+// listener (or strip a prefix that CALLBACK_BASE_URL includes).
+func NewHandler(cfg Config) (*Handler, error) {
+	if cfg.Tokens == nil || cfg.Store == nil {
+		return nil, errors.New("callback handler: Tokens and Store are required")
+	}
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, MaxBodyDefault)
+	cfg.AsyncLease = cmp.Or(cfg.AsyncLease, AsyncLeaseDefault)
+	cfg.Grace = cmp.Or(cfg.Grace, GraceDefault)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.BatchWindow = cmp.Or(cfg.BatchWindow, 2*time.Millisecond)
+	h := &Handler{
+		cfg:   cfg,
+		group: &group{st: cfg.Store, window: max(cfg.BatchWindow, 0), max: 256, writer: make(chan struct{}, 1)},
+		mux:   http.NewServeMux(),
+		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "converge", Subsystem: "dispatch", Name: "callbacks_total",
+			Help: "Outcome callbacks received, by result: applied, duplicate, superseded, unauthorized, too_large, malformed, unsupported_media_type, error.",
+		}, []string{"result"}),
+		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "converge", Subsystem: "dispatch", Name: "heartbeats_total",
+			Help: "Task heartbeats received, by result: extended, superseded, unauthorized, malformed, error.",
+		}, []string{"result"}),
+	}
+	if cfg.Metrics != nil {
+		for _, c := range []prometheus.Collector{h.callbacks, h.heartbeats} {
+			if err := cfg.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("callback handler: register metrics: %w", err)
+			}
+		}
+	}
+	h.mux.HandleFunc("POST /v1/tasks/{id}/outcome", h.outcome)
+	h.mux.HandleFunc("POST /v1/tasks/{id}/heartbeat", h.heartbeat)
+	return h, nil
+}
+
+// ServeHTTP routes a callback request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// authorize verifies the bearer token and that it is for the task in the
+// path. A token for another task is as good as forged here.
+func (h *Handler) authorize(r *http.Request) (Claim, error) {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || tok == "" {
+		return Claim{}, errors.New("missing bearer token")
+	}
+	c, err := h.cfg.Tokens.Verify(strings.TrimSpace(tok), h.cfg.Now())
+	if err != nil {
+		return Claim{}, err
+	}
+	id, ok := CanonicalTaskID(r.PathValue("id"))
+	if !ok || id != c.TaskID {
+		return Claim{}, errors.New("the token is for another task")
+	}
+	return c, nil
+}
+
+// readBody enforces the content type and the size cap, answering the
+// request itself when it fails (result names the failure).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, string) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			problem(w, http.StatusUnsupportedMediaType, "content type must be application/json")
+			return nil, "unsupported_media_type"
+		}
+	}
+	if r.ContentLength > limit {
+		problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", limit))
+		return nil, "too_large"
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", limit))
+			return nil, "too_large"
+		}
+		problem(w, http.StatusBadRequest, "cannot read body")
+		return nil, "malformed"
+	}
+	return body, ""
+}
+
+func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
+	c, err := h.authorize(r)
+	if err != nil {
+		h.callbacks.WithLabelValues("unauthorized").Inc()
+		problem(w, http.StatusUnauthorized, "callback token refused: "+err.Error())
+		return
+	}
+	body, fail := readBody(w, r, h.cfg.MaxBodyBytes)
+	if fail != "" {
+		h.callbacks.WithLabelValues(fail).Inc()
+		return
+	}
+	res, err := wire.DecodeResult(body, c.TaskID, c.Epoch)
+	if err != nil {
+		// The claim stays as it is: its lease or deadline lapses and the task
+		// is retried, rather than a garbled body deciding anything.
+		h.callbacks.WithLabelValues("malformed").Inc()
+		problem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	st, err := h.group.complete(r.Context(), c.Task(), res)
+	switch {
+	case st == store.Superseded:
+		h.callbacks.WithLabelValues("superseded").Inc()
+		problem(w, http.StatusConflict, "task superseded: this claim no longer holds it; the result was not applied")
+	case err != nil:
+		h.callbacks.WithLabelValues("error").Inc()
+		h.cfg.Logger.Error("callback: complete failed", "task_id", c.TaskID, "claim_epoch", c.Epoch, "err", err)
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "cannot record the outcome now; retry")
+	default:
+		h.callbacks.WithLabelValues(string(st)).Inc()
+		writeJSON(w, http.StatusOK, map[string]string{"result": string(st)})
+	}
+}
+
+func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {
+	c, err := h.authorize(r)
+	if err != nil {
+		h.heartbeats.WithLabelValues("unauthorized").Inc()
+		problem(w, http.StatusUnauthorized, "callback token refused: "+err.Error())
+		return
+	}
+	body, fail := readBody(w, r, maxHeartbeatBody)
+	if fail != "" {
+		h.heartbeats.WithLabelValues(fail).Inc()
+		return
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		var hb struct {
+			TaskID     string `json:"task_id"`
+			ClaimEpoch int64  `json:"claim_epoch"`
+		}
+		if err := json.Unmarshal(body, &hb); err != nil ||
+			(hb.TaskID != "" && hb.TaskID != c.TaskID) || (hb.ClaimEpoch != 0 && hb.ClaimEpoch != c.Epoch) {
+			h.heartbeats.WithLabelValues("malformed").Inc()
+			problem(w, http.StatusBadRequest, "heartbeat body must be {\"task_id\", \"claim_epoch\"} of this claim, or empty")
+			return
+		}
+	}
+	now := h.cfg.Now()
+	lease := LeaseFor(c.Deadline, h.cfg.AsyncLease, h.cfg.Grace, now)
+	held, err := h.cfg.Store.ExtendLeases(r.Context(), []model.Task{c.Task()}, lease)
+	switch {
+	case err != nil:
+		h.heartbeats.WithLabelValues("error").Inc()
+		h.cfg.Logger.Error("callback: heartbeat failed", "task_id", c.TaskID, "claim_epoch", c.Epoch, "err", err)
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "cannot extend the lease now; retry")
+	case !held[c.TaskID]:
+		h.heartbeats.WithLabelValues("superseded").Inc()
+		problem(w, http.StatusConflict, "task superseded: this claim no longer holds it; stop working on it")
+	default:
+		h.heartbeats.WithLabelValues("extended").Inc()
+		writeJSON(w, http.StatusOK, map[string]string{"lease_until": now.Add(lease).UTC().Format(time.RFC3339)})
+	}
+}
+
+// problem writes an RFC 9457 problem body.
+func problem(w http.ResponseWriter, status int, detail string) {
+	body, _ := json.Marshal(struct { //nolint:errchkjson // plain strings and an int
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail,omitempty"`
+	}{"about:blank", http.StatusText(status), status, detail})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body) // the client is gone if this fails
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, _ := json.Marshal(v) //nolint:errchkjson // a map of strings
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

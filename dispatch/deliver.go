@@ -1,0 +1,310 @@
+package dispatch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/dispatch/callback"
+	"github.com/convergeplane/converge/dispatch/egress"
+	"github.com/convergeplane/converge/dispatch/registry"
+	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/dispatch/wire"
+	"github.com/convergeplane/converge/webhooksdk"
+)
+
+// Delivery results: the deliveries_total{result} label values and, for
+// failures, the endpoint_deliveries reason.
+const (
+	resultOK           = "ok"            // 200 with an outcome, or 204
+	resultTaskError    = "task_error"    // 200 with an error body: the task failed, the delivery did not
+	resultAccepted     = "accepted"      // 202: the outcome comes by callback
+	resultRateLimited  = "rate_limited"  // 429
+	resultGone         = "gone"          // 410: the endpoint is disabled
+	resultRedirect     = "redirect"      // 3xx, never followed
+	resultClientError  = "client_error"  // another 4xx
+	resultServerError  = "server_error"  // 5xx
+	resultRetryable    = "retryable"     // 408, 425
+	resultUnexpected   = "unexpected"    // another 1xx/2xx status
+	resultMalformed    = "malformed"     // a 200 body that is not a result
+	resultTooLarge     = "too_large"     // a body over MaxResponseBytes
+	resultTimeout      = "timeout"       // no answer within request_timeout_secs
+	resultDeadline     = "deadline"      // the task deadline passed
+	resultNetwork      = "network"       // no answer: connection failed or broke
+	resultBlocked      = "blocked"       // the egress policy refused the address
+	resultCancelled    = "cancelled"     // superseded or shut down mid-delivery
+	resultAsyncTimeout = "async_timeout" // accepted, then no callback before the lease lapsed
+)
+
+// opKind is what the completer does with a finished delivery.
+type opKind int
+
+const (
+	opComplete opKind = iota // store.CompleteBatch with result
+	opRelease                // store.Release after delay, no attempt burnt
+	opFailure                // record a failed attempt in endpoint_deliveries
+)
+
+type op struct {
+	kind    opKind
+	task    model.Task
+	result  model.Result
+	delay   time.Duration
+	reason  string
+	failure store.EndpointDelivery
+}
+
+// verdict is one attempt's classification.
+type verdict struct {
+	result   string
+	status   int
+	breaker  registry.Verdict
+	failover bool // no answer: another endpoint may take it
+	failed   bool // record it as a failed delivery
+	detail   string
+	excerpt  []byte
+
+	// What to do with the task; exactly one applies.
+	complete *model.Result
+	release  bool
+	hold     bool
+	drop     bool // the claim is lost: nothing to do
+	delay    time.Duration
+
+	backoff time.Duration // stop sending to the endpoint this long
+	disable string        // disable the endpoint with this reason (410)
+}
+
+func transient(msg string) *model.Result {
+	return &model.Result{Error: &model.TaskError{Message: msg}}
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }} //nolint:gochecknoglobals // a buffer pool
+
+// encode builds the signed-to-be envelope: the request, and a callback URL
+// and token bound to this claim.
+func (d *Dispatcher) encode(it *item, buf *bytes.Buffer) error {
+	t := it.task
+	exp := time.Now().Add(d.cfg.TokenTTL)
+	if !t.Deadline.IsZero() {
+		exp = t.Deadline.Add(d.cfg.CallbackGrace)
+	}
+	tok, err := d.tokens.Mint(callback.Claim{TaskID: t.ID, Shard: t.Shard, Epoch: t.Epoch, Emits: t.Emits,
+		Deadline: t.Deadline, Expires: exp})
+	if err != nil {
+		return err
+	}
+	env := wire.Envelope(&it.req, &webhooksdk.Callback{URL: d.cbBase + "/v1/tasks/" + t.ID + "/outcome", Token: tok})
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(&env); err != nil {
+		return fmt.Errorf("encode envelope: %w", err)
+	}
+	return nil
+}
+
+// deliver runs one task's delivery: sign and send, fail over to another
+// ready endpoint while no answer comes back, classify the answer, and hand
+// the result to the completer.
+func (d *Dispatcher) deliver(it *item, slot *registry.Slot, ops chan<- op) {
+	defer d.untrack(it)
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer bufPool.Put(buf)
+	if err := d.encode(it, buf); err != nil {
+		slot.Done(registry.Neutral)
+		ops <- op{kind: opComplete, task: it.task, result: *transient("dispatcher could not build the envelope: " + err.Error())}
+		return
+	}
+	msgID := wire.MessageID(it.task)
+	var tried []string
+	for {
+		ep := slot.Endpoint()
+		start := time.Now()
+		v := d.attempt(it, ep, msgID, buf.Bytes(), start)
+		lat := time.Since(start)
+		slot.Done(v.breaker)
+		d.m.observe(ep.Name(), v.result, lat)
+		if v.failed {
+			ops <- op{kind: opFailure, failure: store.EndpointDelivery{
+				Endpoint: ep.Name(), At: start, TaskID: it.task.ID, ResourceID: it.task.ResourceID,
+				ClaimEpoch: it.task.Epoch, Attempt: it.task.Attempts + 1, HTTPStatus: v.status,
+				LatencyMS: int(lat / time.Millisecond), Reason: v.result, Excerpt: failureExcerpt(v),
+			}}
+		}
+		if v.backoff > 0 {
+			ep.BackOff(time.Now().Add(v.backoff), fmt.Sprintf("it answered %d %s", v.status, http.StatusText(v.status)))
+		}
+		if v.disable != "" {
+			d.disable(it.ctx, ep, v.disable)
+		}
+		if v.failover && it.ctx.Err() == nil {
+			tried = append(tried, ep.Name())
+			if next, ok := d.reg.Acquire(it.pair, tried...); ok {
+				slot = next
+				continue
+			}
+		}
+		switch {
+		case v.drop:
+		case v.complete != nil:
+			ops <- op{kind: opComplete, task: it.task, result: *v.complete}
+		case v.release:
+			ops <- op{kind: opRelease, task: it.task, delay: v.delay, reason: v.detail}
+		case v.hold:
+			d.async.hold(it.task, ep.Name(), time.Now())
+		}
+		return
+	}
+}
+
+// failureExcerpt is what a failed attempt's record shows: the
+// classification's detail, then the start of the response body.
+func failureExcerpt(v verdict) string {
+	if len(v.excerpt) == 0 {
+		return v.detail
+	}
+	b := v.excerpt[:min(len(v.excerpt), store.DeliveryExcerptMax)]
+	if v.detail == "" {
+		return string(b)
+	}
+	return v.detail + ": " + string(b)
+}
+
+// disable turns the endpoint off on this pod at once, and in the table so
+// every pod follows.
+func (d *Dispatcher) disable(ctx context.Context, ep *registry.Endpoint, reason string) {
+	ep.Disable(reason)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := d.st.DisableEndpoint(ctx, ep.Name(), reason); err != nil {
+		d.log.Error("cannot record the endpoint as disabled", "endpoint", ep.Name(), "err", err)
+		return
+	}
+	d.log.Warn("endpoint disabled", "endpoint", ep.Name(), "reason", reason)
+}
+
+// attempt makes one HTTP attempt under the request timeout and the task
+// deadline, whichever ends first, and classifies it.
+func (d *Dispatcher) attempt(it *item, ep *registry.Endpoint, msgID string, body []byte, now time.Time) verdict {
+	deadline := it.task.Deadline
+	if !deadline.IsZero() && !now.Before(deadline) {
+		return verdict{result: resultDeadline, breaker: registry.Neutral, failed: true,
+			detail:   "the task deadline passed before it could be delivered",
+			complete: transient("task deadline exceeded before delivery")}
+	}
+	timeout := ep.RequestTimeout()
+	ctx, cancel := context.WithTimeout(it.ctx, timeout)
+	defer cancel()
+	if !deadline.IsZero() {
+		var cancelD context.CancelFunc
+		ctx, cancelD = context.WithDeadline(ctx, deadline)
+		defer cancelD()
+	}
+	resp, err := ep.Deliver(ctx, &target.Delivery{MsgID: msgID, Timestamp: now, Body: body,
+		Signature: ep.Sign(msgID, now, body)})
+	if err != nil {
+		return d.classifyError(it, ep, err, timeout)
+	}
+	return d.classifyResponse(it, ep, resp)
+}
+
+func (d *Dispatcher) classifyError(it *item, ep *registry.Endpoint, err error, timeout time.Duration) verdict {
+	if cause := context.Cause(it.ctx); cause != nil {
+		if errors.Is(cause, errSuperseded) {
+			return verdict{result: resultCancelled, breaker: registry.Neutral, drop: true}
+		}
+		return verdict{result: resultCancelled, breaker: registry.Neutral, release: true, detail: errShutdown.Error()}
+	}
+	deadline := it.task.Deadline
+	switch {
+	case !deadline.IsZero() && !time.Now().Before(deadline):
+		msg := fmt.Sprintf("task deadline exceeded: endpoint %s gave no answer before the task deadline", ep.Name())
+		return verdict{result: resultDeadline, breaker: registry.Failure, failed: true, detail: msg, complete: transient(msg)}
+	case errors.Is(err, context.DeadlineExceeded):
+		msg := fmt.Sprintf("endpoint %s gave no answer within its request timeout (%s)", ep.Name(), timeout)
+		return verdict{result: resultTimeout, breaker: registry.Failure, failed: true, detail: msg, complete: transient(msg)}
+	case errors.Is(err, egress.ErrBlocked):
+		msg := fmt.Sprintf("delivery to endpoint %s refused: %v", ep.Name(), err)
+		return verdict{result: resultBlocked, breaker: registry.Failure, failed: true, failover: true, detail: msg, complete: transient(msg)}
+	default:
+		msg := fmt.Sprintf("delivery to endpoint %s failed: %v", ep.Name(), err)
+		return verdict{result: resultNetwork, breaker: registry.Failure, failed: true, failover: true, detail: msg, complete: transient(msg)}
+	}
+}
+
+func (d *Dispatcher) classifyResponse(it *item, ep *registry.Endpoint, resp *target.Response) verdict {
+	st := resp.Status
+	v := verdict{status: st, excerpt: resp.Body}
+	retryAfter := min(resp.RetryAfter, d.cfg.MaxRetryAfter)
+	statusText := fmt.Sprintf("%d %s", st, http.StatusText(st))
+	fail := func(result string, b registry.Verdict, msg string) verdict {
+		v.result, v.breaker, v.failed, v.detail = result, b, true, msg
+		v.complete = transient(msg)
+		// Retry-After asks the endpoint be left alone: nothing more is sent
+		// to it until then, so the task's retry waits at least that long
+		// unless another endpoint takes it.
+		v.backoff = retryAfter
+		return v
+	}
+	switch {
+	case st == http.StatusOK:
+		if resp.Truncated {
+			return fail(resultTooLarge, registry.Success, fmt.Sprintf("endpoint %s answered with a body over %d bytes", ep.Name(), len(resp.Body)))
+		}
+		res, err := wire.DecodeResult(resp.Body, it.task.ID, it.task.Epoch)
+		if err != nil {
+			return fail(resultMalformed, registry.Success, fmt.Sprintf("endpoint %s answered 200 with an unusable body: %v", ep.Name(), err))
+		}
+		v.result, v.breaker, v.complete, v.excerpt = resultOK, registry.Success, &res, nil
+		if res.Error != nil {
+			// The delivery worked; the task failed. It is still a failed
+			// attempt of the resource, so it is recorded.
+			v.result, v.failed, v.detail = resultTaskError, true, res.Error.Message
+			if res.Error.Terminal {
+				v.detail = "terminal: " + v.detail
+			}
+		}
+		return v
+	case st == http.StatusNoContent:
+		v.result, v.breaker, v.complete, v.excerpt = resultOK, registry.Success, &model.Result{Outcome: &model.Outcome{}}, nil
+		return v
+	case st == http.StatusAccepted:
+		v.result, v.breaker, v.hold, v.excerpt = resultAccepted, registry.Success, true, nil
+		return v
+	case st == http.StatusTooManyRequests:
+		delay := retryAfter
+		if delay <= 0 {
+			delay = d.cfg.RateLimitBackoff
+		}
+		v.result, v.breaker, v.failed, v.release, v.delay, v.backoff = resultRateLimited, registry.Neutral, true, true, delay, delay
+		v.detail = fmt.Sprintf("endpoint %s answered 429 Too Many Requests; retrying after %s without counting an attempt", ep.Name(), delay)
+		return v
+	case st == http.StatusGone:
+		reason := fmt.Sprintf("its target answered 410 Gone at %s", time.Now().UTC().Format(time.RFC3339))
+		v.result, v.breaker, v.failed, v.release, v.disable = resultGone, registry.Neutral, true, true, reason
+		v.detail = fmt.Sprintf("endpoint %s answered 410 Gone and was disabled", ep.Name())
+		return v
+	case st >= 300 && st < 400:
+		msg := fmt.Sprintf("endpoint %s answered %s (redirects are never followed)", ep.Name(), statusText)
+		if resp.Location != "" {
+			msg += "; Location: " + resp.Location
+		}
+		return fail(resultRedirect, registry.Failure, msg)
+	case st == http.StatusRequestTimeout || st == http.StatusTooEarly:
+		return fail(resultRetryable, registry.Neutral, fmt.Sprintf("endpoint %s answered %s", ep.Name(), statusText))
+	case st >= 500:
+		return fail(resultServerError, registry.Failure, fmt.Sprintf("endpoint %s answered %s", ep.Name(), statusText))
+	case st >= 400:
+		return fail(resultClientError, registry.Neutral, fmt.Sprintf("endpoint %s answered %s", ep.Name(), statusText))
+	default:
+		return fail(resultUnexpected, registry.Success, fmt.Sprintf("endpoint %s answered an unexpected %s", ep.Name(), statusText))
+	}
+}

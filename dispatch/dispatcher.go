@@ -1,0 +1,567 @@
+package dispatch
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/dispatch/breaker"
+	"github.com/convergeplane/converge/dispatch/callback"
+	"github.com/convergeplane/converge/dispatch/egress"
+	"github.com/convergeplane/converge/dispatch/health"
+	"github.com/convergeplane/converge/dispatch/registry"
+	"github.com/convergeplane/converge/internal/startstop"
+)
+
+// Config tunes a Dispatcher. Zero fields take the defaults below; SecretBox,
+// TokenKey and CallbackBaseURL are required.
+type Config struct {
+	// Claimer names this pod in claimed_by (its cluster member id).
+	// Defaults to "dispatch".
+	Claimer string
+	// Range returns this pod's shard range, re-read on every claim so a
+	// reshard takes effect at once. Defaults to every shard. The range's
+	// share of the 256 shards is also this pod's share of each endpoint's
+	// max_concurrency.
+	Range func() (lo, hi int)
+	// BatchSize caps one claim and one completion batch. Defaults to 256.
+	BatchSize int
+	// Lease is the claim lease of a task being delivered; it is renewed every
+	// Lease/3. Defaults to 60s.
+	Lease time.Duration
+	// Poll is the failsafe claim interval behind the work_ready wake.
+	// Defaults to 250ms.
+	Poll time.Duration
+	// FlushEvery bounds how long a finished delivery waits to be completed
+	// in a batch. Defaults to 2ms.
+	FlushEvery time.Duration
+	// QueueWait is how long a claimed task may wait for a free endpoint slot
+	// (a claim can return more of one kind than its endpoints can take)
+	// before it is released, without burning an attempt. Defaults to 2s.
+	QueueWait time.Duration
+	// DrainTimeout bounds Stop's wait for deliveries in flight; past it they
+	// are cancelled and their tasks released. Defaults to 30s.
+	DrainTimeout time.Duration
+
+	// CallbackBaseURL is the externally reachable base of the callback API
+	// (a load balancer in front of every dispatch pod; the listen address in
+	// dev mode): envelopes carry CallbackBaseURL + "/v1/tasks/{id}/outcome".
+	CallbackBaseURL string
+	// TokenKey signs callback tokens; every dispatch pod must share it (and
+	// the callback handler verifies with it). At least 32 bytes.
+	TokenKey []byte
+	// PreviousTokenKeys still verify, during a key rotation.
+	PreviousTokenKeys [][]byte
+	// AsyncLease is the lease of an accepted (202) task without a deadline;
+	// provider heartbeats renew it. Defaults to callback.AsyncLeaseDefault.
+	// Give the callback handler the same value.
+	AsyncLease time.Duration
+	// CallbackGrace is how long past its deadline an accepted task's
+	// callback is still awaited. Defaults to callback.GraceDefault. Give the
+	// callback handler the same value.
+	CallbackGrace time.Duration
+	// TokenTTL bounds the callback token of a task without a deadline.
+	// Defaults to callback.TokenTTLDefault.
+	TokenTTL time.Duration
+
+	// SecretBox opens endpoint signing secrets. Required.
+	SecretBox *store.SecretBox
+	// DevMode permits plain-http and loopback/private endpoints. Never in
+	// production.
+	DevMode bool
+	// AllowHTTP permits plain-http endpoints outside dev mode.
+	AllowHTTP bool
+	// AllowCIDRs permits endpoint addresses in otherwise blocked ranges.
+	AllowCIDRs []netip.Prefix
+	// Resolver resolves endpoint names; nil uses the system resolver.
+	Resolver *net.Resolver
+
+	// Version is sent in the User-Agent (converge-dispatch/<version>).
+	// Defaults to "dev".
+	Version string
+	// MaxResponseBytes caps a provider's answer. Defaults to 16 MiB.
+	MaxResponseBytes int64
+	// MaxRetryAfter caps a Retry-After honoured from a provider. Defaults
+	// to 5m.
+	MaxRetryAfter time.Duration
+	// RateLimitBackoff is the back-off after a 429 without Retry-After.
+	// Defaults to 1s.
+	RateLimitBackoff time.Duration
+	// Breaker configures each endpoint's circuit breaker.
+	Breaker breaker.Config
+	// HealthyThreshold, UnhealthyThreshold and HealthInterval are the probe
+	// defaults for endpoints that do not set their own (2, 3, 10s).
+	HealthyThreshold, UnhealthyThreshold int
+	HealthInterval                       time.Duration
+	// ProbeTimeout bounds one health probe. Defaults to 5s.
+	ProbeTimeout time.Duration
+	// RegistryRefresh is the failsafe endpoint re-read interval behind the
+	// endpoints_changed NOTIFY. Defaults to 30s.
+	RegistryRefresh time.Duration
+	// PendingEvery is how often the pending_tasks gauge is recounted.
+	// Defaults to 10s; negative disables it.
+	PendingEvery time.Duration
+
+	// Metrics registers the dispatcher's metrics. Nil skips registration.
+	Metrics prometheus.Registerer
+	// Logger defaults to a discarding logger.
+	Logger *slog.Logger
+}
+
+// Defaults for Config.
+const (
+	BatchSizeDefault        = 256
+	LeaseDefault            = 60 * time.Second
+	PollDefault             = 250 * time.Millisecond
+	FlushEveryDefault       = 2 * time.Millisecond
+	QueueWaitDefault        = 2 * time.Second
+	DrainTimeoutDefault     = 30 * time.Second
+	MaxRetryAfterDefault    = 5 * time.Minute
+	RateLimitBackoffDefault = time.Second
+	PendingEveryDefault     = 10 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	c.Claimer = cmp.Or(c.Claimer, "dispatch")
+	if c.Range == nil {
+		c.Range = func() (int, int) { return 0, 255 }
+	}
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Lease = cmp.Or(c.Lease, LeaseDefault)
+	c.Poll = cmp.Or(c.Poll, PollDefault)
+	c.FlushEvery = cmp.Or(c.FlushEvery, FlushEveryDefault)
+	c.QueueWait = cmp.Or(c.QueueWait, QueueWaitDefault)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
+	c.AsyncLease = cmp.Or(c.AsyncLease, callback.AsyncLeaseDefault)
+	c.CallbackGrace = cmp.Or(c.CallbackGrace, callback.GraceDefault)
+	c.TokenTTL = cmp.Or(c.TokenTTL, callback.TokenTTLDefault)
+	c.Version = cmp.Or(c.Version, "dev")
+	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, MaxRetryAfterDefault)
+	c.RateLimitBackoff = cmp.Or(c.RateLimitBackoff, RateLimitBackoffDefault)
+	c.PendingEvery = cmp.Or(c.PendingEvery, PendingEveryDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.SecretBox == nil {
+		errs = append(errs, errors.New("SecretBox is required"))
+	}
+	if len(c.TokenKey) < callback.TokenKeyMinBytes {
+		errs = append(errs, fmt.Errorf("TokenKey must be at least %d bytes", callback.TokenKeyMinBytes))
+	}
+	if u, err := url.Parse(c.CallbackBaseURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("CallbackBaseURL %q must be an absolute http(s) URL", c.CallbackBaseURL))
+	}
+	if c.Lease < 3*time.Second {
+		errs = append(errs, errors.New("Lease must be at least 3s (it is renewed every Lease/3)"))
+	}
+	if c.BatchSize < 1 {
+		errs = append(errs, errors.New("BatchSize must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Wakeups are the NOTIFY subscriptions that wake a Dispatcher early; both
+// are optional (the dispatcher polls behind them). Subscribe them on the
+// store's Listener before it starts.
+type Wakeups struct {
+	// WorkReady is a "work_ready" subscription.
+	WorkReady <-chan struct{}
+	// EndpointsChanged is an "endpoints_changed" subscription.
+	EndpointsChanged <-chan struct{}
+}
+
+// Dispatcher is the dispatch duty of one pod. See the package doc.
+type Dispatcher struct {
+	cfg    Config
+	st     *store.Store
+	reg    *registry.Registry
+	prober *health.Prober
+	tokens *callback.Tokens
+	m      *metrics
+	log    *slog.Logger
+	wake   <-chan struct{}
+	regCh  <-chan struct{}
+	cbBase string
+	loop   startstop.Loop
+
+	delivering atomic.Int64
+	async      *asyncWatch
+
+	mu      sync.Mutex
+	tracked map[string]*item // delivering and queued tasks, heartbeated
+}
+
+// New returns a Dispatcher. It validates cfg and registers the metrics.
+func New(cfg Config, st *store.Store, wake Wakeups) (*Dispatcher, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("dispatcher config: %w", err)
+	}
+	tokens, err := callback.NewTokens(cfg.TokenKey, cfg.PreviousTokenKeys...)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher config: %w", err)
+	}
+	reg, err := registry.New(registry.Config{
+		Box:                cfg.SecretBox,
+		Egress:             egress.Policy{DevMode: cfg.DevMode, AllowHTTP: cfg.AllowHTTP, AllowCIDRs: cfg.AllowCIDRs},
+		Resolver:           cfg.Resolver,
+		UserAgent:          "converge-dispatch/" + cfg.Version,
+		MaxResponseBytes:   cfg.MaxResponseBytes,
+		Refresh:            cfg.RegistryRefresh,
+		Breaker:            cfg.Breaker,
+		HealthyThreshold:   cfg.HealthyThreshold,
+		UnhealthyThreshold: cfg.UnhealthyThreshold,
+		HealthInterval:     cfg.HealthInterval,
+		Share:              func() float64 { lo, hi := cfg.Range(); return float64(hi-lo+1) / 256 },
+		Logger:             cfg.Logger,
+	}, st, wake.EndpointsChanged)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	d := &Dispatcher{
+		cfg:     cfg,
+		st:      st,
+		reg:     reg,
+		prober:  health.New(health.Config{Timeout: cfg.ProbeTimeout, Logger: cfg.Logger}, reg),
+		tokens:  tokens,
+		log:     cfg.Logger,
+		wake:    wake.WorkReady,
+		regCh:   reg.Subscribe(),
+		cbBase:  strings.TrimSuffix(cfg.CallbackBaseURL, "/"),
+		tracked: map[string]*item{},
+	}
+	d.async = newAsyncWatch(d)
+	if d.m, err = newMetrics(cfg.Metrics, reg); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	return d, nil
+}
+
+// Registry returns the live endpoint registry: PairStatus for why a kind
+// parks, Status for the endpoint detail (health, breaker, in-flight).
+func (d *Dispatcher) Registry() *registry.Registry { return d.reg }
+
+// InFlight returns the number of tasks this pod holds: being delivered or
+// waiting for a slot (for the cluster member heartbeat).
+func (d *Dispatcher) InFlight() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.tracked)
+}
+
+// Start loads the endpoints, starts probing them and claiming.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	if err := d.reg.Start(ctx); err != nil {
+		return err
+	}
+	if err := d.prober.Start(ctx); err != nil {
+		return err
+	}
+	d.loop.Start(ctx, d.run)
+	return nil
+}
+
+// Stop stops claiming, releases tasks still waiting for a slot, waits up to
+// DrainTimeout for deliveries in flight and completes their results, then
+// stops probing. Tasks accepted asynchronously (202) keep their claims, with
+// their async lease: their callbacks may land on any pod, and the reaper
+// re-pends any whose lease lapses without one.
+func (d *Dispatcher) Stop() {
+	d.loop.Stop()
+	d.prober.Stop()
+	d.reg.Stop()
+}
+
+// errSuperseded and errShutdown are the causes a delivery's context is
+// cancelled with.
+var (
+	errSuperseded = errors.New("task superseded: its claim was lost")
+	errShutdown   = errors.New("dispatcher stopped before the delivery finished")
+)
+
+// item is one claimed task on this pod.
+type item struct {
+	task     model.Task
+	req      model.Request
+	pair     string
+	queuedAt time.Time
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+}
+
+func (d *Dispatcher) run(ctx context.Context) {
+	// Deliveries run on a context that a soft stop does not cancel.
+	work, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelWork(nil)
+	bg := context.WithoutCancel(ctx)
+
+	ops := make(chan op, 4*d.cfg.BatchSize)
+	completed := make(chan struct{})
+	go func() {
+		defer close(completed)
+		d.completer(bg, ops)
+	}()
+	aux, stopAux := context.WithCancel(ctx)
+	var auxWG sync.WaitGroup
+	auxWG.Add(3)
+	go func() { defer auxWG.Done(); d.heartbeat(aux) }()
+	go func() { defer auxWG.Done(); d.async.run(aux) }()
+	go func() { defer auxWG.Done(); d.countPending(aux) }()
+
+	var (
+		wg    sync.WaitGroup
+		queue []*item
+	)
+	poll := time.NewTicker(d.cfg.Poll)
+	defer poll.Stop()
+	polled := true
+	for ctx.Err() == nil {
+		queue = d.place(queue, ops, &wg)
+		n, limit := d.claim(ctx, work, &queue, ops, &wg, polled)
+		polled = false
+		if n > 0 && n == limit {
+			continue // a full batch: there is likely more
+		}
+		select {
+		case <-ctx.Done():
+		case <-d.wake:
+		case <-d.regCh:
+		case <-d.reg.Freed():
+		case <-poll.C:
+			polled = true
+		}
+	}
+
+	// Soft stop: give back what never started, let deliveries finish.
+	for _, it := range queue {
+		d.untrack(it)
+		ops <- op{kind: opRelease, task: it.task, reason: "dispatcher stopping before a slot was free"}
+	}
+	drained := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(drained)
+	}()
+	timer := time.NewTimer(d.cfg.DrainTimeout)
+	select {
+	case <-drained:
+		timer.Stop()
+	case <-timer.C:
+		d.log.Warn("drain timeout: cancelling deliveries in flight", "in_flight", d.delivering.Load())
+		cancelWork(errShutdown)
+		<-drained
+	}
+	close(ops)
+	<-completed
+	stopAux()
+	auxWG.Wait()
+	// Accepted tasks outlive this dispatcher: give those not yet extended
+	// their async lease now, so their callbacks still find them claimed.
+	hctx, cancel := context.WithTimeout(bg, flushTimeout)
+	d.async.extendAll(hctx)
+	cancel()
+}
+
+// place starts queued tasks on endpoints with a free slot, keeps the rest in
+// order, and releases those that waited longer than QueueWait.
+func (d *Dispatcher) place(queue []*item, ops chan<- op, wg *sync.WaitGroup) []*item {
+	if len(queue) == 0 {
+		return queue
+	}
+	now := time.Now()
+	kept := queue[:0]
+	full := map[string]bool{}
+	for _, it := range queue {
+		switch {
+		case it.ctx.Err() != nil: // superseded while waiting
+			d.untrack(it)
+			continue
+		case !full[it.pair]:
+			if slot, ok := d.reg.Acquire(it.pair); ok {
+				d.launch(it, slot, ops, wg)
+				continue
+			}
+			full[it.pair] = true
+		}
+		if now.Sub(it.queuedAt) > d.cfg.QueueWait {
+			d.untrack(it)
+			ops <- op{kind: opRelease, task: it.task,
+				reason: fmt.Sprintf("no endpoint for %s had a free slot within %s", it.pair, d.cfg.QueueWait)}
+			continue
+		}
+		kept = append(kept, it)
+	}
+	clear(queue[len(kept):])
+	return kept
+}
+
+// claimTimeout bounds one claim and its request build.
+const claimTimeout = 30 * time.Second
+
+// claim claims up to the spare capacity of the ready endpoints, builds the
+// requests and starts (or queues) each task. It returns how many it claimed
+// and the limit it asked for.
+func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<- op, wg *sync.WaitGroup, polled bool) (int, int) {
+	queued := make(map[string]int, 4)
+	for _, it := range *queue {
+		queued[it.pair]++
+	}
+	pairs, spare, capacity := d.reg.Claimable(queued)
+	limit := min(spare, d.cfg.BatchSize)
+	if limit <= 0 || len(pairs) == 0 {
+		return 0, 0
+	}
+	// While deliveries are in flight, wait for a worthwhile batch rather
+	// than paying a claim round trip per freed slot.
+	if !polled && d.delivering.Load() > 0 && limit < max(1, min(d.cfg.BatchSize, capacity)/4) {
+		return 0, 0
+	}
+	lo, hi := d.cfg.Range()
+	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	defer cancel()
+	tasks, err := d.st.Claim(ctx, store.ClaimParams{Claimer: d.cfg.Claimer, Lo: lo, Hi: hi, Pairs: pairs,
+		Limit: limit, Lease: d.cfg.Lease})
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			d.log.Error("claim failed", "err", err)
+		}
+		return 0, 0
+	}
+	if len(tasks) == 0 {
+		return 0, limit
+	}
+	reqs, ok, err := d.st.BuildRequests(ctx, tasks)
+	if err != nil {
+		d.log.Error("build requests failed; releasing the claims", "err", err, "tasks", len(tasks))
+		for _, t := range tasks {
+			ops <- op{kind: opRelease, task: t, reason: "dispatcher could not build the request"}
+		}
+		return 0, 0
+	}
+	now := time.Now()
+	for i, t := range tasks {
+		if !ok[i] {
+			ops <- op{kind: opComplete, task: t, result: model.Result{Error: &model.TaskError{Message: "resource vanished", Terminal: true}}}
+			continue
+		}
+		it := &item{task: t, req: reqs[i], pair: fmt.Sprintf("%s/%d", t.Kind, t.KindVersion), queuedAt: now}
+		it.ctx, it.cancel = context.WithCancelCause(work)
+		d.track(it)
+		if len(*queue) == 0 {
+			if slot, ok := d.reg.Acquire(it.pair); ok {
+				d.launch(it, slot, ops, wg)
+				continue
+			}
+		}
+		*queue = append(*queue, it)
+	}
+	return len(tasks), limit
+}
+
+func (d *Dispatcher) launch(it *item, slot *registry.Slot, ops chan<- op, wg *sync.WaitGroup) {
+	d.delivering.Add(1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer d.delivering.Add(-1)
+		d.deliver(it, slot, ops)
+	}()
+}
+
+func (d *Dispatcher) track(it *item) {
+	d.mu.Lock()
+	d.tracked[it.task.ID] = it
+	d.mu.Unlock()
+}
+
+func (d *Dispatcher) untrack(it *item) {
+	d.mu.Lock()
+	if d.tracked[it.task.ID] == it {
+		delete(d.tracked, it.task.ID)
+	}
+	d.mu.Unlock()
+	it.cancel(nil)
+}
+
+// heartbeat renews the leases of tracked tasks every Lease/3, and cancels
+// the delivery of any whose claim was lost (re-claimed after a stall, or its
+// resource removed): its result could no longer be applied.
+func (d *Dispatcher) heartbeat(ctx context.Context) {
+	t := time.NewTicker(d.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.mu.Lock()
+		items := make([]*item, 0, len(d.tracked))
+		for _, it := range d.tracked {
+			items = append(items, it)
+		}
+		d.mu.Unlock()
+		if len(items) == 0 {
+			continue
+		}
+		tasks := make([]model.Task, len(items))
+		for i, it := range items {
+			tasks[i] = it.task
+		}
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Lease/3)
+		held, err := d.st.ExtendLeases(hctx, tasks, d.cfg.Lease)
+		cancel()
+		if err != nil {
+			d.log.Warn("lease renewal failed", "err", err, "tasks", len(tasks))
+			continue
+		}
+		for _, it := range items {
+			if !held[it.task.ID] {
+				it.cancel(errSuperseded)
+			}
+		}
+	}
+}
+
+// countPending refreshes the pending_tasks gauge for this pod's range.
+func (d *Dispatcher) countPending(ctx context.Context) {
+	if d.cfg.PendingEvery < 0 {
+		return
+	}
+	t := time.NewTicker(d.cfg.PendingEvery)
+	defer t.Stop()
+	for {
+		lo, hi := d.cfg.Range()
+		qctx, cancel := context.WithTimeout(ctx, d.cfg.PendingEvery)
+		counts, err := d.st.PendingTaskCounts(qctx, lo, hi)
+		cancel()
+		if err == nil {
+			d.m.setPending(counts)
+		} else if ctx.Err() == nil {
+			d.log.Warn("pending task count failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

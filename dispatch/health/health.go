@@ -1,0 +1,201 @@
+// Package health is the dispatch pod's readiness prober. Each endpoint with
+// a health URL gets a signed POST {"type":"health"} on a jittered interval
+// and must answer 200 {"kinds": [{"kind", "kind_version", "ready"}]}; the
+// answers feed the registry, which flips each (kind, kind_version) ready or
+// unready after a run of agreeing results. A probe is also a circuit
+// breaker's trial while the breaker is half-open.
+//
+// Every pod probes the endpoints itself: readiness is a local view, so a
+// network partition between one pod and one endpoint parks that endpoint's
+// kinds on that pod only.
+package health
+
+import (
+	"cmp"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/convergeplane/converge/dispatch/registry"
+	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/internal/startstop"
+	"github.com/convergeplane/converge/webhooksdk"
+)
+
+// Config tunes a Prober. Zero fields take the defaults.
+type Config struct {
+	// Timeout bounds one probe. Defaults to 5s.
+	Timeout time.Duration
+	// Jitter spreads each interval by ±Jitter (a fraction), so pods and
+	// endpoints do not probe in lockstep. Defaults to 0.2.
+	Jitter float64
+	// Logger defaults to a discarding logger.
+	Logger *slog.Logger
+}
+
+// Defaults for Config.
+const (
+	TimeoutDefault = 5 * time.Second
+	JitterDefault  = 0.2
+)
+
+// Prober probes the registry's endpoints until stopped.
+type Prober struct {
+	cfg     Config
+	reg     *registry.Registry
+	changed <-chan struct{}
+	loop    startstop.Loop
+}
+
+// New returns a Prober for reg's endpoints.
+func New(cfg Config, reg *registry.Registry) *Prober {
+	cfg.Timeout = cmp.Or(cfg.Timeout, TimeoutDefault)
+	if cfg.Jitter <= 0 || cfg.Jitter >= 1 {
+		cfg.Jitter = JitterDefault
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Prober{cfg: cfg, reg: reg, changed: reg.Subscribe()}
+}
+
+// Start launches the probe loop. A newly seen endpoint is probed at once.
+func (p *Prober) Start(ctx context.Context) error {
+	p.loop.Start(ctx, p.run)
+	return nil
+}
+
+// Stop stops probing and waits for probes in flight.
+func (p *Prober) Stop() { p.loop.Stop() }
+
+func (p *Prober) run(ctx context.Context) {
+	var (
+		wg      sync.WaitGroup
+		cur     = map[*registry.Endpoint]registry.Probe{}
+		next    = map[*registry.Endpoint]time.Time{}
+		running = map[*registry.Endpoint]bool{}
+		done    = make(chan *registry.Endpoint)
+	)
+	defer wg.Wait()
+	resync := func() {
+		fresh := map[*registry.Endpoint]registry.Probe{}
+		for _, pr := range p.reg.Probes() {
+			fresh[pr.Endpoint] = pr
+			if _, ok := next[pr.Endpoint]; !ok {
+				next[pr.Endpoint] = time.Now()
+			}
+		}
+		for e := range next {
+			if _, ok := fresh[e]; !ok {
+				delete(next, e)
+			}
+		}
+		cur = fresh
+	}
+	resync()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		earliest := now.Add(time.Hour)
+		for e, at := range next {
+			if running[e] {
+				continue
+			}
+			if !at.After(now) {
+				running[e] = true
+				pr := cur[e]
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					e.ReportProbe(p.Probe(ctx, pr))
+					select {
+					case done <- e:
+					case <-ctx.Done():
+					}
+				}()
+				continue
+			}
+			earliest = minTime(earliest, at)
+		}
+		timer.Reset(time.Until(earliest))
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.changed:
+			resync()
+		case e := <-done:
+			delete(running, e)
+			if pr, ok := cur[e]; ok {
+				next[e] = time.Now().Add(p.jitter(pr.Interval))
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func (p *Prober) jitter(d time.Duration) time.Duration {
+	f := 1 + p.cfg.Jitter*(2*rand.Float64()-1) //nolint:gosec // jitter, not security
+	return time.Duration(float64(d) * f)
+}
+
+var probeBody = []byte(`{"type":"health"}`) //nolint:gochecknoglobals // constant bytes
+
+// Probe sends one signed health probe and reads the answer.
+func (p *Prober) Probe(ctx context.Context, pr registry.Probe) registry.ProbeResult {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	now := time.Now()
+	msgID := "msg_health_" + randomHex()
+	resp, err := pr.Target.Deliver(ctx, &target.Delivery{
+		MsgID: msgID, Timestamp: now, Body: probeBody,
+		Signature: pr.Endpoint.Sign(msgID, now, probeBody),
+	})
+	if err != nil {
+		return registry.ProbeResult{Err: err}
+	}
+	if resp.Status != http.StatusOK {
+		return registry.ProbeResult{Err: fmt.Errorf("answered %d %s: %s", resp.Status, http.StatusText(resp.Status), excerpt(resp.Body))}
+	}
+	if resp.Truncated {
+		return registry.ProbeResult{Err: fmt.Errorf("answer exceeds %d bytes", len(resp.Body))}
+	}
+	var hr webhooksdk.HealthResponse
+	if err := json.Unmarshal(resp.Body, &hr); err != nil {
+		return registry.ProbeResult{Err: fmt.Errorf("unreadable answer: %v", err)}
+	}
+	ready := make(map[string]bool, len(hr.Kinds))
+	for _, k := range hr.Kinds {
+		ready[fmt.Sprintf("%s/%d", k.Kind, k.KindVersion)] = k.Ready
+	}
+	return registry.ProbeResult{Ready: ready}
+}
+
+func excerpt(b []byte) string {
+	s := strings.TrimSpace(strings.ToValidUTF8(string(b[:min(len(b), 200)]), "?"))
+	if s == "" {
+		return "(empty body)"
+	}
+	return s
+}
+
+func randomHex() string {
+	var b [12]byte
+	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}

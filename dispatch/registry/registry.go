@@ -1,0 +1,603 @@
+// Package registry is a dispatch pod's live view of the provider endpoints:
+// their configuration (re-read from the endpoints table on every
+// endpoints_changed NOTIFY, and on a failsafe interval), and the runtime
+// state that decides where each task may go — in-flight counts against
+// max_concurrency, per-(kind, kind_version) readiness from health probes, the
+// circuit breaker, a 429 back-off, a 410 disable.
+//
+// An endpoint is ready for a pair when it serves the pair, is enabled and
+// usable (its secret opens, its target passes the egress policy), is not
+// backing off, its breaker is not open (half-open admits one trial), and —
+// if it has a health URL — its probes say the pair is ready. A pair with no
+// ready endpoint on this pod is not claimed: its resources park, and
+// PairStatus says why.
+//
+// max_concurrency is enforced per pod on this pod's share of the shard space
+// (Config.Share), so N dispatch pods together stay within it while each
+// serves about 1/N of the tasks; every pod may send at least one.
+package registry
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/dispatch/breaker"
+	"github.com/convergeplane/converge/dispatch/egress"
+	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/internal/startstop"
+	"github.com/convergeplane/converge/webhooksdk"
+)
+
+// Config tunes a Registry. Zero fields take the defaults.
+type Config struct {
+	// Box opens the endpoints' signing secrets. Required.
+	Box *store.SecretBox
+	// Egress is the outbound policy for every endpoint's client.
+	Egress egress.Policy
+	// Resolver resolves target names; nil uses the system resolver.
+	Resolver *net.Resolver
+	// UserAgent is sent with every request. Defaults to "converge-dispatch".
+	UserAgent string
+	// MaxResponseBytes caps a task response body. Defaults to 16 MiB.
+	MaxResponseBytes int64
+	// Refresh is the failsafe re-read interval, behind the NOTIFY.
+	// Defaults to 30s.
+	Refresh time.Duration
+	// Breaker configures every endpoint's circuit breaker.
+	Breaker breaker.Config
+	// HealthyThreshold and UnhealthyThreshold are the consecutive probe
+	// results that flip a pair ready / unready, for endpoints that do not set
+	// their own. Default to 2 and 3. The first probe result decides at once.
+	HealthyThreshold, UnhealthyThreshold int
+	// HealthInterval is the probe interval of endpoints that do not set
+	// their own. Defaults to 10s.
+	HealthInterval time.Duration
+	// Share returns the fraction of each endpoint's max_concurrency this pod
+	// may use (its share of the shard space). Defaults to 1.
+	Share func() float64
+	// Logger defaults to a discarding logger.
+	Logger *slog.Logger
+}
+
+// Defaults for Config.
+const (
+	UserAgentDefault          = "converge-dispatch"
+	MaxResponseBytesDefault   = 16 << 20
+	RefreshDefault            = 30 * time.Second
+	HealthyThresholdDefault   = 2
+	UnhealthyThresholdDefault = 3
+	HealthIntervalDefault     = 10 * time.Second
+	// probeMaxBody caps a health answer.
+	probeMaxBody = 64 << 10
+)
+
+func (c Config) withDefaults() Config {
+	c.UserAgent = cmp.Or(c.UserAgent, UserAgentDefault)
+	c.MaxResponseBytes = cmp.Or(c.MaxResponseBytes, MaxResponseBytesDefault)
+	c.Refresh = cmp.Or(c.Refresh, RefreshDefault)
+	c.Breaker = c.Breaker.WithDefaults()
+	c.HealthyThreshold = cmp.Or(c.HealthyThreshold, HealthyThresholdDefault)
+	c.UnhealthyThreshold = cmp.Or(c.UnhealthyThreshold, UnhealthyThresholdDefault)
+	c.HealthInterval = cmp.Or(c.HealthInterval, HealthIntervalDefault)
+	if c.Share == nil {
+		c.Share = func() float64 { return 1 }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Registry is the live endpoint view. Its methods are safe for concurrent
+// use.
+type Registry struct {
+	cfg    Config
+	st     *store.Store
+	wake   <-chan struct{}
+	loop   startstop.Loop
+	shared *http.Client // endpoints without their own TLS settings
+	freed  chan struct{}
+
+	mu     sync.Mutex
+	loaded bool
+	eps    map[string]*Endpoint
+	byPair map[string][]*Endpoint
+	subs   []chan struct{}
+	rr     int
+}
+
+// New returns a Registry reading endpoints through st, woken by wake (an
+// endpoints_changed subscription; nil polls only).
+func New(cfg Config, st *store.Store, wake <-chan struct{}) (*Registry, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Box == nil {
+		return nil, errors.New("registry: a SecretBox is required to open endpoint secrets")
+	}
+	shared, err := egress.NewClient(egress.ClientConfig{Policy: cfg.Egress, Resolver: cfg.Resolver, MaxIdleConnsPerHost: 1024})
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	return &Registry{cfg: cfg, st: st, wake: wake, shared: shared, freed: make(chan struct{}, 1),
+		eps: map[string]*Endpoint{}, byPair: map[string][]*Endpoint{}}, nil
+}
+
+// Start loads the endpoints, then keeps them fresh until Stop.
+func (r *Registry) Start(ctx context.Context) error {
+	r.loop.Start(ctx, r.run)
+	return nil
+}
+
+// Stop stops refreshing and closes idle connections.
+func (r *Registry) Stop() {
+	r.loop.Stop()
+	r.shared.CloseIdleConnections()
+}
+
+func (r *Registry) run(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Refresh)
+	defer t.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := r.Refresh(rctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("endpoint registry refresh failed", "err", err)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// Subscribe returns a channel woken (coalesced) whenever readiness may have
+// changed: a refresh, a probe flipping a pair, a disable.
+func (r *Registry) Subscribe() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	r.mu.Lock()
+	r.subs = append(r.subs, ch)
+	r.mu.Unlock()
+	return ch
+}
+
+// Freed is woken (coalesced) whenever a delivery slot is given back.
+func (r *Registry) Freed() <-chan struct{} { return r.freed }
+
+func (r *Registry) notifyLocked() {
+	for _, ch := range r.subs {
+		startstop.Wake(ch)
+	}
+}
+
+// Refresh re-reads the endpoints now. Unchanged endpoints keep their
+// runtime state; a changed one keeps its in-flight count, breaker and the
+// health of pairs it still serves.
+func (r *Registry) Refresh(ctx context.Context) error {
+	rows, err := r.st.DispatchEndpoints(ctx, r.cfg.Box)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := make(map[string]bool, len(rows))
+	for _, d := range rows {
+		seen[d.Name] = true
+		e := r.eps[d.Name]
+		if e == nil {
+			e = &Endpoint{name: d.Name, reg: r, breaker: breaker.New(r.cfg.Breaker)}
+			r.eps[d.Name] = e
+		}
+		if old := e.conf.Load(); old != nil && old.fingerprint == fingerprint(d) {
+			continue
+		}
+		c := r.buildConf(d)
+		if old := e.conf.Swap(c); old != nil && old.client != nil && old.client != c.client {
+			old.client.CloseIdleConnections()
+		}
+		e.resetHealthLocked(c)
+		if c.cfg.Enabled {
+			e.goneReason = ""
+		}
+	}
+	for name, e := range r.eps {
+		if !seen[name] {
+			e.removed = true
+			if c := e.conf.Load(); c.client != nil {
+				c.client.CloseIdleConnections()
+			}
+			delete(r.eps, name)
+		}
+	}
+	r.byPair = map[string][]*Endpoint{}
+	names := make([]string, 0, len(r.eps))
+	for n := range r.eps {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		e := r.eps[n]
+		for _, k := range e.conf.Load().cfg.Kinds {
+			r.byPair[k.Pair()] = append(r.byPair[k.Pair()], e)
+		}
+	}
+	r.loaded = true
+	r.notifyLocked()
+	return nil
+}
+
+func fingerprint(d store.DispatchEndpoint) string {
+	return fmt.Sprintf("%d/%d/%v", d.UpdatedAt.UnixNano(), len(d.Secrets), d.SecretErr != nil)
+}
+
+// conf is an endpoint's immutable configuration snapshot, swapped whole on
+// refresh so deliveries read it without a lock.
+type conf struct {
+	cfg         store.Endpoint
+	fingerprint string
+	unusable    string // why no delivery can be made; "" if usable
+	current     *webhooksdk.Signer
+	all         *webhooksdk.Signer // current + previous, until allUntil
+	allUntil    time.Time
+	task        target.Target
+	probe       target.Target // nil: no health URL
+	client      *http.Client  // a dedicated client (custom TLS), to close; nil for the shared one
+	timeout     time.Duration
+}
+
+func (r *Registry) buildConf(d store.DispatchEndpoint) *conf {
+	c := &conf{cfg: d.Endpoint, fingerprint: fingerprint(d), timeout: time.Duration(d.RequestTimeoutSecs) * time.Second}
+	fail := func(format string, args ...any) *conf {
+		c.unusable = fmt.Sprintf(format, args...)
+		r.cfg.Logger.Warn("endpoint unusable", "endpoint", d.Name, "reason", c.unusable)
+		return c
+	}
+	if d.SecretErr != nil {
+		return fail("its signing secret cannot be opened (%v)", d.SecretErr)
+	}
+	secrets := make([]string, len(d.Secrets))
+	for i, s := range d.Secrets {
+		secrets[i] = s.Secret.Reveal()
+	}
+	var err error
+	if c.current, err = webhooksdk.NewSigner(secrets[0]); err != nil {
+		return fail("its signing secret is invalid (%v)", err)
+	}
+	c.all = c.current
+	if len(secrets) > 1 {
+		if c.all, err = webhooksdk.NewSigner(secrets...); err != nil {
+			return fail("its previous signing secret is invalid (%v)", err)
+		}
+		c.allUntil = d.Secrets[1].Until
+	}
+	t := d.Target
+	if t.Type != store.TargetHTTPS {
+		return fail("target type %q is not supported by this dispatcher", t.Type)
+	}
+	if err := egress.ValidateTargetURL(t.URL, r.cfg.Egress); err != nil {
+		return fail("target %s is refused: %v", t.URL, err)
+	}
+	client := r.shared
+	if t.CABundle != "" || t.ClientCertFile != "" {
+		client, err = egress.NewClient(egress.ClientConfig{Policy: r.cfg.Egress, Resolver: r.cfg.Resolver,
+			CABundle: []byte(t.CABundle), ClientCertFile: t.ClientCertFile, ClientKeyFile: t.ClientKeyFile,
+			MaxIdleConnsPerHost: d.MaxConcurrency})
+		if err != nil {
+			return fail("its TLS settings are unusable: %v", err)
+		}
+		c.client = client
+	}
+	c.task = target.NewHTTPS(client, t.URL, r.cfg.UserAgent, r.cfg.MaxResponseBytes)
+	if h := d.Health.URL; h != "" {
+		if err := egress.ValidateTargetURL(h, r.cfg.Egress); err != nil {
+			return fail("health URL %s is refused: %v", h, err)
+		}
+		c.probe = target.NewHTTPS(client, h, r.cfg.UserAgent, probeMaxBody)
+	}
+	return c
+}
+
+// Endpoint is one endpoint's runtime state.
+type Endpoint struct {
+	name    string
+	reg     *Registry
+	breaker *breaker.Breaker
+	conf    atomic.Pointer[conf]
+
+	// Guarded by reg.mu.
+	inflight     int
+	backoffUntil time.Time
+	backoffWhy   string
+	goneReason   string // disabled here (410) before the table says so
+	removed      bool
+	health       map[string]*pairHealth // nil: no health URL
+	lastProbe    time.Time
+	probeErr     string
+	healthURL    string
+}
+
+// pairHealth is the probed readiness of one pair at one endpoint.
+type pairHealth struct {
+	known, ready   bool
+	okRun, failRun int
+	reason         string // why it is (or last was) not ready
+}
+
+// resetHealthLocked keeps the probed state of pairs the endpoint still
+// serves at the same health URL.
+func (e *Endpoint) resetHealthLocked(c *conf) {
+	if c.probe == nil {
+		e.health, e.healthURL = nil, ""
+		return
+	}
+	old := e.health
+	if e.healthURL != c.cfg.Health.URL {
+		old = nil
+	}
+	e.health, e.healthURL = make(map[string]*pairHealth, len(c.cfg.Kinds)), c.cfg.Health.URL
+	for _, k := range c.cfg.Kinds {
+		if h, ok := old[k.Pair()]; ok {
+			e.health[k.Pair()] = h
+		} else {
+			e.health[k.Pair()] = &pairHealth{}
+		}
+	}
+}
+
+// Name returns the endpoint's name.
+func (e *Endpoint) Name() string { return e.name }
+
+// RequestTimeout is the endpoint's per-request timeout.
+func (e *Endpoint) RequestTimeout() time.Duration { return e.conf.Load().timeout }
+
+// Deliver sends d to the endpoint's task target.
+func (e *Endpoint) Deliver(ctx context.Context, d *target.Delivery) (*target.Response, error) {
+	c := e.conf.Load()
+	if c.task == nil {
+		return nil, errors.New("endpoint " + e.name + " is unusable: " + c.unusable)
+	}
+	return c.task.Deliver(ctx, d)
+}
+
+// Sign returns the webhook-signature for a delivery at ts: every secret in
+// force at ts (both during a rotation's grace window).
+func (e *Endpoint) Sign(msgID string, ts time.Time, body []byte) string {
+	return e.signer(ts).Sign(msgID, ts, body)
+}
+
+func (e *Endpoint) signer(ts time.Time) *webhooksdk.Signer {
+	c := e.conf.Load()
+	if !c.allUntil.IsZero() && ts.Before(c.allUntil) {
+		return c.all
+	}
+	return c.current
+}
+
+// Limit is this pod's share of the endpoint's max_concurrency.
+func (r *Registry) limit(c *conf) int {
+	return max(1, int(math.Ceil(float64(c.cfg.MaxConcurrency)*r.cfg.Share())))
+}
+
+// capacityLocked returns how many more deliveries of pair the endpoint may
+// start now, or 0 and why it may start none. A saturated endpoint is ready
+// (capacity 0, no reason).
+func (e *Endpoint) capacityLocked(pair string, now time.Time) (int, string) {
+	c := e.conf.Load()
+	switch {
+	case e.removed:
+		return 0, fmt.Sprintf("endpoint %s was deleted", e.name)
+	case !c.cfg.Enabled:
+		return 0, fmt.Sprintf("endpoint %s is disabled: %s", e.name, cmp.Or(c.cfg.DisabledReason, "by the operator"))
+	case e.goneReason != "":
+		return 0, fmt.Sprintf("endpoint %s is disabled: %s", e.name, e.goneReason)
+	case c.unusable != "":
+		return 0, fmt.Sprintf("endpoint %s is unusable: %s", e.name, c.unusable)
+	case now.Before(e.backoffUntil):
+		return 0, fmt.Sprintf("endpoint %s backs off until %s (%s)", e.name, e.backoffUntil.UTC().Format(time.RFC3339), e.backoffWhy)
+	}
+	bc := e.breaker.Capacity(now)
+	switch {
+	case bc == 0 && e.breaker.State(now) == breaker.Open:
+		return 0, fmt.Sprintf("endpoint %s: circuit breaker open after repeated delivery failures; next trial at %s", e.name, e.breaker.Until().UTC().Format(time.RFC3339))
+	case bc == 0:
+		return 0, fmt.Sprintf("endpoint %s: circuit breaker half-open, a trial delivery is in flight", e.name)
+	}
+	if e.health != nil {
+		h := e.health[pair]
+		switch {
+		case h == nil:
+			return 0, fmt.Sprintf("endpoint %s does not serve %s", e.name, pair)
+		case !h.known:
+			return 0, fmt.Sprintf("endpoint %s: waiting for its first health probe", e.name)
+		case !h.ready:
+			return 0, fmt.Sprintf("endpoint %s: %s", e.name, h.reason)
+		}
+	}
+	spare := max(e.reg.limit(c)-e.inflight, 0)
+	if bc >= 0 {
+		spare = min(spare, bc)
+	}
+	return spare, ""
+}
+
+// Claimable returns the "kind/version" pairs worth claiming now — those
+// with ready endpoints whose spare capacity exceeds the tasks of that pair
+// already waiting locally (queued) — how many tasks in all may be claimed
+// (the spare capacity of those pairs' endpoints, less the queued), and the
+// total capacity (this pod's limits) of those endpoints.
+func (r *Registry) Claimable(queued map[string]int) (pairs []string, spare, capacity int) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var used map[*Endpoint]bool
+	for pair, list := range r.byPair {
+		sum := 0
+		for _, e := range list {
+			n, _ := e.capacityLocked(pair, now)
+			if n <= 0 {
+				continue
+			}
+			sum += n
+			if used == nil {
+				used = map[*Endpoint]bool{}
+			}
+			if !used[e] {
+				used[e] = true
+				spare += n
+				capacity += r.limit(e.conf.Load())
+			}
+		}
+		if sum > queued[pair] {
+			pairs = append(pairs, pair)
+		}
+	}
+	for _, n := range queued {
+		spare -= n
+	}
+	return pairs, max(spare, 0), capacity
+}
+
+// Verdict is what a finished delivery says about its endpoint's health.
+type Verdict int
+
+// Verdicts.
+const (
+	// Neutral: no verdict (cancelled, rate-limited, a 4xx for this task).
+	Neutral Verdict = iota
+	// Success: the endpoint answered properly.
+	Success
+	// Failure: network error, timeout, 3xx or 5xx; counts toward the breaker.
+	Failure
+)
+
+// Slot is one acquired delivery slot on an endpoint. End it with Done.
+type Slot struct {
+	ep    *Endpoint
+	trial bool
+	done  atomic.Bool
+}
+
+// Endpoint returns the slot's endpoint.
+func (s *Slot) Endpoint() *Endpoint { return s.ep }
+
+// Done gives the slot back and records the delivery's verdict on the
+// breaker. Calls after the first do nothing.
+func (s *Slot) Done(v Verdict) {
+	if s.done.Swap(true) {
+		return
+	}
+	e := s.ep
+	switch v {
+	case Success:
+		e.breaker.Success()
+	case Failure:
+		e.breaker.Failure(time.Now(), s.trial)
+	default:
+		e.breaker.Abandon(s.trial)
+	}
+	e.reg.mu.Lock()
+	e.inflight--
+	if v == Failure && e.breaker.State(time.Now()) == breaker.Open {
+		e.reg.notifyLocked()
+	}
+	e.reg.mu.Unlock()
+	startstop.Wake(e.reg.freed)
+}
+
+// Acquire takes a delivery slot on the least-loaded ready endpoint serving
+// pair, skipping the named endpoints (those a failover already tried).
+func (r *Registry) Acquire(pair string, exclude ...string) (*Slot, bool) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	list := r.byPair[pair]
+	var best *Endpoint
+	r.rr++
+	for i := range list {
+		e := list[(i+r.rr)%len(list)] // rotate so ties spread
+		if slices.Contains(exclude, e.name) {
+			continue
+		}
+		if n, _ := e.capacityLocked(pair, now); n > 0 && (best == nil || e.inflight < best.inflight) {
+			best = e
+		}
+	}
+	if best == nil {
+		return nil, false
+	}
+	ok, trial := best.breaker.Allow(now)
+	if !ok {
+		return nil, false
+	}
+	best.inflight++
+	return &Slot{ep: best, trial: trial}, true
+}
+
+// BackOff stops new deliveries to the endpoint until until (a 429, or a
+// Retry-After on a failure). A later back-off wins.
+func (e *Endpoint) BackOff(until time.Time, why string) {
+	e.reg.mu.Lock()
+	defer e.reg.mu.Unlock()
+	if until.After(e.backoffUntil) {
+		e.backoffUntil, e.backoffWhy = until, why
+		e.reg.notifyLocked()
+	}
+}
+
+// Disable stops deliveries to the endpoint on this pod at once; the caller
+// records it in the table (store.DisableEndpoint) so every pod follows.
+func (e *Endpoint) Disable(reason string) {
+	e.reg.mu.Lock()
+	defer e.reg.mu.Unlock()
+	e.goneReason = reason
+	e.reg.notifyLocked()
+}
+
+// PairStatus says whether a (kind, kind_version) has a ready endpoint on
+// this pod, and if not, why its resources park: every endpoint serving it
+// and what holds each back.
+func (r *Registry) PairStatus(kind string, version int) (bool, string) {
+	pair := fmt.Sprintf("%s/%d", kind, version)
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.loaded {
+		return false, "the dispatcher has not loaded its endpoints yet"
+	}
+	list := r.byPair[pair]
+	if len(list) == 0 {
+		return false, fmt.Sprintf("no endpoint is registered for %s/%d", kind, version)
+	}
+	reasons := make([]string, 0, len(list))
+	for _, e := range list {
+		n, why := e.capacityLocked(pair, now)
+		if why == "" || n > 0 {
+			return true, ""
+		}
+		reasons = append(reasons, why)
+	}
+	return false, fmt.Sprintf("no ready endpoint for %s/%d: %s", kind, version, strings.Join(reasons, "; "))
+}
+
+// InFlight is the number of deliveries in flight on this pod.
+func (r *Registry) InFlight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.eps {
+		n += e.inflight
+	}
+	return n
+}

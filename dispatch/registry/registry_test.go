@@ -1,0 +1,252 @@
+package registry_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/dispatch/breaker"
+	"github.com/convergeplane/converge/dispatch/egress"
+	"github.com/convergeplane/converge/dispatch/registry"
+	"github.com/convergeplane/converge/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type bundle struct {
+	st  *store.Store
+	box *store.SecretBox
+	ctx context.Context
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	db := pgtest.New(t)
+	box, err := store.NewSecretBox(bytes.Repeat([]byte{3}, store.SecretKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{st: store.New(db.Pool, store.Config{}), box: box, ctx: t.Context()}
+}
+
+func (b *bundle) endpoint(t *testing.T, name string, maxConc int, health bool, kinds ...string) {
+	t.Helper()
+	p := store.PutEndpointParams{Name: name, MaxConcurrency: maxConc,
+		Target: store.EndpointTarget{Type: store.TargetHTTPS, URL: "http://127.0.0.1:9/" + name}}
+	for _, k := range kinds {
+		p.Kinds = append(p.Kinds, store.EndpointKind{Kind: k, KindVersion: 1})
+	}
+	if health {
+		p.Health = store.EndpointHealth{URL: "http://127.0.0.1:9/" + name + "/health", HealthyThreshold: 2, UnhealthyThreshold: 3}
+	}
+	if _, _, err := b.st.CreateEndpoint(b.ctx, b.box, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *bundle) registry(t *testing.T, cfg registry.Config) *registry.Registry {
+	t.Helper()
+	cfg.Box = b.box
+	if !cfg.Egress.AllowHTTP && cfg.Egress.AllowCIDRs == nil {
+		cfg.Egress.DevMode = true
+	}
+	r, err := registry.New(cfg, b.st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	if err := r.Refresh(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func wantStatus(t *testing.T, r *registry.Registry, kind string, ready bool, reason string) {
+	t.Helper()
+	ok, why := r.PairStatus(kind, 1)
+	if ok != ready || !strings.Contains(why, reason) {
+		t.Fatalf("PairStatus(%s) = %v, %q; want %v containing %q", kind, ok, why, ready, reason)
+	}
+}
+
+func TestAcquireLeastInFlightWithinLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.endpoint(t, "a", 2, false, "leaf")
+	b.endpoint(t, "b", 3, false, "leaf", "other")
+	r := b.registry(t, registry.Config{})
+
+	pairs, spare, capacity := r.Claimable(nil)
+	if len(pairs) != 2 || spare != 5 || capacity != 5 {
+		t.Fatalf("Claimable = %v, %d, %d; want both pairs, 5 spare of 5", pairs, spare, capacity)
+	}
+	var slots []*registry.Slot
+	count := map[string]int{}
+	for range 5 {
+		s, ok := r.Acquire("leaf/1")
+		if !ok {
+			t.Fatal("no slot while capacity remains")
+		}
+		slots = append(slots, s)
+		count[s.Endpoint().Name()]++
+		// Least in flight: the two never differ by more than one until a
+		// limit is reached.
+		if d := count["a"] - count["b"]; count["a"] < 2 && (d > 1 || d < -1) {
+			t.Fatalf("unbalanced: %v", count)
+		}
+	}
+	if count["a"] != 2 || count["b"] != 3 {
+		t.Fatalf("slots per endpoint = %v, want each at its max_concurrency", count)
+	}
+	if _, ok := r.Acquire("leaf/1"); ok {
+		t.Fatal("a slot beyond max_concurrency")
+	}
+	if _, spare, _ := r.Claimable(nil); spare != 0 {
+		t.Fatalf("spare = %d when saturated", spare)
+	}
+	wantStatus(t, r, "leaf", true, "") // saturated is still ready
+	slots[0].Done(registry.Success)
+	slots[0].Done(registry.Success) // a second Done is a no-op
+	if r.InFlight() != 4 {
+		t.Fatalf("in flight %d, want 4", r.InFlight())
+	}
+	if s, ok := r.Acquire("leaf/1", slots[0].Endpoint().Name()); ok {
+		t.Fatalf("acquired %s though it is excluded and the other is full", s.Endpoint().Name())
+	}
+	// A task queued locally takes the freed slot: nothing more to claim.
+	if _, spare, _ = r.Claimable(map[string]int{"leaf/1": 1}); spare != 0 {
+		t.Fatalf("with one queued: %d spare; want nothing claimable", spare)
+	}
+}
+
+func TestShareOfMaxConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.endpoint(t, "a", 10, false, "leaf")
+	b.endpoint(t, "tiny", 1, false, "small")
+	r := b.registry(t, registry.Config{Share: func() float64 { return 0.25 }})
+	for _, s := range r.Status() {
+		if want := map[string]int{"a": 3, "tiny": 1}[s.Name]; s.Limit != want {
+			t.Errorf("%s limit = %d, want %d (a quarter, at least 1)", s.Name, s.Limit, want)
+		}
+	}
+}
+
+func TestHealthThresholds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.endpoint(t, "a", 4, true, "leaf", "other")
+	r := b.registry(t, registry.Config{})
+	wantStatus(t, r, "leaf", false, "waiting for its first health probe")
+	probes := r.Probes()
+	if len(probes) != 1 {
+		t.Fatalf("%d probes, want 1", len(probes))
+	}
+	e := probes[0].Endpoint
+	ready := registry.ProbeResult{Ready: map[string]bool{"leaf/1": true, "other/1": false}}
+	failed := registry.ProbeResult{Err: errors.New("connection refused")}
+
+	e.ReportProbe(ready) // the first answer decides at once
+	wantStatus(t, r, "leaf", true, "")
+	wantStatus(t, r, "other", false, "reports other/1 not ready")
+	e.ReportProbe(failed)
+	e.ReportProbe(failed)
+	wantStatus(t, r, "leaf", true, "") // 2 of 3
+	e.ReportProbe(failed)
+	wantStatus(t, r, "leaf", false, "health probe failed: connection refused")
+	e.ReportProbe(ready)
+	wantStatus(t, r, "leaf", false, "health probe failed") // 1 of 2
+	e.ReportProbe(ready)
+	wantStatus(t, r, "leaf", true, "")
+	e.ReportProbe(registry.ProbeResult{Ready: map[string]bool{"other/1": true}})
+	e.ReportProbe(registry.ProbeResult{Ready: map[string]bool{"other/1": true}})
+	e.ReportProbe(registry.ProbeResult{Ready: map[string]bool{"other/1": true}})
+	wantStatus(t, r, "leaf", false, "does not list leaf/1")
+	if st, _ := r.EndpointStatus("a"); st.LastProbe == nil {
+		t.Error("no last probe time")
+	}
+}
+
+func TestNotReadyReasons(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.endpoint(t, "a", 4, false, "leaf")
+	r := b.registry(t, registry.Config{Breaker: breaker.Config{Failures: 2, Cooldown: time.Hour}})
+	wantStatus(t, r, "missing", false, "no endpoint is registered for missing/1")
+
+	s, _ := r.Acquire("leaf/1")
+	s.Endpoint().BackOff(time.Now().Add(time.Hour), "429 Too Many Requests")
+	s.Done(registry.Neutral)
+	wantStatus(t, r, "leaf", false, "backs off until")
+	if _, ok := r.Acquire("leaf/1"); ok {
+		t.Fatal("acquired a backed-off endpoint")
+	}
+
+	b.endpoint(t, "b", 4, false, "other")
+	if err := r.Refresh(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		s, ok := r.Acquire("other/1")
+		if !ok {
+			t.Fatal("no slot")
+		}
+		s.Done(registry.Failure)
+	}
+	wantStatus(t, r, "other", false, "circuit breaker open")
+	if st, _ := r.EndpointStatus("b"); st.Breaker != breaker.Open || st.BreakerUntil == nil {
+		t.Errorf("status = %+v, want an open breaker", st)
+	}
+
+	b.endpoint(t, "c", 4, false, "third")
+	if err := r.Refresh(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = r.Acquire("third/1")
+	s.Endpoint().Disable("its target answered 410 Gone")
+	s.Done(registry.Neutral)
+	wantStatus(t, r, "third", false, "is disabled: its target answered 410 Gone")
+}
+
+func TestEgressPolicyMakesEndpointUnusable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.endpoint(t, "a", 4, false, "leaf")
+	r := b.registry(t, registry.Config{Egress: egress.Policy{AllowHTTP: true}})
+	wantStatus(t, r, "leaf", false, "is unusable: target http://127.0.0.1:9/a is refused")
+	if st, _ := r.EndpointStatus("a"); st.Unusable == "" {
+		t.Error("status does not say why the endpoint is unusable")
+	}
+}
+
+func TestRefreshKeepsRuntimeState(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.endpoint(t, "a", 4, false, "leaf")
+	r := b.registry(t, registry.Config{})
+	s, _ := r.Acquire("leaf/1")
+	if _, _, _, err := b.st.PutEndpoint(b.ctx, b.box, store.PutEndpointParams{Name: "a", MaxConcurrency: 9,
+		Kinds:  []store.EndpointKind{{Kind: "leaf", KindVersion: 1}},
+		Target: store.EndpointTarget{Type: store.TargetHTTPS, URL: "http://127.0.0.1:9/a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Refresh(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := r.EndpointStatus("a")
+	if st.Limit != 9 || st.InFlight != 1 {
+		t.Fatalf("after a config change: limit %d in flight %d; want 9 and the slot still counted", st.Limit, st.InFlight)
+	}
+	s.Done(registry.Success)
+	if err := b.st.DeleteEndpoint(b.ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Refresh(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, r, "leaf", false, "no endpoint is registered")
+}

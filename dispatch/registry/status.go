@@ -1,0 +1,191 @@
+package registry
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/convergeplane/converge/dispatch/breaker"
+	"github.com/convergeplane/converge/dispatch/target"
+)
+
+// EndpointStatus is an endpoint's runtime state on this pod, for the
+// endpoint detail and the metrics.
+type EndpointStatus struct {
+	Name    string `json:"name"`
+	Enabled bool   `json:"enabled"`
+	// Unusable says why no delivery can be made (bad secret, refused
+	// target, bad TLS files); "" if usable.
+	Unusable string `json:"unusable,omitempty"`
+	InFlight int    `json:"in_flight"`
+	// Limit is this pod's share of max_concurrency.
+	Limit        int             `json:"limit"`
+	Breaker      breaker.State   `json:"-"`
+	BreakerState string          `json:"breaker_state" enum:"closed,half-open,open"`
+	BreakerUntil *time.Time      `json:"breaker_until,omitempty"`
+	BackoffUntil *time.Time      `json:"backoff_until,omitempty"`
+	BackoffWhy   string          `json:"backoff_reason,omitempty"`
+	LastProbe    *time.Time      `json:"last_probe,omitempty"`
+	ProbeError   string          `json:"probe_error,omitempty"`
+	Kinds        []PairReadiness `json:"kinds"`
+}
+
+// PairReadiness is whether the endpoint takes one pair's tasks now.
+type PairReadiness struct {
+	Kind        string `json:"kind"`
+	KindVersion int    `json:"kind_version"`
+	Ready       bool   `json:"ready"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// Status returns every endpoint's runtime state, by name.
+func (r *Registry) Status() []EndpointStatus {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]EndpointStatus, 0, len(r.eps))
+	for _, e := range r.eps {
+		out = append(out, e.statusLocked(now))
+	}
+	slices.SortFunc(out, func(a, b EndpointStatus) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// EndpointStatus returns one endpoint's runtime state.
+func (r *Registry) EndpointStatus(name string) (EndpointStatus, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.eps[name]
+	if !ok {
+		return EndpointStatus{}, false
+	}
+	return e.statusLocked(time.Now()), true
+}
+
+func (e *Endpoint) statusLocked(now time.Time) EndpointStatus {
+	c := e.conf.Load()
+	s := EndpointStatus{
+		Name: e.name, Enabled: c.cfg.Enabled && e.goneReason == "", Unusable: c.unusable,
+		InFlight: e.inflight, Limit: e.reg.limit(c), Breaker: e.breaker.State(now), ProbeError: e.probeErr,
+	}
+	s.BreakerState = s.Breaker.String()
+	if u := e.breaker.Until(); !u.IsZero() {
+		s.BreakerUntil = &u
+	}
+	if now.Before(e.backoffUntil) {
+		u := e.backoffUntil
+		s.BackoffUntil, s.BackoffWhy = &u, e.backoffWhy
+	}
+	if !e.lastProbe.IsZero() {
+		p := e.lastProbe
+		s.LastProbe = &p
+	}
+	for _, k := range c.cfg.Kinds {
+		_, why := e.capacityLocked(k.Pair(), now)
+		s.Kinds = append(s.Kinds, PairReadiness{Kind: k.Kind, KindVersion: k.KindVersion, Ready: why == "", Reason: why})
+	}
+	return s
+}
+
+// Probe is one endpoint's health-probe assignment, for the prober.
+type Probe struct {
+	Endpoint *Endpoint
+	Target   target.Target
+	Interval time.Duration
+}
+
+// Probes returns the endpoints to probe: enabled, usable, with a health URL.
+func (r *Registry) Probes() []Probe {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Probe
+	for _, e := range r.eps {
+		c := e.conf.Load()
+		if c.probe == nil || !c.cfg.Enabled || e.goneReason != "" {
+			continue
+		}
+		iv := r.cfg.HealthInterval
+		if c.cfg.Health.IntervalSecs > 0 {
+			iv = time.Duration(c.cfg.Health.IntervalSecs) * time.Second
+		}
+		out = append(out, Probe{Endpoint: e, Target: c.probe, Interval: iv})
+	}
+	slices.SortFunc(out, func(a, b Probe) int { return cmp.Compare(a.Endpoint.name, b.Endpoint.name) })
+	return out
+}
+
+// ProbeResult is one health probe's answer: Err if the probe failed (no
+// answer, a non-200, an unreadable body), else the readiness the endpoint
+// reported per "kind/version".
+type ProbeResult struct {
+	Err   error
+	Ready map[string]bool
+}
+
+// ReportProbe records a probe result: each served pair's readiness moves
+// after the configured run of agreeing results (the first result decides at
+// once). A probe is also the breaker's trial when it is half-open: a
+// healthy answer closes it, a failed probe re-opens it.
+func (e *Endpoint) ReportProbe(res ProbeResult) {
+	now := time.Now()
+	switch e.breaker.State(now) {
+	case breaker.HalfOpen:
+		if ok, trial := e.breaker.Allow(now); ok && trial {
+			if res.Err == nil {
+				e.breaker.Success()
+			} else {
+				e.breaker.Failure(now, true)
+			}
+		}
+	case breaker.Closed, breaker.Open:
+	}
+
+	r := e.reg
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e.lastProbe = now
+	e.probeErr = ""
+	if res.Err != nil {
+		e.probeErr = res.Err.Error()
+	}
+	if e.health == nil {
+		return
+	}
+	c := e.conf.Load()
+	up := cmp.Or(c.cfg.Health.HealthyThreshold, r.cfg.HealthyThreshold)
+	down := cmp.Or(c.cfg.Health.UnhealthyThreshold, r.cfg.UnhealthyThreshold)
+	changed := false
+	for pair, h := range e.health {
+		ready, listed := res.Ready[pair]
+		ok := res.Err == nil && ready
+		if ok {
+			h.okRun++
+			h.failRun = 0
+		} else {
+			h.failRun++
+			h.okRun = 0
+			switch {
+			case res.Err != nil:
+				h.reason = "health probe failed: " + res.Err.Error()
+			case !listed:
+				h.reason = fmt.Sprintf("its health answer does not list %s", pair)
+			default:
+				h.reason = fmt.Sprintf("it reports %s not ready", pair)
+			}
+		}
+		was := h.ready
+		switch {
+		case !h.known:
+			h.known, h.ready = true, ok
+		case ok && !h.ready && h.okRun >= up:
+			h.ready = true
+		case !ok && h.ready && h.failRun >= down:
+			h.ready = false
+		}
+		changed = changed || h.ready != was
+	}
+	if changed {
+		r.notifyLocked()
+	}
+}

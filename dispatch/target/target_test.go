@@ -1,0 +1,96 @@
+package target_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/convergeplane/converge/dispatch/egress"
+	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/webhooksdk"
+)
+
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := map[string]time.Duration{
+		"":                              0,
+		"1":                             time.Second,
+		"120":                           2 * time.Minute,
+		"0":                             0,
+		"-5":                            0,
+		"soon":                          0,
+		"Thu, 01 Jan 2026 00:00:30 GMT": 30 * time.Second,
+		"Wed, 31 Dec 2025 23:00:00 GMT": 0, // in the past
+		"99999999999":                   24 * time.Hour,
+	}
+	for in, want := range tests {
+		if got := target.RetryAfter(in, now); got != want {
+			t.Errorf("RetryAfter(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestHTTPSDeliver(t *testing.T) {
+	t.Parallel()
+	secret, _ := webhooksdk.GenerateSecret()
+	sec, _ := webhooksdk.ParseSecret(secret)
+	var gotUA string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := webhooksdk.Verify([]webhooksdk.Secret{sec}, r.Header, body, time.Now(), 0); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		gotUA = r.Header.Get("User-Agent")
+		switch string(body) {
+		case "big":
+			_, _ = io.WriteString(w, strings.Repeat("x", 100))
+		case "redirect":
+			w.Header().Set("Location", "https://elsewhere/")
+			w.WriteHeader(http.StatusFound)
+		default:
+			w.Header().Set("Retry-After", "3")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "later")
+		}
+	}))
+	t.Cleanup(srv.Close)
+	client, err := egress.NewClient(egress.ClientConfig{Policy: egress.Policy{DevMode: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt := target.NewHTTPS(client, srv.URL, "ua/1", 10)
+	signer, _ := webhooksdk.NewSigner(secret)
+	send := func(body string) *target.Response {
+		t.Helper()
+		now := time.Now()
+		resp, err := tgt.Deliver(context.Background(), &target.Delivery{MsgID: "msg_1", Timestamp: now, Body: []byte(body),
+			Signature: signer.Sign("msg_1", now, []byte(body))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if r := send("x"); r.Status != 503 || r.RetryAfter != 3*time.Second || string(r.Body) != "later" || r.Truncated {
+		t.Errorf("503 = %+v", r)
+	}
+	if gotUA != "ua/1" {
+		t.Errorf("user-agent %q", gotUA)
+	}
+	if r := send("big"); !r.Truncated || len(r.Body) != 10 {
+		t.Errorf("oversized body: %d bytes, truncated %v; want the 10-byte cap", len(r.Body), r.Truncated)
+	}
+	if r := send("redirect"); r.Status != http.StatusFound || r.Location != "https://elsewhere/" {
+		t.Errorf("redirect = %+v", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tgt.Deliver(ctx, &target.Delivery{MsgID: "m", Timestamp: time.Now(), Body: []byte("x")}); err == nil {
+		t.Error("a cancelled context delivered")
+	}
+}
