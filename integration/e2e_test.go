@@ -178,5 +178,44 @@ func TestEngineOverTheAPI(t *testing.T) {
 	if b["upstream_id"] != "id-a" {
 		t.Errorf("b.spec.upstream_id = %v, want id-a (value flow)", b["upstream_id"])
 	}
+
+	// The engine's reads.
+	var kids struct{ Items []model.Resource }
+	if code, body := s.call("GET", "/resources/comp/root/children", nil); code != 200 || json.Unmarshal(body, &kids) != nil || len(kids.Items) != 3 {
+		t.Errorf("children = %d %s", code, body)
+	}
+	var deps struct{ Upstream, Downstream []map[string]any }
+	if code, body := s.call("GET", "/resources/leaf/b/dependencies", nil); code != 200 || json.Unmarshal(body, &deps) != nil ||
+		len(deps.Upstream) != 1 || len(deps.Downstream) != 0 {
+		t.Errorf("dependencies of b = %d %s", code, body)
+	}
+	var g struct{ Nodes, Edges []map[string]any }
+	if code, body := s.call("GET", "/resources/comp/root/graph", nil); code != 200 || json.Unmarshal(body, &g) != nil ||
+		len(g.Nodes) != 4 || len(g.Edges) != 1 {
+		t.Errorf("graph = %d %s", code, body)
+	}
+	var evs struct{ Items []map[string]any }
+	if code, body := s.call("GET", "/resources/leaf/b/events?limit=5", nil); code != 200 || json.Unmarshal(body, &evs) != nil ||
+		len(evs.Items) == 0 || evs.Items[0]["type"] != "succeeded" {
+		t.Errorf("events of b = %d %s", code, body)
+	}
+	var detail struct {
+		Task *struct {
+			State      string `json:"state"`
+			ClaimEpoch int64  `json:"claim_epoch"`
+		} `json:"task"`
+	}
+	if code, body := s.call("GET", "/resources/leaf/a", nil); code != 200 || json.Unmarshal(body, &detail) != nil ||
+		detail.Task == nil || detail.Task.State != "done" || detail.Task.ClaimEpoch != 1 {
+		t.Errorf("detail of a = %d %s", code, body)
+	}
+	// Reconcile re-runs a settled resource without a generation bump.
+	if code, body := s.call("POST", "/resources/leaf/a/reconcile", nil); code != 202 {
+		t.Errorf("reconcile = %d %s", code, body)
+	}
+	waitFor(t, 10*time.Second, "a re-run by the reconcile", func() bool { return s.calls.get("a") == 2 })
+	if code, body := s.call("POST", "/resources/leaf/nope/reconcile", nil); code != 404 || !strings.Contains(string(body), "leaf/nope") {
+		t.Errorf("reconcile of a missing resource = %d %s", code, body)
+	}
 	s.checkInvariants()
 }

@@ -63,6 +63,12 @@ type Config struct {
 	// ReadyTimeout bounds the database ping of /readyz. Defaults to 2
 	// seconds.
 	ReadyTimeout time.Duration
+	// Endpoints enables the provider endpoint routes; nil leaves them out.
+	Endpoints *EndpointsConfig
+	// PairStatus, where a dispatcher runs in this process, says whether a
+	// (kind, kind_version) has a ready endpoint and if not why; the resource
+	// detail shows it for a task that waits. Nil omits it.
+	PairStatus func(kind string, version int) (ready bool, reason string)
 }
 
 // The Config defaults.
@@ -90,6 +96,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("api: RequestTimeout must not be negative (got %s)", c.RequestTimeout)
 	case c.ReadyTimeout < 0:
 		return fmt.Errorf("api: ReadyTimeout must not be negative (got %s)", c.ReadyTimeout)
+	}
+	if e := c.Endpoints; e != nil && (e.Box == nil || e.ValidateURL == nil) {
+		return errNoEndpoints
 	}
 	for i, t := range c.ReadTokens {
 		if t == "" {
@@ -176,6 +185,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.registerEngine()
 	s.registerProviderConfigs()
 	s.registerBindings()
+	s.registerEndpoints()
 	return s, nil
 }
 

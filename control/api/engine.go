@@ -31,7 +31,8 @@ type ChildList struct {
 }
 
 type eventsInput struct {
-	resourcePath
+	Kind   string `path:"kind" doc:"The kind."`
+	Name   string `path:"name" doc:"The resource name."`
 	Before int64 `query:"before" minimum:"0" doc:"Only events older than this id."`
 	Limit  int   `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
 }
@@ -93,7 +94,7 @@ func (s *Server) reconcileResource(ctx context.Context, in *resourcePath) (*body
 }
 
 func (s *Server) listEvents(ctx context.Context, in *eventsInput) (*bodyOutput[EventList], error) {
-	id, err := s.resolve(ctx, &in.resourcePath)
+	id, err := s.resolve(ctx, &resourcePath{Kind: in.Kind, Name: in.Name})
 	if err != nil {
 		return nil, err
 	}

@@ -141,12 +141,42 @@ func (s *Server) applyResource(ctx context.Context, in *applyResourceInput) (*ap
 	return &applyOutput[model.Resource]{Status: applyStatus(res), ApplyResult: res, Body: r}, nil
 }
 
-func (s *Server) getResource(ctx context.Context, in *resourcePath) (*bodyOutput[store.ResourceDetail], error) {
+// ResourceView is GET /resources/{kind}/{name}: the resource, its
+// conditions, and why it is where it is — its current task (claim,
+// attempts, last error), why it waits if no endpoint can take it, and its
+// most recent failed deliveries.
+type ResourceView struct {
+	store.ResourceDetail
+	Task *store.TaskInfo `json:"task,omitempty" doc:"The resource's reconcile task: state, claim epoch, attempts, lease, last error."`
+	// Parked says why a queued task is not being claimed.
+	Parked string `json:"parked,omitempty" doc:"Why a queued task waits: no ready endpoint serves its (kind, kind_version)."`
+	// Deliveries are the newest failed delivery attempts for this resource.
+	Deliveries []store.EndpointDelivery `json:"recent_failed_deliveries,omitempty"`
+}
+
+// recentDeliveries bounds the deliveries a resource detail shows.
+const recentDeliveries = 10
+
+func (s *Server) getResource(ctx context.Context, in *resourcePath) (*bodyOutput[ResourceView], error) {
 	r, err := s.store.GetResource(ctx, in.Kind, in.Name)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
-	return &bodyOutput[store.ResourceDetail]{Body: r}, nil
+	v := ResourceView{ResourceDetail: r}
+	if v.Task, err = s.store.ResourceTask(ctx, r.ID); err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{})
+	}
+	if t := v.Task; t != nil && t.State == "pending" && s.cfg.PairStatus != nil {
+		if ok, why := s.cfg.PairStatus(t.Kind, t.KindVersion); !ok {
+			v.Parked = why
+		}
+	}
+	if s.cfg.Endpoints != nil {
+		if v.Deliveries, err = s.store.ListDeliveriesForResource(ctx, r.ID, recentDeliveries); err != nil {
+			return nil, s.problemFor(ctx, err, problemOpts{})
+		}
+	}
+	return &bodyOutput[ResourceView]{Body: v}, nil
 }
 
 func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*listResourcesOutput, error) {

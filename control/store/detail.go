@@ -61,7 +61,7 @@ func (s *Store) ResourceID(ctx context.Context, kind, name string) (string, erro
 	var id string
 	err := s.pool.QueryRow(ctx, `SELECT id FROM resources WHERE kind = $1 AND name = $2`, kind, name).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", ErrNotFound
+		return "", &NotFoundError{Message: fmt.Sprintf("resource %s/%s does not exist", kind, name)}
 	}
 	if err != nil {
 		return "", fmt.Errorf("resolve resource: %w", err)

@@ -12,13 +12,20 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/cluster"
 	"github.com/convergeplane/converge/control/drainer"
 	"github.com/convergeplane/converge/control/reaper"
 	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/dispatch"
+	"github.com/convergeplane/converge/dispatch/callback"
+	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/internal/version"
 	"github.com/convergeplane/converge/migrations"
 )
@@ -32,21 +39,28 @@ type service interface {
 // Server is a running converge process: its pool, its duties, and its HTTP
 // listeners.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	pool     *pgxpool.Pool
-	store    *store.Store
-	services []service // started in order, stopped in reverse
-	app      *fiber.App
-	ln       net.Listener
-	health   *http.Server
-	served   chan error
+	cfg          Config
+	log          *slog.Logger
+	pool         *pgxpool.Pool
+	store        *store.Store
+	services     []service // started in order, stopped in reverse
+	dispatcher   *dispatch.Dispatcher
+	app          *fiber.App
+	dispatchHTTP *http.Server
+	ln           net.Listener
+	health       *http.Server
+	served       chan error
 }
 
 // Start migrates the database (under goose's session advisory lock, so of
 // several pods starting at once one applies and the rest wait and no-op),
 // then starts the duties ROLE selects and the HTTP listeners.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err error) {
+	control := cfg.Role == RoleAll || cfg.Role == RoleControl
+	dispatching := cfg.Role == RoleAll || cfg.Role == RoleDispatch
+	if dispatching && (cfg.SecretKey == nil || cfg.CallbackKey == nil) {
+		return nil, errors.New("a dispatching role needs CONVERGE_SECRET_KEY and CONVERGE_CALLBACK_KEY (converge dev generates both)")
+	}
 	if err := migrations.Up(ctx, cfg.DatabaseURL, log); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
@@ -64,42 +78,121 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	defer func() {
 		if err != nil {
 			s.stopServices()
+			if s.ln != nil {
+				s.ln.Close()
+			}
 			pool.Close()
 		}
 	}()
+	// Bind first: in dev mode the callback URL is the bound address.
+	if s.ln, err = s.listen(cfg.ListenAddr); err != nil {
+		return nil, err
+	}
+	callbackBase := cfg.CallbackBaseURL
+	if callbackBase == "" {
+		if !cfg.Dev && dispatching {
+			return nil, errors.New("CALLBACK_BASE_URL is required for a dispatching role: the externally reachable base URL of the dispatch pods")
+		}
+		scheme := "http"
+		if cfg.TLS {
+			scheme = "https"
+		}
+		callbackBase = scheme + "://" + loopback(s.ln.Addr().String())
+	}
 
-	control := cfg.Role == RoleAll || cfg.Role == RoleControl
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var box *store.SecretBox
+	if cfg.SecretKey != nil {
+		if box, err = store.NewSecretBox(cfg.SecretKey); err != nil {
+			return nil, fmt.Errorf("CONVERGE_SECRET_KEY: %w", err)
+		}
+	}
+	policy := egress.Policy{DevMode: cfg.Dev, AllowCIDRs: cfg.AllowCIDRs}
+
 	kinds := store.NewKindCache(s.store, store.KindCacheConfig{}, log)
 	lis := s.store.NewListener(log)
-	member := cluster.New(cluster.Config{MemberID: cfg.MemberID, Role: string(cfg.Role), Version: version.Version},
-		s.store, lis.Subscribe("cluster_changed"), log)
-	s.services = append(s.services, kinds)
+	var inflight func() int
+	member := cluster.New(cluster.Config{MemberID: cfg.MemberID, Role: string(cfg.Role), Version: version.Version,
+		InFlight: func() int {
+			if inflight == nil {
+				return 0
+			}
+			return inflight()
+		}}, s.store, lis.Subscribe("cluster_changed"), log)
+	s.services = []service{lis, member, kinds}
 	if control {
 		s.services = append(s.services,
 			drainer.New(drainer.Config{Range: member.Range}, s.store, lis.Subscribe("outbox_ready"), log),
 			reaper.New(reaper.Config{Range: member.Range, RetryWindow: cfg.ReaperRetryWindow}, s.store, log))
 	}
-	s.services = append([]service{lis, member}, s.services...)
+	var callbacks http.Handler
+	if dispatching {
+		s.dispatcher, err = dispatch.New(dispatch.Config{Claimer: member.ID(), Range: member.Range,
+			CallbackBaseURL: callbackBase, TokenKey: cfg.CallbackKey, SecretBox: box,
+			DevMode: cfg.Dev, AllowCIDRs: cfg.AllowCIDRs, Version: version.Version, Metrics: metrics, Logger: log},
+			s.store, dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
+		if err != nil {
+			return nil, err
+		}
+		inflight = s.dispatcher.InFlight
+		tokens, err := callback.NewTokens(cfg.CallbackKey)
+		if err != nil {
+			return nil, fmt.Errorf("CONVERGE_CALLBACK_KEY: %w", err)
+		}
+		if callbacks, err = callback.NewHandler(callback.Config{Tokens: tokens, Store: s.store, Metrics: metrics, Logger: log}); err != nil {
+			return nil, err
+		}
+	}
 	for i, svc := range s.services {
 		if err := svc.Start(ctx); err != nil {
 			s.services = s.services[:i]
 			return nil, err
 		}
 	}
+	if s.dispatcher != nil {
+		if err := s.dispatcher.Start(ctx); err != nil {
+			return nil, err
+		}
+	}
 
+	promHandler := promhttp.HandlerFor(metrics, promhttp.HandlerOpts{})
 	if control {
-		srv, err := api.New(api.Config{Version: version.Version, ReadTokens: cfg.ReadTokens, AdminTokens: cfg.AdminTokens},
-			s.store, kinds, log)
+		acfg := api.Config{Version: version.Version, ReadTokens: cfg.ReadTokens, AdminTokens: cfg.AdminTokens}
+		if box != nil {
+			acfg.Endpoints = &api.EndpointsConfig{Box: box,
+				ValidateURL: func(u string) error { return egress.ValidateTargetURL(u, policy) }}
+		} else {
+			log.Warn("CONVERGE_SECRET_KEY is not set: the endpoint routes are disabled on this pod")
+		}
+		if d := s.dispatcher; d != nil {
+			acfg.PairStatus = d.Registry().PairStatus
+			acfg.Endpoints.Status = func(name string) any {
+				st, ok := d.Registry().EndpointStatus(name)
+				if !ok {
+					return nil
+				}
+				return st
+			}
+		}
+		srv, err := api.New(acfg, s.store, kinds, log)
 		if err != nil {
 			return nil, fmt.Errorf("api: %w", err)
 		}
 		s.app = srv.App()
-		if s.ln, err = s.listen(cfg.ListenAddr); err != nil {
-			return nil, err
+		s.app.Get("/metrics", adaptor.HTTPHandler(promHandler))
+		if callbacks != nil {
+			s.app.All("/v1/tasks/*", adaptor.HTTPHandler(callbacks))
 		}
 		go func() { s.served <- s.app.Listener(s.ln) }()
-		log.Info("serving the API", "addr", s.ln.Addr().String(), "tls", cfg.TLS, "role", cfg.Role)
+		log.Info("serving the API", "addr", s.ln.Addr().String(), "tls", cfg.TLS, "role", cfg.Role, "callbacks", callbackBase)
 	} else {
+		mux := http.NewServeMux()
+		mux.Handle("/v1/tasks/", callbacks)
+		mux.Handle("GET /metrics", promHandler)
+		s.dispatchHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { s.served <- s.dispatchHTTP.Serve(s.ln) }()
+		log.Info("serving callbacks", "addr", s.ln.Addr().String(), "callbacks", callbackBase)
 		if err := s.serveHealth(); err != nil {
 			return nil, err
 		}
@@ -159,6 +252,13 @@ func (s *Server) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs []error
+	// The dispatcher drains first, while callbacks can still land.
+	if s.dispatcher != nil {
+		s.dispatcher.Stop()
+	}
+	if s.dispatchHTTP != nil {
+		errs = append(errs, s.dispatchHTTP.Shutdown(ctx))
+	}
 	if s.app != nil {
 		errs = append(errs, s.app.ShutdownWithContext(ctx))
 	}

@@ -1,0 +1,199 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/convergeplane/converge/control/store"
+)
+
+// EndpointsConfig enables the /endpoints routes. The API does not deliver
+// anything itself: the process that wires it injects the secret box, the
+// egress policy check and, where a dispatcher runs, its live view.
+type EndpointsConfig struct {
+	// Box encrypts signing secrets at rest. Required.
+	Box *store.SecretBox
+	// ValidateURL refuses a target or health URL the dispatcher's egress
+	// policy would refuse (http outside dev mode, a private address...).
+	// Required.
+	ValidateURL func(url string) error
+	// Status returns the dispatcher's live view of an endpoint (health,
+	// breaker, in-flight), or nil when no dispatcher runs in this process.
+	Status func(name string) any
+	// RotationGrace is how long the previous secret keeps signing after a
+	// rotation. Defaults to 24h.
+	RotationGrace time.Duration
+}
+
+// EndpointApply is the body of POST /endpoints.
+type EndpointApply struct {
+	Name               string               `json:"name"`
+	Kinds              []store.EndpointKind `json:"kinds"`
+	Target             store.EndpointTarget `json:"target"`
+	Health             store.EndpointHealth `json:"health,omitempty"`
+	MaxConcurrency     int                  `json:"max_concurrency,omitempty" doc:"Defaults to 64."`
+	RequestTimeoutSecs int                  `json:"request_timeout_secs,omitempty" doc:"Defaults to 30."`
+	Enabled            *bool                `json:"enabled,omitempty" doc:"Defaults to true."`
+}
+
+// EndpointView is an endpoint as the API shows it. Secret is present only in
+// the answer that created the endpoint or rotated its secret: it is never
+// shown again.
+type EndpointView struct {
+	store.Endpoint
+	Secret string `json:"secret,omitempty" doc:"The signing secret, shown only when it was just generated. Store it now."`
+	Live   any    `json:"live,omitempty" doc:"This dispatch pod's view: readiness per kind, circuit breaker, in-flight, back-off."`
+}
+
+// EndpointList is the body of GET /endpoints.
+type EndpointList struct {
+	Items []EndpointView `json:"items"`
+}
+
+// DeliveryList is the body of GET /endpoints/{name}/deliveries.
+type DeliveryList struct {
+	Items []store.EndpointDelivery `json:"items"`
+}
+
+// RotatedSecret is the body of POST /endpoints/{name}/rotate-secret.
+type RotatedSecret struct {
+	Secret string `json:"secret" doc:"The new signing secret, shown once."`
+	// PreviousValidUntil is when the old secret stops signing.
+	PreviousValidUntil time.Time `json:"previous_valid_until"`
+}
+
+type deliveriesInput struct {
+	Name  string `path:"name" doc:"The endpoint's name."`
+	Limit int `query:"limit" minimum:"1" maximum:"1000" default:"100"`
+}
+
+func (s *Server) registerEndpoints() {
+	if s.cfg.Endpoints == nil {
+		return
+	}
+	register(s, huma.Operation{
+		OperationID: "apply-endpoint", Method: http.MethodPost, Path: "/endpoints", Tags: []string{"Endpoints"},
+		Summary: "Register or update a provider endpoint",
+		Description: "Creates (201, with the signing secret shown once) or updates (200) the endpoint by name. " +
+			"Target and health URLs must pass the dispatcher's egress policy (https; no private, loopback or metadata " +
+			"addresses unless allowlisted or in dev mode).",
+		Errors: []int{400, 409, 422},
+	}, EndpointApply{}, s.applyEndpoint)
+	register(s, huma.Operation{
+		OperationID: "list-endpoints", Method: http.MethodGet, Path: "/endpoints", Tags: []string{"Endpoints"},
+		Summary: "List provider endpoints",
+	}, nil, s.listEndpoints)
+	register(s, huma.Operation{
+		OperationID: "get-endpoint", Method: http.MethodGet, Path: "/endpoints/{name}", Tags: []string{"Endpoints"},
+		Summary: "Get a provider endpoint and its live health", Errors: []int{404},
+	}, nil, s.getEndpoint)
+	register(s, huma.Operation{
+		OperationID: "delete-endpoint", Method: http.MethodDelete, Path: "/endpoints/{name}", Tags: []string{"Endpoints"},
+		Summary: "Delete a provider endpoint", DefaultStatus: http.StatusNoContent, Errors: []int{404},
+	}, nil, s.deleteEndpoint)
+	register(s, huma.Operation{
+		OperationID: "rotate-endpoint-secret", Method: http.MethodPost, Path: "/endpoints/{name}/rotate-secret", Tags: []string{"Endpoints"},
+		Summary:     "Rotate an endpoint's signing secret",
+		Description: "Returns the new secret once. Until previous_valid_until both secrets sign every delivery.",
+		Errors:      []int{404},
+	}, nil, s.rotateEndpointSecret)
+	register(s, huma.Operation{
+		OperationID: "list-endpoint-deliveries", Method: http.MethodGet, Path: "/endpoints/{name}/deliveries", Tags: []string{"Endpoints"},
+		Summary:     "List an endpoint's failed delivery attempts",
+		Description: "Newest first: task, claim epoch, attempt, HTTP status, latency, classified reason and a bounded excerpt.",
+		Errors:      []int{404},
+	}, nil, s.listDeliveries)
+}
+
+func (s *Server) applyEndpoint(ctx context.Context, in *rawBodyInput) (*applyOutput[EndpointView], error) {
+	var b EndpointApply
+	if p := decodeBody(in.RawBody, &b); p != nil {
+		return nil, p
+	}
+	ec := s.cfg.Endpoints
+	for loc, u := range map[string]string{"target.url": b.Target.URL, "health.url": b.Health.URL} {
+		if u == "" {
+			continue
+		}
+		if err := ec.ValidateURL(u); err != nil {
+			return nil, s.problemFor(ctx, &store.InvalidError{Location: loc, Message: err.Error()}, problemOpts{})
+		}
+	}
+	ep, res, secret, err := s.store.PutEndpoint(ctx, ec.Box, store.PutEndpointParams{
+		Name: b.Name, Kinds: b.Kinds, Target: b.Target, Health: b.Health,
+		MaxConcurrency: b.MaxConcurrency, RequestTimeoutSecs: b.RequestTimeoutSecs, Enabled: b.Enabled,
+	})
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{})
+	}
+	v := EndpointView{Endpoint: ep, Secret: secret.Reveal()}
+	return &applyOutput[EndpointView]{Status: applyStatus(res), ApplyResult: res, Body: v}, nil
+}
+
+func (s *Server) view(ep store.Endpoint) EndpointView {
+	v := EndpointView{Endpoint: ep}
+	if st := s.cfg.Endpoints.Status; st != nil {
+		v.Live = st(ep.Name)
+	}
+	return v
+}
+
+func (s *Server) listEndpoints(ctx context.Context, _ *struct{}) (*bodyOutput[EndpointList], error) {
+	eps, err := s.store.ListEndpoints(ctx)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{})
+	}
+	out := EndpointList{Items: make([]EndpointView, 0, len(eps))}
+	for _, ep := range eps {
+		out.Items = append(out.Items, s.view(ep))
+	}
+	return &bodyOutput[EndpointList]{Body: out}, nil
+}
+
+func (s *Server) getEndpoint(ctx context.Context, in *namePath) (*bodyOutput[EndpointView], error) {
+	ep, err := s.store.GetEndpoint(ctx, in.Name)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return &bodyOutput[EndpointView]{Body: s.view(ep)}, nil
+}
+
+func (s *Server) deleteEndpoint(ctx context.Context, in *namePath) (*struct{}, error) {
+	if err := s.store.DeleteEndpoint(ctx, in.Name); err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return &struct{}{}, nil
+}
+
+func (s *Server) rotateEndpointSecret(ctx context.Context, in *namePath) (*bodyOutput[RotatedSecret], error) {
+	grace := s.cfg.Endpoints.RotationGrace
+	if grace <= 0 {
+		grace = store.SecretRotationGraceDefault
+	}
+	sec, until, err := s.store.RotateEndpointSecret(ctx, s.cfg.Endpoints.Box, in.Name, grace)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return &bodyOutput[RotatedSecret]{Body: RotatedSecret{Secret: sec.Reveal(), PreviousValidUntil: until}}, nil
+}
+
+func (s *Server) listDeliveries(ctx context.Context, in *deliveriesInput) (*bodyOutput[DeliveryList], error) {
+	if _, err := s.store.GetEndpoint(ctx, in.Name); err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	ds, err := s.store.ListDeliveries(ctx, in.Name, in.Limit)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{})
+	}
+	if ds == nil {
+		ds = []store.EndpointDelivery{}
+	}
+	return &bodyOutput[DeliveryList]{Body: DeliveryList{Items: ds}}, nil
+}
+
+// errNoEndpoints guards a misconfigured wiring.
+var errNoEndpoints = errors.New("api: Endpoints needs Box and ValidateURL")
