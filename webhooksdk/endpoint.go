@@ -110,8 +110,14 @@ func Handler(providers []Provider, opts ...Option) (*Endpoint, error) {
 		results:  newResultCache(cfg.cacheEntries, cfg.cacheBytes, cfg.cacheTTL),
 	}
 	if e.client == nil {
+		// Callbacks all go to the same few dispatch hosts; keep enough idle
+		// connections per host that a burst of async results reuses them
+		// (the stdlib default of 2 re-dials under load).
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 64
 		e.client = &http.Client{
 			Timeout:       CallbackTimeoutDefault,
+			Transport:     tr,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 	}
