@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
 	conctl "github.com/convergeplane/converge/cmd/conctl/cli"
+	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/dispatch/inproc"
 	"github.com/convergeplane/converge/internal/pgtest"

@@ -68,7 +68,7 @@ type RotatedSecret struct {
 
 type deliveriesInput struct {
 	Name  string `path:"name" doc:"The endpoint's name."`
-	Limit int `query:"limit" minimum:"1" maximum:"1000" default:"100"`
+	Limit int    `query:"limit" minimum:"1" maximum:"1000" default:"100"`
 }
 
 func (s *Server) registerEndpoints() {

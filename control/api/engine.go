@@ -33,8 +33,8 @@ type ChildList struct {
 type eventsInput struct {
 	Kind   string `path:"kind" doc:"The kind."`
 	Name   string `path:"name" doc:"The resource name."`
-	Before int64 `query:"before" minimum:"0" doc:"Only events older than this id."`
-	Limit  int   `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
+	Before int64  `query:"before" minimum:"0" doc:"Only events older than this id."`
+	Limit  int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
 }
 
 // Accepted is the body of an accepted asynchronous request.
