@@ -413,15 +413,17 @@ CREATE TABLE resource_conditions (
 );
 
 -- Per-resource event log, bounded by the reaper's prune pass.
+-- Keyed (resource_id, id): every read and prune is per resource, and one
+-- index per insert is what the hot path can afford.
 CREATE TABLE resource_events (
-    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id          bigint GENERATED ALWAYS AS IDENTITY,
     resource_id uuid        NOT NULL, -- no FK: inserts are on the hot path; resources_after_delete cleans up
     at          timestamptz NOT NULL DEFAULT now(),
     type        text        NOT NULL,
     generation  bigint,
-    message     text        NOT NULL DEFAULT ''
+    message     text        NOT NULL DEFAULT '',
+    PRIMARY KEY (resource_id, id)
 );
-CREATE INDEX idx_resource_events_resource ON resource_events (resource_id, id);
 
 CREATE TABLE cluster_members (
     member_id      text        PRIMARY KEY,

@@ -397,9 +397,10 @@ $$;
 -- +goose StatementEnd
 
 -- complete_tasks records outcomes for claimed tasks. An outcome is accepted only
--- if its row is still claimed at that claim_epoch ('applied'); a repeat of the
--- last accepted completion is 'duplicate' (a no-op success); anything else is
--- 'superseded' (the claim was reclaimed or re-pended, or its resource is gone).
+-- if its row is still claimed at that claim_epoch (applied, and not listed in
+-- the result); a repeat of the last accepted completion is 'duplicate' (a
+-- no-op success); anything else is 'superseded' (the claim was reclaimed or
+-- re-pended, or its resource is gone).
 -- +goose StatementBegin
 CREATE FUNCTION complete_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[],
                                p_outcomes jsonb[], p_errors text[], p_terminals boolean[])
@@ -437,13 +438,16 @@ BEGIN
         PERFORM inflight_release(v_kinds, v_vers, v_los);
         PERFORM notify_gated('outbox_ready');
     END IF;
+    -- Only the tasks not applied are answered; the caller takes silence for
+    -- 'applied', so the common case costs no second probe per task.
     RETURN QUERY
     SELECT i.task_id,
-           CASE WHEN i.task_id = ANY (coalesce(v_applied, '{}')) THEN 'applied'
-                WHEN w.task_id IS NOT NULL AND w.completed_epoch = i.epoch AND w.claim_epoch = i.epoch THEN 'duplicate'
+           CASE WHEN w.task_id IS NOT NULL AND w.completed_epoch = i.epoch AND w.claim_epoch = i.epoch THEN 'duplicate'
                 ELSE 'superseded' END
       FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
-      LEFT JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id;
+      LEFT JOIN unnest(v_applied) AS a(task_id) ON a.task_id = i.task_id
+      LEFT JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id
+     WHERE a.task_id IS NULL;
 END
 $$;
 -- +goose StatementEnd

@@ -149,9 +149,8 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 	}
 	out := make([]CompleteStatus, n)
 	for i, id := range ids {
-		out[i] = byID[id]
-		if out[i] == "" {
-			out[i] = Superseded
+		if out[i] = byID[id]; out[i] == "" {
+			out[i] = Applied // complete_tasks lists only what it did not apply
 		}
 	}
 	return out, nil
