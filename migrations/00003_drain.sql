@@ -196,6 +196,7 @@ DECLARE
     v_fail_ids uuid[] := '{}';
     v_fail_msgs text[] := '{}';
     v_status_ids uuid[];
+    v_rids uuid[];
     v_ids uuid[];
     v_rollup uuid[];
 BEGIN
@@ -255,12 +256,12 @@ BEGIN
             w.rollup_dirty,
             m.rollup_reaction IS NOT NULL)::drain_item AS item
     )
-    SELECT array_agg(item) INTO v_items FROM fin;
+    SELECT array_agg(item), array_agg((item).resource_id) INTO v_items, v_rids FROM fin;
     IF v_items IS NULL THEN RETURN 0; END IF;
 
     SELECT array_agg(i.resource_id) INTO v_status_ids
       FROM unnest(v_items) i JOIN resources r ON r.id = i.resource_id
-     WHERE i.error IS NULL AND i.emits & 8 <> 0 AND jsonb_typeof(i.outcome->'status') NOT IN ('null')
+     WHERE r.id = ANY (v_rids) AND i.error IS NULL AND i.emits & 8 <> 0 AND jsonb_typeof(i.outcome->'status') NOT IN ('null')
        AND r.status IS DISTINCT FROM i.outcome->'status'
        AND EXISTS (SELECT 1 FROM resource_deps d WHERE d.dependency_id = i.resource_id);
 
@@ -278,7 +279,8 @@ BEGIN
         last_error = i.error,
         updated_at = now()
       FROM unnest(v_items) i
-     WHERE r.id = i.resource_id;
+     WHERE r.id = i.resource_id
+       AND r.id = ANY (v_rids); -- an index lookup, not a scan of every resource per batch
 
     -- Conditions: written on transition; a stored False not re-reported is
     -- cleared the moment the resource reconciles cleanly.

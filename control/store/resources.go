@@ -120,11 +120,10 @@ SELECT (SELECT pass FROM gate), (SELECT is_reactor FROM m), (SELECT kind FROM pc
   FROM (SELECT 1) one LEFT JOIN res ON true`
 
 // resourceScheduleSQL runs in the apply's implicit transaction, after the
-// upsert, so the engine schedules a created or changed resource. now() is the
-// transaction's start, so updated_at = now() selects exactly a row this
-// transaction wrote; schedule_eligible is a no-op for a synced one.
-const resourceScheduleSQL = `SELECT schedule_eligible(array_agg(id)) FROM resources
- WHERE kind = $1 AND name = $2 AND updated_at = now() AND synced_gen < generation`
+// upsert, so the engine schedules a created or changed resource
+// (schedule_applied: a fresh resource takes one plain insert, a changed one
+// goes through schedule_eligible, an unchanged one is left alone).
+const resourceScheduleSQL = `SELECT schedule_applied($1, $2)`
 
 // ApplyResource creates or updates the resource (kind, name) and schedules it.
 //
