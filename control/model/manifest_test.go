@@ -1,0 +1,100 @@
+package model_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	. "github.com/convergeplane/converge/control/model" //nolint:revive // the model's own tests read best unqualified
+	"github.com/convergeplane/converge/control/model/modeltest"
+)
+
+func TestValidateManifestLattice(t *testing.T) {
+	t.Parallel()
+	for _, tc := range modeltest.LatticeCases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			t.Parallel()
+			m := tc.Manifest
+			err := ValidateManifest(&m)
+			switch {
+			case tc.Want == "" && err != nil:
+				t.Fatalf("legal manifest refused: %v", err)
+			case tc.Want != "" && err == nil:
+				t.Fatalf("illegal manifest accepted; want an error containing %q", tc.Want)
+			case tc.Want != "" && !strings.Contains(err.Error(), tc.Want):
+				t.Fatalf("error = %q, want it to contain %q", err, tc.Want)
+			}
+			var fe *FieldError
+			if err != nil && !errors.As(err, &fe) {
+				t.Fatalf("error %T is not a *FieldError naming the field", err)
+			}
+		})
+	}
+}
+
+func TestValidateManifestFields(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		m    KindManifest
+		loc  string
+	}{
+		{"bad kind", KindManifest{Kind: "VPC", KindVersion: 1}, "kind"},
+		{"version 0", KindManifest{Kind: "vpc"}, "kind_version"},
+		{"version too big", KindManifest{Kind: "vpc", KindVersion: MaxKindVersion + 1}, "kind_version"},
+		{"negative cap", KindManifest{Kind: "vpc", KindVersion: 1, Policy: Policy{MaxInflight: -1}}, "max_inflight"},
+	} {
+		var fe *FieldError
+		if err := ValidateManifest(&tc.m); !errors.As(err, &fe) || fe.Location != tc.loc {
+			t.Errorf("%s: err = %v, want a FieldError at %s", tc.name, err, tc.loc)
+		}
+	}
+	ok := KindManifest{Kind: "vpc", KindVersion: MaxKindVersion}
+	if err := ValidateManifest(&ok); err != nil {
+		t.Errorf("version %d refused: %v", MaxKindVersion, err)
+	}
+}
+
+func TestIsReactorAndMask(t *testing.T) {
+	t.Parallel()
+	m := KindManifest{Reactions: []ReactionDecl{{Name: "r", Trigger: TriggerReactor, Emits: []string{"sideEffect"}}}}
+	if !m.IsReactor() {
+		t.Error("a kind with only a reactor reaction is a reactor")
+	}
+	m.Reactions = append(m.Reactions, ReactionDecl{Name: "w", Trigger: TriggerSpecChange, Emits: []string{"status"}})
+	if m.IsReactor() {
+		t.Error("a kind with a specChange reaction is not a reactor")
+	}
+	mask := ReactionDecl{Emits: []string{"children", "status", "bogus"}}.Mask()
+	if !mask.Has(OutcomeChildren) || !mask.Has(OutcomeStatus) || mask.Has(OutcomeEdges) {
+		t.Errorf("mask = %v", mask.Names())
+	}
+}
+
+func TestMergeConfig(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, base, over, want string }{
+		{"override wins per key, nested objects merge", `{"a":1,"n":{"x":1,"y":2}}`, `{"a":2,"n":{"y":3}}`, `{"a":2,"n":{"x":1,"y":3}}`},
+		{"no override", `{"a":1}`, ``, `{"a":1}`},
+		{"null override", `{"a":1}`, `null`, `{"a":1}`},
+		{"no default", ``, `{"b":2}`, `{"b":2}`},
+		{"a non-object replaces", `{"a":{"x":1}}`, `{"a":[1]}`, `{"a":[1]}`},
+	} {
+		got, err := MergeConfig(json.RawMessage(tc.base), json.RawMessage(tc.over))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var g, w any
+		_ = json.Unmarshal(got, &g)
+		_ = json.Unmarshal([]byte(tc.want), &w)
+		gb, _ := json.Marshal(g)
+		wb, _ := json.Marshal(w)
+		if string(gb) != string(wb) {
+			t.Errorf("%s: got %s, want %s", tc.name, gb, wb)
+		}
+	}
+	if _, err := MergeConfig(json.RawMessage(`{"a":1}`), json.RawMessage(`{bad`)); err == nil {
+		t.Error("a malformed override must be an error, not a silent wipe of the default")
+	}
+}

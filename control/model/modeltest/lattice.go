@@ -1,0 +1,54 @@
+// Package modeltest holds shared test data for the model: the legality
+// lattice's cases, run against both model.ValidateManifest and the
+// database's validate_kind_manifest() CHECK so the two halves cannot drift.
+package modeltest
+
+import "github.com/convergeplane/converge/control/model"
+
+// LatticeCase is a manifest and the rule it breaks.
+type LatticeCase struct {
+	Name     string
+	Manifest model.KindManifest
+	// Want is a substring of the Go error; "" means the manifest is legal.
+	Want string
+}
+
+// LatticeCases are manifests with the rule each breaks ("" = legal). The
+// integration suite runs the same cases against the database's
+// validate_kind_manifest() CHECK, so the two halves cannot drift apart.
+func LatticeCases() []LatticeCase {
+	r := func(name string, t model.Trigger, emits ...string) model.ReactionDecl {
+		return model.ReactionDecl{Name: name, Trigger: t, Emits: emits}
+	}
+	m := func(rs ...model.ReactionDecl) model.KindManifest {
+		return model.KindManifest{Kind: "vpc", KindVersion: 1, Reactions: rs}
+	}
+	withFin := func(k model.KindManifest, fin string) model.KindManifest { k.FinalizerName = fin; return k }
+	verb := func(d model.ReactionDecl, v string) model.ReactionDecl { d.Verb = v; return d }
+	fin := func(d model.ReactionDecl, f string) model.ReactionDecl { d.Finalizer = f; return d }
+	return []LatticeCase{
+		{"worker", m(r("work", model.TriggerSpecChange, "status")), ""},
+		{"composer with rollup", m(r("compose", model.TriggerSpecChange, "children", "edges", "status"), r("rollup", model.TriggerChildrenSettled, "status", "conditions")), ""},
+		{"no reactions (a data kind)", m(), ""},
+		{"reactor", m(r("react", model.TriggerReactor, "sideEffect")), ""},
+		{"operation with a verb", m(r("work", model.TriggerSpecChange, "status"), verb(r("op", model.TriggerOperation, "operationOutput"), "enable")), ""},
+		{"finalizer on the reaction", m(fin(r("teardown", model.TriggerDeleteRequested, "finalizer"), "vpc.io/cleanup")), ""},
+		{"finalizer on the manifest", withFin(m(r("teardown", model.TriggerDeleteRequested, "finalizer")), "vpc.io/cleanup"), ""},
+		{"composer without status", m(r("compose", model.TriggerSpecChange, "children")), "must also emit status"},
+		{"composer with sideEffect", m(r("compose", model.TriggerSpecChange, "children", "status", "sideEffect")), "may not emit sideEffect"},
+		{"two specChange reactions", m(r("a", model.TriggerSpecChange, "status"), r("b", model.TriggerSpecChange, "conditions")), "at most one specChange"},
+		{"two rollups", m(r("a", model.TriggerChildrenSettled, "status"), r("b", model.TriggerChildrenSettled, "status")), "at most one rollup"},
+		{"two reactors", m(r("a", model.TriggerReactor, "sideEffect"), r("b", model.TriggerReactor, "sideEffect")), "at most one reactor"},
+		{"reactor emitting status", m(r("react", model.TriggerReactor, "sideEffect", "status")), "and nothing else"},
+		{"operation without a verb", m(r("op", model.TriggerOperation, "operationOutput")), "needs a verb"},
+		{"duplicate verb", m(verb(r("a", model.TriggerOperation, "operationOutput"), "x"), verb(r("b", model.TriggerOperation, "operationOutput"), "x")), "handled twice"},
+		{"verb on a non-operation", m(verb(r("work", model.TriggerSpecChange, "status"), "x")), "only allowed on an operation"},
+		{"deleteRequested without a finalizer", m(r("teardown", model.TriggerDeleteRequested, "finalizer")), "needs a finalizer"},
+		{"finalizer on a non-delete", m(fin(r("work", model.TriggerSpecChange, "status"), "x")), "only allowed on a deleteRequested"},
+		{"unknown trigger", m(r("work", model.Trigger("onTuesday"), "status")), "is not one of"},
+		{"unknown emit", m(r("work", model.TriggerSpecChange, "everything")), "is not one of"},
+		{"empty emits", m(r("work", model.TriggerSpecChange)), "at least one"},
+		{"duplicate name", m(r("x", model.TriggerSpecChange, "status"), r("x", model.TriggerChildrenSettled, "status")), "duplicated"},
+		{"missing name", m(r("", model.TriggerSpecChange, "status")), "name"},
+	}
+}
