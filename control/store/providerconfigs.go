@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -246,21 +245,15 @@ type ProviderConfigPage struct {
 
 // ListProviderConfigs pages through provider configs by name.
 func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsParams) (ProviderConfigPage, error) {
-	limit := p.Limit
-	switch {
-	case limit == 0:
-		limit = ListLimitDefault
-	case limit < 0 || limit > ListLimitMax:
-		return ProviderConfigPage{}, &InvalidError{Location: "limit", Message: fmt.Sprintf("must be in 1..%d (got %d)", ListLimitMax, limit)}
+	limit, err := pageLimit(p.Limit)
+	if err != nil {
+		return ProviderConfigPage{}, err
 	}
 	var (
-		q    strings.Builder
-		args []any
+		q   strings.Builder
+		qa  queryArgs
+		arg = qa.add
 	)
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
 	q.WriteString(`SELECT ` + providerConfigCols + ` FROM providerconfigs WHERE true`)
 	if p.Kind != "" {
 		q.WriteString(` AND kind = ` + arg(p.Kind))
@@ -282,7 +275,7 @@ func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsPa
 		q.WriteString(` AND name > ` + arg(string(after)))
 	}
 	q.WriteString(` ORDER BY name LIMIT ` + arg(limit+1))
-	rows, err := s.pool.Query(ctx, q.String(), args...)
+	rows, err := s.pool.Query(ctx, q.String(), qa...)
 	if err != nil {
 		return ProviderConfigPage{}, fmt.Errorf("list provider configs: %w", err)
 	}

@@ -495,21 +495,15 @@ type ResourcePage struct {
 // concurrent inserts, and no total is counted. Invalid parameters return
 // *InvalidError naming the parameter.
 func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (ResourcePage, error) {
-	limit := p.Limit
-	switch {
-	case limit == 0:
-		limit = ListLimitDefault
-	case limit < 0 || limit > ListLimitMax:
-		return ResourcePage{}, &InvalidError{Location: "limit", Message: fmt.Sprintf("must be in 1..%d (got %d)", ListLimitMax, limit)}
+	limit, err := pageLimit(p.Limit)
+	if err != nil {
+		return ResourcePage{}, err
 	}
 	var (
-		q    strings.Builder
-		args []any
+		q   strings.Builder
+		qa  queryArgs
+		arg = qa.add
 	)
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
 	q.WriteString(`SELECT ` + resourceViewCols + ` FROM resources r WHERE true`)
 	if p.Kind != "" {
 		q.WriteString(` AND r.kind = ` + arg(p.Kind))
@@ -553,7 +547,7 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 	// One row more than the page says whether another page follows.
 	q.WriteString(` ORDER BY r.created_at, r.id LIMIT ` + arg(limit+1))
 
-	rows, err := s.pool.Query(ctx, q.String(), args...)
+	rows, err := s.pool.Query(ctx, q.String(), qa...)
 	if err != nil {
 		return ResourcePage{}, fmt.Errorf("list resources: %w", err)
 	}

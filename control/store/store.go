@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -111,3 +112,24 @@ const (
 	codeForeignKeyViolation = "23503"
 	codeCheckViolation      = "23514"
 )
+
+// pageLimit validates a list's page size: ListLimitDefault when 0, else
+// 1..ListLimitMax.
+func pageLimit(limit int) (int, error) {
+	switch {
+	case limit == 0:
+		return ListLimitDefault, nil
+	case limit < 0 || limit > ListLimitMax:
+		return 0, &InvalidError{Location: "limit", Message: fmt.Sprintf("must be in 1..%d (got %d)", ListLimitMax, limit)}
+	}
+	return limit, nil
+}
+
+// queryArgs collects the arguments of a query built from optional filters.
+type queryArgs []any
+
+// add appends v and returns its placeholder ($1, $2, ...).
+func (a *queryArgs) add(v any) string {
+	*a = append(*a, v)
+	return "$" + strconv.Itoa(len(*a))
+}
