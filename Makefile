@@ -36,6 +36,7 @@ lint: ## gofmt check and go vet
 bench: postgres ## benchmarks: engine, API apply, dispatch (figures are ratios to baselines in the same run)
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/ ./dispatch/...
 	$(GO) test -run '^$$' -bench BenchmarkApply -benchtime 5s -timeout 20m ./control/api/
+	$(GO) test -run '^$$' -bench . -benchmem ./webhooksdk/ ./control/schema/
 
 postgres: ## make sure PostgreSQL server binaries are installed (apt-get as root if not)
 	@./scripts/ensure-postgres.sh >/dev/null
