@@ -191,6 +191,8 @@ RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     v_out work_outbox[];
+    v_tids tid[];
+    v_tabs oid[];
     o work_outbox;
     v_items drain_item[];
     v_fail_ids uuid[] := '{}';
@@ -200,13 +202,19 @@ DECLARE
     v_ids uuid[];
     v_rollup uuid[];
 BEGIN
+    -- Pop by TID: lock the batch, then delete exactly those tuples. Joining
+    -- the batch back by key planned as a hash join over the whole outbox,
+    -- once per batch, which grew with the backlog.
+    SELECT array_agg(ctid), array_agg(tableoid) INTO v_tids, v_tabs
+      FROM (SELECT ctid, tableoid FROM work_outbox
+             WHERE shard_id BETWEEN p_lo AND p_hi
+             LIMIT p_limit FOR UPDATE SKIP LOCKED) s;
+    IF v_tids IS NULL THEN RETURN 0; END IF;
     WITH d AS (
         DELETE FROM work_outbox x
          WHERE x.shard_id BETWEEN p_lo AND p_hi
-           AND (x.shard_id, x.id) IN (
-                SELECT shard_id, id FROM work_outbox
-                 WHERE shard_id BETWEEN p_lo AND p_hi
-                 LIMIT p_limit FOR UPDATE SKIP LOCKED)
+           AND x.ctid = ANY (v_tids)
+           AND (x.tableoid, x.ctid) IN (SELECT * FROM unnest(v_tabs, v_tids))
         RETURNING x.*)
     SELECT array_agg(d ORDER BY d.id) INTO v_out FROM d;
     IF v_out IS NULL THEN RETURN 0; END IF;
