@@ -439,3 +439,43 @@ func TestReadsAndReconcileNow(t *testing.T) {
 	}
 	e.checkInvariants()
 }
+
+func TestOrphanGrace(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{})
+	e.defineKinds(model.Policy{OrphanGraceSecs: 1})
+	e.run(inproc.Config{}, standardHandlers(e, nil))
+	e.listen()
+	ctx := t.Context()
+
+	e.apply("comp", "root", compSpec{Children: []childSpec{{Name: "keep"}, {Name: "drop"}}})
+	e.waitPhase("comp", "root", "Ready", 20*time.Second)
+
+	// Dropped by the composer: orphaned, not deleted, and not holding the
+	// root back.
+	e.apply("comp", "root", compSpec{Children: []childSpec{{Name: "keep"}}})
+	e.waitPhase("leaf", "drop", "Orphaned", 10*time.Second)
+	e.waitPhase("comp", "root", "Ready", 10*time.Second)
+
+	// Re-emitted within the window: re-adopted, nothing destroyed, and not
+	// re-run (its spec did not change).
+	e.apply("comp", "root", compSpec{Children: []childSpec{{Name: "keep"}, {Name: "drop"}}})
+	e.waitPhase("leaf", "drop", "Ready", 10*time.Second)
+	if n := e.calls.get("drop"); n != 1 {
+		t.Errorf("re-adopted child ran %d times, want 1", n)
+	}
+
+	// Dropped again and left past the window: the reaper removes it.
+	e.apply("comp", "root", compSpec{Children: []childSpec{{Name: "keep"}}})
+	e.waitPhase("leaf", "drop", "Orphaned", 10*time.Second)
+	r := reaper.New(reaper.Config{}, e.st, e.log)
+	waitFor(t, 10*time.Second, "the expired orphan to be swept", func() bool {
+		must(t, r.RunOnce(ctx))
+		_, ok := e.get("leaf", "drop")
+		return !ok
+	})
+	if _, ok := e.get("leaf", "keep"); !ok {
+		t.Error("the sweep removed a live child")
+	}
+	e.checkInvariants()
+}

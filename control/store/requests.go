@@ -138,7 +138,14 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]model.
 		}
 		if needsChildren(t) {
 			if t.Trigger == model.TriggerChildrenSettled {
-				req.Descendants = children[t.ResourceID]
+				// A child orphaned by the composer is ignored while in its
+				// grace window: it neither counts toward nor degrades the
+				// rollup (the composer still observes it, to re-adopt it).
+				for _, c := range children[t.ResourceID] {
+					if c.Phase != model.PhaseOrphaned {
+						req.Descendants = append(req.Descendants, c)
+					}
+				}
 			} else {
 				req.Observed = children[t.ResourceID]
 			}
