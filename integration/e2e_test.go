@@ -217,5 +217,20 @@ func TestEngineOverTheAPI(t *testing.T) {
 	if code, body := s.call("POST", "/resources/leaf/nope/reconcile", nil); code != 404 || !strings.Contains(string(body), "leaf/nope") {
 		t.Errorf("reconcile of a missing resource = %d %s", code, body)
 	}
+	// The server registered itself in the cluster view.
+	var members struct {
+		Items []struct {
+			MemberID string `json:"member_id"`
+			Role     string `json:"role"`
+			Ready    bool   `json:"ready"`
+			ShardLo  *int   `json:"shard_lo"`
+			ShardHi  *int   `json:"shard_hi"`
+		} `json:"items"`
+	}
+	if code, body := s.call("GET", "/cluster-members", nil); code != 200 || json.Unmarshal(body, &members) != nil ||
+		len(members.Items) != 1 || members.Items[0].MemberID != "e2e" || !members.Items[0].Ready ||
+		members.Items[0].ShardLo == nil || *members.Items[0].ShardLo != 0 || *members.Items[0].ShardHi != 255 {
+		t.Errorf("cluster members = %d %s", code, body)
+	}
 	s.checkInvariants()
 }

@@ -186,6 +186,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.registerProviderConfigs()
 	s.registerBindings()
 	s.registerEndpoints()
+	s.registerCluster()
 	return s, nil
 }
 
