@@ -96,7 +96,7 @@ func (d *Dispatcher) encode(it *item, buf *bytes.Buffer) error {
 	if !t.Deadline.IsZero() {
 		exp = t.Deadline.Add(d.cfg.CallbackGrace)
 	}
-	tok, err := d.tokens.Mint(callback.Claim{TaskID: t.ID, Shard: t.Shard, Epoch: t.Epoch, Emits: t.Emits,
+	tok, err := d.tokens.Mint(callback.Claim{TaskID: t.ID, ResourceID: t.ResourceID, Shard: t.Shard, Epoch: t.Epoch, Emits: t.Emits,
 		Deadline: t.Deadline, Expires: exp})
 	if err != nil {
 		return err

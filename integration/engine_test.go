@@ -407,10 +407,15 @@ func TestReadsAndReconcileNow(t *testing.T) {
 	if len(up) != 1 || len(down) != 0 {
 		t.Errorf("b: %d upstream, %d downstream; want 1, 0", len(up), len(down))
 	}
+	// A terminal failure finishes the task: none is live, and the resource
+	// carries the error.
 	task, err := e.st.ResourceTask(ctx, bID)
 	must(t, err)
-	if task == nil || task.State != "done" || task.LastError == "" {
-		t.Errorf("b's task = %+v, want done with its last error", task)
+	if task != nil {
+		t.Errorf("b's task = %+v, want none live after its terminal failure", task)
+	}
+	if n := e.count(`SELECT count(*) FROM resources WHERE id = $1 AND last_error <> ''`, bID); n != 1 {
+		t.Errorf("b carries no last error")
 	}
 	evs, err := e.st.Events(ctx, bID, 0, 50)
 	must(t, err)

@@ -14,7 +14,8 @@ import (
 // through the engine and prints the database's time per statement from
 // pg_stat_statements. It runs only with PROFILE=1 and a DATABASE_URL server
 // started with shared_preload_libraries=pg_stat_statements and
-// pg_stat_statements.track=all (see docs/performance.md).
+// pg_stat_statements.track=all and pg_stat_statements.track_planning=on (see
+// docs/performance.md).
 func TestProfileEngine(t *testing.T) {
 	if os.Getenv("PROFILE") == "" {
 		t.Skip("set PROFILE=1 and DATABASE_URL to a server with pg_stat_statements preloaded")
@@ -25,20 +26,24 @@ func TestProfileEngine(t *testing.T) {
 	e.listen()
 	ctx := t.Context()
 	must(t, execAll(ctx, e.db.Pool, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`))
+	// Warm the pool's connections first: the profile is of the steady state.
+	must(t, execAll(ctx, e.db.Pool, `INSERT INTO resources (kind, kind_version, name, spec) SELECT 'leaf', 1, 'w-' || i, '{}' FROM generate_series(1, 2000) i`,
+		`SELECT schedule_eligible(array_agg(id)) FROM resources`))
+	waitSettled(t, e)
 	must(t, execAll(ctx, e.db.Pool, fmt.Sprintf(`INSERT INTO resources (kind, kind_version, name, spec) SELECT 'leaf', 1, 'l-' || i, '{}' FROM generate_series(1, %d) i`, 10000), `ANALYZE resources`))
 	must(t, execAll(ctx, e.db.Pool, `SELECT pg_stat_statements_reset()`))
 	start := time.Now()
-	must(t, execAll(ctx, e.db.Pool, `SELECT schedule_eligible(array_agg(id)) FROM resources`))
+	must(t, execAll(ctx, e.db.Pool, `SELECT schedule_eligible(array_agg(id)) FROM resources WHERE synced_gen < generation`))
 	waitSettled(t, e)
 	t.Logf("settled 10000 in %s (%.0f/s)", time.Since(start), 10000/time.Since(start).Seconds())
-	rows, err := e.db.Pool.Query(ctx, `SELECT calls, round(total_exec_time::numeric,1), round((total_exec_time/greatest(calls,1))::numeric,3), left(regexp_replace(query, '\s+', ' ', 'g'), 110)
-		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 16`)
+	rows, err := e.db.Pool.Query(ctx, `SELECT calls, round(total_exec_time::numeric,1), round(total_plan_time::numeric,3), left(regexp_replace(query, '\s+', ' ', 'g'), 150)
+		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 40`)
 	must(t, err)
 	for rows.Next() {
 		var calls int64
-		var tot, mean float64
+		var tot, plan float64
 		var q string
-		must(t, rows.Scan(&calls, &tot, &mean, &q))
-		t.Logf("%6d %9.1fms %8.3f  %s", calls, tot, mean, q)
+		must(t, rows.Scan(&calls, &tot, &plan, &q))
+		t.Logf("%6d calls %9.1fms exec %8.1fms plan  %s", calls, tot, plan, q)
 	}
 }

@@ -175,7 +175,7 @@ $$;
 
 -- drain_item is one outcome after its work row was finalized.
 CREATE TYPE drain_item AS (
-    resource_id uuid, task_id uuid, trigger text, generation bigint, emits int, outcome jsonb,
+    resource_id uuid, task_id uuid, claim_epoch bigint, trigger text, generation bigint, emits int, outcome jsonb,
     error text, terminal boolean, rerun boolean, rollup_dirty boolean, has_rollup boolean);
 
 -- drain_outbox_batch pops up to p_limit outcomes in [p_lo, p_hi] and applies
@@ -188,7 +188,7 @@ CREATE TYPE drain_item AS (
 -- +goose StatementBegin
 CREATE FUNCTION drain_outbox_batch(p_lo int, p_hi int, p_limit int, p_retry_base_ms int, p_retry_max_ms int)
 RETURNS int
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_out work_outbox[];
     v_tids tid[];
@@ -199,6 +199,9 @@ DECLARE
     v_fail_msgs text[] := '{}';
     v_status_ids uuid[];
     v_rids uuid[];
+    v_kinds text[];
+    v_vers smallint[];
+    v_los smallint[];
     v_ids uuid[];
     v_rollup uuid[];
 BEGIN
@@ -219,53 +222,77 @@ BEGIN
     SELECT array_agg(d ORDER BY d.id) INTO v_out FROM d;
     IF v_out IS NULL THEN RETURN 0; END IF;
 
-    -- Composition, one root at a time; a bad outcome fails only its own task.
-    FOREACH o IN ARRAY v_out LOOP
-        IF o.error IS NULL AND o.outcome IS NOT NULL AND o.emits & 7 <> 0
-           AND (o.outcome ? 'children' OR o.outcome ? 'edges' OR o.outcome ? 'configs') THEN
-            BEGIN
-                PERFORM apply_compose(o.resource_id, o.outcome, o.emits);
-            EXCEPTION WHEN OTHERS THEN
-                v_fail_ids := v_fail_ids || o.task_id;
-                v_fail_msgs := v_fail_msgs || ('composition rejected: ' || SQLERRM);
-            END;
-        END IF;
+    -- Composition, one root at a time, for outcomes whose claim still holds;
+    -- a bad outcome fails only its own task.
+    FOR o IN
+        SELECT x.* FROM unnest(v_out) x
+          JOIN work_queue w ON w.shard_id = x.shard_id AND w.resource_id = x.resource_id AND w.task_type = x.task_type
+         WHERE x.emits & 7 <> 0 AND x.error IS NULL AND x.outcome IS NOT NULL
+           AND (x.outcome ? 'children' OR x.outcome ? 'edges' OR x.outcome ? 'configs')
+           AND w.claim_epoch = x.claim_epoch AND w.state = 'claimed'
+         ORDER BY x.id
+    LOOP
+        BEGIN
+            PERFORM apply_compose(o.resource_id, o.outcome, o.emits);
+        EXCEPTION WHEN OTHERS THEN
+            v_fail_ids := v_fail_ids || o.task_id;
+            v_fail_msgs := v_fail_msgs || ('composition rejected: ' || SQLERRM);
+        END;
     END LOOP;
 
+    -- Finalise the work rows still claimed at each outcome's epoch (a stale
+    -- outcome matches none and is dropped): a transient failure re-pends
+    -- its row with a jittered backoff; anything else deletes it. The
+    -- conditions read the row itself, so a concurrent re-schedule that
+    -- bumped its generation is seen (EvalPlanQual) and becomes a rerun.
     WITH src AS (
-        SELECT x.*, coalesce(f.msg, x.error) AS err, (f.msg IS NOT NULL OR x.terminal) AS term0
+        SELECT x.*, coalesce(f.msg, x.error) AS err, (f.msg IS NOT NULL OR x.terminal) AS term0,
+               coalesce(kc.max_transient_attempts, 0) AS max_attempts, m.rollup_reaction IS NOT NULL AS has_rollup
           FROM unnest(v_out) x
           LEFT JOIN unnest(v_fail_ids, v_fail_msgs) AS f(task_id, msg) ON f.task_id = x.task_id
-    ), fin AS (
+          LEFT JOIN kind_config kc ON kc.kind = x.kind AND kc.kind_version = x.kind_version
+          LEFT JOIN kind_manifest m ON m.kind = x.kind AND m.kind_version = x.kind_version
+    ), retry AS (
         UPDATE work_queue w SET
-            state = CASE WHEN s.err IS NOT NULL AND NOT s.term0 AND w.generation = w.claimed_gen
-                              AND NOT coalesce(kc.max_transient_attempts > 0 AND w.attempts + 1 >= kc.max_transient_attempts, false)
-                         THEN 'pending' ELSE 'done' END,
-            attempts = CASE WHEN s.err IS NULL THEN 0 ELSE w.attempts + 1 END,
-            not_before = CASE WHEN s.err IS NULL THEN w.not_before
-                         ELSE now() + make_interval(secs => LEAST(p_retry_max_ms, p_retry_base_ms * power(2, LEAST(w.attempts, 20)))
-                                                            * (0.5 + random() / 2) / 1000.0) END,
+            state = 'pending',
+            attempts = w.attempts + 1,
+            not_before = now() + make_interval(secs => LEAST(p_retry_max_ms, p_retry_base_ms * power(2, LEAST(w.attempts, 20)))
+                                                       * (0.5 + random() / 2) / 1000.0),
             last_error = s.err,
             claimed_by = NULL,
             lease_until = NULL
           FROM src s
-          LEFT JOIN kind_config kc ON kc.kind = s.kind AND kc.kind_version = s.kind_version
-          LEFT JOIN kind_manifest m ON m.kind = s.kind AND m.kind_version = s.kind_version
          WHERE w.shard_id BETWEEN p_lo AND p_hi
            AND w.shard_id = s.shard_id AND w.resource_id = s.resource_id AND w.task_type = s.task_type
-           AND w.state = 'completed' AND w.completed_epoch = s.claim_epoch
-        RETURNING ROW(w.resource_id, s.task_id, s.trigger, s.generation, s.emits, s.outcome,
+           AND w.claim_epoch = s.claim_epoch AND w.state = 'claimed'
+           AND s.err IS NOT NULL AND NOT s.term0 AND w.generation = w.claimed_gen
+           AND NOT (s.max_attempts > 0 AND w.attempts + 1 >= s.max_attempts)
+        RETURNING ROW(w.resource_id, s.task_id, s.claim_epoch, s.trigger, s.generation, s.emits, s.outcome,
+            s.err, false, false, w.rollup_dirty, s.has_rollup)::drain_item AS item, w.kind, w.kind_version, w.claim_lo
+    ), fin AS (
+        DELETE FROM work_queue w
+         USING src s
+         WHERE w.shard_id BETWEEN p_lo AND p_hi
+           AND w.shard_id = s.shard_id AND w.resource_id = s.resource_id AND w.task_type = s.task_type
+           AND w.claim_epoch = s.claim_epoch AND w.state = 'claimed'
+           AND NOT (s.err IS NOT NULL AND NOT s.term0 AND w.generation = w.claimed_gen
+                    AND NOT (s.max_attempts > 0 AND w.attempts + 1 >= s.max_attempts))
+        RETURNING ROW(w.resource_id, s.task_id, s.claim_epoch, s.trigger, s.generation, s.emits, s.outcome,
             CASE WHEN s.err IS NULL THEN NULL
-                 WHEN NOT s.term0 AND w.state = 'done' AND w.generation = w.claimed_gen
-                      THEN format('gave up after %s transient attempts: %s', w.attempts, s.err)
+                 WHEN NOT s.term0 AND w.generation = w.claimed_gen
+                      THEN format('gave up after %s transient attempts: %s', w.attempts + 1, s.err)
                  ELSE s.err END,
-            s.term0 OR (s.err IS NOT NULL AND w.state = 'done' AND w.generation = w.claimed_gen),
+            s.term0 OR (s.err IS NOT NULL AND w.generation = w.claimed_gen),
             w.generation > w.claimed_gen,
             w.rollup_dirty,
-            m.rollup_reaction IS NOT NULL)::drain_item AS item
+            s.has_rollup)::drain_item AS item, w.kind, w.kind_version, w.claim_lo
     )
-    SELECT array_agg(item), array_agg((item).resource_id) INTO v_items, v_rids FROM fin;
+    SELECT array_agg(item), array_agg((item).resource_id), array_agg(kind), array_agg(kind_version), array_agg(claim_lo)
+      INTO v_items, v_rids, v_kinds, v_vers, v_los
+      FROM (SELECT * FROM retry UNION ALL SELECT * FROM fin) x;
     IF v_items IS NULL THEN RETURN 0; END IF;
+    -- Capped kinds get their tokens back as their tasks leave the claimed state.
+    PERFORM inflight_release(v_kinds, v_vers, v_los);
 
     SELECT array_agg(i.resource_id) INTO v_status_ids
       FROM unnest(v_items) i JOIN resources r ON r.id = i.resource_id
@@ -285,6 +312,8 @@ BEGIN
         failure_gen = CASE WHEN i.error IS NULL THEN 0 ELSE i.generation END,
         failure_terminal = CASE WHEN i.error IS NULL THEN false ELSE i.terminal END,
         last_error = i.error,
+        last_task_id = i.task_id,
+        last_task_epoch = i.claim_epoch,
         updated_at = now()
       FROM unnest(v_items) i
      WHERE r.id = i.resource_id

@@ -29,8 +29,9 @@ END
 $$;
 -- +goose StatementEnd
 
--- extend_leases renews the leases of tasks still claimed at their epoch and
--- returns the ones it renewed; a task missing from the result was superseded.
+-- extend_leases renews the leases of tasks still claimed at their epoch and not
+-- yet completed, and returns the ones it renewed; a task missing from the
+-- result was superseded or completed.
 -- +goose StatementBegin
 CREATE FUNCTION extend_leases(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_lease_secs int)
 RETURNS TABLE (task_id uuid)
@@ -38,12 +39,15 @@ LANGUAGE sql AS $$
     UPDATE work_queue w SET lease_until = now() + make_interval(secs => p_lease_secs)
       FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
      WHERE w.shard_id = i.shard_id AND w.task_id = i.task_id AND w.claim_epoch = i.epoch AND w.state = 'claimed'
+       AND NOT EXISTS (SELECT 1 FROM work_outbox o
+                        WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
     RETURNING w.task_id
 $$;
 -- +goose StatementEnd
 
 -- reap_expired_leases re-pends claims whose lease lapsed (a dead dispatcher).
--- The epoch stays; the next claim bumps it, which fences the old holder.
+-- The epoch stays; the next claim bumps it, which fences the old holder. A
+-- claim whose outcome already waits in the outbox is left to the drain.
 -- +goose StatementBegin
 CREATE FUNCTION reap_expired_leases(p_lo int, p_hi int, p_limit int) RETURNS int
 LANGUAGE plpgsql AS $$
@@ -56,6 +60,9 @@ BEGIN
     WITH x AS (
         SELECT shard_id, resource_id, task_type FROM work_queue
          WHERE shard_id BETWEEN p_lo AND p_hi AND state = 'claimed' AND lease_until < now()
+           AND NOT EXISTS (SELECT 1 FROM work_outbox o
+                            WHERE o.shard_id = work_queue.shard_id AND o.task_id = work_queue.task_id
+                              AND o.claim_epoch = work_queue.claim_epoch)
          LIMIT p_limit FOR UPDATE SKIP LOCKED
     ), r AS (
         UPDATE work_queue w SET state = 'pending', claimed_by = NULL, lease_until = NULL, not_before = now(),
@@ -92,7 +99,7 @@ BEGIN
            AND NOT (r.failure_gen = r.generation AND r.failure_terminal)
            AND NOT EXISTS (SELECT 1 FROM work_queue w
                             WHERE w.shard_id = r.shard_id AND w.resource_id = r.id
-                              AND w.task_type = 'reconcile' AND w.state <> 'done')
+                              AND w.task_type = 'reconcile')
          LIMIT p_limit) x;
     IF v_ids IS NULL THEN RETURN 0; END IF;
     RETURN schedule_eligible(v_ids);
@@ -101,7 +108,7 @@ $$;
 -- +goose StatementEnd
 
 -- delete_unclaimed_work drops tasks nobody ever claimed within the window (no
--- endpoint serves the kind any more) and done rows past it. The resource stays
+-- endpoint serves the kind any more). The resource stays
 -- lagging, so requeue_lagging re-enqueues it if a server comes back.
 -- +goose StatementBegin
 CREATE FUNCTION delete_unclaimed_work(p_lo int, p_hi int, p_window_secs int, p_limit int) RETURNS int
@@ -112,7 +119,7 @@ BEGIN
     WITH x AS (
         SELECT shard_id, resource_id, task_type FROM work_queue
          WHERE shard_id BETWEEN p_lo AND p_hi
-           AND ((state = 'pending' AND claim_epoch = 0) OR state = 'done')
+           AND state = 'pending' AND claim_epoch = 0
            AND enqueued_at < now() - make_interval(secs => p_window_secs)
          LIMIT p_limit FOR UPDATE SKIP LOCKED)
     DELETE FROM work_queue w USING x

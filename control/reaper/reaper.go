@@ -25,7 +25,9 @@ type Config struct {
 	// Interval between ticks. Defaults to 5s.
 	Interval time.Duration
 	// RetryWindow is how long a lagging resource with no live task waits
-	// before the reaper re-schedules it. Defaults to 30s.
+	// before the reaper re-schedules it. Defaults to 30s. That sweep scans
+	// the range's resources (no index may mention synced_gen, or the drain's
+	// updates could not be HOT), so it runs at most every RetryWindow/4.
 	RetryWindow time.Duration
 	// UnclaimedWindow is how long a never-claimed task (and a done row)
 	// stays queued before it is dropped. Defaults to 24h.
@@ -64,6 +66,7 @@ type Reaper struct {
 	log     *slog.Logger
 	loop    startstop.Loop
 	eventWM int64
+	swept   time.Time // the last lagging sweep
 }
 
 // New returns a Reaper.
@@ -105,9 +108,12 @@ func (r *Reaper) RunOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	requeued, err := r.store.RequeueLagging(ctx, lo, hi, r.cfg.RetryWindow, r.cfg.Limit)
-	if err != nil {
-		return err
+	var requeued int
+	if time.Since(r.swept) >= r.cfg.RetryWindow/4 {
+		if requeued, err = r.store.RequeueLagging(ctx, lo, hi, r.cfg.RetryWindow, r.cfg.Limit); err != nil {
+			return err
+		}
+		r.swept = time.Now()
 	}
 	dropped, err := r.store.DeleteUnclaimedWork(ctx, lo, hi, r.cfg.UnclaimedWindow, r.cfg.Limit)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // resource detail shows under "current claim".
 type TaskInfo struct {
 	TaskID      string     `json:"task_id"`
-	State       string     `json:"state"` // pending, claimed, completed, done
+	State       string     `json:"state"` // pending, claimed, or completed (its outcome awaits the drain)
 	Trigger     string     `json:"trigger"`
 	Reaction    string     `json:"reaction,omitempty"`
 	Generation  int64      `json:"generation"`
@@ -33,13 +33,18 @@ type TaskInfo struct {
 	KindVersion int        `json:"kind_version"`
 }
 
-// ResourceTask returns the resource's reconcile task, or nil if none is queued.
+// ResourceTask returns the resource's reconcile task, or nil if none is
+// queued (the drain deletes a task once its outcome is applied).
 func (s *Store) ResourceTask(ctx context.Context, resourceID string) (*TaskInfo, error) {
 	var (
 		t  TaskInfo
 		kv int16
 	)
-	err := s.pool.QueryRow(ctx, `SELECT w.task_id, w.state, w.trigger, coalesce(w.reaction, ''), w.generation, w.attempts,
+	err := s.pool.QueryRow(ctx, `SELECT w.task_id,
+			CASE WHEN w.state = 'claimed' AND EXISTS (SELECT 1 FROM work_outbox o
+			          WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
+			     THEN 'completed' ELSE w.state END,
+			w.trigger, coalesce(w.reaction, ''), w.generation, w.attempts,
 			w.claim_epoch, coalesce(w.claimed_by, ''), w.claimed_at, w.lease_until, w.deadline, w.not_before,
 			w.enqueued_at, coalesce(w.last_error, ''), w.kind, w.kind_version
 		  FROM work_queue w JOIN resources r ON r.shard_id = w.shard_id AND r.id = w.resource_id

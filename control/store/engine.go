@@ -93,7 +93,7 @@ const (
 	Superseded CompleteStatus = "superseded"
 )
 
-const completeSQL = `SELECT task_id, result FROM complete_tasks($1, $2, $3, $4, $5, $6)`
+const completeSQL = `SELECT task_id, result FROM complete_tasks($1, $2, $3, $4, $5, $6, $7)`
 
 // CompleteBatch records results for claimed tasks in one round trip. Each
 // result is checked first (size, children, conditions; see checkOutcome): a
@@ -104,11 +104,15 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 	ids := make([]string, n)
 	shards := make([]int16, n)
 	epochs := make([]int64, n)
+	rids := make([]*string, n)
 	outcomes := make([][]byte, n)
 	errs := make([]*string, n)
 	terms := make([]bool, n)
 	for i, c := range cs {
 		ids[i], shards[i], epochs[i] = c.Task.ID, c.Task.Shard, c.Task.Epoch
+		if c.Task.ResourceID != "" {
+			rids[i] = &c.Task.ResourceID
+		}
 		res := c.Result
 		if res.Error == nil && res.Outcome != nil {
 			if err := s.checkOutcome(c.Task, res.Outcome); err != nil {
@@ -131,7 +135,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 			outcomes[i] = b
 		}
 	}
-	rows, err := s.pool.Query(ctx, completeSQL, ids, shards, epochs, outcomes, errs, terms)
+	rows, err := s.pool.Query(ctx, completeSQL, ids, shards, epochs, rids, outcomes, errs, terms)
 	if err != nil {
 		return nil, fmt.Errorf("complete tasks: %w", err)
 	}

@@ -79,8 +79,8 @@ func (b *bundle) claim(t *testing.T) model.Task {
 
 func (b *bundle) token(t *testing.T, task model.Task, expires time.Time) string {
 	t.Helper()
-	tok, err := b.tokens.Mint(callback.Claim{TaskID: task.ID, Shard: task.Shard, Epoch: task.Epoch, Emits: task.Emits,
-		Deadline: task.Deadline, Expires: expires})
+	tok, err := b.tokens.Mint(callback.Claim{TaskID: task.ID, ResourceID: task.ResourceID, Shard: task.Shard, Epoch: task.Epoch,
+		Emits: task.Emits, Deadline: task.Deadline, Expires: expires})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ func TestTokens(t *testing.T) {
 	}
 	oldOnly, _ := callback.NewTokens(old)
 	now := time.Now()
-	c := callback.Claim{TaskID: "0195A1B2-C3D4-7E5F-8a9b-0c1d2e3f4a5b", Shard: 201, Epoch: 1 << 40, Emits: 0x99,
+	c := callback.Claim{TaskID: "0195A1B2-C3D4-7E5F-8a9b-0c1d2e3f4a5b", ResourceID: "0195a1b2-0000-7e5f-8a9b-0c1d2e3f4a5c", Shard: 201, Epoch: 1 << 40, Emits: 0x99,
 		Deadline: now.Add(time.Minute).Truncate(time.Millisecond), Expires: now.Add(time.Hour).Truncate(time.Second)}
 	tok, err := tk.Mint(c)
 	if err != nil {
@@ -365,7 +365,7 @@ func TestTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.TaskID = strings.ToLower(c.TaskID)
-	if !got.Deadline.Equal(c.Deadline) || !got.Expires.Equal(c.Expires) || got.TaskID != c.TaskID || got.Shard != c.Shard || got.Epoch != c.Epoch || got.Emits != c.Emits {
+	if !got.Deadline.Equal(c.Deadline) || !got.Expires.Equal(c.Expires) || got.TaskID != c.TaskID || got.ResourceID != c.ResourceID || got.Shard != c.Shard || got.Epoch != c.Epoch || got.Emits != c.Emits {
 		t.Fatalf("round trip = %+v, want %+v", got, c)
 	}
 	// A token minted with the previous key still verifies after a rotation.

@@ -33,25 +33,28 @@ var (
 // own: the claim's identity, the reaction's emits mask, and the task
 // deadline (which bounds how far a heartbeat may extend the lease).
 type Claim struct {
-	TaskID   string // a UUID
-	Shard    int16
-	Epoch    int64
-	Emits    model.OutcomeMask
-	Deadline time.Time // zero: the task has none
-	Expires  time.Time
+	TaskID string // a UUID
+	// ResourceID (a UUID) lets a repeat of a completion be recognised as a
+	// duplicate after the drain has finished the task. Optional.
+	ResourceID string
+	Shard      int16
+	Epoch      int64
+	Emits      model.OutcomeMask
+	Deadline   time.Time // zero: the task has none
+	Expires    time.Time
 }
 
 // Task returns the claim in the form the store fences on.
 func (c Claim) Task() model.Task {
-	return model.Task{ID: c.TaskID, Shard: c.Shard, Epoch: c.Epoch, Emits: c.Emits, Deadline: c.Deadline}
+	return model.Task{ID: c.TaskID, ResourceID: c.ResourceID, Shard: c.Shard, Epoch: c.Epoch, Emits: c.Emits, Deadline: c.Deadline}
 }
 
 // Tokens mints and verifies callback tokens with a key every dispatch pod
 // shares, so any pod verifies any token with no lookup. A token is
 //
-//	base64url( v1 | task_id (16) | shard (2) | epoch (8) | emits (1) |
-//	           deadline unix ms (8, 0 = none) | expires unix s (8) |
-//	           HMAC-SHA256(key, all of the above) (32) )
+//	base64url( v2 | task_id (16) | resource_id (16, zero = none) | shard (2) |
+//	           epoch (8) | emits (1) | deadline unix ms (8, 0 = none) |
+//	           expires unix s (8) | HMAC-SHA256(key, all of the above) (32) )
 //
 // Opaque to providers; only the HMAC makes it unforgeable. Keys rotate by
 // minting with the new key while still verifying with the previous ones.
@@ -78,8 +81,8 @@ func (m *macPool) sum(dst, msg []byte) []byte {
 }
 
 const (
-	tokenVersion = 1
-	tokenBody    = 1 + 16 + 2 + 8 + 1 + 8 + 8
+	tokenVersion = 2
+	tokenBody    = 1 + 16 + 16 + 2 + 8 + 1 + 8 + 8
 	tokenLen     = tokenBody + sha256.Size
 )
 
@@ -103,13 +106,19 @@ func (t *Tokens) Mint(c Claim) (string, error) {
 	if err := parseUUID(b[1:17], c.TaskID); err != nil {
 		return "", fmt.Errorf("mint callback token: %w", err)
 	}
-	binary.BigEndian.PutUint16(b[17:19], uint16(c.Shard))
-	binary.BigEndian.PutUint64(b[19:27], uint64(c.Epoch))
-	b[27] = byte(c.Emits)
-	if !c.Deadline.IsZero() {
-		binary.BigEndian.PutUint64(b[28:36], uint64(c.Deadline.UnixMilli()))
+	if c.ResourceID != "" {
+		if err := parseUUID(b[17:33], c.ResourceID); err != nil {
+			return "", fmt.Errorf("mint callback token: resource %w", err)
+		}
 	}
-	binary.BigEndian.PutUint64(b[36:44], uint64(c.Expires.Unix()))
+	const o = 33
+	binary.BigEndian.PutUint16(b[o:o+2], uint16(c.Shard))
+	binary.BigEndian.PutUint64(b[o+2:o+10], uint64(c.Epoch))
+	b[o+10] = byte(c.Emits)
+	if !c.Deadline.IsZero() {
+		binary.BigEndian.PutUint64(b[o+11:o+19], uint64(c.Deadline.UnixMilli()))
+	}
+	binary.BigEndian.PutUint64(b[o+19:o+27], uint64(c.Expires.Unix()))
 	t.keys[0].sum(b[:tokenBody], b[:tokenBody])
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
@@ -132,14 +141,18 @@ func (t *Tokens) Verify(tok string, now time.Time) (Claim, error) {
 	if ok != 1 {
 		return Claim{}, ErrBadToken
 	}
+	const o = 33
 	c := Claim{
 		TaskID:  formatUUID(b[1:17]),
-		Shard:   int16(binary.BigEndian.Uint16(b[17:19])),
-		Epoch:   int64(binary.BigEndian.Uint64(b[19:27])),
-		Emits:   model.OutcomeMask(b[27]),
-		Expires: time.Unix(int64(binary.BigEndian.Uint64(b[36:44])), 0),
+		Shard:   int16(binary.BigEndian.Uint16(b[o : o+2])),
+		Epoch:   int64(binary.BigEndian.Uint64(b[o+2 : o+10])),
+		Emits:   model.OutcomeMask(b[o+10]),
+		Expires: time.Unix(int64(binary.BigEndian.Uint64(b[o+19:o+27])), 0),
 	}
-	if ms := int64(binary.BigEndian.Uint64(b[28:36])); ms != 0 {
+	if [16]byte(b[17:33]) != [16]byte{} {
+		c.ResourceID = formatUUID(b[17:33])
+	}
+	if ms := int64(binary.BigEndian.Uint64(b[o+11 : o+19])); ms != 0 {
 		c.Deadline = time.UnixMilli(ms)
 	}
 	if !now.Before(c.Expires) {
