@@ -35,10 +35,15 @@ func TestProfileEngine(t *testing.T) {
 	start := time.Now()
 	if os.Getenv("PROFILE") == "composite" {
 		// PROFILE=composite: one composite root with 10,000 children.
-		var spec compSpec
+		var spec, warm compSpec
 		for i := range 10000 {
 			spec.Children = append(spec.Children, childSpec{Name: fmt.Sprintf("c-%d", i)})
 		}
+		for i := range 1000 {
+			warm.Children = append(warm.Children, childSpec{Name: fmt.Sprintf("wc-%d", i)})
+		}
+		e.apply("comp", "warm", warm)
+		waitSettled(t, e)
 		must(t, execAll(ctx, e.db.Pool, `SELECT pg_stat_statements_reset()`))
 		start = time.Now()
 		e.apply("comp", "root", spec)

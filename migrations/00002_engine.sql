@@ -254,6 +254,11 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM new_rows) THEN
         RETURN NULL;
     END IF;
+    -- EXECUTE plans the join for this statement's transition tables: a
+    -- cached plan is made once per session (the query has no parameters),
+    -- and one made for a 1-row update nested-loops over a 2,000-row drain
+    -- batch (measured: 200 ms per batch instead of ~1 ms).
+    EXECUTE $q$
     WITH ch AS (
         SELECT n.id, n.owner_id,
             (n.synced_gen >= n.generation AND n.synced_gen > o.synced_gen) AS synced_edge,
@@ -265,7 +270,7 @@ BEGIN
     )
     SELECT (SELECT array_agg(DISTINCT d.dependent_id) FROM e JOIN resource_deps d ON d.dependency_id = e.id WHERE e.synced_edge),
            (SELECT array_agg(DISTINCT e.owner_id) FROM e WHERE e.owner_id IS NOT NULL)
-      INTO v_deps, v_roots;
+    $q$ INTO v_deps, v_roots;
     IF v_deps IS NOT NULL THEN
         PERFORM schedule_eligible(v_deps);
     END IF;
@@ -487,8 +492,10 @@ $$;
 CREATE FUNCTION resources_after_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    DELETE FROM work_queue w USING old_rows o WHERE w.shard_id = o.shard_id AND w.resource_id = o.id;
-    DELETE FROM resource_events e USING old_rows o WHERE e.resource_id = o.id;
+    -- EXECUTE: planned for this statement's transition table (see
+    -- cascade_on_ready_change).
+    EXECUTE 'DELETE FROM work_queue w USING old_rows o WHERE w.shard_id = o.shard_id AND w.resource_id = o.id';
+    EXECUTE 'DELETE FROM resource_events e USING old_rows o WHERE e.resource_id = o.id';
     RETURN NULL;
 END
 $$;
