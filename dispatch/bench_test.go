@@ -23,6 +23,7 @@ import (
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/dispatch/inproc"
 	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/internal/benchq"
 	"github.com/convergeplane/converge/internal/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -155,20 +156,44 @@ func (x *benchDB) close() {
 	x.db.Pool.Close()
 }
 
-// seed inserts n leaf resources, not yet scheduled.
+// seed warms the engine with a tenth of the load (as benchq warms Q: the
+// ratios compare steady states), then inserts n leaf resources, not yet
+// scheduled.
 func (x *benchDB) seed(n int) {
+	x.exec(`INSERT INTO resources (kind, kind_version, name, spec)
+		SELECT 'leaf', 1, 'w-' || i, jsonb_build_object('i', i) FROM generate_series(1, $1) i`, max(n/10, 1))
+	x.settle(x.schedule())
 	x.exec(`INSERT INTO resources (kind, kind_version, name, spec)
 		SELECT 'leaf', 1, 'r-' || i, jsonb_build_object('i', i) FROM generate_series(1, $1) i`, n)
 	x.exec(`VACUUM ANALYZE resources`)
 }
 
-// converge schedules every seeded resource and returns the rate at which
+// schedule schedules every lagging resource and returns when it committed.
+func (x *benchDB) schedule() time.Time {
+	x.exec(`SELECT schedule_eligible(array_agg(id)) FROM resources WHERE synced_gen < generation`)
+	return time.Now()
+}
+
+// converge schedules the seeded resources and returns the rate at which
 // they all reach Ready, timed from the commit of the scheduling.
 func (x *benchDB) converge(n int) float64 {
 	x.tb.Helper()
-	x.exec(`SELECT schedule_eligible(array_agg(id)) FROM resources`)
-	start := time.Now()
-	tick := time.NewTicker(5 * time.Millisecond)
+	start := x.schedule()
+	rate := float64(n) / x.settle(start).Seconds()
+	var ready int
+	must(x.tb, x.db.Pool.QueryRow(x.ctx, `SELECT count(*) FROM resources WHERE phase = 'Ready' AND name LIKE 'r-%'`).Scan(&ready))
+	if ready != n {
+		x.tb.Fatalf("%d of %d resources Ready", ready, n)
+	}
+	return rate
+}
+
+// settle waits until no resource lags and returns the time since start.
+func (x *benchDB) settle(start time.Time) time.Duration {
+	x.tb.Helper()
+	// A coarse tick: the probe scans resources, and polling it hard would
+	// take CPU from the engine it measures.
+	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	deadline := start.Add(5 * time.Minute)
 	for {
@@ -179,99 +204,21 @@ func (x *benchDB) converge(n int) float64 {
 			break
 		}
 		if time.Now().After(deadline) {
-			x.tb.Fatalf("%d resources did not converge within 5m", n)
+			x.tb.Fatalf("resources did not converge within 5m")
 		}
 		<-tick.C
 	}
-	rate := float64(n) / time.Since(start).Seconds()
-	var ready int
-	must(x.tb, x.db.Pool.QueryRow(x.ctx, `SELECT count(*) FROM resources WHERE phase = 'Ready'`).Scan(&ready))
-	if ready != n {
-		x.tb.Fatalf("%d of %d resources Ready", ready, n)
-	}
-	return rate
+	return time.Since(start)
 }
 
-// benchQ is the raw claim+complete ceiling: benchQWorkers claimers, each
-// claiming benchQBatch rows FOR UPDATE SKIP LOCKED from a 16-partition
-// UNLOGGED table shaped like work_queue, then deleting them.
+// benchQ is the raw claim+complete ceiling (internal/benchq) with
+// benchQWorkers claimers of benchQBatch rows, each over its own shard range.
 func benchQ(tb testing.TB, n int) float64 {
 	x := newBenchDB(tb)
 	defer x.close()
-	x.exec(`CREATE UNLOGGED TABLE bench_q (
-		shard_id smallint NOT NULL, id uuid NOT NULL DEFAULT gen_random_uuid(),
-		state text NOT NULL DEFAULT 'pending', not_before timestamptz NOT NULL DEFAULT now(),
-		claim_epoch bigint NOT NULL DEFAULT 0, claimed_by text, lease_until timestamptz,
-		PRIMARY KEY (shard_id, id)) PARTITION BY RANGE (shard_id)`)
-	for i := range 16 {
-		x.exec(fmt.Sprintf(`CREATE UNLOGGED TABLE bench_q_p%d PARTITION OF bench_q FOR VALUES FROM (%d) TO (%d)`, i, i*16, (i+1)*16))
-	}
-	x.exec(`CREATE INDEX ON bench_q (shard_id, not_before) WHERE state = 'pending'`)
-	x.exec(`INSERT INTO bench_q (shard_id, id) SELECT shard_of(u), u FROM (SELECT gen_random_uuid() u FROM generate_series(1, $1)) s`, n)
-	x.exec(`VACUUM ANALYZE bench_q`)
-
-	const claimSQL = `WITH c AS (
-		SELECT shard_id, id FROM bench_q
-		 WHERE shard_id BETWEEN $1 AND $2 AND state = 'pending' AND not_before <= now()
-		 LIMIT $3 FOR UPDATE SKIP LOCKED)
-	UPDATE bench_q q SET state = 'claimed', claim_epoch = q.claim_epoch + 1, claimed_by = 'q', lease_until = now() + interval '60 seconds'
-	  FROM c WHERE q.shard_id = c.shard_id AND q.id = c.id
-	RETURNING q.shard_id, q.id`
-	const deleteSQL = `DELETE FROM bench_q q USING unnest($1::smallint[], $2::uuid[]) AS d(shard_id, id)
-		WHERE q.shard_id = d.shard_id AND q.id = d.id`
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := range benchQWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Each claimer owns a contiguous shard range, as dispatch pods do.
-			lo, hi := w*256/benchQWorkers, (w+1)*256/benchQWorkers-1
-			var (
-				shards []int16
-				ids    []string
-			)
-			for {
-				rows, err := x.db.Pool.Query(x.ctx, claimSQL, lo, hi, benchQBatch)
-				if err != nil {
-					tb.Error(err)
-					return
-				}
-				shards, ids = shards[:0], ids[:0]
-				for rows.Next() {
-					var (
-						sh int16
-						id string
-					)
-					if err := rows.Scan(&sh, &id); err != nil {
-						rows.Close()
-						tb.Error(err)
-						return
-					}
-					shards, ids = append(shards, sh), append(ids, id)
-				}
-				if err := rows.Err(); err != nil {
-					tb.Error(err)
-					return
-				}
-				if len(ids) == 0 {
-					return
-				}
-				if _, err := x.db.Pool.Exec(x.ctx, deleteSQL, shards, ids); err != nil {
-					tb.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	rate := float64(n) / time.Since(start).Seconds()
-	var left int
-	must(tb, x.db.Pool.QueryRow(x.ctx, `SELECT count(*) FROM bench_q`).Scan(&left))
-	if left != 0 {
-		tb.Fatalf("Q left %d rows", left)
-	}
-	return rate
+	q, err := benchq.Run(x.ctx, x.db.Pool, n, benchq.Config{Workers: benchQWorkers, Batch: benchQBatch})
+	must(tb, err)
+	return q
 }
 
 // benchEnvelope is a leaf task envelope as the dispatcher sends it, for H.
@@ -353,7 +300,6 @@ func benchH(tb testing.TB, n int) float64 {
 func benchInproc(tb testing.TB, n int) float64 {
 	x := newBenchDB(tb)
 	defer x.close()
-	x.seed(n)
 	ex := inproc.New(inproc.Config{Concurrency: benchConcurrency, Handlers: map[string]inproc.Handler{
 		"leaf/1": inproc.HandlerFunc(func(context.Context, model.Request) (model.Outcome, error) {
 			return model.Outcome{Status: json.RawMessage(`{}`)}, nil
@@ -362,6 +308,7 @@ func benchInproc(tb testing.TB, n int) float64 {
 	must(tb, ex.Start(x.ctx))
 	x.stop = append(x.stop, ex.Stop)
 	x.listen()
+	x.seed(n)
 	return x.converge(n)
 }
 
@@ -468,9 +415,9 @@ func benchLatency(tb testing.TB, n int, rate float64) (p50, p99, fed float64) {
 		return !lagging
 	})
 	must(tb, x.db.Pool.QueryRow(x.ctx, `SELECT
-			1000 * percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM r.updated_at - w.claimed_at)),
-			1000 * percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM r.updated_at - w.claimed_at))
-		  FROM resources r JOIN work_queue w ON w.shard_id = r.shard_id AND w.resource_id = r.id`).Scan(&p50, &p99))
+			1000 * percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM r.updated_at - r.last_claimed_at)),
+			1000 * percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM r.updated_at - r.last_claimed_at))
+		  FROM resources r`).Scan(&p50, &p99))
 	return p50, p99, fed
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/dispatch/inproc"
+	"github.com/convergeplane/converge/internal/benchq"
 	"github.com/convergeplane/converge/internal/pgtest"
 )
 
@@ -60,63 +60,14 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// benchQ is the ceiling: claim a batch with FOR UPDATE SKIP LOCKED, then
-// delete it, on a 16-way range-partitioned UNLOGGED table, with as many
-// workers as the executor's claim loop uses (one) plus the drainer (one).
+// benchQ is the ceiling (see internal/benchq), with as many claimers as
+// the engine runs hot loops here: the executor's claim loop and the drainer.
 func benchQ(b *testing.B, n int) float64 {
 	b.Helper()
 	db := pgtest.New(b)
-	ctx := b.Context()
-	must(b, execAll(ctx, db.Pool, `
-		CREATE UNLOGGED TABLE q (shard_id smallint NOT NULL, id uuid NOT NULL DEFAULT gen_random_uuid(),
-			state text NOT NULL DEFAULT 'pending', claimed_by text, PRIMARY KEY (shard_id, id)) PARTITION BY RANGE (shard_id)`,
-		`DO $$ BEGIN FOR i IN 0..15 LOOP
-			EXECUTE format('CREATE UNLOGGED TABLE q_p%s PARTITION OF q FOR VALUES FROM (%s) TO (%s)', i, i*16, (i+1)*16);
-		END LOOP; END $$`,
-		`CREATE INDEX q_pending ON q (shard_id) WHERE state = 'pending'`))
-	// Warm up the connections as the engine's are warmed (see benchLeaves).
-	must(b, execAll(ctx, db.Pool, fmt.Sprintf(`INSERT INTO q (shard_id) SELECT (random()*255)::int FROM generate_series(1, %d)`, n/10)))
-	runQ(b, db.Pool)
-	must(b, execAll(ctx, db.Pool,
-		fmt.Sprintf(`INSERT INTO q (shard_id) SELECT (random()*255)::int FROM generate_series(1, %d)`, n),
-		`VACUUM ANALYZE q`))
-	start := time.Now()
-	runQ(b, db.Pool)
-	return float64(n) / time.Since(start).Seconds()
-}
-
-// runQ claims and deletes q's rows with two workers until none is left.
-func runQ(b *testing.B, pool *pgxpool.Pool) {
-	ctx := b.Context()
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				rows, err := pool.Query(ctx, `UPDATE q SET state = 'claimed', claimed_by = 'bench'
-					WHERE (shard_id, id) IN (SELECT shard_id, id FROM q WHERE shard_id BETWEEN 0 AND 255 AND state = 'pending'
-					LIMIT 256 FOR UPDATE SKIP LOCKED) RETURNING shard_id, id`)
-				must(b, err)
-				var shards []int16
-				var ids []string
-				for rows.Next() {
-					var s int16
-					var id string
-					must(b, rows.Scan(&s, &id))
-					shards, ids = append(shards, s), append(ids, id)
-				}
-				must(b, rows.Err())
-				if len(ids) == 0 {
-					return
-				}
-				_, err = pool.Exec(ctx, `DELETE FROM q USING unnest($1::smallint[], $2::uuid[]) AS d(s, i)
-					WHERE q.shard_id = d.s AND q.id = d.i`, shards, ids)
-				must(b, err)
-			}
-		}()
-	}
-	wg.Wait()
+	q, err := benchq.Run(b.Context(), db.Pool, n, benchq.Config{Workers: 2})
+	must(b, err)
+	return q
 }
 
 func execAll(ctx context.Context, pool *pgxpool.Pool, stmts ...string) error {

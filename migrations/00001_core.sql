@@ -211,6 +211,7 @@ CREATE TABLE resources (
     -- after its work row is gone is still recognised as a duplicate.
     last_task_id    uuid,
     last_task_epoch bigint,
+    last_claimed_at timestamptz, -- when that task was claimed
     frozen_until    timestamptz,
     deletion_requested_at timestamptz,
     finalizers      text[]      NOT NULL DEFAULT '{}',
@@ -360,6 +361,7 @@ CREATE UNLOGGED TABLE work_outbox (
     kind_version  smallint    NOT NULL,
     trigger       text        NOT NULL,
     claim_epoch   bigint      NOT NULL,
+    claimed_at    timestamptz,
     generation    bigint      NOT NULL,
     emits         int         NOT NULL,
     outcome       jsonb,

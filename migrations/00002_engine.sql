@@ -420,8 +420,8 @@ DECLARE
     v_applied uuid[];
 BEGIN
     WITH ins AS (
-        INSERT INTO work_outbox (shard_id, resource_id, task_id, task_type, kind, kind_version, trigger, claim_epoch, generation, emits, outcome, error, terminal)
-        SELECT w.shard_id, w.resource_id, w.task_id, w.task_type, w.kind, w.kind_version, w.trigger, w.claim_epoch, w.claimed_gen, w.emits,
+        INSERT INTO work_outbox (shard_id, resource_id, task_id, task_type, kind, kind_version, trigger, claim_epoch, claimed_at, generation, emits, outcome, error, terminal)
+        SELECT w.shard_id, w.resource_id, w.task_id, w.task_type, w.kind, w.kind_version, w.trigger, w.claim_epoch, w.claimed_at, w.claimed_gen, w.emits,
                i.outcome, i.error, coalesce(i.terminal, false)
           FROM unnest(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals)
                  AS i(task_id, shard_id, epoch, outcome, error, terminal)

@@ -203,7 +203,7 @@ $$;
 
 -- drain_item is one outcome after its work row was finalized.
 CREATE TYPE drain_item AS (
-    resource_id uuid, task_id uuid, claim_epoch bigint, trigger text, generation bigint, emits int, outcome jsonb,
+    resource_id uuid, task_id uuid, claim_epoch bigint, claimed_at timestamptz, trigger text, generation bigint, emits int, outcome jsonb,
     error text, terminal boolean, rerun boolean, rollup_dirty boolean, has_rollup boolean);
 
 -- drain_outbox_batch pops up to p_limit outcomes in [p_lo, p_hi] and applies
@@ -295,7 +295,7 @@ BEGIN
            AND w.claim_epoch = s.claim_epoch AND w.state = 'claimed'
            AND s.err IS NOT NULL AND NOT s.term0 AND w.generation = w.claimed_gen
            AND NOT (s.max_attempts > 0 AND w.attempts + 1 >= s.max_attempts)
-        RETURNING ROW(w.resource_id, s.task_id, s.claim_epoch, s.trigger, s.generation, s.emits, s.outcome,
+        RETURNING ROW(w.resource_id, s.task_id, s.claim_epoch, s.claimed_at, s.trigger, s.generation, s.emits, s.outcome,
             s.err, false, false, w.rollup_dirty, s.has_rollup)::drain_item AS item, w.kind, w.kind_version, w.claim_lo
     ), fin AS (
         DELETE FROM work_queue w
@@ -305,7 +305,7 @@ BEGIN
            AND w.claim_epoch = s.claim_epoch AND w.state = 'claimed'
            AND NOT (s.err IS NOT NULL AND NOT s.term0 AND w.generation = w.claimed_gen
                     AND NOT (s.max_attempts > 0 AND w.attempts + 1 >= s.max_attempts))
-        RETURNING ROW(w.resource_id, s.task_id, s.claim_epoch, s.trigger, s.generation, s.emits, s.outcome,
+        RETURNING ROW(w.resource_id, s.task_id, s.claim_epoch, s.claimed_at, s.trigger, s.generation, s.emits, s.outcome,
             CASE WHEN s.err IS NULL THEN NULL
                  WHEN NOT s.term0 AND w.generation = w.claimed_gen
                       THEN format('gave up after %s transient attempts: %s', w.attempts + 1, s.err)
@@ -342,6 +342,7 @@ BEGIN
         last_error = i.error,
         last_task_id = i.task_id,
         last_task_epoch = i.claim_epoch,
+        last_claimed_at = i.claimed_at,
         updated_at = now()
       FROM unnest(v_items) i
      WHERE r.id = i.resource_id
