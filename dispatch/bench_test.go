@@ -33,7 +33,7 @@ import (
 // claimers and batch, and the interleaved rounds whose medians are reported.
 const (
 	benchConcurrency = 256
-	benchQWorkers    = 4
+	benchQWorkers    = 2
 	benchQBatch      = 256
 	benchRounds      = 5
 )

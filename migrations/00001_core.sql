@@ -420,6 +420,8 @@ CREATE TABLE resource_conditions (
     last_transition_time timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (resource_id, type)
 );
+-- The drain's probe for stale False conditions to clear: tiny on a healthy fleet.
+CREATE INDEX idx_conditions_false ON resource_conditions (resource_id) WHERE status = 'False';
 
 -- Per-resource event log, bounded by the reaper's prune pass.
 -- Keyed (resource_id, id): every read and prune is per resource, and one

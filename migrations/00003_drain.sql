@@ -362,11 +362,15 @@ BEGIN
         last_transition_time = CASE WHEN c.status <> EXCLUDED.status THEN now() ELSE c.last_transition_time END
     WHERE (c.status, c.reason, c.message) IS DISTINCT FROM (EXCLUDED.status, EXCLUDED.reason, EXCLUDED.message);
 
-    DELETE FROM resource_conditions c
-     USING unnest(v_items) i
-     WHERE c.resource_id = i.resource_id AND i.error IS NULL AND c.status = 'False'
-       AND NOT (i.emits & 16 <> 0 AND jsonb_typeof(i.outcome->'conditions') = 'array'
-                AND EXISTS (SELECT 1 FROM jsonb_array_elements(i.outcome->'conditions') x WHERE x->>'type' = c.type));
+    -- (Probed first on idx_conditions_false, which holds only False rows:
+    -- on a healthy fleet the batch has none to clear.)
+    IF EXISTS (SELECT 1 FROM resource_conditions c WHERE c.status = 'False' AND c.resource_id = ANY (v_rids)) THEN
+        DELETE FROM resource_conditions c
+         USING unnest(v_items) i
+         WHERE c.resource_id = i.resource_id AND i.error IS NULL AND c.status = 'False'
+           AND NOT (i.emits & 16 <> 0 AND jsonb_typeof(i.outcome->'conditions') = 'array'
+                    AND EXISTS (SELECT 1 FROM jsonb_array_elements(i.outcome->'conditions') x WHERE x->>'type' = c.type));
+    END IF;
 
     INSERT INTO resource_events (resource_id, type, generation, message)
     SELECT i.resource_id, CASE WHEN i.error IS NULL THEN 'succeeded' ELSE 'failed' END, i.generation,
