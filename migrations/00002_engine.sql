@@ -70,22 +70,24 @@ $$;
 -- call (the default for array parameters) re-plans a partitioned INSERT ...
 -- ON CONFLICT every time, which costs more than the insert. Every lookup is
 -- keyed (id = ANY), so the generic plan is as good as a custom one.
--- enqueue_tasks upserts reconcile rows for resources the caller has read.
--- The ON CONFLICT arm is the generation gate that makes scheduling
--- idempotent: a newer generation supersedes a pending one, and an in-flight
--- row is only marked so the drain re-evaluates it (never two live tasks for
--- one resource).
+-- enqueue_reconcile upserts reconcile rows. The ON CONFLICT arm is the
+-- generation gate that makes scheduling idempotent: a newer generation
+-- supersedes a pending one, and an in-flight row is only marked so the drain
+-- re-evaluates it (never two live tasks for one resource).
 -- +goose StatementBegin
-CREATE FUNCTION enqueue_tasks(p_ids uuid[], p_shards smallint[], p_kinds text[], p_vers smallint[],
-                              p_gens bigint[], p_triggers text[]) RETURNS int
+CREATE FUNCTION enqueue_reconcile(p_ids uuid[], p_triggers text[]) RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     n int;
 BEGIN
-    WITH up AS (
+    WITH c AS (
+        SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation, t.trig
+        FROM unnest(p_ids, p_triggers) AS t(id, trig)
+        JOIN resources r ON r.id = t.id
+        WHERE r.id = ANY (p_ids) -- an index lookup whatever the array's size
+    ), up AS (
         INSERT INTO work_queue AS w (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
-        SELECT c.shard_id, c.id, 'reconcile', c.kind, c.kind_version, c.generation, c.trig
-          FROM unnest(p_ids, p_shards, p_kinds, p_vers, p_gens, p_triggers) AS c(id, shard_id, kind, kind_version, generation, trig)
+        SELECT shard_id, id, 'reconcile', kind, kind_version, generation, trig FROM c
         ON CONFLICT (shard_id, resource_id, task_type) DO UPDATE SET
             generation   = GREATEST(w.generation, EXCLUDED.generation),
             kind         = CASE WHEN w.state = 'pending' THEN EXCLUDED.kind ELSE w.kind END,
@@ -109,25 +111,6 @@ END
 $$;
 -- +goose StatementEnd
 
--- enqueue_reconcile is enqueue_tasks for resources known by id only.
--- +goose StatementBegin
-CREATE FUNCTION enqueue_reconcile(p_ids uuid[], p_triggers text[]) RETURNS int
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
-DECLARE
-    v record;
-BEGIN
-    SELECT array_agg(r.id) AS ids, array_agg(r.shard_id) AS shards, array_agg(r.kind) AS kinds,
-           array_agg(r.kind_version) AS vers, array_agg(r.generation) AS gens, array_agg(t.trig) AS trigs
-      INTO v
-      FROM unnest(p_ids, p_triggers) AS t(id, trig)
-      JOIN resources r ON r.id = t.id
-     WHERE r.id = ANY (p_ids); -- an index lookup whatever the array's size
-    IF v.ids IS NULL THEN RETURN 0; END IF;
-    RETURN enqueue_tasks(v.ids, v.shards, v.kinds, v.vers, v.gens, v.trigs);
-END
-$$;
--- +goose StatementEnd
-
 -- schedule_eligible is the gate. A resource gets a reconcile task when it lags
 -- (generation > synced_gen), is live (not deleting, not frozen, not terminally
 -- failed for this generation), and either its specChange reaction is due and
@@ -138,10 +121,6 @@ CREATE FUNCTION schedule_eligible(p_ids uuid[]) RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_ids uuid[];
-    v_shards smallint[];
-    v_kinds text[];
-    v_vers smallint[];
-    v_gens bigint[];
     v_trigs text[];
     v_noop uuid[];
 BEGIN
@@ -152,7 +131,7 @@ BEGIN
     WITH t AS MATERIALIZED (
         SELECT * FROM resources WHERE id = ANY (p_ids)
     ), c AS (
-        SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation,
+        SELECT r.id,
             CASE
                 WHEN r.spec_gen < r.generation AND m.spec_reaction IS NOT NULL THEN
                     CASE WHEN NOT EXISTS (
@@ -175,20 +154,15 @@ BEGIN
           AND NOT (r.failure_gen = r.generation AND r.failure_terminal)
     )
     SELECT array_agg(id) FILTER (WHERE trig IN ('specChange','childrenSettled')),
-           array_agg(shard_id) FILTER (WHERE trig IN ('specChange','childrenSettled')),
-           array_agg(kind) FILTER (WHERE trig IN ('specChange','childrenSettled')),
-           array_agg(kind_version) FILTER (WHERE trig IN ('specChange','childrenSettled')),
-           array_agg(generation) FILTER (WHERE trig IN ('specChange','childrenSettled')),
            array_agg(trig) FILTER (WHERE trig IN ('specChange','childrenSettled')),
            array_agg(id) FILTER (WHERE trig = 'noop')
-      INTO v_ids, v_shards, v_kinds, v_vers, v_gens, v_trigs, v_noop
+      INTO v_ids, v_trigs, v_noop
       FROM c;
     IF v_noop IS NOT NULL THEN
         UPDATE resources SET spec_gen = generation, synced_gen = generation WHERE id = ANY (v_noop);
     END IF;
     IF v_ids IS NULL THEN RETURN 0; END IF;
-    -- The rows were just read: enqueue them without a second lookup.
-    RETURN enqueue_tasks(v_ids, v_shards, v_kinds, v_vers, v_gens, v_trigs);
+    RETURN enqueue_reconcile(v_ids, v_trigs);
 END
 $$;
 -- +goose StatementEnd
@@ -532,7 +506,7 @@ CREATE TRIGGER resources_after_delete AFTER DELETE ON resources
 
 -- +goose Down
 DROP FUNCTION IF EXISTS schedule_applied, complete_tasks, inflight_release, claim_tasks, drain_rollup_rechecks,
-    schedule_rollup, schedule_eligible, enqueue_reconcile, enqueue_tasks, log_events, apply_flows, pointer_path, notify_gated;
+    schedule_rollup, schedule_eligible, enqueue_reconcile, log_events, apply_flows, pointer_path, notify_gated;
 DROP TRIGGER IF EXISTS cascade_on_ready_change ON resources;
 DROP TRIGGER IF EXISTS resources_after_delete ON resources;
 DROP FUNCTION IF EXISTS resources_after_delete;
