@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convergeplane/converge/control/drainer"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/reaper"
 	"github.com/convergeplane/converge/control/store"
@@ -301,6 +302,51 @@ func TestKindCapHoldsAcrossClaimers(t *testing.T) {
 	}
 	if p := dbPeak.Load(); p > 10 {
 		t.Errorf("peak claimed rows = %d, want <= 10", p)
+	}
+	e.checkInvariants()
+}
+
+// TestCompletedClaimOutlivesItsLease: an outcome waiting in the outbox holds
+// its task even after the claim's lease lapses — the reaper does not hand
+// it to another claimer, heartbeats are refused, and the drain applies it
+// once, later.
+func TestCompletedClaimOutlivesItsLease(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{noDrain: true})
+	e.defineKinds(model.Policy{})
+	e.listen()
+	ctx := t.Context()
+
+	e.apply("leaf", "x", map[string]any{})
+	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Second})
+	must(t, err)
+	if len(tasks) != 1 {
+		t.Fatalf("claimed %d tasks, want 1", len(tasks))
+	}
+	done := model.Result{Outcome: &model.Outcome{Status: json.RawMessage(`{"v":1}`)}}
+	if st, err := e.st.Complete(ctx, tasks[0], done); err != nil || st != store.Applied {
+		t.Fatalf("completion = %v, %v; want applied", st, err)
+	}
+	time.Sleep(1100 * time.Millisecond) // the lease lapses
+	r := reaper.New(reaper.Config{}, e.st, e.log)
+	must(t, r.RunOnce(ctx))
+	if n := e.count(`SELECT count(*) FROM work_queue WHERE state = 'claimed' AND claim_epoch = $1`, tasks[0].Epoch); n != 1 {
+		t.Fatalf("the reaper re-pended a completed claim (%d rows still claimed at its epoch)", n)
+	}
+	if held, err := e.st.ExtendLeases(ctx, tasks, time.Minute); err != nil || held[tasks[0].ID] {
+		t.Fatalf("extend after completion = %v, %v; want refused", held, err)
+	}
+	d := drainer.New(drainer.Config{}, e.st, nil, e.log)
+	must(t, d.DrainOnce(ctx))
+	got := e.waitPhase("leaf", "x", "Ready", 10*time.Second)
+	if string(got.Status) != `{"v": 1}` {
+		t.Errorf("status = %s, want the completed outcome", got.Status)
+	}
+	if n := e.count(`SELECT count(*) FROM work_queue`); n != 0 {
+		t.Errorf("%d work rows left after the drain", n)
+	}
+	if st, err := e.st.Complete(ctx, tasks[0], done); err != nil || st != store.Duplicate {
+		t.Errorf("repeat after the drain = %v, %v; want duplicate", st, err)
 	}
 	e.checkInvariants()
 }
