@@ -306,6 +306,19 @@ func TestKindCapHoldsAcrossClaimers(t *testing.T) {
 	e.checkInvariants()
 }
 
+// claimOneLeaf applies leaf "x" and claims its task as claimer, with a 1s
+// lease.
+func (e *engine) claimOneLeaf(claimer string) model.Task {
+	e.t.Helper()
+	e.apply("leaf", "x", map[string]any{})
+	tasks, err := e.st.Claim(e.t.Context(), store.ClaimParams{Claimer: claimer, Lo: 0, Hi: 255, Limit: 10, Lease: time.Second})
+	must(e.t, err)
+	if len(tasks) != 1 {
+		e.t.Fatalf("claimed %d tasks, want 1", len(tasks))
+	}
+	return tasks[0]
+}
+
 // TestCompletedClaimOutlivesItsLease: an outcome waiting in the outbox holds
 // its task even after the claim's lease lapses — the reaper does not hand
 // it to another claimer, heartbeats are refused, and the drain applies it
@@ -317,12 +330,7 @@ func TestCompletedClaimOutlivesItsLease(t *testing.T) {
 	e.listen()
 	ctx := t.Context()
 
-	e.apply("leaf", "x", map[string]any{})
-	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Second})
-	must(t, err)
-	if len(tasks) != 1 {
-		t.Fatalf("claimed %d tasks, want 1", len(tasks))
-	}
+	tasks := []model.Task{e.claimOneLeaf("pod")}
 	done := model.Result{Outcome: &model.Outcome{Status: json.RawMessage(`{"v":1}`)}}
 	if st, err := e.st.Complete(ctx, tasks[0], done); err != nil || st != store.Applied {
 		t.Fatalf("completion = %v, %v; want applied", st, err)
@@ -358,12 +366,7 @@ func TestCrashedClaimIsReclaimedAndFenced(t *testing.T) {
 	e.listen()
 	ctx := t.Context()
 
-	e.apply("leaf", "x", map[string]any{})
-	first, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "doomed-pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Second})
-	must(t, err)
-	if len(first) != 1 {
-		t.Fatalf("claimed %d tasks, want 1", len(first))
-	}
+	first := []model.Task{e.claimOneLeaf("doomed-pod")}
 	// The claimer dies. Once the lease lapses, the reaper re-pends the row.
 	r := reaper.New(reaper.Config{}, e.st, e.log)
 	waitFor(t, 10*time.Second, "the lapsed claim to be reclaimed", func() bool {
