@@ -88,16 +88,17 @@ func transient(msg string) *model.Result {
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }} //nolint:gochecknoglobals // a buffer pool
 
-// encode builds the signed-to-be envelope: the request, and a callback URL
-// and token bound to this claim.
-func (d *Dispatcher) encode(it *item, buf *bytes.Buffer) error {
+// encode builds the signed-to-be envelope for one endpoint: the request,
+// and a callback URL and token bound to this claim and this delivery.
+func (d *Dispatcher) encode(it *item, endpoint string, buf *bytes.Buffer) error {
 	t := it.task
-	exp := time.Now().Add(d.cfg.TokenTTL)
+	now := time.Now()
+	exp := now.Add(d.cfg.TokenTTL)
 	if !t.Deadline.IsZero() {
 		exp = t.Deadline.Add(d.cfg.CallbackGrace)
 	}
 	tok, err := d.tokens.Mint(callback.Claim{TaskID: t.ID, ResourceID: t.ResourceID, Shard: t.Shard, Epoch: t.Epoch, Emits: t.Emits,
-		Deadline: t.Deadline, Expires: exp})
+		Deadline: t.Deadline, Expires: exp, Endpoint: endpoint, Attempt: t.Attempts + 1, Issued: now})
 	if err != nil {
 		return err
 	}
@@ -116,17 +117,19 @@ func (d *Dispatcher) encode(it *item, buf *bytes.Buffer) error {
 func (d *Dispatcher) deliver(it *item, slot *registry.Slot, ops chan<- op) {
 	defer d.untrack(it)
 	buf := bufPool.Get().(*bytes.Buffer)
-	buf.Reset()
 	defer bufPool.Put(buf)
-	if err := d.encode(it, buf); err != nil {
-		slot.Done(registry.Neutral)
-		ops <- op{kind: opComplete, task: it.task, result: *transient("dispatcher could not build the envelope: " + err.Error())}
-		return
-	}
 	msgID := wire.MessageID(it.task)
 	var tried []string
 	for {
 		ep := slot.Endpoint()
+		// Each endpoint gets its own token (it names the endpoint, so a
+		// failure reported by callback is recorded against the right one).
+		buf.Reset()
+		if err := d.encode(it, ep.Name(), buf); err != nil {
+			slot.Done(registry.Neutral)
+			ops <- op{kind: opComplete, task: it.task, result: *transient("dispatcher could not build the envelope: " + err.Error())}
+			return
+		}
 		start := time.Now()
 		v := d.attempt(it, ep, msgID, buf.Bytes(), start)
 		lat := time.Since(start)

@@ -228,6 +228,31 @@ func TestTerminalOnlyFromTheBody(t *testing.T) {
 	}
 }
 
+// TestAsyncFailureRecorded: a failure the provider reports by callback is a
+// failed attempt of the delivering endpoint, recorded as one answered inline
+// is (task_error), against the delivery's 202.
+func TestAsyncFailureRecorded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.kind("leaf", model.Policy{})
+	s := e.endpoint("leaves", endpointOpts{kinds: []string{"leaf"}})
+	e.sdk(s, []webhooksdk.Option{webhooksdk.WithSyncBudget(0)}, newProvider("leaf",
+		func(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
+			time.Sleep(20 * time.Millisecond) // past the zero sync budget: answered by callback
+			return webhooksdk.Outcome{}, webhooksdk.Terminal(errors.New("quota exhausted in eu-west-1"))
+		}))
+	e.dispatcher(dispatch.Config{})
+	e.listen()
+	id := e.apply("leaf", "a", map[string]any{})
+	e.waitPhase("leaf", "a", "Failed", 20*time.Second)
+	rows, err := e.st.ListDeliveriesForResource(e.ctx, id, 10)
+	must(t, err)
+	if len(rows) != 1 || rows[0].Endpoint != "leaves" || rows[0].Reason != "task_error" || rows[0].HTTPStatus != http.StatusAccepted ||
+		rows[0].Attempt != 1 || rows[0].ClaimEpoch != 1 || !strings.Contains(rows[0].Excerpt, "quota exhausted") {
+		t.Fatalf("deliveries = %+v, want the reported failure against the 202 delivery", rows)
+	}
+}
+
 // TestDeadlineExceeded: a provider slower than the task deadline is cut off
 // at the deadline; the task is recorded transient and retried.
 func TestDeadlineExceeded(t *testing.T) {

@@ -26,6 +26,7 @@ package callback
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -217,7 +218,35 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusServiceUnavailable, "cannot record the outcome now; retry")
 	default:
 		h.callbacks.WithLabelValues(string(st)).Inc()
+		if st == store.Applied && res.Error != nil {
+			h.recordFailure(r.Context(), c, res.Error.Message)
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"result": string(st)})
+	}
+}
+
+// reasonTaskError is the endpoint_deliveries reason of a task the provider
+// failed: the dispatcher records an inline one under the same name.
+const reasonTaskError = "task_error"
+
+// recordFailure records a failure the provider reported by callback as a
+// failed attempt of the delivery the token names, as the dispatcher records
+// one answered inline. The outcome is applied either way.
+func (h *Handler) recordFailure(ctx context.Context, c Claim, msg string) {
+	if c.Endpoint == "" {
+		return
+	}
+	var latency time.Duration
+	if !c.Issued.IsZero() {
+		latency = h.cfg.Now().Sub(c.Issued)
+	}
+	err := h.cfg.Store.RecordDeliveryFailures(ctx, []store.EndpointDelivery{{
+		Endpoint: c.Endpoint, At: h.cfg.Now(), TaskID: c.TaskID, ResourceID: c.ResourceID, ClaimEpoch: c.Epoch,
+		Attempt: max(c.Attempt, 1), HTTPStatus: http.StatusAccepted, LatencyMS: int(latency / time.Millisecond),
+		Reason: reasonTaskError, Excerpt: msg[:min(len(msg), store.DeliveryExcerptMax)],
+	}})
+	if err != nil {
+		h.cfg.Logger.Warn("callback: cannot record the reported failure", "task_id", c.TaskID, "endpoint", c.Endpoint, "err", err)
 	}
 }
 

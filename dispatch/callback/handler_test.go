@@ -3,6 +3,8 @@ package callback_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -355,6 +357,7 @@ func TestTokens(t *testing.T) {
 	oldOnly, _ := callback.NewTokens(old)
 	now := time.Now()
 	c := callback.Claim{TaskID: "0195A1B2-C3D4-7E5F-8a9b-0c1d2e3f4a5b", ResourceID: "0195a1b2-0000-7e5f-8a9b-0c1d2e3f4a5c", Shard: 201, Epoch: 1 << 40, Emits: 0x99,
+		Endpoint: "vpc-eu-west-1", Attempt: 3, Issued: now.Truncate(time.Millisecond),
 		Deadline: now.Add(time.Minute).Truncate(time.Millisecond), Expires: now.Add(time.Hour).Truncate(time.Second)}
 	tok, err := tk.Mint(c)
 	if err != nil {
@@ -365,7 +368,8 @@ func TestTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.TaskID = strings.ToLower(c.TaskID)
-	if !got.Deadline.Equal(c.Deadline) || !got.Expires.Equal(c.Expires) || got.TaskID != c.TaskID || got.ResourceID != c.ResourceID || got.Shard != c.Shard || got.Epoch != c.Epoch || got.Emits != c.Emits {
+	if !got.Deadline.Equal(c.Deadline) || !got.Expires.Equal(c.Expires) || got.TaskID != c.TaskID || got.ResourceID != c.ResourceID || got.Endpoint != c.Endpoint ||
+		got.Attempt != c.Attempt || !got.Issued.Equal(c.Issued) || got.Shard != c.Shard || got.Epoch != c.Epoch || got.Emits != c.Emits {
 		t.Fatalf("round trip = %+v, want %+v", got, c)
 	}
 	// A token minted with the previous key still verifies after a rotation.
@@ -378,6 +382,21 @@ func TestTokens(t *testing.T) {
 	}
 	if _, err := tk.Verify(tok, c.Expires); err == nil {
 		t.Error("a token verified at its expiry")
+	}
+	// The endpoint name is signed like the rest; a cut token is refused.
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)-sha256.Size-1] ^= 1 // the endpoint name's last byte
+	if _, err := tk.Verify(base64.RawURLEncoding.EncodeToString(raw), now); err == nil {
+		t.Error("a token with an altered endpoint verified")
+	}
+	if _, err := tk.Verify(tok[:len(tok)-4], now); err == nil {
+		t.Error("a truncated token verified")
+	}
+	if _, err := tk.Mint(callback.Claim{TaskID: c.TaskID, Endpoint: strings.Repeat("e", 256)}); err == nil {
+		t.Error("minted a token with a 256-byte endpoint name")
 	}
 	if _, err := tk.Mint(callback.Claim{TaskID: "nope"}); err == nil {
 		t.Error("minted a token for a non-UUID task id")

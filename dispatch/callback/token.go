@@ -37,11 +37,17 @@ type Claim struct {
 	// ResourceID (a UUID) lets a repeat of a completion be recognised as a
 	// duplicate after the drain has finished the task. Optional.
 	ResourceID string
-	Shard      int16
-	Epoch      int64
-	Emits      model.OutcomeMask
-	Deadline   time.Time // zero: the task has none
-	Expires    time.Time
+	// Endpoint, Attempt and Issued describe the delivery the token went out
+	// with, so a failure reported by callback is recorded against it
+	// (endpoint_deliveries). Optional; Endpoint is at most 255 bytes.
+	Endpoint string
+	Attempt  int
+	Issued   time.Time
+	Shard    int16
+	Epoch    int64
+	Emits    model.OutcomeMask
+	Deadline time.Time // zero: the task has none
+	Expires  time.Time
 }
 
 // Task returns the claim in the form the store fences on.
@@ -54,7 +60,9 @@ func (c Claim) Task() model.Task {
 //
 //	base64url( v2 | task_id (16) | resource_id (16, zero = none) | shard (2) |
 //	           epoch (8) | emits (1) | deadline unix ms (8, 0 = none) |
-//	           expires unix s (8) | HMAC-SHA256(key, all of the above) (32) )
+//	           expires unix s (8) | issued unix ms (8) | attempt (2) |
+//	           endpoint length (1) | endpoint |
+//	           HMAC-SHA256(key, all of the above) (32) )
 //
 // Opaque to providers; only the HMAC makes it unforgeable. Keys rotate by
 // minting with the new key while still verifying with the previous ones.
@@ -82,8 +90,8 @@ func (m *macPool) sum(dst, msg []byte) []byte {
 
 const (
 	tokenVersion = 2
-	tokenBody    = 1 + 16 + 16 + 2 + 8 + 1 + 8 + 8
-	tokenLen     = tokenBody + sha256.Size
+	tokenFixed   = 1 + 16 + 16 + 2 + 8 + 1 + 8 + 8 + 8 + 2 + 1 // then the endpoint name
+	tokenMaxLen  = tokenFixed + 255 + sha256.Size
 )
 
 // NewTokens returns Tokens minting with key and also accepting tokens of
@@ -101,7 +109,12 @@ func NewTokens(key []byte, previous ...[]byte) (*Tokens, error) {
 
 // Mint returns the token for c. c.TaskID must be a UUID.
 func (t *Tokens) Mint(c Claim) (string, error) {
-	var b [tokenLen]byte
+	if len(c.Endpoint) > 255 {
+		return "", fmt.Errorf("mint callback token: endpoint name is %d bytes, over 255", len(c.Endpoint))
+	}
+	var arr [tokenMaxLen]byte
+	body := tokenFixed + len(c.Endpoint)
+	b := arr[:body+sha256.Size]
 	b[0] = tokenVersion
 	if err := parseUUID(b[1:17], c.TaskID); err != nil {
 		return "", fmt.Errorf("mint callback token: %w", err)
@@ -119,35 +132,52 @@ func (t *Tokens) Mint(c Claim) (string, error) {
 		binary.BigEndian.PutUint64(b[o+11:o+19], uint64(c.Deadline.UnixMilli()))
 	}
 	binary.BigEndian.PutUint64(b[o+19:o+27], uint64(c.Expires.Unix()))
-	t.keys[0].sum(b[:tokenBody], b[:tokenBody])
-	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+	if !c.Issued.IsZero() {
+		binary.BigEndian.PutUint64(b[o+27:o+35], uint64(c.Issued.UnixMilli()))
+	}
+	binary.BigEndian.PutUint16(b[o+35:o+37], uint16(min(max(c.Attempt, 0), 65535)))
+	b[o+37] = byte(len(c.Endpoint))
+	copy(b[tokenFixed:body], c.Endpoint)
+	t.keys[0].sum(b[:body], b[:body])
+	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
 // Verify returns the claim tok grants at now, or ErrBadToken /
 // ErrTokenExpired.
 func (t *Tokens) Verify(tok string, now time.Time) (Claim, error) {
-	var b [tokenLen]byte
-	if base64.RawURLEncoding.DecodedLen(len(tok)) != tokenLen {
+	var arr [tokenMaxLen]byte
+	if dl := base64.RawURLEncoding.DecodedLen(len(tok)); dl < tokenFixed+sha256.Size || dl > tokenMaxLen {
 		return Claim{}, ErrBadToken
 	}
-	if n, err := base64.RawURLEncoding.Decode(b[:], []byte(tok)); err != nil || n != tokenLen || b[0] != tokenVersion {
+	n, err := base64.RawURLEncoding.Decode(arr[:], []byte(tok))
+	if err != nil || n < tokenFixed+sha256.Size || arr[0] != tokenVersion {
+		return Claim{}, ErrBadToken
+	}
+	b := arr[:n]
+	body := tokenFixed + int(b[tokenFixed-1])
+	if n != body+sha256.Size {
 		return Claim{}, ErrBadToken
 	}
 	var want [sha256.Size]byte
 	ok := 0
 	for _, k := range t.keys {
-		ok |= subtle.ConstantTimeCompare(k.sum(want[:0], b[:tokenBody]), b[tokenBody:])
+		ok |= subtle.ConstantTimeCompare(k.sum(want[:0], b[:body]), b[body:])
 	}
 	if ok != 1 {
 		return Claim{}, ErrBadToken
 	}
 	const o = 33
 	c := Claim{
-		TaskID:  formatUUID(b[1:17]),
-		Shard:   int16(binary.BigEndian.Uint16(b[o : o+2])),
-		Epoch:   int64(binary.BigEndian.Uint64(b[o+2 : o+10])),
-		Emits:   model.OutcomeMask(b[o+10]),
-		Expires: time.Unix(int64(binary.BigEndian.Uint64(b[o+19:o+27])), 0),
+		TaskID:   formatUUID(b[1:17]),
+		Shard:    int16(binary.BigEndian.Uint16(b[o : o+2])),
+		Epoch:    int64(binary.BigEndian.Uint64(b[o+2 : o+10])),
+		Emits:    model.OutcomeMask(b[o+10]),
+		Expires:  time.Unix(int64(binary.BigEndian.Uint64(b[o+19:o+27])), 0),
+		Attempt:  int(binary.BigEndian.Uint16(b[o+35 : o+37])),
+		Endpoint: string(b[tokenFixed:body]),
+	}
+	if ms := int64(binary.BigEndian.Uint64(b[o+27 : o+35])); ms != 0 {
+		c.Issued = time.UnixMilli(ms)
 	}
 	if [16]byte(b[17:33]) != [16]byte{} {
 		c.ResourceID = formatUUID(b[17:33])
