@@ -211,18 +211,7 @@ func TestAsyncTimeout(t *testing.T) {
 // when the body says "terminal": true; the attempt is recorded.
 func TestTerminalOnlyFromTheBody(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.kind("leaf", model.Policy{})
-	s := e.endpoint("leaves", endpointOpts{kinds: []string{"leaf"}})
-	e.sdk(s, nil, newProvider("leaf", func(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
-		return webhooksdk.Outcome{}, webhooksdk.Terminal(errors.New("cidr overlaps an existing vpc"))
-	}))
-	e.dispatcher(dispatch.Config{})
-	e.listen()
-	id := e.apply("leaf", "a", map[string]any{})
-	e.waitPhase("leaf", "a", "Failed", 20*time.Second)
-	rows, err := e.st.ListDeliveriesForResource(e.ctx, id, 10)
-	must(t, err)
+	rows := failLeaf(t, nil, 0, "cidr overlaps an existing vpc")
 	if len(rows) != 1 || rows[0].Reason != "task_error" || rows[0].HTTPStatus != 200 || !strings.Contains(rows[0].Excerpt, "terminal: cidr overlaps") {
 		t.Fatalf("deliveries = %+v, want the terminal task error", rows)
 	}
@@ -233,24 +222,33 @@ func TestTerminalOnlyFromTheBody(t *testing.T) {
 // is (task_error), against the delivery's 202.
 func TestAsyncFailureRecorded(t *testing.T) {
 	t.Parallel()
+	// Past the zero sync budget: answered 202, then by callback.
+	rows := failLeaf(t, []webhooksdk.Option{webhooksdk.WithSyncBudget(0)}, 20*time.Millisecond, "quota exhausted in eu-west-1")
+	if len(rows) != 1 || rows[0].Endpoint != "leaves" || rows[0].Reason != "task_error" || rows[0].HTTPStatus != http.StatusAccepted ||
+		rows[0].Attempt != 1 || rows[0].ClaimEpoch != 1 || !strings.Contains(rows[0].Excerpt, "quota exhausted") {
+		t.Fatalf("deliveries = %+v, want the reported failure against the 202 delivery", rows)
+	}
+}
+
+// failLeaf runs one leaf against a webhooksdk provider (opts) whose Work
+// takes delay and fails terminally with msg; it returns the failed
+// deliveries recorded for the leaf once it is Failed.
+func failLeaf(t *testing.T, opts []webhooksdk.Option, delay time.Duration, msg string) []store.EndpointDelivery {
+	t.Helper()
 	e := newEnv(t)
 	e.kind("leaf", model.Policy{})
 	s := e.endpoint("leaves", endpointOpts{kinds: []string{"leaf"}})
-	e.sdk(s, []webhooksdk.Option{webhooksdk.WithSyncBudget(0)}, newProvider("leaf",
-		func(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
-			time.Sleep(20 * time.Millisecond) // past the zero sync budget: answered by callback
-			return webhooksdk.Outcome{}, webhooksdk.Terminal(errors.New("quota exhausted in eu-west-1"))
-		}))
+	e.sdk(s, opts, newProvider("leaf", func(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
+		time.Sleep(delay)
+		return webhooksdk.Outcome{}, webhooksdk.Terminal(errors.New(msg))
+	}))
 	e.dispatcher(dispatch.Config{})
 	e.listen()
 	id := e.apply("leaf", "a", map[string]any{})
 	e.waitPhase("leaf", "a", "Failed", 20*time.Second)
 	rows, err := e.st.ListDeliveriesForResource(e.ctx, id, 10)
 	must(t, err)
-	if len(rows) != 1 || rows[0].Endpoint != "leaves" || rows[0].Reason != "task_error" || rows[0].HTTPStatus != http.StatusAccepted ||
-		rows[0].Attempt != 1 || rows[0].ClaimEpoch != 1 || !strings.Contains(rows[0].Excerpt, "quota exhausted") {
-		t.Fatalf("deliveries = %+v, want the reported failure against the 202 delivery", rows)
-	}
+	return rows
 }
 
 // TestDeadlineExceeded: a provider slower than the task deadline is cut off

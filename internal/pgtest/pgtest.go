@@ -51,6 +51,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"go.uber.org/goleak"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -122,6 +124,19 @@ func Main(m *testing.M) {
 	if err := shutdown(); err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest:", err)
 		if code == 0 {
+			code = 1
+		}
+	}
+	// Every test has stopped what it started: a goroutine still running
+	// now is a leak (a duty, listener or pool left open). fasthttp (under
+	// Fiber) keeps a process-wide clock goroutine, and its worker pool's
+	// cleaner only notices a stopped server when its 10 s sleep ends.
+	if code == 0 {
+		if err := goleak.Find(
+			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest: goroutines leaked:", err)
 			code = 1
 		}
 	}
