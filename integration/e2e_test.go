@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -230,6 +231,9 @@ func TestEngineOverTheAPI(t *testing.T) {
 		len(members.Items) != 1 || members.Items[0].MemberID != "e2e" || !members.Items[0].Ready ||
 		members.Items[0].ShardLo == nil || *members.Items[0].ShardLo != 0 || *members.Items[0].ShardHi != 255 {
 		t.Errorf("cluster members = %d %s", code, body)
+	}
+	if code, out, errs := s.conctl("list", "cluster"); code != 0 || !regexp.MustCompile(`(?m)^e2e\s+control\s+true\s+0-255\s`).MatchString(out) {
+		t.Errorf("conctl list cluster = %d\n%s%s", code, out, errs)
 	}
 	s.checkInvariants()
 }

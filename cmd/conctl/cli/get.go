@@ -148,6 +148,8 @@ func collectionPath(t *objectType) string {
 		return "/endpoints"
 	case typeKinds:
 		return "/kinds"
+	case typeClusterMember:
+		return "/cluster-members"
 	}
 	panic("conctl: no collection for " + t.name)
 }

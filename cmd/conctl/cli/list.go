@@ -77,7 +77,8 @@ default, or as the server returned them with -o json or -o yaml
   conctl list res -l team=payments,env=prod --all -o json
   conctl list manifests --kind vpc
   conctl list pc --kind vpc --kind-version 1 --default
-  conctl list kinds`
+  conctl list kinds
+  conctl list cluster`
 
 	// resources
 	{
@@ -158,10 +159,13 @@ default, or as the server returned them with -o json or -o yaml
 		cmd.AddCommand(c)
 	}
 	// the rest take no filters
-	for _, t := range []*objectType{typeReactorBinding, typeEndpoint, typeKinds} {
+	for _, t := range []*objectType{typeReactorBinding, typeEndpoint, typeKinds, typeClusterMember} {
 		short := "List " + t.plural
-		if t == typeKinds {
+		switch t {
+		case typeKinds:
 			short = "List the kinds and their versions"
+		case typeClusterMember:
+			short = "List the running converge processes: role, shard range, in flight, readiness"
 		}
 		cmd.AddCommand(&cobra.Command{
 			Use:     t.name,

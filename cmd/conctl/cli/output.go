@@ -271,6 +271,18 @@ func columnsFor(t *objectType) []column {
 			field("KIND", "kind"),
 			{"VERSIONS", func(o obj, _ time.Time) string { return joinList(o.get("versions")) }},
 		}
+	case typeClusterMember:
+		return []column{
+			field("MEMBER", "member_id"), field("ROLE", "role"), field("READY", "ready"),
+			{"SHARDS", func(o obj, _ time.Time) string {
+				if o.str("shard_lo") == "" {
+					return "-"
+				}
+				return o.str("shard_lo") + "-" + o.str("shard_hi")
+			}},
+			field("IN_FLIGHT", "in_flight"), field("VERSION", "version"), field("HOST", "host"),
+			{"AGE", func(o obj, now time.Time) string { return age(o.str("started_at"), now) }},
+		}
 	case typeKindConfig:
 		return []column{
 			field("KIND", "kind"), field("VERSION", "kind_version"),

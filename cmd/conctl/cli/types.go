@@ -29,6 +29,10 @@ var (
 
 	// typeKinds is the kinds listing (GET /kinds); only `list` knows it.
 	typeKinds = &objectType{name: "kinds", plural: "kinds", aliases: []string{"kind"}}
+	// typeClusterMember is the cluster view (GET /cluster-members); only
+	// `list` knows it.
+	typeClusterMember = &objectType{name: "clustermember", plural: "cluster members",
+		aliases: []string{"cluster", "members", "clustermembers"}}
 )
 
 // applyTypes are the types `apply --type` and a document's `type` field accept.
