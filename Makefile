@@ -12,8 +12,11 @@ PKGS ?= ./...
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
-demo: build postgres ## run the control plane on an embedded Postgres with the demo provider
-	./bin/converge dev --demo
+# The demo wipes its own data dir at each start (never the one `make dev` keeps).
+DEMO_DATA_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/converge-demo
+
+demo: build postgres ## run the control plane on an embedded Postgres with the demo provider (a fresh database each run)
+	CONVERGE_DATA_DIR="$(DEMO_DATA_DIR)" ./bin/converge dev --reset --demo
 
 dev: build postgres ## run the control plane on an embedded Postgres (no demo)
 	./bin/converge dev
