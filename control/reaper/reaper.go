@@ -29,8 +29,8 @@ type Config struct {
 	// the range's resources (no index may mention synced_gen, or the drain's
 	// updates could not be HOT), so it runs at most every RetryWindow/4.
 	RetryWindow time.Duration
-	// UnclaimedWindow is how long a never-claimed task (and a done row)
-	// stays queued before it is dropped. Defaults to 24h.
+	// UnclaimedWindow is how long a never-claimed task stays queued before
+	// it is dropped. Defaults to 24h.
 	UnclaimedWindow time.Duration
 	// EventsKeep is how many events each resource keeps. Defaults to 100.
 	EventsKeep int

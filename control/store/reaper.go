@@ -17,8 +17,7 @@ func (s *Store) RequeueLagging(ctx context.Context, lo, hi int, window time.Dura
 	return s.scalarInt(ctx, "requeue lagging", `SELECT requeue_lagging($1, $2, $3, $4)`, lo, hi, int(window/time.Second), limit)
 }
 
-// DeleteUnclaimedWork drops tasks never claimed within window, and done rows
-// older than it.
+// DeleteUnclaimedWork drops tasks never claimed within window.
 func (s *Store) DeleteUnclaimedWork(ctx context.Context, lo, hi int, window time.Duration, limit int) (int, error) {
 	return s.scalarInt(ctx, "delete unclaimed work", `SELECT delete_unclaimed_work($1, $2, $3, $4)`, lo, hi, int(window/time.Second), limit)
 }
