@@ -6,7 +6,7 @@
 
 -- +goose Up
 
--- notify_gated fires at most one pg_notify per channel per 50 ms window across
+-- notify_gated fires at most one pg_notify per channel per 10 ms window across
 -- all backends, without blocking any caller: an unlocked read turns away almost
 -- every caller, a non-blocking advisory lock picks one winner per window.
 -- +goose StatementBegin
@@ -16,7 +16,7 @@ DECLARE
     v_last timestamptz;
 BEGIN
     SELECT last_notified INTO v_last FROM wake_state WHERE channel = p_channel;
-    IF v_last > clock_timestamp() - interval '50 milliseconds' THEN
+    IF v_last > clock_timestamp() - interval '10 milliseconds' THEN
         RETURN;
     END IF;
     IF NOT pg_try_advisory_xact_lock(hashtext('notify_gated:' || p_channel)) THEN
