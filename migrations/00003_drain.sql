@@ -201,14 +201,14 @@ END
 $$;
 -- +goose StatementEnd
 
--- drain_item is one outcome after its work row was finalized.
+-- drain_item is one outcome after its work row was finalised.
 CREATE TYPE drain_item AS (
     resource_id uuid, task_id uuid, claim_epoch bigint, claimed_at timestamptz, trigger text, generation bigint, emits int, outcome jsonb,
     error text, terminal boolean, rerun boolean, rollup_dirty boolean, has_rollup boolean);
 
 -- drain_outbox_batch pops up to p_limit outcomes in [p_lo, p_hi] and applies
 -- them: composition first (its failure becomes a terminal failure), then the
--- work rows (retry with jittered exponential backoff, or done; a transient
+-- work rows (re-pended for a retry with jittered exponential backoff, or deleted; a transient
 -- failure past max_transient_attempts turns terminal), then one coalesced
 -- resources UPDATE (status, spec_gen/synced_gen, health_ok, failure_gen — only
 -- the parts the reaction's emits mask allows), conditions on transition with
