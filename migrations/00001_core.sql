@@ -207,11 +207,6 @@ CREATE TABLE resources (
     failure_gen     bigint      NOT NULL DEFAULT 0,
     failure_terminal boolean    NOT NULL DEFAULT false,
     last_error      text,
-    -- The last task outcome the drain applied: a repeat of that completion
-    -- after its work row is gone is still recognised as a duplicate.
-    last_task_id    uuid,
-    last_task_epoch bigint,
-    last_claimed_at timestamptz, -- when that task was claimed
     frozen_until    timestamptz,
     deletion_requested_at timestamptz,
     finalizers      text[]      NOT NULL DEFAULT '{}',
@@ -232,17 +227,18 @@ CREATE TABLE resources (
     UNIQUE (kind, name),
     FOREIGN KEY (kind, kind_version) REFERENCES kind_manifest ON DELETE RESTRICT,
     CONSTRAINT resources_synced_le_generation CHECK (synced_gen <= generation)
-) WITH (fillfactor = 70);
+);
 CREATE INDEX idx_resources_owner ON resources (owner_id) WHERE owner_id IS NOT NULL;
 CREATE INDEX idx_resources_list ON resources (created_at, id);
 CREATE INDEX idx_resources_kind_list ON resources (kind, created_at, id);
 CREATE INDEX idx_resources_labels ON resources USING gin (labels jsonb_path_ops);
 CREATE INDEX idx_resources_failed ON resources (shard_id) WHERE failure_gen = generation;
--- No index mentions synced_gen, health_ok, status or updated_at, and pages keep
--- room (fillfactor 70): the drain's update of a reconciled resource is then a
--- HOT update that writes no index entry (measured: the drain's resources
--- UPDATE 590 -> 210-255 ms per 10k leaves). So "lagging child" probes walk
--- idx_resources_owner, and the reaper's lagging sweep is a throttled scan.
+-- A child that still holds its composite's rollup back. Empty on a settled fleet.
+CREATE INDEX idx_resources_lagging_child ON resources (owner_id)
+    WHERE synced_gen < generation AND failure_gen <> generation AND frozen_until IS NULL AND owner_id IS NOT NULL;
+-- The reaper's crash-recovery probe: lagging, live rows. Empty on a settled fleet.
+CREATE INDEX idx_resources_lagging ON resources (shard_id, updated_at)
+    WHERE synced_gen < generation AND deletion_requested_at IS NULL AND frozen_until IS NULL;
 CREATE INDEX idx_resources_frozen_sweep ON resources (frozen_until) WHERE frozen_until IS NOT NULL;
 CREATE INDEX idx_resources_deleting ON resources (shard_id) WHERE deletion_requested_at IS NOT NULL;
 
@@ -314,11 +310,8 @@ CREATE INDEX idx_resource_deps_owner ON resource_deps (owner_id) WHERE owner_id 
 
 -- The work queue is UNLOGGED: resources (generation vs synced_gen) is the truth,
 -- and the reaper rebuilds the queue after a crash. One row per (resource,
--- task_type) with live work: pending -> claimed, then the drain deletes it
--- (or re-pends it for a retry). A completion does not touch the row: it is an
--- outbox row at the claim's epoch, and claim_epoch only ever grows while the
--- row lives, which is what fences stale completions. Only live rows stay, so
--- every scan of the queue is as small as the backlog.
+-- task_type); its state walks pending -> claimed -> completed -> done, and
+-- claim_epoch only ever grows, which is what fences stale completions.
 CREATE UNLOGGED TABLE work_queue (
     shard_id        smallint    NOT NULL,
     resource_id     uuid        NOT NULL,
@@ -326,7 +319,7 @@ CREATE UNLOGGED TABLE work_queue (
     task_id         uuid        NOT NULL DEFAULT gen_random_uuid(),
     kind            text        NOT NULL,
     kind_version    smallint    NOT NULL,
-    state           text        NOT NULL DEFAULT 'pending' CHECK (state IN ('pending','claimed')),
+    state           text        NOT NULL DEFAULT 'pending' CHECK (state IN ('pending','claimed','completed','done')),
     trigger         text        NOT NULL DEFAULT 'specChange',
     generation      bigint      NOT NULL,        -- the generation this task should reconcile
     claimed_gen     bigint      NOT NULL DEFAULT 0,
@@ -336,6 +329,7 @@ CREATE UNLOGGED TABLE work_queue (
     attempts        int         NOT NULL DEFAULT 0,
     not_before      timestamptz NOT NULL DEFAULT now(),
     claim_epoch     bigint      NOT NULL DEFAULT 0,
+    completed_epoch bigint      NOT NULL DEFAULT 0,
     claimed_by      text,
     claim_lo        smallint,
     claimed_at      timestamptz,
@@ -349,8 +343,6 @@ CREATE INDEX idx_work_queue_pending ON work_queue (shard_id, not_before) WHERE s
 CREATE INDEX idx_work_queue_leased ON work_queue (shard_id, lease_until) WHERE state = 'claimed';
 CREATE INDEX idx_work_queue_task ON work_queue (task_id);
 
--- One row per accepted completion, keyed by the claim it completes: a repeat
--- of the same completion conflicts and is a no-op.
 CREATE UNLOGGED TABLE work_outbox (
     id            bigint GENERATED ALWAYS AS IDENTITY,
     shard_id      smallint    NOT NULL,
@@ -361,14 +353,13 @@ CREATE UNLOGGED TABLE work_outbox (
     kind_version  smallint    NOT NULL,
     trigger       text        NOT NULL,
     claim_epoch   bigint      NOT NULL,
-    claimed_at    timestamptz,
     generation    bigint      NOT NULL,
     emits         int         NOT NULL,
     outcome       jsonb,
     error         text,
     terminal      boolean     NOT NULL DEFAULT false,
     created_at    timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (shard_id, task_id, claim_epoch)
+    PRIMARY KEY (shard_id, id)
 ) PARTITION BY RANGE (shard_id);
 
 -- LOGGED: a committed lifecycle transition must survive a crash.
@@ -420,8 +411,6 @@ CREATE TABLE resource_conditions (
     last_transition_time timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (resource_id, type)
 );
--- The drain's probe for stale False conditions to clear: tiny on a healthy fleet.
-CREATE INDEX idx_conditions_false ON resource_conditions (resource_id) WHERE status = 'False';
 
 -- Per-resource event log, bounded by the reaper's prune pass.
 -- Keyed (resource_id, id): every read and prune is per resource, and one

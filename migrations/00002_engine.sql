@@ -6,7 +6,7 @@
 
 -- +goose Up
 
--- notify_gated fires at most one pg_notify per channel per 10 ms window across
+-- notify_gated fires at most one pg_notify per channel per 50 ms window across
 -- all backends, without blocking any caller: an unlocked read turns away almost
 -- every caller, a non-blocking advisory lock picks one winner per window.
 -- +goose StatementBegin
@@ -16,7 +16,7 @@ DECLARE
     v_last timestamptz;
 BEGIN
     SELECT last_notified INTO v_last FROM wake_state WHERE channel = p_channel;
-    IF v_last > clock_timestamp() - interval '10 milliseconds' THEN
+    IF v_last > clock_timestamp() - interval '50 milliseconds' THEN
         RETURN;
     END IF;
     IF NOT pg_try_advisory_xact_lock(hashtext('notify_gated:' || p_channel)) THEN
@@ -71,9 +71,9 @@ $$;
 -- ON CONFLICT every time, which costs more than the insert. Every lookup is
 -- keyed (id = ANY), so the generic plan is as good as a custom one.
 -- enqueue_reconcile upserts reconcile rows. The ON CONFLICT arm is the
--- generation gate that makes scheduling idempotent: a newer generation
--- supersedes a pending one, and an in-flight row is only marked so the drain
--- re-evaluates it (never two live tasks for one resource).
+-- generation gate that makes scheduling idempotent: a done row re-pends, a newer
+-- generation supersedes a pending one, and an in-flight row is only marked so
+-- the drain re-evaluates it (never two live tasks for one resource).
 -- +goose StatementBegin
 CREATE FUNCTION enqueue_reconcile(p_ids uuid[], p_triggers text[]) RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
@@ -90,16 +90,19 @@ BEGIN
         SELECT shard_id, id, 'reconcile', kind, kind_version, generation, trig FROM c
         ON CONFLICT (shard_id, resource_id, task_type) DO UPDATE SET
             generation   = GREATEST(w.generation, EXCLUDED.generation),
-            kind         = CASE WHEN w.state = 'pending' THEN EXCLUDED.kind ELSE w.kind END,
-            kind_version = CASE WHEN w.state = 'pending' THEN EXCLUDED.kind_version ELSE w.kind_version END,
-            trigger      = CASE WHEN w.state = 'pending' THEN EXCLUDED.trigger ELSE w.trigger END,
-            rollup_dirty = w.rollup_dirty OR (w.state = 'claimed' AND EXCLUDED.trigger = 'childrenSettled'),
-            attempts     = CASE WHEN EXCLUDED.generation > w.generation THEN 0 ELSE w.attempts END,
-            not_before   = CASE WHEN w.state = 'pending' AND EXCLUDED.generation > w.generation
-                                THEN now() ELSE w.not_before END
-        WHERE EXCLUDED.generation > w.generation
+            kind         = CASE WHEN w.state IN ('pending','done') THEN EXCLUDED.kind ELSE w.kind END,
+            kind_version = CASE WHEN w.state IN ('pending','done') THEN EXCLUDED.kind_version ELSE w.kind_version END,
+            trigger      = CASE WHEN w.state IN ('pending','done') THEN EXCLUDED.trigger ELSE w.trigger END,
+            rollup_dirty = w.rollup_dirty OR (w.state IN ('claimed','completed') AND EXCLUDED.trigger = 'childrenSettled'),
+            state        = CASE WHEN w.state = 'done' THEN 'pending' ELSE w.state END,
+            attempts     = CASE WHEN w.state = 'done' OR EXCLUDED.generation > w.generation THEN 0 ELSE w.attempts END,
+            not_before   = CASE WHEN w.state = 'done' OR (w.state = 'pending' AND EXCLUDED.generation > w.generation)
+                                THEN now() ELSE w.not_before END,
+            enqueued_at  = CASE WHEN w.state = 'done' THEN now() ELSE w.enqueued_at END
+        WHERE w.state = 'done'
+           OR EXCLUDED.generation > w.generation
            OR (w.state = 'pending' AND w.trigger <> EXCLUDED.trigger)
-           OR (w.state = 'claimed' AND EXCLUDED.trigger = 'childrenSettled' AND NOT w.rollup_dirty)
+           OR (w.state IN ('claimed','completed') AND EXCLUDED.trigger = 'childrenSettled' AND NOT w.rollup_dirty)
         RETURNING w.resource_id, w.state
     )
     SELECT count(*) FILTER (WHERE state = 'pending') INTO n FROM up;
@@ -126,8 +129,8 @@ DECLARE
 BEGIN
     IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN RETURN 0; END IF;
     -- MATERIALIZED forces the primary-key lookup: otherwise the planner may
-    -- walk another index with id = ANY as a filter, which costs O(every
-    -- resource it covers) per call (measured on a partial lagging index).
+    -- walk idx_resources_lagging (whose predicate the gate repeats) with
+    -- id = ANY as a filter, which costs O(every lagging resource) per call.
     WITH t AS MATERIALIZED (
         SELECT * FROM resources WHERE id = ANY (p_ids)
     ), c AS (
@@ -254,11 +257,6 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM new_rows) THEN
         RETURN NULL;
     END IF;
-    -- EXECUTE plans the join for this statement's transition tables: a
-    -- cached plan is made once per session (the query has no parameters),
-    -- and one made for a 1-row update nested-loops over a 2,000-row drain
-    -- batch (measured: 200 ms per batch instead of ~1 ms).
-    EXECUTE $q$
     WITH ch AS (
         SELECT n.id, n.owner_id,
             (n.synced_gen >= n.generation AND n.synced_gen > o.synced_gen) AS synced_edge,
@@ -270,7 +268,7 @@ BEGIN
     )
     SELECT (SELECT array_agg(DISTINCT d.dependent_id) FROM e JOIN resource_deps d ON d.dependency_id = e.id WHERE e.synced_edge),
            (SELECT array_agg(DISTINCT e.owner_id) FROM e WHERE e.owner_id IS NOT NULL)
-    $q$ INTO v_deps, v_roots;
+      INTO v_deps, v_roots;
     IF v_deps IS NOT NULL THEN
         PERFORM schedule_eligible(v_deps);
     END IF;
@@ -296,7 +294,7 @@ CREATE FUNCTION claim_tasks(p_claimer text, p_lo int, p_hi int, p_pairs text[], 
 RETURNS TABLE (task_id uuid, shard_id smallint, resource_id uuid, task_type text, trigger text,
                reaction text, emits int, kind text, kind_version smallint, generation bigint,
                claim_epoch bigint, attempts int, deadline timestamptz)
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_shards smallint[];
@@ -403,52 +401,57 @@ LANGUAGE sql AS $$
 $$;
 -- +goose StatementEnd
 
--- complete_tasks records outcomes for claimed tasks: one outbox row per task
--- still claimed at that claim_epoch (applied, and not listed in the result).
--- The work row is only read: the drain finalises it. A repeat of an accepted
--- completion is 'duplicate' (a no-op success) — its outbox row conflicts, or,
--- once drained, the resource records it as the last outcome applied; anything
--- else is 'superseded' (the claim was reclaimed or re-pended, or its resource
--- is gone).
+-- complete_tasks records outcomes for claimed tasks. An outcome is accepted only
+-- if its row is still claimed at that claim_epoch (applied, and not listed in
+-- the result); a repeat of the last accepted completion is 'duplicate' (a
+-- no-op success); anything else is 'superseded' (the claim was reclaimed or
+-- re-pended, or its resource is gone).
 -- +goose StatementBegin
-CREATE FUNCTION complete_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_resource_ids uuid[],
+CREATE FUNCTION complete_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[],
                                p_outcomes jsonb[], p_errors text[], p_terminals boolean[])
 RETURNS TABLE (task_id uuid, result text)
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_applied uuid[];
+    v_kinds text[];
+    v_vers smallint[];
+    v_los smallint[];
 BEGIN
-    WITH ins AS (
-        INSERT INTO work_outbox (shard_id, resource_id, task_id, task_type, kind, kind_version, trigger, claim_epoch, claimed_at, generation, emits, outcome, error, terminal)
-        SELECT w.shard_id, w.resource_id, w.task_id, w.task_type, w.kind, w.kind_version, w.trigger, w.claim_epoch, w.claimed_at, w.claimed_gen, w.emits,
-               i.outcome, i.error, coalesce(i.terminal, false)
-          FROM unnest(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals)
-                 AS i(task_id, shard_id, epoch, outcome, error, terminal)
-          JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id
-         WHERE w.claim_epoch = i.epoch AND w.state = 'claimed'
-           -- A repeat while the drain is finishing the task sees its outbox
-           -- row still (the delete is not committed) and does not wait on it.
-           AND NOT EXISTS (SELECT 1 FROM work_outbox o
-                            WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
-        ON CONFLICT (shard_id, task_id, claim_epoch) DO NOTHING
-        RETURNING work_outbox.task_id
+    WITH input AS (
+        SELECT * FROM unnest(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals)
+            AS t(task_id, shard_id, epoch, outcome, error, terminal)
+    ), done AS (
+        UPDATE work_queue w SET state = 'completed', completed_epoch = i.epoch, lease_until = NULL
+          FROM input i
+         WHERE w.shard_id = i.shard_id AND w.task_id = i.task_id
+           AND w.claim_epoch = i.epoch AND w.state = 'claimed'
+        RETURNING w.shard_id, w.resource_id, w.task_id, w.task_type, w.trigger, w.claim_epoch, w.claimed_gen,
+                  w.emits, w.kind, w.kind_version, w.claim_lo,
+                  i.outcome AS i_outcome, i.error AS i_error, i.terminal AS i_terminal
+    ), ob AS (
+        INSERT INTO work_outbox (shard_id, resource_id, task_id, task_type, kind, kind_version, trigger, claim_epoch, generation, emits, outcome, error, terminal)
+        SELECT d.shard_id, d.resource_id, d.task_id, d.task_type, d.kind, d.kind_version, d.trigger, d.claim_epoch, d.claimed_gen, d.emits,
+               d.i_outcome, d.i_error, coalesce(d.i_terminal, false)
+          FROM done d
+        RETURNING 1
     )
-    SELECT array_agg(ins.task_id) INTO v_applied FROM ins;
+    SELECT array_agg(d.task_id), array_agg(d.kind), array_agg(d.kind_version), array_agg(d.claim_lo)
+      INTO v_applied, v_kinds, v_vers, v_los
+      FROM done d;
     IF v_applied IS NOT NULL THEN
+        PERFORM inflight_release(v_kinds, v_vers, v_los);
         PERFORM notify_gated('outbox_ready');
     END IF;
     -- Only the tasks not applied are answered; the caller takes silence for
     -- 'applied', so the common case costs no second probe per task.
     RETURN QUERY
     SELECT i.task_id,
-           CASE WHEN EXISTS (SELECT 1 FROM work_outbox o
-                              WHERE o.shard_id = i.shard_id AND o.task_id = i.task_id AND o.claim_epoch = i.epoch)
-                  OR EXISTS (SELECT 1 FROM resources r
-                              WHERE r.id = i.resource_id AND r.last_task_id = i.task_id AND r.last_task_epoch = i.epoch)
-                THEN 'duplicate' ELSE 'superseded' END
-      FROM unnest(p_task_ids, p_shards, p_epochs, p_resource_ids) AS i(task_id, shard_id, epoch, resource_id)
+           CASE WHEN w.task_id IS NOT NULL AND w.completed_epoch = i.epoch AND w.claim_epoch = i.epoch THEN 'duplicate'
+                ELSE 'superseded' END
+      FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
       LEFT JOIN unnest(v_applied) AS a(task_id) ON a.task_id = i.task_id
+      LEFT JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id
      WHERE a.task_id IS NULL;
 END
 $$;
@@ -492,10 +495,8 @@ $$;
 CREATE FUNCTION resources_after_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    -- EXECUTE: planned for this statement's transition table (see
-    -- cascade_on_ready_change).
-    EXECUTE 'DELETE FROM work_queue w USING old_rows o WHERE w.shard_id = o.shard_id AND w.resource_id = o.id';
-    EXECUTE 'DELETE FROM resource_events e USING old_rows o WHERE e.resource_id = o.id';
+    DELETE FROM work_queue w USING old_rows o WHERE w.shard_id = o.shard_id AND w.resource_id = o.id;
+    DELETE FROM resource_events e USING old_rows o WHERE e.resource_id = o.id;
     RETURN NULL;
 END
 $$;

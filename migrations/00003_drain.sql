@@ -56,12 +56,6 @@ DECLARE
     v_ids uuid[];
     v_pruned uuid[];
     v_new int := 0;
-    v_flows boolean := jsonb_path_exists(p_outcome, '$.edges[*].values[*]');
-    v_new_ids uuid[];
-    v_new_shards smallint[];
-    v_new_kinds text[];
-    v_new_vers smallint[];
-    v_queued uuid[];
 BEGIN
     PERFORM 1 FROM resources WHERE id = p_root FOR UPDATE;
     IF NOT FOUND THEN RETURN; END IF;
@@ -98,14 +92,13 @@ BEGIN
                    coalesce(c->'labels', '{}') AS labels, coalesce(c->'spec', '{}') AS spec
               FROM jsonb_array_elements(p_outcome->'children') c
         ), flowed AS (
-            -- Only an outcome with value flows pays for a per-child lookup.
-            SELECT d.*, CASE WHEN NOT v_flows THEN d.spec ELSE apply_flows(d.spec, (
+            SELECT d.*, apply_flows(d.spec, (
                 SELECT jsonb_agg(jsonb_build_object('p', f->>'dependent_field', 'v', u.status #> pointer_path(f->>'source_field')))
                   FROM jsonb_array_elements(coalesce(p_outcome->'edges', '[]')) e
                   CROSS JOIN LATERAL jsonb_array_elements(coalesce(e->'values', '[]')) f
                   JOIN resources u ON u.kind = e->'dependency'->>'kind' AND u.name = e->'dependency'->>'name'
                  WHERE e->'dependent'->>'kind' = d.kind AND e->'dependent'->>'name' = d.name
-                   AND u.status #> pointer_path(f->>'source_field') IS NOT NULL)) END AS fspec
+                   AND u.status #> pointer_path(f->>'source_field') IS NOT NULL)) AS fspec
               FROM desired d
         ), up AS (
             INSERT INTO resources AS r (kind, kind_version, name, labels, spec, owner_id)
@@ -118,12 +111,9 @@ BEGIN
             WHERE r.owner_id = p_root
               AND (r.kind_version, r.labels, r.spec, r.frozen_until IS NOT NULL AND r.frozen_until <> 'infinity')
                   IS DISTINCT FROM (EXCLUDED.kind_version, EXCLUDED.labels, EXCLUDED.spec, false)
-            RETURNING r.id, r.shard_id, r.kind, r.kind_version, (r.generation = 1 AND r.synced_gen = 0 AND r.xmax = 0) AS inserted
+            RETURNING r.id, (r.generation = 1 AND r.synced_gen = 0 AND r.xmax = 0) AS inserted
         )
-        SELECT array_agg(id), count(*) FILTER (WHERE inserted), array_agg(id) FILTER (WHERE inserted),
-               array_agg(shard_id) FILTER (WHERE inserted), array_agg(kind) FILTER (WHERE inserted),
-               array_agg(kind_version) FILTER (WHERE inserted)
-          INTO v_ids, v_new, v_new_ids, v_new_shards, v_new_kinds, v_new_vers FROM up;
+        SELECT array_agg(id), count(*) FILTER (WHERE inserted) INTO v_ids, v_new FROM up;
 
         -- Prune what the composer no longer emits.
         WITH gone AS (
@@ -176,24 +166,6 @@ BEGIN
            AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_outcome->'configs') c WHERE c->>'name' = pc.name);
     END IF;
 
-    IF v_new_ids IS NOT NULL THEN
-        -- A child this outcome created has no task yet: unless an edge holds
-        -- it back, it takes one plain queue insert, as an API create does
-        -- (schedule_applied). The 10k-child compose spent 275 ms in the gate.
-        WITH q AS (
-            INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
-            SELECT n.shard_id, n.id, 'reconcile', n.kind, n.kind_version, 1, 'specChange'
-              FROM unnest(v_new_ids, v_new_shards, v_new_kinds, v_new_vers) AS n(id, shard_id, kind, kind_version)
-              JOIN kind_manifest m ON m.kind = n.kind AND m.kind_version = n.kind_version
-             WHERE m.spec_reaction IS NOT NULL
-               AND NOT EXISTS (SELECT 1 FROM resource_deps d WHERE d.dependent_id = n.id)
-            RETURNING resource_id)
-        SELECT array_agg(resource_id) INTO v_queued FROM q;
-        IF v_queued IS NOT NULL THEN
-            PERFORM notify_gated('work_ready');
-            v_ids := array(SELECT unnest(v_ids) EXCEPT SELECT unnest(v_queued));
-        END IF;
-    END IF;
     IF v_ids IS NOT NULL THEN
         PERFORM schedule_eligible(v_ids);
     END IF;
@@ -201,14 +173,14 @@ END
 $$;
 -- +goose StatementEnd
 
--- drain_item is one outcome after its work row was finalised.
+-- drain_item is one outcome after its work row was finalized.
 CREATE TYPE drain_item AS (
-    resource_id uuid, task_id uuid, claim_epoch bigint, claimed_at timestamptz, trigger text, generation bigint, emits int, outcome jsonb,
+    resource_id uuid, task_id uuid, trigger text, generation bigint, emits int, outcome jsonb,
     error text, terminal boolean, rerun boolean, rollup_dirty boolean, has_rollup boolean);
 
 -- drain_outbox_batch pops up to p_limit outcomes in [p_lo, p_hi] and applies
 -- them: composition first (its failure becomes a terminal failure), then the
--- work rows (re-pended for a retry with jittered exponential backoff, or deleted; a transient
+-- work rows (retry with jittered exponential backoff, or done; a transient
 -- failure past max_transient_attempts turns terminal), then one coalesced
 -- resources UPDATE (status, spec_gen/synced_gen, health_ok, failure_gen — only
 -- the parts the reaction's emits mask allows), conditions on transition with
@@ -216,7 +188,7 @@ CREATE TYPE drain_item AS (
 -- +goose StatementBegin
 CREATE FUNCTION drain_outbox_batch(p_lo int, p_hi int, p_limit int, p_retry_base_ms int, p_retry_max_ms int)
 RETURNS int
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
     v_out work_outbox[];
     v_tids tid[];
@@ -227,9 +199,6 @@ DECLARE
     v_fail_msgs text[] := '{}';
     v_status_ids uuid[];
     v_rids uuid[];
-    v_kinds text[];
-    v_vers smallint[];
-    v_los smallint[];
     v_ids uuid[];
     v_rollup uuid[];
 BEGIN
@@ -250,77 +219,53 @@ BEGIN
     SELECT array_agg(d ORDER BY d.id) INTO v_out FROM d;
     IF v_out IS NULL THEN RETURN 0; END IF;
 
-    -- Composition, one root at a time, for outcomes whose claim still holds;
-    -- a bad outcome fails only its own task.
-    FOR o IN
-        SELECT x.* FROM unnest(v_out) x
-          JOIN work_queue w ON w.shard_id = x.shard_id AND w.resource_id = x.resource_id AND w.task_type = x.task_type
-         WHERE x.emits & 7 <> 0 AND x.error IS NULL AND x.outcome IS NOT NULL
-           AND (x.outcome ? 'children' OR x.outcome ? 'edges' OR x.outcome ? 'configs')
-           AND w.claim_epoch = x.claim_epoch AND w.state = 'claimed'
-         ORDER BY x.id
-    LOOP
-        BEGIN
-            PERFORM apply_compose(o.resource_id, o.outcome, o.emits);
-        EXCEPTION WHEN OTHERS THEN
-            v_fail_ids := v_fail_ids || o.task_id;
-            v_fail_msgs := v_fail_msgs || ('composition rejected: ' || SQLERRM);
-        END;
+    -- Composition, one root at a time; a bad outcome fails only its own task.
+    FOREACH o IN ARRAY v_out LOOP
+        IF o.error IS NULL AND o.outcome IS NOT NULL AND o.emits & 7 <> 0
+           AND (o.outcome ? 'children' OR o.outcome ? 'edges' OR o.outcome ? 'configs') THEN
+            BEGIN
+                PERFORM apply_compose(o.resource_id, o.outcome, o.emits);
+            EXCEPTION WHEN OTHERS THEN
+                v_fail_ids := v_fail_ids || o.task_id;
+                v_fail_msgs := v_fail_msgs || ('composition rejected: ' || SQLERRM);
+            END;
+        END IF;
     END LOOP;
 
-    -- Finalise the work rows still claimed at each outcome's epoch (a stale
-    -- outcome matches none and is dropped): a transient failure re-pends
-    -- its row with a jittered backoff; anything else deletes it. The
-    -- conditions read the row itself, so a concurrent re-schedule that
-    -- bumped its generation is seen (EvalPlanQual) and becomes a rerun.
     WITH src AS (
-        SELECT x.*, coalesce(f.msg, x.error) AS err, (f.msg IS NOT NULL OR x.terminal) AS term0,
-               coalesce(kc.max_transient_attempts, 0) AS max_attempts, m.rollup_reaction IS NOT NULL AS has_rollup
+        SELECT x.*, coalesce(f.msg, x.error) AS err, (f.msg IS NOT NULL OR x.terminal) AS term0
           FROM unnest(v_out) x
           LEFT JOIN unnest(v_fail_ids, v_fail_msgs) AS f(task_id, msg) ON f.task_id = x.task_id
-          LEFT JOIN kind_config kc ON kc.kind = x.kind AND kc.kind_version = x.kind_version
-          LEFT JOIN kind_manifest m ON m.kind = x.kind AND m.kind_version = x.kind_version
-    ), retry AS (
+    ), fin AS (
         UPDATE work_queue w SET
-            state = 'pending',
-            attempts = w.attempts + 1,
-            not_before = now() + make_interval(secs => LEAST(p_retry_max_ms, p_retry_base_ms * power(2, LEAST(w.attempts, 20)))
-                                                       * (0.5 + random() / 2) / 1000.0),
+            state = CASE WHEN s.err IS NOT NULL AND NOT s.term0 AND w.generation = w.claimed_gen
+                              AND NOT coalesce(kc.max_transient_attempts > 0 AND w.attempts + 1 >= kc.max_transient_attempts, false)
+                         THEN 'pending' ELSE 'done' END,
+            attempts = CASE WHEN s.err IS NULL THEN 0 ELSE w.attempts + 1 END,
+            not_before = CASE WHEN s.err IS NULL THEN w.not_before
+                         ELSE now() + make_interval(secs => LEAST(p_retry_max_ms, p_retry_base_ms * power(2, LEAST(w.attempts, 20)))
+                                                            * (0.5 + random() / 2) / 1000.0) END,
             last_error = s.err,
             claimed_by = NULL,
             lease_until = NULL
           FROM src s
+          LEFT JOIN kind_config kc ON kc.kind = s.kind AND kc.kind_version = s.kind_version
+          LEFT JOIN kind_manifest m ON m.kind = s.kind AND m.kind_version = s.kind_version
          WHERE w.shard_id BETWEEN p_lo AND p_hi
            AND w.shard_id = s.shard_id AND w.resource_id = s.resource_id AND w.task_type = s.task_type
-           AND w.claim_epoch = s.claim_epoch AND w.state = 'claimed'
-           AND s.err IS NOT NULL AND NOT s.term0 AND w.generation = w.claimed_gen
-           AND NOT (s.max_attempts > 0 AND w.attempts + 1 >= s.max_attempts)
-        RETURNING ROW(w.resource_id, s.task_id, s.claim_epoch, s.claimed_at, s.trigger, s.generation, s.emits, s.outcome,
-            s.err, false, false, w.rollup_dirty, s.has_rollup)::drain_item AS item, w.kind, w.kind_version, w.claim_lo
-    ), fin AS (
-        DELETE FROM work_queue w
-         USING src s
-         WHERE w.shard_id BETWEEN p_lo AND p_hi
-           AND w.shard_id = s.shard_id AND w.resource_id = s.resource_id AND w.task_type = s.task_type
-           AND w.claim_epoch = s.claim_epoch AND w.state = 'claimed'
-           AND NOT (s.err IS NOT NULL AND NOT s.term0 AND w.generation = w.claimed_gen
-                    AND NOT (s.max_attempts > 0 AND w.attempts + 1 >= s.max_attempts))
-        RETURNING ROW(w.resource_id, s.task_id, s.claim_epoch, s.claimed_at, s.trigger, s.generation, s.emits, s.outcome,
+           AND w.state = 'completed' AND w.completed_epoch = s.claim_epoch
+        RETURNING ROW(w.resource_id, s.task_id, s.trigger, s.generation, s.emits, s.outcome,
             CASE WHEN s.err IS NULL THEN NULL
-                 WHEN NOT s.term0 AND w.generation = w.claimed_gen
-                      THEN format('gave up after %s transient attempts: %s', w.attempts + 1, s.err)
+                 WHEN NOT s.term0 AND w.state = 'done' AND w.generation = w.claimed_gen
+                      THEN format('gave up after %s transient attempts: %s', w.attempts, s.err)
                  ELSE s.err END,
-            s.term0 OR (s.err IS NOT NULL AND w.generation = w.claimed_gen),
+            s.term0 OR (s.err IS NOT NULL AND w.state = 'done' AND w.generation = w.claimed_gen),
             w.generation > w.claimed_gen,
             w.rollup_dirty,
-            s.has_rollup)::drain_item AS item, w.kind, w.kind_version, w.claim_lo
+            m.rollup_reaction IS NOT NULL)::drain_item AS item
     )
-    SELECT array_agg(item), array_agg((item).resource_id), array_agg(kind), array_agg(kind_version), array_agg(claim_lo)
-      INTO v_items, v_rids, v_kinds, v_vers, v_los
-      FROM (SELECT * FROM retry UNION ALL SELECT * FROM fin) x;
+    SELECT array_agg(item), array_agg((item).resource_id) INTO v_items, v_rids FROM fin;
     IF v_items IS NULL THEN RETURN 0; END IF;
-    -- Capped kinds get their tokens back as their tasks leave the claimed state.
-    PERFORM inflight_release(v_kinds, v_vers, v_los);
 
     SELECT array_agg(i.resource_id) INTO v_status_ids
       FROM unnest(v_items) i JOIN resources r ON r.id = i.resource_id
@@ -340,9 +285,6 @@ BEGIN
         failure_gen = CASE WHEN i.error IS NULL THEN 0 ELSE i.generation END,
         failure_terminal = CASE WHEN i.error IS NULL THEN false ELSE i.terminal END,
         last_error = i.error,
-        last_task_id = i.task_id,
-        last_task_epoch = i.claim_epoch,
-        last_claimed_at = i.claimed_at,
         updated_at = now()
       FROM unnest(v_items) i
      WHERE r.id = i.resource_id
@@ -362,15 +304,11 @@ BEGIN
         last_transition_time = CASE WHEN c.status <> EXCLUDED.status THEN now() ELSE c.last_transition_time END
     WHERE (c.status, c.reason, c.message) IS DISTINCT FROM (EXCLUDED.status, EXCLUDED.reason, EXCLUDED.message);
 
-    -- (Probed first on idx_conditions_false, which holds only False rows:
-    -- on a healthy fleet the batch has none to clear.)
-    IF EXISTS (SELECT 1 FROM resource_conditions c WHERE c.status = 'False' AND c.resource_id = ANY (v_rids)) THEN
-        DELETE FROM resource_conditions c
-         USING unnest(v_items) i
-         WHERE c.resource_id = i.resource_id AND i.error IS NULL AND c.status = 'False'
-           AND NOT (i.emits & 16 <> 0 AND jsonb_typeof(i.outcome->'conditions') = 'array'
-                    AND EXISTS (SELECT 1 FROM jsonb_array_elements(i.outcome->'conditions') x WHERE x->>'type' = c.type));
-    END IF;
+    DELETE FROM resource_conditions c
+     USING unnest(v_items) i
+     WHERE c.resource_id = i.resource_id AND i.error IS NULL AND c.status = 'False'
+       AND NOT (i.emits & 16 <> 0 AND jsonb_typeof(i.outcome->'conditions') = 'array'
+                AND EXISTS (SELECT 1 FROM jsonb_array_elements(i.outcome->'conditions') x WHERE x->>'type' = c.type));
 
     INSERT INTO resource_events (resource_id, type, generation, message)
     SELECT i.resource_id, CASE WHEN i.error IS NULL THEN 'succeeded' ELSE 'failed' END, i.generation,

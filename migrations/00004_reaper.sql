@@ -29,9 +29,8 @@ END
 $$;
 -- +goose StatementEnd
 
--- extend_leases renews the leases of tasks still claimed at their epoch and not
--- yet completed, and returns the ones it renewed; a task missing from the
--- result was superseded or completed.
+-- extend_leases renews the leases of tasks still claimed at their epoch and
+-- returns the ones it renewed; a task missing from the result was superseded.
 -- +goose StatementBegin
 CREATE FUNCTION extend_leases(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_lease_secs int)
 RETURNS TABLE (task_id uuid)
@@ -39,15 +38,12 @@ LANGUAGE sql AS $$
     UPDATE work_queue w SET lease_until = now() + make_interval(secs => p_lease_secs)
       FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
      WHERE w.shard_id = i.shard_id AND w.task_id = i.task_id AND w.claim_epoch = i.epoch AND w.state = 'claimed'
-       AND NOT EXISTS (SELECT 1 FROM work_outbox o
-                        WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
     RETURNING w.task_id
 $$;
 -- +goose StatementEnd
 
 -- reap_expired_leases re-pends claims whose lease lapsed (a dead dispatcher).
--- The epoch stays; the next claim bumps it, which fences the old holder. A
--- claim whose outcome already waits in the outbox is left to the drain.
+-- The epoch stays; the next claim bumps it, which fences the old holder.
 -- +goose StatementBegin
 CREATE FUNCTION reap_expired_leases(p_lo int, p_hi int, p_limit int) RETURNS int
 LANGUAGE plpgsql AS $$
@@ -60,9 +56,6 @@ BEGIN
     WITH x AS (
         SELECT shard_id, resource_id, task_type FROM work_queue
          WHERE shard_id BETWEEN p_lo AND p_hi AND state = 'claimed' AND lease_until < now()
-           AND NOT EXISTS (SELECT 1 FROM work_outbox o
-                            WHERE o.shard_id = work_queue.shard_id AND o.task_id = work_queue.task_id
-                              AND o.claim_epoch = work_queue.claim_epoch)
          LIMIT p_limit FOR UPDATE SKIP LOCKED
     ), r AS (
         UPDATE work_queue w SET state = 'pending', claimed_by = NULL, lease_until = NULL, not_before = now(),
@@ -99,7 +92,7 @@ BEGIN
            AND NOT (r.failure_gen = r.generation AND r.failure_terminal)
            AND NOT EXISTS (SELECT 1 FROM work_queue w
                             WHERE w.shard_id = r.shard_id AND w.resource_id = r.id
-                              AND w.task_type = 'reconcile')
+                              AND w.task_type = 'reconcile' AND w.state <> 'done')
          LIMIT p_limit) x;
     IF v_ids IS NULL THEN RETURN 0; END IF;
     RETURN schedule_eligible(v_ids);
@@ -108,7 +101,7 @@ $$;
 -- +goose StatementEnd
 
 -- delete_unclaimed_work drops tasks nobody ever claimed within the window (no
--- endpoint serves the kind any more). The resource stays
+-- endpoint serves the kind any more) and done rows past it. The resource stays
 -- lagging, so requeue_lagging re-enqueues it if a server comes back.
 -- +goose StatementBegin
 CREATE FUNCTION delete_unclaimed_work(p_lo int, p_hi int, p_window_secs int, p_limit int) RETURNS int
@@ -119,7 +112,7 @@ BEGIN
     WITH x AS (
         SELECT shard_id, resource_id, task_type FROM work_queue
          WHERE shard_id BETWEEN p_lo AND p_hi
-           AND state = 'pending' AND claim_epoch = 0
+           AND ((state = 'pending' AND claim_epoch = 0) OR state = 'done')
            AND enqueued_at < now() - make_interval(secs => p_window_secs)
          LIMIT p_limit FOR UPDATE SKIP LOCKED)
     DELETE FROM work_queue w USING x

@@ -20,12 +20,12 @@ CREATE TRIGGER endpoints_changed AFTER INSERT OR UPDATE OR DELETE ON endpoints
 
 -- expire_async_tasks ends asynchronous deliveries (the provider answered 202)
 -- whose lease lapsed without a callback: each task still claimed at its epoch
--- with lease_until <= now() and no outcome yet is completed with a transient
--- error (an attempt is burnt and the drain backs it off), under a row lock so
--- a heartbeat that races it either lands first (the lease moved: 'held') or
--- finds the task completed. It returns one row per input: 'expired' (completed
--- now), 'held' (still claimed; lease_until says until when) or 'gone'
--- (completed by a callback, superseded, or removed).
+-- with lease_until <= now() is completed with a transient error (an attempt
+-- is burnt and the drain backs it off), under a row lock so a heartbeat that
+-- races it either lands first (the lease moved: 'held') or finds the task
+-- completed. It returns one row per input: 'expired' (completed now), 'held'
+-- (still claimed; lease_until says until when) or 'gone' (completed by a
+-- callback, superseded, or removed).
 -- +goose StatementBegin
 CREATE FUNCTION expire_async_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_message text)
 RETURNS TABLE (task_id uuid, state text, lease_until timestamptz)
@@ -35,34 +35,25 @@ DECLARE
     v_ids uuid[];
     v_shards smallint[];
     v_epochs bigint[];
-    v_rids uuid[];
-    v_lost uuid[];
     n int;
 BEGIN
-    SELECT array_agg(c.task_id), array_agg(c.shard_id), array_agg(c.claim_epoch), array_agg(c.resource_id)
-      INTO v_ids, v_shards, v_epochs, v_rids
-      FROM (SELECT w.task_id, w.shard_id, w.claim_epoch, w.resource_id
+    SELECT array_agg(c.task_id), array_agg(c.shard_id), array_agg(c.claim_epoch)
+      INTO v_ids, v_shards, v_epochs
+      FROM (SELECT w.task_id, w.shard_id, w.claim_epoch
               FROM work_queue w
               JOIN unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
                 ON w.shard_id = i.shard_id AND w.task_id = i.task_id
              WHERE w.claim_epoch = i.epoch AND w.state = 'claimed' AND w.lease_until <= now()
-               AND NOT EXISTS (SELECT 1 FROM work_outbox o
-                                WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
                FOR UPDATE OF w) c;
     IF v_ids IS NOT NULL THEN
         n := cardinality(v_ids);
-        -- A callback that lands between the probe and this insert wins:
-        -- the expiry is then not applied and the task reads as gone.
-        SELECT array_agg(x.task_id) INTO v_lost
-          FROM complete_tasks(v_ids, v_shards, v_epochs, v_rids,
-                 array_fill(NULL::jsonb, ARRAY[n]), array_fill(p_message, ARRAY[n]), array_fill(false, ARRAY[n])) x;
+        PERFORM complete_tasks(v_ids, v_shards, v_epochs,
+            array_fill(NULL::jsonb, ARRAY[n]), array_fill(p_message, ARRAY[n]), array_fill(false, ARRAY[n]));
     END IF;
     RETURN QUERY
     SELECT i.task_id,
-           CASE WHEN i.task_id = ANY (coalesce(v_ids, '{}')) AND NOT i.task_id = ANY (coalesce(v_lost, '{}')) THEN 'expired'
-                WHEN w.state = 'claimed' AND w.claim_epoch = i.epoch AND NOT EXISTS (
-                        SELECT 1 FROM work_outbox o WHERE o.shard_id = i.shard_id AND o.task_id = i.task_id AND o.claim_epoch = i.epoch)
-                     THEN 'held'
+           CASE WHEN i.task_id = ANY (coalesce(v_ids, '{}')) THEN 'expired'
+                WHEN w.state = 'claimed' AND w.claim_epoch = i.epoch THEN 'held'
                 ELSE 'gone' END,
            CASE WHEN w.state = 'claimed' AND w.claim_epoch = i.epoch THEN w.lease_until END
       FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
