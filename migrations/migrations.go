@@ -2,7 +2,9 @@
 // applies it with goose.
 //
 // The .sql files in this directory are the only place the schema changes
-// (plpgsql included). They are numbered, never edited once merged, and
+// (plpgsql included). They are numbered, never edited once merged (Up
+// records each applied file's sha256 and refuses a database whose record
+// differs from the embedded file), and
 // written in goose format: "-- +goose Up" / "-- +goose Down", with plpgsql
 // bodies between "-- +goose StatementBegin" and "-- +goose StatementEnd".
 //
@@ -16,6 +18,7 @@ package migrations
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"embed"
 	"encoding/hex"
 	"errors"
@@ -51,7 +54,10 @@ func Up(ctx context.Context, dsn string, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return withProvider(ctx, dsn, func(p *goose.Provider) error {
+	return withProvider(ctx, dsn, func(p *goose.Provider, db *sql.DB) error {
+		if err := verifyChecksums(ctx, db); err != nil {
+			return err
+		}
 		results, err := p.Up(ctx)
 		for _, r := range results {
 			if r.Error == nil {
@@ -65,16 +71,23 @@ func Up(ctx context.Context, dsn string, log *slog.Logger) error {
 		if len(results) == 0 {
 			log.DebugContext(ctx, "schema up to date")
 		}
-		return nil
+		return recordChecksums(ctx, db)
 	})
 }
 
 // Down rolls back the most recently applied migration, one step. It fails if
 // nothing is applied.
 func Down(ctx context.Context, dsn string) error {
-	return withProvider(ctx, dsn, func(p *goose.Provider) error {
-		if _, err := p.Down(ctx); err != nil {
+	return withProvider(ctx, dsn, func(p *goose.Provider, db *sql.DB) error {
+		r, err := p.Down(ctx)
+		if err != nil {
 			return fmt.Errorf("migrations: down: %w", err)
+		}
+		if ok, err := checksumsTable(ctx, db); err != nil || !ok {
+			return err
+		}
+		if _, err := db.ExecContext(ctx, `DELETE FROM converge_migration_checksums WHERE version = $1`, r.Source.Version); err != nil {
+			return fmt.Errorf("migrations: down: forget the checksum of %s: %w", r.Source.Path, err)
 		}
 		return nil
 	})
@@ -83,7 +96,7 @@ func Down(ctx context.Context, dsn string) error {
 // Status writes one line per embedded migration to w: its version, whether it
 // is applied (and when) or pending, and its file.
 func Status(ctx context.Context, dsn string, w io.Writer) error {
-	return withProvider(ctx, dsn, func(p *goose.Provider) error {
+	return withProvider(ctx, dsn, func(p *goose.Provider, _ *sql.DB) error {
 		statuses, err := p.Status(ctx)
 		if err != nil {
 			return fmt.Errorf("migrations: status: %w", err)
@@ -131,7 +144,7 @@ func Hash() string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func withProvider(ctx context.Context, dsn string, fn func(*goose.Provider) error) (retErr error) {
+func withProvider(ctx context.Context, dsn string, fn func(*goose.Provider, *sql.DB) error) (retErr error) {
 	connConfig, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return fmt.Errorf("migrations: bad DSN: %w", err)
@@ -165,5 +178,99 @@ func withProvider(ctx context.Context, dsn string, fn func(*goose.Provider) erro
 	if err != nil {
 		return fmt.Errorf("migrations: cannot create provider: %w", err)
 	}
-	return fn(p)
+	return fn(p, db)
+}
+
+// fileChecksums returns the sha256 of every embedded migration by version.
+func fileChecksums() (map[int64]string, map[int64]string, error) {
+	entries, err := fs.ReadDir(files, ".")
+	if err != nil {
+		return nil, nil, fmt.Errorf("migrations: cannot list embedded files: %w", err)
+	}
+	sums, names := map[int64]string{}, map[int64]string{}
+	for _, e := range entries {
+		v, err := goose.NumericComponent(e.Name())
+		if err != nil {
+			continue // not a migration
+		}
+		b, err := files.ReadFile(e.Name())
+		if err != nil {
+			return nil, nil, fmt.Errorf("migrations: cannot read embedded %s: %w", e.Name(), err)
+		}
+		sum := sha256.Sum256(b)
+		sums[v], names[v] = hex.EncodeToString(sum[:]), e.Name()
+	}
+	return sums, names, nil
+}
+
+// checksumsTable reports whether converge_migration_checksums exists yet
+// (migration 00007 creates it).
+func checksumsTable(ctx context.Context, db *sql.DB) (bool, error) {
+	var ok bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass('converge_migration_checksums') IS NOT NULL`).Scan(&ok); err != nil {
+		return false, fmt.Errorf("migrations: cannot look for the checksums table: %w", err)
+	}
+	return ok, nil
+}
+
+// verifyChecksums refuses to go on if an applied migration's recorded
+// checksum differs from the embedded file: a merged migration was edited,
+// and databases that already ran it never get the edit.
+func verifyChecksums(ctx context.Context, db *sql.DB) error {
+	if ok, err := checksumsTable(ctx, db); err != nil || !ok {
+		return err
+	}
+	sums, names, err := fileChecksums()
+	if err != nil {
+		return err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT version, file, sha256 FROM converge_migration_checksums ORDER BY version`)
+	if err != nil {
+		return fmt.Errorf("migrations: cannot read checksums: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			v          int64
+			file, want string
+		)
+		if err := rows.Scan(&v, &file, &want); err != nil {
+			return fmt.Errorf("migrations: cannot read checksums: %w", err)
+		}
+		if got, ok := sums[v]; ok && got != want {
+			return fmt.Errorf("migrations: %s (version %d) is not the file this database applied as %s "+
+				"(sha256 %s then, %s now): a merged migration was edited, so databases that already ran it never see the change; "+
+				"restore it and put the change in a new migration", names[v], v, file, want[:12], got[:12])
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("migrations: cannot read checksums: %w", err)
+	}
+	return nil
+}
+
+// recordChecksums records the checksum of every applied migration that has
+// none yet (those applied by this Up, or before the table existed).
+func recordChecksums(ctx context.Context, db *sql.DB) error {
+	if ok, err := checksumsTable(ctx, db); err != nil || !ok {
+		return err
+	}
+	sums, names, err := fileChecksums()
+	if err != nil {
+		return err
+	}
+	versions := make([]int64, 0, len(sums))
+	for v := range sums {
+		versions = append(versions, v)
+	}
+	slices.Sort(versions)
+	for _, v := range versions {
+		// Only versions goose has applied; ON CONFLICT keeps the first record.
+		if _, err := db.ExecContext(ctx, `INSERT INTO converge_migration_checksums (version, file, sha256)
+			SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM goose_db_version WHERE version_id = $1 AND is_applied)
+			ON CONFLICT (version) DO NOTHING`, v, names[v], sums[v]); err != nil {
+			return fmt.Errorf("migrations: cannot record the checksum of %s: %w", names[v], err)
+		}
+	}
+	return nil
 }

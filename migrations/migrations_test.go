@@ -234,3 +234,36 @@ func TestHash(t *testing.T) {
 		t.Errorf("Hash() changed between calls: %s then %s", h, h2)
 	}
 }
+
+// TestChecksums: Up records every applied migration's checksum, and an Up
+// against a database whose recorded checksum differs (a merged migration
+// edited since) fails, naming the file, and applies nothing.
+func TestChecksums(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	if err := migrations.Up(ctx, b.db.DSN, b.log); err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	var n int
+	if err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM converge_migration_checksums`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(b.versions) {
+		t.Fatalf("%d checksums recorded, want one per migration (%d)", n, len(b.versions))
+	}
+	if _, err := b.db.Pool.Exec(ctx, `UPDATE converge_migration_checksums SET sha256 = repeat('0', 64) WHERE version = 2`); err != nil {
+		t.Fatal(err)
+	}
+	err := migrations.Up(ctx, b.db.DSN, b.log)
+	if err == nil || !strings.Contains(err.Error(), "00002_engine.sql") || !strings.Contains(err.Error(), "edited") {
+		t.Fatalf("Up over an edited migration = %v, want an error naming 00002_engine.sql", err)
+	}
+	var applied int
+	if err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM goose_db_version WHERE version_id > 0`).Scan(&applied); err != nil {
+		t.Fatal(err)
+	}
+	if applied != len(b.versions) {
+		t.Errorf("%d versions applied after the refused Up, want %d (nothing new)", applied, len(b.versions))
+	}
+}
