@@ -39,6 +39,9 @@ DROP INDEX idx_resources_lagging;
 -- The drain's probe for stale False conditions to clear: tiny on a healthy fleet.
 CREATE INDEX idx_conditions_false ON resource_conditions (resource_id) WHERE status = 'False';
 
+-- Claims plan their statements once, as the scheduling functions do.
+ALTER FUNCTION claim_tasks(text, int, int, text[], int, int) SET plan_cache_mode = force_generic_plan;
+
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION notify_gated(p_channel text) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -96,57 +99,6 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION schedule_eligible(p_ids uuid[]) RETURNS int
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
-DECLARE
-    v_ids uuid[];
-    v_trigs text[];
-    v_noop uuid[];
-BEGIN
-    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN RETURN 0; END IF;
-    -- MATERIALIZED forces the primary-key lookup: otherwise the planner may
-    -- walk another index with id = ANY as a filter, which costs O(every
-    -- resource it covers) per call (measured on a partial lagging index).
-    WITH t AS MATERIALIZED (
-        SELECT * FROM resources WHERE id = ANY (p_ids)
-    ), c AS (
-        SELECT r.id,
-            CASE
-                WHEN r.spec_gen < r.generation AND m.spec_reaction IS NOT NULL THEN
-                    CASE WHEN NOT EXISTS (
-                        SELECT 1 FROM resource_deps d JOIN resources u ON u.id = d.dependency_id
-                        WHERE d.dependent_id = r.id AND u.synced_gen < u.generation)
-                    THEN 'specChange' END
-                WHEN m.rollup_reaction IS NOT NULL THEN
-                    CASE WHEN NOT EXISTS (
-                        SELECT 1 FROM resources ch
-                        WHERE ch.owner_id = r.id AND ch.synced_gen < ch.generation
-                          AND ch.failure_gen <> ch.generation AND ch.frozen_until IS NULL)
-                    THEN 'childrenSettled' END
-                ELSE 'noop'
-            END AS trig
-        FROM t r
-        JOIN kind_manifest m ON m.kind = r.kind AND m.kind_version = r.kind_version
-        WHERE r.synced_gen < r.generation
-          AND r.deletion_requested_at IS NULL
-          AND r.frozen_until IS NULL
-          AND NOT (r.failure_gen = r.generation AND r.failure_terminal)
-    )
-    SELECT array_agg(id) FILTER (WHERE trig IN ('specChange','childrenSettled')),
-           array_agg(trig) FILTER (WHERE trig IN ('specChange','childrenSettled')),
-           array_agg(id) FILTER (WHERE trig = 'noop')
-      INTO v_ids, v_trigs, v_noop
-      FROM c;
-    IF v_noop IS NOT NULL THEN
-        UPDATE resources SET spec_gen = generation, synced_gen = generation WHERE id = ANY (v_noop);
-    END IF;
-    IF v_ids IS NULL THEN RETURN 0; END IF;
-    RETURN enqueue_reconcile(v_ids, v_trigs);
-END
-$$;
--- +goose StatementEnd
-
--- +goose StatementBegin
 CREATE OR REPLACE FUNCTION cascade_on_ready_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -181,103 +133,6 @@ BEGIN
         PERFORM schedule_rollup(v_roots);
     END IF;
     RETURN NULL;
-END
-$$;
--- +goose StatementEnd
-
--- +goose StatementBegin
-CREATE OR REPLACE FUNCTION claim_tasks(p_claimer text, p_lo int, p_hi int, p_pairs text[], p_limit int, p_lease_secs int)
-RETURNS TABLE (task_id uuid, shard_id smallint, resource_id uuid, task_type text, trigger text,
-               reaction text, emits int, kind text, kind_version smallint, generation bigint,
-               claim_epoch bigint, attempts int, deadline timestamptz)
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
-#variable_conflict use_column
-DECLARE
-    v_shards smallint[];
-    v_rids uuid[];
-    v_types text[];
-    v_kinds text[];
-    v_vers smallint[];
-    cap record;
-    v_used int;
-    v_budget_kinds text[] := '{}';
-    v_budget_vers smallint[] := '{}';
-    v_budgets int[] := '{}';
-BEGIN
-    SELECT array_agg(c.shard_id), array_agg(c.resource_id), array_agg(c.task_type), array_agg(c.kind), array_agg(c.kind_version)
-      INTO v_shards, v_rids, v_types, v_kinds, v_vers
-      FROM (SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version
-              FROM work_queue w
-             WHERE w.shard_id BETWEEN p_lo AND p_hi
-               AND w.state = 'pending'
-               AND w.not_before <= now()
-               AND (p_pairs IS NULL OR (w.kind || '/' || w.kind_version) = ANY (p_pairs))
-             LIMIT p_limit
-               FOR UPDATE SKIP LOCKED) c;
-    IF v_rids IS NULL THEN RETURN; END IF;
-
-    FOR cap IN
-        SELECT DISTINCT k.kind, k.kind_version, kc.max_inflight
-          FROM unnest(v_kinds, v_vers) AS k(kind, kind_version)
-          JOIN kind_config kc ON kc.kind = k.kind AND kc.kind_version = k.kind_version
-         WHERE kc.max_inflight > 0
-         ORDER BY 1, 2
-    LOOP
-        PERFORM pg_advisory_xact_lock(hashtext('kind_cap:' || cap.kind || '/' || cap.kind_version));
-        SELECT coalesce(sum(i.in_flight), 0) INTO v_used
-          FROM kind_inflight i WHERE i.kind = cap.kind AND i.kind_version = cap.kind_version;
-        v_budget_kinds := v_budget_kinds || cap.kind;
-        v_budget_vers := v_budget_vers || cap.kind_version;
-        v_budgets := v_budgets || GREATEST(cap.max_inflight - v_used, 0);
-    END LOOP;
-
-    RETURN QUERY
-    WITH cand AS (
-        SELECT c.*, row_number() OVER (PARTITION BY c.kind, c.kind_version) AS rn
-          FROM unnest(v_shards, v_rids, v_types, v_kinds, v_vers) AS c(shard_id, resource_id, task_type, kind, kind_version)
-    ), budget AS (
-        SELECT * FROM unnest(v_budget_kinds, v_budget_vers, v_budgets) AS b(kind, kind_version, n)
-    ), sel AS (
-        SELECT cand.* FROM cand
-        LEFT JOIN budget b ON b.kind = cand.kind AND b.kind_version = cand.kind_version
-        WHERE b.n IS NULL OR cand.rn <= b.n
-    ), claimed AS (
-        UPDATE work_queue w SET
-            state       = 'claimed',
-            claim_epoch = w.claim_epoch + 1,
-            claimed_by  = p_claimer,
-            claim_lo    = p_lo,
-            claimed_at  = now(),
-            claimed_gen = w.generation,
-            rollup_dirty = false,
-            lease_until = now() + make_interval(secs => p_lease_secs),
-            deadline    = CASE WHEN kc.task_deadline_secs > 0 THEN now() + make_interval(secs => kc.task_deadline_secs) END,
-            reaction    = CASE w.trigger
-                            WHEN 'specChange' THEN m.spec_reaction
-                            WHEN 'childrenSettled' THEN m.rollup_reaction
-                            WHEN 'resync' THEN coalesce(m.resync_reaction, m.spec_reaction)
-                            WHEN 'deleteRequested' THEN m.delete_reaction
-                          END,
-            emits       = CASE w.trigger
-                            WHEN 'specChange' THEN m.spec_emits
-                            WHEN 'childrenSettled' THEN m.rollup_emits
-                            ELSE reaction_mask(jsonb_path_query_first(m.reactions, '$[*] ? (@.trigger == $t)', jsonb_build_object('t', w.trigger)))
-                          END
-          FROM sel
-          JOIN kind_manifest m ON m.kind = sel.kind AND m.kind_version = sel.kind_version
-          JOIN kind_config kc ON kc.kind = sel.kind AND kc.kind_version = sel.kind_version
-         WHERE w.shard_id BETWEEN p_lo AND p_hi
-           AND w.shard_id = sel.shard_id AND w.resource_id = sel.resource_id AND w.task_type = sel.task_type
-        RETURNING w.task_id, w.shard_id, w.resource_id, w.task_type, w.trigger, w.reaction, w.emits,
-                  w.kind, w.kind_version, w.claimed_gen, w.claim_epoch, w.attempts, w.deadline
-    ), bump AS (
-        INSERT INTO kind_inflight AS i (kind, kind_version, range_lo, in_flight)
-        SELECT b.kind, b.kind_version, p_lo, count(*)
-          FROM claimed c JOIN budget b ON b.kind = c.kind AND b.kind_version = c.kind_version
-         GROUP BY b.kind, b.kind_version
-        ON CONFLICT (kind, kind_version, range_lo) DO UPDATE SET in_flight = i.in_flight + EXCLUDED.in_flight
-    )
-    SELECT * FROM claimed;
 END
 $$;
 -- +goose StatementEnd
@@ -875,57 +730,6 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION schedule_eligible(p_ids uuid[]) RETURNS int
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
-DECLARE
-    v_ids uuid[];
-    v_trigs text[];
-    v_noop uuid[];
-BEGIN
-    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN RETURN 0; END IF;
-    -- MATERIALIZED forces the primary-key lookup: otherwise the planner may
-    -- walk idx_resources_lagging (whose predicate the gate repeats) with
-    -- id = ANY as a filter, which costs O(every lagging resource) per call.
-    WITH t AS MATERIALIZED (
-        SELECT * FROM resources WHERE id = ANY (p_ids)
-    ), c AS (
-        SELECT r.id,
-            CASE
-                WHEN r.spec_gen < r.generation AND m.spec_reaction IS NOT NULL THEN
-                    CASE WHEN NOT EXISTS (
-                        SELECT 1 FROM resource_deps d JOIN resources u ON u.id = d.dependency_id
-                        WHERE d.dependent_id = r.id AND u.synced_gen < u.generation)
-                    THEN 'specChange' END
-                WHEN m.rollup_reaction IS NOT NULL THEN
-                    CASE WHEN NOT EXISTS (
-                        SELECT 1 FROM resources ch
-                        WHERE ch.owner_id = r.id AND ch.synced_gen < ch.generation
-                          AND ch.failure_gen <> ch.generation AND ch.frozen_until IS NULL)
-                    THEN 'childrenSettled' END
-                ELSE 'noop'
-            END AS trig
-        FROM t r
-        JOIN kind_manifest m ON m.kind = r.kind AND m.kind_version = r.kind_version
-        WHERE r.synced_gen < r.generation
-          AND r.deletion_requested_at IS NULL
-          AND r.frozen_until IS NULL
-          AND NOT (r.failure_gen = r.generation AND r.failure_terminal)
-    )
-    SELECT array_agg(id) FILTER (WHERE trig IN ('specChange','childrenSettled')),
-           array_agg(trig) FILTER (WHERE trig IN ('specChange','childrenSettled')),
-           array_agg(id) FILTER (WHERE trig = 'noop')
-      INTO v_ids, v_trigs, v_noop
-      FROM c;
-    IF v_noop IS NOT NULL THEN
-        UPDATE resources SET spec_gen = generation, synced_gen = generation WHERE id = ANY (v_noop);
-    END IF;
-    IF v_ids IS NULL THEN RETURN 0; END IF;
-    RETURN enqueue_reconcile(v_ids, v_trigs);
-END
-$$;
--- +goose StatementEnd
-
--- +goose StatementBegin
 CREATE OR REPLACE FUNCTION cascade_on_ready_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -955,103 +759,6 @@ BEGIN
         PERFORM schedule_rollup(v_roots);
     END IF;
     RETURN NULL;
-END
-$$;
--- +goose StatementEnd
-
--- +goose StatementBegin
-CREATE OR REPLACE FUNCTION claim_tasks(p_claimer text, p_lo int, p_hi int, p_pairs text[], p_limit int, p_lease_secs int)
-RETURNS TABLE (task_id uuid, shard_id smallint, resource_id uuid, task_type text, trigger text,
-               reaction text, emits int, kind text, kind_version smallint, generation bigint,
-               claim_epoch bigint, attempts int, deadline timestamptz)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE
-    v_shards smallint[];
-    v_rids uuid[];
-    v_types text[];
-    v_kinds text[];
-    v_vers smallint[];
-    cap record;
-    v_used int;
-    v_budget_kinds text[] := '{}';
-    v_budget_vers smallint[] := '{}';
-    v_budgets int[] := '{}';
-BEGIN
-    SELECT array_agg(c.shard_id), array_agg(c.resource_id), array_agg(c.task_type), array_agg(c.kind), array_agg(c.kind_version)
-      INTO v_shards, v_rids, v_types, v_kinds, v_vers
-      FROM (SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version
-              FROM work_queue w
-             WHERE w.shard_id BETWEEN p_lo AND p_hi
-               AND w.state = 'pending'
-               AND w.not_before <= now()
-               AND (p_pairs IS NULL OR (w.kind || '/' || w.kind_version) = ANY (p_pairs))
-             LIMIT p_limit
-               FOR UPDATE SKIP LOCKED) c;
-    IF v_rids IS NULL THEN RETURN; END IF;
-
-    FOR cap IN
-        SELECT DISTINCT k.kind, k.kind_version, kc.max_inflight
-          FROM unnest(v_kinds, v_vers) AS k(kind, kind_version)
-          JOIN kind_config kc ON kc.kind = k.kind AND kc.kind_version = k.kind_version
-         WHERE kc.max_inflight > 0
-         ORDER BY 1, 2
-    LOOP
-        PERFORM pg_advisory_xact_lock(hashtext('kind_cap:' || cap.kind || '/' || cap.kind_version));
-        SELECT coalesce(sum(i.in_flight), 0) INTO v_used
-          FROM kind_inflight i WHERE i.kind = cap.kind AND i.kind_version = cap.kind_version;
-        v_budget_kinds := v_budget_kinds || cap.kind;
-        v_budget_vers := v_budget_vers || cap.kind_version;
-        v_budgets := v_budgets || GREATEST(cap.max_inflight - v_used, 0);
-    END LOOP;
-
-    RETURN QUERY
-    WITH cand AS (
-        SELECT c.*, row_number() OVER (PARTITION BY c.kind, c.kind_version) AS rn
-          FROM unnest(v_shards, v_rids, v_types, v_kinds, v_vers) AS c(shard_id, resource_id, task_type, kind, kind_version)
-    ), budget AS (
-        SELECT * FROM unnest(v_budget_kinds, v_budget_vers, v_budgets) AS b(kind, kind_version, n)
-    ), sel AS (
-        SELECT cand.* FROM cand
-        LEFT JOIN budget b ON b.kind = cand.kind AND b.kind_version = cand.kind_version
-        WHERE b.n IS NULL OR cand.rn <= b.n
-    ), claimed AS (
-        UPDATE work_queue w SET
-            state       = 'claimed',
-            claim_epoch = w.claim_epoch + 1,
-            claimed_by  = p_claimer,
-            claim_lo    = p_lo,
-            claimed_at  = now(),
-            claimed_gen = w.generation,
-            rollup_dirty = false,
-            lease_until = now() + make_interval(secs => p_lease_secs),
-            deadline    = CASE WHEN kc.task_deadline_secs > 0 THEN now() + make_interval(secs => kc.task_deadline_secs) END,
-            reaction    = CASE w.trigger
-                            WHEN 'specChange' THEN m.spec_reaction
-                            WHEN 'childrenSettled' THEN m.rollup_reaction
-                            WHEN 'resync' THEN coalesce(m.resync_reaction, m.spec_reaction)
-                            WHEN 'deleteRequested' THEN m.delete_reaction
-                          END,
-            emits       = CASE w.trigger
-                            WHEN 'specChange' THEN m.spec_emits
-                            WHEN 'childrenSettled' THEN m.rollup_emits
-                            ELSE reaction_mask(jsonb_path_query_first(m.reactions, '$[*] ? (@.trigger == $t)', jsonb_build_object('t', w.trigger)))
-                          END
-          FROM sel
-          JOIN kind_manifest m ON m.kind = sel.kind AND m.kind_version = sel.kind_version
-          JOIN kind_config kc ON kc.kind = sel.kind AND kc.kind_version = sel.kind_version
-         WHERE w.shard_id BETWEEN p_lo AND p_hi
-           AND w.shard_id = sel.shard_id AND w.resource_id = sel.resource_id AND w.task_type = sel.task_type
-        RETURNING w.task_id, w.shard_id, w.resource_id, w.task_type, w.trigger, w.reaction, w.emits,
-                  w.kind, w.kind_version, w.claimed_gen, w.claim_epoch, w.attempts, w.deadline
-    ), bump AS (
-        INSERT INTO kind_inflight AS i (kind, kind_version, range_lo, in_flight)
-        SELECT b.kind, b.kind_version, p_lo, count(*)
-          FROM claimed c JOIN budget b ON b.kind = c.kind AND b.kind_version = c.kind_version
-         GROUP BY b.kind, b.kind_version
-        ON CONFLICT (kind, kind_version, range_lo) DO UPDATE SET in_flight = i.in_flight + EXCLUDED.in_flight
-    )
-    SELECT * FROM claimed;
 END
 $$;
 -- +goose StatementEnd
@@ -1517,6 +1224,7 @@ END
 $$;
 -- +goose StatementEnd
 
+ALTER FUNCTION claim_tasks(text, int, int, text[], int, int) RESET plan_cache_mode;
 DROP INDEX idx_conditions_false;
 CREATE INDEX idx_resources_lagging_child ON resources (owner_id)
     WHERE synced_gen < generation AND failure_gen <> generation AND frozen_until IS NULL AND owner_id IS NOT NULL;

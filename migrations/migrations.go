@@ -55,8 +55,16 @@ func Up(ctx context.Context, dsn string, log *slog.Logger) error {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return withProvider(ctx, dsn, func(p *goose.Provider, db *sql.DB) error {
-		if err := verifyChecksums(ctx, db); err != nil {
+		sums, err := fileChecksums()
+		if err != nil {
 			return err
+		}
+		if ok, err := checksumsTable(ctx, db); err != nil {
+			return err
+		} else if ok {
+			if err := verifyChecksums(ctx, db, sums); err != nil {
+				return err
+			}
 		}
 		results, err := p.Up(ctx)
 		for _, r := range results {
@@ -71,7 +79,10 @@ func Up(ctx context.Context, dsn string, log *slog.Logger) error {
 		if len(results) == 0 {
 			log.DebugContext(ctx, "schema up to date")
 		}
-		return recordChecksums(ctx, db)
+		if ok, err := checksumsTable(ctx, db); err != nil || !ok {
+			return err
+		}
+		return recordChecksums(ctx, db, sums)
 	})
 }
 
@@ -181,13 +192,16 @@ func withProvider(ctx context.Context, dsn string, fn func(*goose.Provider, *sql
 	return fn(p, db)
 }
 
-// fileChecksums returns the sha256 of every embedded migration by version.
-func fileChecksums() (map[int64]string, map[int64]string, error) {
+// checksum is an embedded migration's file name and sha256.
+type checksum struct{ file, sha256 string }
+
+// fileChecksums returns the checksum of every embedded migration by version.
+func fileChecksums() (map[int64]checksum, error) {
 	entries, err := fs.ReadDir(files, ".")
 	if err != nil {
-		return nil, nil, fmt.Errorf("migrations: cannot list embedded files: %w", err)
+		return nil, fmt.Errorf("migrations: cannot list embedded files: %w", err)
 	}
-	sums, names := map[int64]string{}, map[int64]string{}
+	sums := map[int64]checksum{}
 	for _, e := range entries {
 		v, err := goose.NumericComponent(e.Name())
 		if err != nil {
@@ -195,12 +209,12 @@ func fileChecksums() (map[int64]string, map[int64]string, error) {
 		}
 		b, err := files.ReadFile(e.Name())
 		if err != nil {
-			return nil, nil, fmt.Errorf("migrations: cannot read embedded %s: %w", e.Name(), err)
+			return nil, fmt.Errorf("migrations: cannot read embedded %s: %w", e.Name(), err)
 		}
 		sum := sha256.Sum256(b)
-		sums[v], names[v] = hex.EncodeToString(sum[:]), e.Name()
+		sums[v] = checksum{e.Name(), hex.EncodeToString(sum[:])}
 	}
-	return sums, names, nil
+	return sums, nil
 }
 
 // checksumsTable reports whether converge_migration_checksums exists yet
@@ -216,14 +230,7 @@ func checksumsTable(ctx context.Context, db *sql.DB) (bool, error) {
 // verifyChecksums refuses to go on if an applied migration's recorded
 // checksum differs from the embedded file: a merged migration was edited,
 // and databases that already ran it never get the edit.
-func verifyChecksums(ctx context.Context, db *sql.DB) error {
-	if ok, err := checksumsTable(ctx, db); err != nil || !ok {
-		return err
-	}
-	sums, names, err := fileChecksums()
-	if err != nil {
-		return err
-	}
+func verifyChecksums(ctx context.Context, db *sql.DB, sums map[int64]checksum) error {
 	rows, err := db.QueryContext(ctx, `SELECT version, file, sha256 FROM converge_migration_checksums ORDER BY version`)
 	if err != nil {
 		return fmt.Errorf("migrations: cannot read checksums: %w", err)
@@ -231,16 +238,16 @@ func verifyChecksums(ctx context.Context, db *sql.DB) error {
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			v          int64
-			file, want string
+			v    int64
+			then checksum
 		)
-		if err := rows.Scan(&v, &file, &want); err != nil {
+		if err := rows.Scan(&v, &then.file, &then.sha256); err != nil {
 			return fmt.Errorf("migrations: cannot read checksums: %w", err)
 		}
-		if got, ok := sums[v]; ok && got != want {
+		if now, ok := sums[v]; ok && now.sha256 != then.sha256 {
 			return fmt.Errorf("migrations: %s (version %d) is not the file this database applied as %s "+
-				"(sha256 %s then, %s now): a merged migration was edited, so databases that already ran it never see the change; "+
-				"restore it and put the change in a new migration", names[v], v, file, want[:12], got[:12])
+				"(sha256 %.12s then, %.12s now): a merged migration was edited, so databases that already ran it never see the change; "+
+				"restore it and put the change in a new migration", now.file, v, then.file, then.sha256, now.sha256)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -249,28 +256,19 @@ func verifyChecksums(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// recordChecksums records the checksum of every applied migration that has
-// none yet (those applied by this Up, or before the table existed).
-func recordChecksums(ctx context.Context, db *sql.DB) error {
-	if ok, err := checksumsTable(ctx, db); err != nil || !ok {
-		return err
+// recordChecksums records, in one statement, the checksum of every applied
+// migration that has none yet (those this Up applied, or applied before the
+// table existed); ON CONFLICT keeps the first record.
+func recordChecksums(ctx context.Context, db *sql.DB, sums map[int64]checksum) error {
+	versions, names, shas := make([]int64, 0, len(sums)), make([]string, 0, len(sums)), make([]string, 0, len(sums))
+	for v, c := range sums {
+		versions, names, shas = append(versions, v), append(names, c.file), append(shas, c.sha256)
 	}
-	sums, names, err := fileChecksums()
-	if err != nil {
-		return err
-	}
-	versions := make([]int64, 0, len(sums))
-	for v := range sums {
-		versions = append(versions, v)
-	}
-	slices.Sort(versions)
-	for _, v := range versions {
-		// Only versions goose has applied; ON CONFLICT keeps the first record.
-		if _, err := db.ExecContext(ctx, `INSERT INTO converge_migration_checksums (version, file, sha256)
-			SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM goose_db_version WHERE version_id = $1 AND is_applied)
-			ON CONFLICT (version) DO NOTHING`, v, names[v], sums[v]); err != nil {
-			return fmt.Errorf("migrations: cannot record the checksum of %s: %w", names[v], err)
-		}
+	if _, err := db.ExecContext(ctx, `INSERT INTO converge_migration_checksums (version, file, sha256)
+		SELECT m.version, m.file, m.sha256 FROM unnest($1::bigint[], $2::text[], $3::text[]) AS m(version, file, sha256)
+		 WHERE EXISTS (SELECT 1 FROM goose_db_version g WHERE g.version_id = m.version AND g.is_applied)
+		ON CONFLICT (version) DO NOTHING`, versions, names, shas); err != nil {
+		return fmt.Errorf("migrations: cannot record checksums: %w", err)
 	}
 	return nil
 }
