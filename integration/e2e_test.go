@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,10 +196,17 @@ func TestEngineOverTheAPI(t *testing.T) {
 		len(g.Nodes) != 4 || len(g.Edges) != 1 {
 		t.Errorf("graph = %d %s", code, body)
 	}
-	var evs struct{ Items []map[string]any }
-	if code, body := s.call("GET", "/resources/leaf/b/events?limit=5", nil); code != 200 || json.Unmarshal(body, &evs) != nil ||
-		len(evs.Items) == 0 || evs.Items[0]["type"] != "succeeded" {
-		t.Errorf("events of b = %d %s", code, body)
+	// Each task's path is logged, whichever way it was queued: the API's
+	// create (root), a composer's new child (a), the gate once an upstream
+	// synced (b).
+	for path, want := range map[string][]string{
+		"comp/root": {"applied", "scheduled specChange", "claimed", "succeeded", "scheduled childrenSettled", "claimed", "succeeded"},
+		"leaf/a":    {"scheduled specChange", "claimed", "succeeded"},
+		"leaf/b":    {"scheduled specChange", "claimed", "succeeded"},
+	} {
+		if got := taskEvents(t, s, path); !slices.Equal(got, want) {
+			t.Errorf("%s's task events, oldest first = %q, want %q", path, got, want)
+		}
 	}
 	// A settled resource has no live task: the drain removed it.
 	var detail struct {
@@ -236,4 +244,33 @@ func TestEngineOverTheAPI(t *testing.T) {
 		t.Errorf("conctl list cluster = %d\n%s%s", code, out, errs)
 	}
 	s.checkInvariants()
+}
+
+// taskEvents lists a resource's applied, scheduled (with its trigger),
+// claimed and succeeded events, oldest first, checking that each claimed
+// event names its claimer and epoch.
+func taskEvents(t *testing.T, s *server, path string) []string {
+	t.Helper()
+	var evs struct {
+		Items []struct{ Type, Message string }
+	}
+	code, body := s.call("GET", "/resources/"+path+"/events?limit=100", nil)
+	if code != 200 || json.Unmarshal(body, &evs) != nil {
+		t.Fatalf("events of %s = %d %s", path, code, body)
+	}
+	var got []string
+	for _, e := range slices.Backward(evs.Items) {
+		switch e.Type {
+		case "scheduled":
+			got = append(got, e.Type+" "+e.Message)
+		case "claimed":
+			if !strings.Contains(e.Message, "claim_epoch ") || !strings.HasPrefix(e.Message, "by ") {
+				t.Errorf("%s: claimed event %q does not name its claimer and epoch", path, e.Message)
+			}
+			got = append(got, e.Type)
+		case "applied", "succeeded":
+			got = append(got, e.Type)
+		}
+	}
+	return got
 }

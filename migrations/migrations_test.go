@@ -159,6 +159,13 @@ func TestDown(t *testing.T) {
 		if diff := cmp.Diff(onceEach(b.versions[:len(b.versions)-1]), appliedCounts(t, b.db.Pool)); diff != "" {
 			t.Errorf("after Down, applied versions (-want +got); want all but %d:\n%s", last, diff)
 		}
+		var sums int
+		if err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM converge_migration_checksums`).Scan(&sums); err != nil {
+			t.Fatalf("count checksums: %v", err)
+		}
+		if sums != len(b.versions)-1 {
+			t.Errorf("after Down, %d checksums recorded, want %d: Down forgets the rolled-back file's", sums, len(b.versions)-1)
+		}
 		if err := migrations.Up(ctx, b.db.DSN, b.log); err != nil {
 			t.Fatalf("Up after Down: %v", err)
 		}

@@ -33,9 +33,17 @@ type ClaimParams struct {
 	Lease time.Duration
 }
 
-const claimSQL = `SELECT task_id, shard_id, resource_id, task_type, trigger, coalesce(reaction, ''), emits,
+// claimSQL logs a `claimed` event per task in the claim's own statement
+// (no second round trip): who took it, at which epoch and attempt.
+const claimSQL = `WITH c AS (SELECT * FROM claim_tasks($1, $2, $3, $4, $5, $6)),
+ev AS (
+    INSERT INTO resource_events (resource_id, type, generation, message)
+    SELECT c.resource_id, 'claimed', c.generation,
+           format('by %s, claim_epoch %s, attempt %s', $1::text, c.claim_epoch, c.attempts + 1)
+      FROM c)
+SELECT task_id, shard_id, resource_id, task_type, trigger, coalesce(reaction, ''), emits,
        kind, kind_version, generation, claim_epoch, attempts, deadline
-  FROM claim_tasks($1, $2, $3, $4, $5, $6)`
+  FROM c`
 
 // Claim claims up to p.Limit pending tasks, bumping each one's claim_epoch.
 // Per-kind caps (kind_config.max_inflight) hold across all claimers.
