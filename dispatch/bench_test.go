@@ -45,12 +45,17 @@ const (
 //
 //   - Q: the raw ceiling — batched SKIP LOCKED claim + delete on an
 //     equivalent sharded UNLOGGED table, no engine.
+//   - F: the design floor (benchq.Floor) — the engine's row writes per task
+//     as bare SQL, no engine logic.
 //   - H: bare signed POSTs to a no-op webhooksdk provider on loopback, at the
 //     same concurrency, no database.
 //   - inproc: the engine with the in-process executor (no-op handler).
 //   - http: the engine with the push dispatcher, inline 200 answers from a
 //     no-op webhooksdk provider over loopback HTTP.
 //   - async: the same, the provider answering 202 and calling back.
+//
+// F and H share the same two cores, so the HTTP path cannot beat
+// 1/(1/F + 1/H), which is reported as "bound".
 //
 // Then a latency run feeds resources at half the http rate and reports the
 // p50/p99 time from claim to resource updated.
@@ -66,6 +71,7 @@ func BenchmarkDispatch(b *testing.B) {
 		run  func(testing.TB, int) float64
 	}{
 		{"Q", benchQ},
+		{"F", benchFloor},
 		{"H", benchH},
 		{"inproc", benchInproc},
 		{"http", func(tb testing.TB, n int) float64 { return benchHTTP(tb, n, false) }},
@@ -86,7 +92,11 @@ func BenchmarkDispatch(b *testing.B) {
 		}
 		p50, p99, fed := benchLatency(b, n, med["http"]/2)
 		q := med["Q"]
+		bound := 1 / (1/med["F"] + 1/med["H"])
 		b.ReportMetric(q, "Q/s")
+		b.ReportMetric(med["F"], "F/s")
+		b.ReportMetric(med["F"]/q, "F/Q")
+		b.ReportMetric(bound/q, "bound/Q")
 		b.ReportMetric(med["H"], "H/s")
 		b.ReportMetric(med["inproc"], "inproc/s")
 		b.ReportMetric(med["http"], "http/s")
@@ -97,9 +107,11 @@ func BenchmarkDispatch(b *testing.B) {
 		b.ReportMetric(med["http"]/med["H"], "http/H")
 		b.ReportMetric(p50, "p50_ms")
 		b.ReportMetric(p99, "p99_ms")
-		b.Logf("N=%d, medians of %d rounds: Q %.0f/s, H %.0f/s, inproc %.0f/s (%.3f·Q), http %.0f/s (%.3f·Q), async %.0f/s (%.3f·Q); "+
+		b.Logf("N=%d, medians of %d rounds: Q %.0f/s, F %.0f/s (%.3f·Q), H %.0f/s, bound %.0f/s (%.3f·Q), "+
+			"inproc %.0f/s (%.3f·Q), http %.0f/s (%.3f·Q), async %.0f/s (%.3f·Q); "+
 			"latency at %.0f/s fed: p50 %.1f ms, p99 %.1f ms",
-			n, benchRounds, q, med["H"], med["inproc"], med["inproc"]/q, med["http"], med["http"]/q, med["async"], med["async"]/q, fed, p50, p99)
+			n, benchRounds, q, med["F"], med["F"]/q, med["H"], bound, bound/q,
+			med["inproc"], med["inproc"]/q, med["http"], med["http"]/q, med["async"], med["async"]/q, fed, p50, p99)
 	}
 }
 
@@ -219,6 +231,16 @@ func benchQ(tb testing.TB, n int) float64 {
 	q, err := benchq.Run(x.ctx, x.db.Pool, n, benchq.Config{Workers: benchQWorkers, Batch: benchQBatch})
 	must(tb, err)
 	return q
+}
+
+// benchFloor is F (internal/benchq.Floor) on a database with no engine
+// duties running: the floor does its own draining.
+func benchFloor(tb testing.TB, n int) float64 {
+	db := pgtest.New(tb)
+	defer db.Pool.Close()
+	f, err := benchq.Floor(tb.Context(), db.Pool, n, benchq.FloorConfig{})
+	must(tb, err)
+	return f
 }
 
 // benchEnvelope is a leaf task envelope as the dispatcher sends it, for H.

@@ -19,30 +19,36 @@ import (
 // BenchmarkEngineThroughput measures the engine end to end with the
 // in-process executor (no-op work) against Q, a raw batched SKIP LOCKED
 // claim + delete loop on an equivalent sharded UNLOGGED table, in the same
-// run. Each round runs Q, 10k independent leaves and a 10k-child composite,
-// interleaved; it reports medians. Run it with -benchtime=1x (make bench).
+// run, and against F, the design floor (benchq.Floor: the engine's row
+// writes as bare SQL). Each round runs Q, the floor, 10k independent leaves and a
+// 10k-child composite, interleaved; it reports medians. Run it with -benchtime=1x (make bench).
 func BenchmarkEngineThroughput(b *testing.B) {
 	n, rounds := 10_000, 5
 	if testing.Short() {
 		n, rounds = 2_000, 3
 	}
-	var q, leaves, comp []float64
+	var q, floor, leaves, comp []float64
 	for range b.N {
 		for r := range rounds {
 			q = append(q, measure(b, "Q", n, benchQ))
+			floor = append(floor, measure(b, "floor", n, benchFloor))
 			leaves = append(leaves, measure(b, "leaves", n, benchLeaves))
 			comp = append(comp, measure(b, "composite", n, benchComposite))
-			fmt.Printf("round %d: Q %.0f/s, leaves %.0f/s, composite %.0f/s\n", r+1, q[len(q)-1], leaves[len(leaves)-1], comp[len(comp)-1])
+			fmt.Printf("round %d: Q %.0f/s, floor %.0f/s, leaves %.0f/s, composite %.0f/s\n",
+				r+1, q[len(q)-1], floor[len(floor)-1], leaves[len(leaves)-1], comp[len(comp)-1])
 		}
 	}
-	mq, ml, mc := median(q), median(leaves), median(comp)
+	mq, mf, ml, mc := median(q), median(floor), median(leaves), median(comp)
 	b.ReportMetric(mq, "Q_tasks/s")
+	b.ReportMetric(mf, "floor_tasks/s")
 	b.ReportMetric(ml, "leaves/s")
 	b.ReportMetric(mc, "composite_children/s")
+	b.ReportMetric(mf/mq, "floor/Q")
 	b.ReportMetric(ml/mq, "leaves/Q")
+	b.ReportMetric(ml/mf, "leaves/floor")
 	b.ReportMetric(ml/mc, "composite_time/leaves_time")
-	fmt.Printf("engine: n=%d rounds=%d  Q=%.0f tasks/s  leaves=%.0f res/s (%.3f·Q)  composite=%.0f children/s (%.2fx the leaves' time)\n",
-		n, rounds, mq, ml, ml/mq, mc, ml/mc)
+	fmt.Printf("engine: n=%d rounds=%d  Q=%.0f tasks/s  floor=%.0f tasks/s (%.3f·Q)  leaves=%.0f res/s (%.3f·Q, %.2f of the floor)  composite=%.0f children/s (%.2fx the leaves' time)\n",
+		n, rounds, mq, mf, mf/mq, ml, ml/mq, ml/mf, mc, ml/mc)
 }
 
 // measure runs one workload as a sub-benchmark, so its database, pool and
@@ -68,6 +74,16 @@ func benchQ(b *testing.B, n int) float64 {
 	q, err := benchq.Run(b.Context(), db.Pool, n, benchq.Config{Workers: 2})
 	must(b, err)
 	return q
+}
+
+// benchFloor is F, the design floor (see benchq.Floor), on a database with
+// no engine duties running.
+func benchFloor(b *testing.B, n int) float64 {
+	b.Helper()
+	db := pgtest.New(b)
+	f, err := benchq.Floor(b.Context(), db.Pool, n, benchq.FloorConfig{})
+	must(b, err)
+	return f
 }
 
 func execAll(ctx context.Context, pool *pgxpool.Pool, stmts ...string) error {

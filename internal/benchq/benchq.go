@@ -4,6 +4,9 @@
 // partitions over 256 shards, UNLOGGED, a partial pending index), with no
 // engine around it. Benchmarks measure it in the same run as the figure it
 // divides, because this machine's absolute rates drift.
+//
+// It also measures F (Floor), the design floor: the engine's own row writes
+// per task as bare SQL, which bounds what the engine can reach.
 package benchq
 
 import (

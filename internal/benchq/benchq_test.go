@@ -1,0 +1,40 @@
+package benchq_test
+
+import (
+	"testing"
+
+	"github.com/convergeplane/converge/internal/benchq"
+	"github.com/convergeplane/converge/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// Both baselines run to completion on the real schema: Run and Floor fail
+// if a row is left behind, so a schema change that breaks the floor's SQL
+// (or makes it skip rows) fails here rather than in a benchmark run.
+func TestBaselines(t *testing.T) {
+	db := pgtest.New(t)
+	q, err := benchq.Run(t.Context(), db.Pool, 600, benchq.Config{Batch: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := benchq.Floor(t.Context(), db.Pool, 600, benchq.FloorConfig{ClaimBatch: 64, DrainBatch: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q <= 0 || f <= 0 {
+		t.Fatalf("rates must be positive: Q %.0f/s, F %.0f/s", q, f)
+	}
+	// Every task's three events were written: the floor pays for them as
+	// the engine does.
+	for _, typ := range []string{"scheduled", "claimed", "succeeded"} {
+		var events int
+		if err := db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM resource_events e JOIN resources r ON r.id = e.resource_id
+			WHERE r.kind = 'benchfloor' AND e.type = $1`, typ).Scan(&events); err != nil {
+			t.Fatal(err)
+		}
+		if want := 600 + 60; events != want { // the run and its warm-up
+			t.Errorf("floor wrote %d %s events, want %d", events, typ, want)
+		}
+	}
+}
