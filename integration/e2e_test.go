@@ -17,6 +17,7 @@ import (
 	conctl "github.com/convergeplane/converge/cmd/conctl/cli"
 	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/inproc"
 	"github.com/convergeplane/converge/internal/pgtest"
 )
@@ -209,19 +210,35 @@ func TestEngineOverTheAPI(t *testing.T) {
 		}
 	}
 	// A settled resource has no live task: the drain removed it.
-	var detail struct {
-		Phase string          `json:"phase"`
-		Task  json.RawMessage `json:"task"`
+	// It names the task it last applied.
+	type detailView struct {
+		Phase     string          `json:"phase"`
+		Task      json.RawMessage `json:"task"`
+		UpdatedAt time.Time       `json:"updated_at"`
+		LastTask  *store.LastTask `json:"last_task"`
 	}
-	if code, body := s.call("GET", "/resources/leaf/a", nil); code != 200 || json.Unmarshal(body, &detail) != nil ||
-		detail.Phase != "Ready" || detail.Task != nil {
-		t.Errorf("detail of a = %d %s", code, body)
+	getA := func() detailView {
+		var d detailView
+		if code, body := s.call("GET", "/resources/leaf/a", nil); code != 200 || json.Unmarshal(body, &d) != nil {
+			t.Fatalf("detail of a = %d %s", code, body)
+		}
+		return d
 	}
-	// Reconcile re-runs a settled resource without a generation bump.
+	first := getA()
+	if first.Phase != "Ready" || first.Task != nil || first.LastTask == nil || first.LastTask.TaskID == "" ||
+		first.LastTask.ClaimEpoch < 1 || first.LastTask.ClaimedAt.IsZero() || first.LastTask.ClaimedAt.After(first.UpdatedAt) {
+		t.Errorf("detail of a = %+v (last task %+v)", first, first.LastTask)
+	}
+	// Reconcile re-runs a settled resource without a generation bump, as a
+	// new task.
 	if code, body := s.call("POST", "/resources/leaf/a/reconcile", nil); code != 202 {
 		t.Errorf("reconcile = %d %s", code, body)
 	}
 	waitFor(t, 10*time.Second, "a re-run by the reconcile", func() bool { return s.calls.get("a") == 2 })
+	waitFor(t, 10*time.Second, "a's re-run applied", func() bool {
+		lt := getA().LastTask
+		return lt != nil && first.LastTask != nil && lt.TaskID != first.LastTask.TaskID && lt.ClaimedAt.After(first.LastTask.ClaimedAt)
+	})
 	if code, body := s.call("POST", "/resources/leaf/nope/reconcile", nil); code != 404 || !strings.Contains(string(body), "leaf/nope") {
 		t.Errorf("reconcile of a missing resource = %d %s", code, body)
 	}

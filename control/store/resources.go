@@ -422,26 +422,45 @@ func (s *Store) knownVersions(ctx context.Context, kind string) []int {
 	return vs
 }
 
-// ResourceDetail is a resource with its conditions.
+// ResourceDetail is a resource with its conditions and its last finished
+// task.
 type ResourceDetail struct {
 	model.Resource
 	// Conditions are the stored conditions, by type. Happy-path Ready and
 	// Synced are not stored; phase says them.
 	Conditions []model.Condition `json:"conditions"`
+	// LastTask is the task whose outcome the drain applied last; nil before
+	// the first.
+	LastTask *LastTask `json:"last_task,omitempty" doc:"The task whose outcome was applied last: its id (as in the delivery envelope), claim epoch and claim time."`
+}
+
+// LastTask identifies the last task applied to a resource, to find it in a
+// provider's logs (the task id is in every delivery's envelope) and in the
+// resource's events.
+type LastTask struct {
+	TaskID     string    `json:"task_id"`
+	ClaimEpoch int64     `json:"claim_epoch"`
+	ClaimedAt  time.Time `json:"claimed_at"`
 }
 
 const resourceGetSQL = `SELECT ` + resourceViewCols + `,
        (SELECT coalesce(json_agg(json_build_object('type', c.type, 'status', c.status, 'reason', c.reason,
                  'message', c.message, 'last_transition_time', c.last_transition_time) ORDER BY c.type), '[]')
-          FROM resource_conditions c WHERE c.resource_id = r.id)
+          FROM resource_conditions c WHERE c.resource_id = r.id),
+       r.last_task_id, r.last_task_epoch, r.last_claimed_at
   FROM resources r WHERE r.kind = $1 AND r.name = $2`
 
 // GetResource returns the resource (kind, name) with its conditions, or a
 // *NotFoundError.
 func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDetail, error) {
-	var d ResourceDetail
+	var (
+		d         ResourceDetail
+		taskID    *string
+		epoch     *int64
+		claimedAt *time.Time
+	)
 	targets, finish := resourceScanTargets(&d.Resource)
-	err := s.pool.QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions)...)
+	err := s.pool.QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions, &taskID, &epoch, &claimedAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ResourceDetail{}, resourceNotFound(kind, name)
 	}
@@ -451,6 +470,9 @@ func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDet
 	finish()
 	if d.Conditions == nil {
 		d.Conditions = []model.Condition{}
+	}
+	if taskID != nil && epoch != nil && claimedAt != nil {
+		d.LastTask = &LastTask{TaskID: *taskID, ClaimEpoch: *epoch, ClaimedAt: *claimedAt}
 	}
 	return d, nil
 }
