@@ -455,7 +455,7 @@ func BenchmarkDispatchMode(b *testing.B) {
 		name string
 		run  func(testing.TB, int) float64
 	}{
-		{"Q", benchQ}, {"H", benchH}, {"inproc", benchInproc},
+		{"Q", benchQ}, {"F", benchFloor}, {"H", benchH}, {"inproc", benchInproc},
 		{"http", func(tb testing.TB, n int) float64 { return benchHTTP(tb, n, false) }},
 		{"async", func(tb testing.TB, n int) float64 { return benchHTTP(tb, n, true) }},
 	} {
