@@ -529,3 +529,44 @@ func TestOrphanGrace(t *testing.T) {
 	}
 	e.checkInvariants()
 }
+
+// TestReaperBoundsTheEventLog: every reconcile logs scheduled, claimed and
+// succeeded; the reaper trims a resource's log to its newest EventsKeep,
+// starting from the end of the log as it was when the reaper started.
+func TestReaperBoundsTheEventLog(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{})
+	e.defineKinds(model.Policy{})
+	e.run(inproc.Config{}, standardHandlers(e, nil))
+	e.listen()
+	ctx := t.Context()
+	const keep = 5
+	r := reaper.New(reaper.Config{EventsKeep: keep}, e.st, e.log)
+	must(t, r.RunOnce(ctx)) // the reaper's watermark starts at the end of the log
+
+	for i := range 4 {
+		e.apply("leaf", "x", map[string]any{"v": i})
+		waitFor(t, 10*time.Second, "x synced at its new generation", func() bool {
+			x, ok := e.get("leaf", "x")
+			return ok && x.Phase == "Ready" && x.Generation == int64(i+1)
+		})
+	}
+	id := e.apply("leaf", "x", map[string]any{"v": 3}) // unchanged: no new events
+	if n := e.count(`SELECT count(*) FROM resource_events WHERE resource_id = $1`, id); n < 12 {
+		t.Fatalf("x logged %d events over four reconciles, want at least 12", n)
+	}
+	must(t, r.RunOnce(ctx))
+	var types []string
+	rows, err := e.db.Pool.Query(ctx, `SELECT type FROM resource_events WHERE resource_id = $1 ORDER BY id`, id)
+	must(t, err)
+	for rows.Next() {
+		var s string
+		must(t, rows.Scan(&s))
+		types = append(types, s)
+	}
+	must(t, rows.Err())
+	if len(types) != keep || types[keep-1] != "succeeded" || types[keep-2] != "claimed" || types[keep-3] != "scheduled" {
+		t.Errorf("x's log after the reaper = %q, want the newest %d ending scheduled, claimed, succeeded", types, keep)
+	}
+	e.checkInvariants()
+}

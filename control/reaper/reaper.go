@@ -71,7 +71,7 @@ type Reaper struct {
 
 // New returns a Reaper.
 func New(cfg Config, st *store.Store, log *slog.Logger) *Reaper {
-	return &Reaper{cfg: cfg.withDefaults(), store: st, log: log}
+	return &Reaper{cfg: cfg.withDefaults(), store: st, log: log, eventWM: store.PruneEventsFromEnd}
 }
 
 // Start launches the reaper loop.
@@ -126,11 +126,31 @@ func (r *Reaper) RunOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if r.eventWM, err = r.store.PruneEvents(ctx, r.eventWM, r.cfg.EventsKeep, r.cfg.Limit*10); err != nil {
+	if err := r.pruneEvents(ctx, lo, hi); err != nil {
 		return err
 	}
 	if reclaimed+requeued+dropped+orphans > 0 {
 		r.log.Info("reaper pass", "reclaimed", reclaimed, "requeued", requeued, "dropped", dropped, "orphans_swept", orphans)
+	}
+	return nil
+}
+
+// pruneEvents walks the event log from the watermark in windows of
+// Limit*10 ids until it is caught up or has spent half an interval, so a
+// burst of events is worked off over the next passes without starving the
+// others.
+func (r *Reaper) pruneEvents(ctx context.Context, lo, hi int) error {
+	window := r.cfg.Limit * 10
+	for start := time.Now(); time.Since(start) < r.cfg.Interval/2; {
+		wm, err := r.store.PruneEvents(ctx, lo, hi, r.eventWM, r.cfg.EventsKeep, window)
+		if err != nil {
+			return err
+		}
+		caughtUp := r.eventWM >= 0 && wm < r.eventWM+int64(window)
+		r.eventWM = wm
+		if caughtUp {
+			return nil
+		}
 	}
 	return nil
 }

@@ -35,11 +35,18 @@ func (s *Store) SweepExpiredOrphans(ctx context.Context, lo, hi, limit int) (int
 	return s.scalarInt(ctx, "sweep orphans", `SELECT sweep_expired_orphans($1, $2, $3)`, lo, hi, limit)
 }
 
-// PruneEvents keeps the newest keep events per resource among those logged
-// after sinceID, and returns the new watermark.
-func (s *Store) PruneEvents(ctx context.Context, sinceID int64, keep, limit int) (int64, error) {
+// PruneEventsFromEnd is the sinceID that starts PruneEvents at the end of
+// the log, for a reaper that has no watermark yet.
+const PruneEventsFromEnd int64 = -1
+
+// PruneEvents keeps the newest keep events of each resource in shards
+// [lo, hi] that logged an event with an id in (sinceID, sinceID+limit], and
+// returns the watermark to pass next time (the window's end, at most the
+// last id handed out). A returned watermark below sinceID+limit means the
+// log is caught up.
+func (s *Store) PruneEvents(ctx context.Context, lo, hi int, sinceID int64, keep, limit int) (int64, error) {
 	var w int64
-	if err := s.pool.QueryRow(ctx, `SELECT prune_resource_events($1, $2, $3)`, sinceID, keep, limit).Scan(&w); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT prune_resource_events($1, $2, $3, $4, $5)`, lo, hi, sinceID, keep, limit).Scan(&w); err != nil {
 		return sinceID, fmt.Errorf("prune events: %w", err)
 	}
 	return w, nil
