@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/convergeplane/converge/control/cluster"
+	"github.com/convergeplane/converge/control/reaper"
 )
 
 func TestMembersTileTheShards(t *testing.T) {
@@ -38,5 +40,29 @@ func TestMembersTileTheShards(t *testing.T) {
 	must(t, err)
 	if len(members) != 0 {
 		t.Errorf("after Stop, %d members remain registered", len(members))
+	}
+}
+
+// TestReaperForgetsDeadMembers: a member that died without leaving stays
+// in the view, not ready, until MemberRetention; then the reaper drops it.
+func TestReaperForgetsDeadMembers(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{noDrain: true})
+	ctx := t.Context()
+	live := cluster.New(cluster.Config{MemberID: "live", Role: "all", Heartbeat: time.Hour}, e.st, nil, e.log)
+	must(t, live.Start(ctx))
+	defer live.Stop()
+	_, err := e.db.Pool.Exec(ctx, `INSERT INTO cluster_members (member_id, role, last_heartbeat)
+		VALUES ('crashed-recently', 'all', now() - interval '10 minutes'), ('crashed-long-ago', 'all', now() - interval '2 hours')`)
+	must(t, err)
+	must(t, reaper.New(reaper.Config{}, e.st, e.log).RunOnce(ctx))
+	members, err := e.st.ListClusterMembers(ctx, time.Minute)
+	must(t, err)
+	var ids []string
+	for _, m := range members {
+		ids = append(ids, m.MemberID)
+	}
+	if !slices.Equal(ids, []string{"crashed-recently", "live"}) {
+		t.Errorf("members after the reaper = %q, want the live one and the one dead for less than an hour", ids)
 	}
 }

@@ -36,6 +36,10 @@ type Config struct {
 	EventsKeep int
 	// Limit bounds each pass. Defaults to 1000.
 	Limit int
+	// MemberRetention is how long a member that stopped heartbeating stays
+	// in the cluster view (as not ready) before it is forgotten. Defaults
+	// to 1h.
+	MemberRetention time.Duration
 }
 
 // Defaults for Config.
@@ -45,6 +49,7 @@ const (
 	UnclaimedWindowDefault = 24 * time.Hour
 	EventsKeepDefault      = 100
 	LimitDefault           = 1000
+	MemberRetentionDefault = time.Hour
 )
 
 func (c Config) withDefaults() Config {
@@ -56,6 +61,7 @@ func (c Config) withDefaults() Config {
 	c.UnclaimedWindow = cmp.Or(c.UnclaimedWindow, UnclaimedWindowDefault)
 	c.EventsKeep = cmp.Or(c.EventsKeep, EventsKeepDefault)
 	c.Limit = cmp.Or(c.Limit, LimitDefault)
+	c.MemberRetention = cmp.Or(c.MemberRetention, MemberRetentionDefault)
 	return c
 }
 
@@ -129,8 +135,13 @@ func (r *Reaper) RunOnce(ctx context.Context) error {
 	if err := r.pruneEvents(ctx, lo, hi); err != nil {
 		return err
 	}
-	if reclaimed+requeued+dropped+orphans > 0 {
-		r.log.Info("reaper pass", "reclaimed", reclaimed, "requeued", requeued, "dropped", dropped, "orphans_swept", orphans)
+	forgotten, err := r.store.ForgetMembers(ctx, r.cfg.MemberRetention)
+	if err != nil {
+		return err
+	}
+	if reclaimed+requeued+dropped+orphans+forgotten > 0 {
+		r.log.Info("reaper pass", "reclaimed", reclaimed, "requeued", requeued, "dropped", dropped, "orphans_swept", orphans,
+			"members_forgotten", forgotten)
 	}
 	return nil
 }
