@@ -2,6 +2,7 @@ package integration
 
 import (
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,4 +66,33 @@ func TestReaperForgetsDeadMembers(t *testing.T) {
 	if !slices.Equal(ids, []string{"crashed-recently", "live"}) {
 		t.Errorf("members after the reaper = %q, want the live one and the one dead for less than an hour", ids)
 	}
+}
+
+// TestClusterChangedOnlyOnMembershipChange: a member re-asks for its range
+// when another joins (cluster_changed), and a heartbeat, which changes no
+// membership, wakes no one: before migration 00011 every beat notified,
+// every member re-beat, and an idle server beat thousands of times a
+// second.
+func TestClusterChangedOnlyOnMembershipChange(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{noDrain: true})
+	ctx := t.Context()
+	var beats atomic.Int64
+	a := cluster.New(cluster.Config{MemberID: "a", Role: "all", Heartbeat: time.Hour,
+		InFlight: func() int { beats.Add(1); return 0 }}, e.st, e.lis.Subscribe("cluster_changed"), e.log)
+	e.listen()
+	must(t, a.Start(ctx))
+	defer a.Stop()
+	time.Sleep(time.Second)
+	// The first beat, and at most the one its own join's notification wakes.
+	if n := beats.Load(); n > 2 {
+		t.Fatalf("an idle member with a 1h heartbeat beat %d times in a second", n)
+	}
+	b := cluster.New(cluster.Config{MemberID: "b", Role: "all", Heartbeat: time.Hour}, e.st, nil, e.log)
+	must(t, b.Start(ctx))
+	defer b.Stop()
+	waitFor(t, 5*time.Second, "a to take half the shards once b joined", func() bool {
+		lo, hi := a.Range()
+		return lo == 0 && hi == 127
+	})
 }
