@@ -40,6 +40,13 @@ type testBundle struct {
 
 func setup(t *testing.T, cfg api.Config) *testBundle {
 	t.Helper()
+	return setupWith(t, cfg, nil)
+}
+
+// setupWith is setup with register called on the server before it starts
+// serving: fiber's router must not change once it serves.
+func setupWith(t *testing.T, cfg api.Config, register func(*api.Server, *store.Store)) *testBundle {
+	t.Helper()
 	db := pgtest.New(t)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st := store.New(db.Pool, store.Config{})
@@ -51,6 +58,9 @@ func setup(t *testing.T, cfg api.Config) *testBundle {
 	srv, err := api.New(cfg, st, kinds, log)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if register != nil {
+		register(srv, st)
 	}
 	b := &testBundle{t: t, db: db, st: st, kinds: kinds, srv: srv, base: serve(t, srv)}
 	t.Cleanup(func() {

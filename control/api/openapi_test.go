@@ -10,6 +10,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/convergeplane/converge/control/api"
+	"github.com/convergeplane/converge/control/store"
 )
 
 func TestComponentName(t *testing.T) {
@@ -129,28 +130,30 @@ func TestOpenAPI(t *testing.T) {
 
 func TestLaterRoutesShareTheProblemModel(t *testing.T) {
 	t.Parallel()
-	b := setup(t, api.Config{})
 	type in struct {
 		Kind string `path:"kind"`
 		Name string `path:"name"`
 	}
-	// The shape later issues register routes in (events, graph, ...).
-	huma.Register(b.srv.API(), huma.Operation{OperationID: "get-events", Method: http.MethodGet,
-		Path: api.Prefix + "/resources/{kind}/{name}/events"},
-		func(ctx context.Context, p *in) (*struct{}, error) {
-			if p.Name == "huma" {
-				return nil, huma.Error404NotFound("no events")
-			}
-			_, err := b.st.GetResource(ctx, p.Kind, p.Name)
-			return nil, b.srv.ErrorFor(ctx, err, "path")
-		})
-	b.do(http.MethodGet, "/api/v1/resources/vpc/x/events", nil).wantProblem(t, http.StatusNotFound, "")
-	b.do(http.MethodGet, "/api/v1/resources/vpc/huma/events", nil).wantProblem(t, http.StatusNotFound, "")
+	// The shape later issues register routes in (events, graph, ...), after
+	// New and before serving.
+	b := setupWith(t, api.Config{}, func(srv *api.Server, st *store.Store) {
+		huma.Register(srv.API(), huma.Operation{OperationID: "get-test-events", Method: http.MethodGet,
+			Path: api.Prefix + "/test/{kind}/{name}/events"},
+			func(ctx context.Context, p *in) (*struct{}, error) {
+				if p.Name == "huma" {
+					return nil, huma.Error404NotFound("no events")
+				}
+				_, err := st.GetResource(ctx, p.Kind, p.Name)
+				return nil, srv.ErrorFor(ctx, err, "path")
+			})
+	})
+	b.do(http.MethodGet, "/api/v1/test/vpc/x/events", nil).wantProblem(t, http.StatusNotFound, "")
+	b.do(http.MethodGet, "/api/v1/test/vpc/huma/events", nil).wantProblem(t, http.StatusNotFound, "")
 	var doc struct {
 		Paths map[string]json.RawMessage `json:"paths"`
 	}
 	b.do(http.MethodGet, "/openapi.json", nil).want(t, http.StatusOK).decode(t, &doc)
-	if _, ok := doc.Paths["/api/v1/resources/{kind}/{name}/events"]; !ok {
+	if _, ok := doc.Paths["/api/v1/test/{kind}/{name}/events"]; !ok {
 		t.Error("a route registered after New is missing from /openapi.json")
 	}
 }
