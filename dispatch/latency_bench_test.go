@@ -1,0 +1,72 @@
+package dispatch_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// BenchmarkLatencyStages breaks the latency benchmark's figure (claim →
+// resource updated) into stages, from database timestamps: scheduled →
+// claimed (the claim transaction's start), → the claim statement's end, →
+// the completion's outbox insert, → the drain. It feeds 2,000 leaves/s for
+// 3 s through the inline HTTP path (as benchLatency does) with two logging
+// triggers added to its private database, and prints p50/p90/p99/max per
+// stage. A tool for finding where the tail comes from; BenchmarkDispatch
+// reports the figure itself.
+//
+// Run: go test ./dispatch -run '^$' -bench LatencyStages -benchtime 1x
+func BenchmarkLatencyStages(b *testing.B) {
+	const rate, every = 2000, 10 * time.Millisecond
+	for range b.N {
+		x := newBenchDispatch(b, false)
+		x.exec(`CREATE TABLE stage_log (resource_id uuid, stage text, t timestamptz)`)
+		x.exec(`CREATE FUNCTION stage_completed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+			INSERT INTO stage_log SELECT resource_id, 'completed', clock_timestamp() FROM nr; RETURN NULL; END $$`)
+		x.exec(`CREATE TRIGGER stage_completed AFTER INSERT ON work_outbox REFERENCING NEW TABLE AS nr
+			FOR EACH STATEMENT EXECUTE FUNCTION stage_completed()`)
+		x.exec(`CREATE FUNCTION stage_claimed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+			INSERT INTO stage_log SELECT resource_id, 'claim statement done', clock_timestamp() FROM nr WHERE type = 'claimed'; RETURN NULL; END $$`)
+		x.exec(`CREATE TRIGGER stage_claimed AFTER INSERT ON resource_events REFERENCING NEW TABLE AS nr
+			FOR EACH STATEMENT EXECUTE FUNCTION stage_claimed()`)
+		per, total := int(rate*every.Seconds()), 3*rate
+		tick := time.NewTicker(every)
+		for sent := 0; sent < total; sent += per {
+			x.exec(`WITH r AS (INSERT INTO resources (kind, kind_version, name, spec)
+				SELECT 'leaf', 1, 'l-' || i, '{}' FROM generate_series($1::int, $2::int) i RETURNING id)
+				SELECT schedule_eligible(array_agg(id)) FROM r`, sent, sent+per-1)
+			<-tick.C
+		}
+		tick.Stop()
+		waitFor(b, time.Minute, "the run to converge", func() bool {
+			var lagging bool
+			must(b, x.db.Pool.QueryRow(x.ctx, `SELECT EXISTS (SELECT 1 FROM resources WHERE synced_gen < generation)`).Scan(&lagging))
+			return !lagging
+		})
+		rows, err := x.db.Pool.Query(x.ctx, `
+		WITH e AS (
+		  SELECT (SELECT at FROM resource_events WHERE resource_id = r.id AND type = 'scheduled' ORDER BY id DESC LIMIT 1) s,
+		         (SELECT at FROM resource_events WHERE resource_id = r.id AND type = 'claimed' ORDER BY id DESC LIMIT 1) c,
+		         (SELECT t FROM stage_log WHERE resource_id = r.id AND stage = 'claim statement done' ORDER BY t DESC LIMIT 1) ce,
+		         (SELECT t FROM stage_log WHERE resource_id = r.id AND stage = 'completed' ORDER BY t DESC LIMIT 1) o,
+		         r.updated_at d
+		    FROM resources r)
+		SELECT stage, percentile_cont(0.5) WITHIN GROUP (ORDER BY v), percentile_cont(0.9) WITHIN GROUP (ORDER BY v),
+		       percentile_cont(0.99) WITHIN GROUP (ORDER BY v), max(v)
+		  FROM (SELECT 1 k, 'scheduled -> claimed' stage, 1000 * extract(epoch FROM c - s) v FROM e
+		        UNION ALL SELECT 2, 'claimed -> claim statement done', 1000 * extract(epoch FROM ce - c) FROM e
+		        UNION ALL SELECT 3, 'claim statement done -> completed', 1000 * extract(epoch FROM o - ce) FROM e
+		        UNION ALL SELECT 4, 'completed -> drained', 1000 * extract(epoch FROM d - o) FROM e
+		        UNION ALL SELECT 5, 'claimed -> drained (the benchmark''s figure)', 1000 * extract(epoch FROM d - c) FROM e) x
+		 GROUP BY k, stage ORDER BY k`)
+		must(b, err)
+		for rows.Next() {
+			var stage string
+			var p50, p90, p99, mx float64
+			must(b, rows.Scan(&stage, &p50, &p90, &p99, &mx))
+			fmt.Printf("%-45s p50 %6.1f  p90 %6.1f  p99 %6.1f  max %6.1f ms\n", stage, p50, p90, p99, mx)
+		}
+		must(b, rows.Err())
+		x.close()
+	}
+}
