@@ -56,7 +56,7 @@ func TestReaperForgetsDeadMembers(t *testing.T) {
 	_, err := e.db.Pool.Exec(ctx, `INSERT INTO cluster_members (member_id, role, last_heartbeat)
 		VALUES ('crashed-recently', 'all', now() - interval '10 minutes'), ('crashed-long-ago', 'all', now() - interval '2 hours')`)
 	must(t, err)
-	must(t, reaper.New(reaper.Config{}, e.st, e.log).RunOnce(ctx))
+	must(t, e.newReaper(reaper.Config{}).RunOnce(ctx))
 	members, err := e.st.ListClusterMembers(ctx, time.Minute)
 	must(t, err)
 	var ids []string

@@ -132,6 +132,9 @@ func TestDispatchThroughTheServer(t *testing.T) {
 	if !strings.Contains(string(m), `converge_dispatch_deliveries_total{endpoint="echo",result="ok"}`) {
 		t.Errorf("/metrics lacks the endpoint's successful deliveries")
 	}
+	if !strings.Contains(string(m), "\nconverge_reaper_event_prune_lag ") {
+		t.Errorf("/metrics lacks the reaper's event prune lag")
+	}
 	// The egress policy refuses a metadata address even in the API.
 	if code, body := s.call("POST", "/endpoints", map[string]any{"name": "evil", "kinds": []map[string]any{{"kind": "echo", "kind_version": 1}},
 		"target": map[string]any{"type": "https", "url": "ftp://169.254.169.254/"}}); code != 422 || !strings.Contains(string(body), "target.url") {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/convergeplane/converge/control/drainer"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/reaper"
@@ -336,7 +338,7 @@ func TestCompletedClaimOutlivesItsLease(t *testing.T) {
 		t.Fatalf("completion = %v, %v; want applied", st, err)
 	}
 	time.Sleep(1100 * time.Millisecond) // the lease lapses
-	r := reaper.New(reaper.Config{}, e.st, e.log)
+	r := e.newReaper(reaper.Config{})
 	must(t, r.RunOnce(ctx))
 	if n := e.count(`SELECT count(*) FROM work_queue WHERE state = 'claimed' AND claim_epoch = $1`, tasks[0].Epoch); n != 1 {
 		t.Fatalf("the reaper re-pended a completed claim (%d rows still claimed at its epoch)", n)
@@ -368,7 +370,7 @@ func TestCrashedClaimIsReclaimedAndFenced(t *testing.T) {
 
 	first := []model.Task{e.claimOneLeaf("doomed-pod")}
 	// The claimer dies. Once the lease lapses, the reaper re-pends the row.
-	r := reaper.New(reaper.Config{}, e.st, e.log)
+	r := e.newReaper(reaper.Config{})
 	waitFor(t, 10*time.Second, "the lapsed claim to be reclaimed", func() bool {
 		must(t, r.RunOnce(ctx))
 		return e.count(`SELECT count(*) FROM work_queue WHERE state = 'pending'`) == 1
@@ -518,7 +520,7 @@ func TestOrphanGrace(t *testing.T) {
 	// Dropped again and left past the window: the reaper removes it.
 	e.apply("comp", "root", compSpec{Children: []childSpec{{Name: "keep"}}})
 	e.waitPhase("leaf", "drop", "Orphaned", 10*time.Second)
-	r := reaper.New(reaper.Config{}, e.st, e.log)
+	r := e.newReaper(reaper.Config{})
 	waitFor(t, 10*time.Second, "the expired orphan to be swept", func() bool {
 		must(t, r.RunOnce(ctx))
 		_, ok := e.get("leaf", "drop")
@@ -541,7 +543,8 @@ func TestReaperBoundsTheEventLog(t *testing.T) {
 	e.listen()
 	ctx := t.Context()
 	const keep = 5
-	r := reaper.New(reaper.Config{EventsKeep: keep}, e.st, e.log)
+	reg := prometheus.NewRegistry()
+	r := e.newReaper(reaper.Config{EventsKeep: keep, Metrics: reg})
 	must(t, r.RunOnce(ctx)) // the reaper's watermark starts at the end of the log
 
 	for i := range 4 {
@@ -568,5 +571,48 @@ func TestReaperBoundsTheEventLog(t *testing.T) {
 	if len(types) != keep || types[keep-1] != "succeeded" || types[keep-2] != "claimed" || types[keep-3] != "scheduled" {
 		t.Errorf("x's log after the reaper = %q, want the newest %d ending scheduled, claimed, succeeded", types, keep)
 	}
+	if lag := pruneLag(t, reg); lag != 0 {
+		t.Errorf("event_prune_lag after a caught-up pass = %v, want 0", lag)
+	}
+
+	// A reaper that may look at one 10-id window a pass falls behind a burst,
+	// says so, and works it off over its next passes.
+	slowReg := prometheus.NewRegistry()
+	slow := e.newReaper(reaper.Config{EventsKeep: keep, Limit: 1, Interval: time.Microsecond, Metrics: slowReg})
+	must(t, slow.RunOnce(ctx))
+	for i := range 4 {
+		e.apply("leaf", "x", map[string]any{"v": 10 + i})
+		waitFor(t, 10*time.Second, "x synced at its new generation", func() bool {
+			x, ok := e.get("leaf", "x")
+			return ok && x.Phase == "Ready" && x.Generation == int64(5+i)
+		})
+	}
+	must(t, slow.RunOnce(ctx))
+	if lag := pruneLag(t, slowReg); lag <= 0 {
+		t.Errorf("event_prune_lag after one 10-id window over 12 new events = %v, want > 0", lag)
+	}
+	for range 3 {
+		must(t, slow.RunOnce(ctx))
+	}
+	if lag := pruneLag(t, slowReg); lag != 0 {
+		t.Errorf("event_prune_lag after passes enough to catch up = %v, want 0", lag)
+	}
+	if n := e.count(`SELECT count(*) FROM resource_events WHERE resource_id = $1`, id); n != keep {
+		t.Errorf("x kept %d events after the slow reaper caught up, want %d", n, keep)
+	}
 	e.checkInvariants()
+}
+
+// pruneLag reads converge_reaper_event_prune_lag from reg.
+func pruneLag(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	must(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "converge_reaper_event_prune_lag" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("converge_reaper_event_prune_lag is not registered")
+	return 0
 }

@@ -53,7 +53,8 @@ func newEngine(t testing.TB, o engineOpts) *engine {
 		t.Cleanup(d.Stop)
 	}
 	if o.reaper != nil {
-		r := reaper.New(*o.reaper, st, log)
+		r, err := reaper.New(*o.reaper, st, log)
+		must(t, err)
 		must(t, r.Start(ctx))
 		t.Cleanup(r.Stop)
 	}
@@ -196,4 +197,12 @@ func (c *callLog) get(key string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.n[key]
+}
+
+// newReaper returns a reaper over e's store; tests run its passes by hand.
+func (e *engine) newReaper(cfg reaper.Config) *reaper.Reaper {
+	e.t.Helper()
+	r, err := reaper.New(cfg, e.st, e.log)
+	must(e.t, err)
+	return r
 }

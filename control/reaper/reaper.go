@@ -11,8 +11,11 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/startstop"
@@ -40,6 +43,8 @@ type Config struct {
 	// in the cluster view (as not ready) before it is forgotten. Defaults
 	// to 1h.
 	MemberRetention time.Duration
+	// Metrics, if set, receives converge_reaper_event_prune_lag.
+	Metrics prometheus.Registerer
 }
 
 // Defaults for Config.
@@ -73,11 +78,20 @@ type Reaper struct {
 	loop    startstop.Loop
 	eventWM int64
 	swept   time.Time // the last lagging sweep
+	lag     prometheus.Gauge
 }
 
-// New returns a Reaper.
-func New(cfg Config, st *store.Store, log *slog.Logger) *Reaper {
-	return &Reaper{cfg: cfg.withDefaults(), store: st, log: log, eventWM: store.PruneEventsFromEnd}
+// New returns a Reaper. It fails only if cfg.Metrics refuses its gauge.
+func New(cfg Config, st *store.Store, log *slog.Logger) (*Reaper, error) {
+	r := &Reaper{cfg: cfg.withDefaults(), store: st, log: log, eventWM: store.PruneEventsFromEnd,
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "converge", Subsystem: "reaper", Name: "event_prune_lag",
+			Help: "Event ids logged since this pod's event prune last looked (0 when caught up): a pod that falls behind a burst works it off over its next passes."})}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(r.lag); err != nil {
+			return nil, fmt.Errorf("reaper metrics: %w", err)
+		}
+	}
+	return r, nil
 }
 
 // Start launches the reaper loop.
@@ -152,16 +166,21 @@ func (r *Reaper) RunOnce(ctx context.Context) error {
 // others.
 func (r *Reaper) pruneEvents(ctx context.Context, lo, hi int) error {
 	window := r.cfg.Limit * 10
-	for start := time.Now(); time.Since(start) < r.cfg.Interval/2; {
+	for start := time.Now(); ; { // at least one window a pass
 		wm, err := r.store.PruneEvents(ctx, lo, hi, r.eventWM, r.cfg.EventsKeep, window)
 		if err != nil {
 			return err
 		}
 		caughtUp := r.eventWM >= 0 && wm < r.eventWM+int64(window)
 		r.eventWM = wm
-		if caughtUp {
-			return nil
+		if caughtUp || time.Since(start) >= r.cfg.Interval/2 {
+			break
 		}
 	}
+	last, err := r.store.EventsLastID(ctx)
+	if err != nil {
+		return err
+	}
+	r.lag.Set(float64(max(last-r.eventWM, 0)))
 	return nil
 }

@@ -35,6 +35,16 @@ func (s *Store) SweepExpiredOrphans(ctx context.Context, lo, hi, limit int) (int
 	return s.scalarInt(ctx, "sweep orphans", `SELECT sweep_expired_orphans($1, $2, $3)`, lo, hi, limit)
 }
 
+// EventsLastID returns the last event id handed out (0 before the first),
+// what a prune watermark is measured against.
+func (s *Store) EventsLastID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('resource_events', 'id')::regclass), 0)`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("last event id: %w", err)
+	}
+	return id, nil
+}
+
 // PruneEventsFromEnd is the sinceID that starts PruneEvents at the end of
 // the log, for a reaper that has no watermark yet.
 const PruneEventsFromEnd int64 = -1

@@ -122,9 +122,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		}}, s.store, lis.Subscribe("cluster_changed"), log)
 	s.services = []service{lis, member, kinds}
 	if control {
+		rp, err := reaper.New(reaper.Config{Range: member.Range, RetryWindow: cfg.ReaperRetryWindow, Metrics: metrics}, s.store, log)
+		if err != nil {
+			return nil, err
+		}
 		s.services = append(s.services,
-			drainer.New(drainer.Config{Range: member.Range}, s.store, lis.Subscribe("outbox_ready"), log),
-			reaper.New(reaper.Config{Range: member.Range, RetryWindow: cfg.ReaperRetryWindow}, s.store, log))
+			drainer.New(drainer.Config{Range: member.Range}, s.store, lis.Subscribe("outbox_ready"), log), rp)
 	}
 	var callbacks http.Handler
 	if dispatching {
