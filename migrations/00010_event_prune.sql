@@ -27,30 +27,28 @@ DROP FUNCTION prune_resource_events(bigint, int, int);
 
 -- prune_resource_events keeps the newest p_keep events of each resource in
 -- shards [p_lo, p_hi] that logged an event with an id in
--- (p_since_id, p_since_id + p_limit], and returns the window's upper end:
--- the watermark to pass next time.
+-- (p_since_id, p_since_id + p_limit]. It returns the window's upper end,
+-- the watermark to pass next time, and the last id handed out, which the
+-- caller reports its lag against.
 -- +goose StatementBegin
-CREATE FUNCTION prune_resource_events(p_lo int, p_hi int, p_since_id bigint, p_keep int, p_limit int) RETURNS bigint
+CREATE FUNCTION prune_resource_events(p_lo int, p_hi int, p_since_id bigint, p_keep int, p_limit int,
+                                      OUT watermark bigint, OUT last_id bigint)
 LANGUAGE plpgsql AS $$
-DECLARE
-    v_last bigint;
-    v_top bigint;
 BEGIN
-    -- The last id handed out; one not yet committed is passed over, and its
+    -- An id handed out but not yet committed is passed over, and its
     -- resource pruned the next time it logs.
-    EXECUTE format('SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM %s',
-                   pg_get_serial_sequence('resource_events', 'id'))
-       INTO v_last;
+    last_id := coalesce(pg_sequence_last_value(pg_get_serial_sequence('resource_events', 'id')::regclass), 0);
     IF p_since_id < 0 THEN
-        p_since_id := GREATEST(v_last - p_limit, 0);
+        p_since_id := GREATEST(last_id - p_limit, 0);
     END IF;
-    v_top := LEAST(p_since_id + p_limit, v_last);
-    IF v_top <= p_since_id THEN
-        RETURN p_since_id;
+    watermark := LEAST(p_since_id + p_limit, last_id);
+    IF watermark <= p_since_id THEN
+        watermark := p_since_id;
+        RETURN;
     END IF;
     WITH t AS (
         SELECT DISTINCT resource_id FROM resource_events
-         WHERE id > p_since_id AND id <= v_top AND shard_of(resource_id) BETWEEN p_lo AND p_hi
+         WHERE id > p_since_id AND id <= watermark AND shard_of(resource_id) BETWEEN p_lo AND p_hi
     ), cut AS (
         SELECT t.resource_id, c.id
           FROM t CROSS JOIN LATERAL (
@@ -59,7 +57,6 @@ BEGIN
     )
     DELETE FROM resource_events e USING cut
      WHERE e.resource_id = cut.resource_id AND e.id < cut.id;
-    RETURN v_top;
 END
 $$;
 -- +goose StatementEnd

@@ -24,7 +24,7 @@ func (s *Server) registerCluster() {
 		OperationID: "list-cluster-members", Method: http.MethodGet, Path: "/cluster-members", Tags: []string{"Cluster"},
 		Summary: "List the running converge processes",
 		Description: "Each member's role, shard range, in-flight tasks, version and last heartbeat. Ready is derived from the " +
-			"heartbeat's age (three missed beats); a crashed member stays listed, not ready, until its row is collected.",
+			"heartbeat's age (three missed beats); a crashed member stays listed, not ready, for an hour, then the reaper forgets it.",
 	}, nil, s.listClusterMembers)
 }
 

@@ -167,20 +167,15 @@ func (r *Reaper) RunOnce(ctx context.Context) error {
 func (r *Reaper) pruneEvents(ctx context.Context, lo, hi int) error {
 	window := r.cfg.Limit * 10
 	for start := time.Now(); ; { // at least one window a pass
-		wm, err := r.store.PruneEvents(ctx, lo, hi, r.eventWM, r.cfg.EventsKeep, window)
+		wm, last, err := r.store.PruneEvents(ctx, lo, hi, r.eventWM, r.cfg.EventsKeep, window)
 		if err != nil {
 			return err
 		}
 		caughtUp := r.eventWM >= 0 && wm < r.eventWM+int64(window)
 		r.eventWM = wm
+		r.lag.Set(float64(max(last-wm, 0)))
 		if caughtUp || time.Since(start) >= r.cfg.Interval/2 {
-			break
+			return nil
 		}
 	}
-	last, err := r.store.EventsLastID(ctx)
-	if err != nil {
-		return err
-	}
-	r.lag.Set(float64(max(last-r.eventWM, 0)))
-	return nil
 }

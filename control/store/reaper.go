@@ -35,31 +35,21 @@ func (s *Store) SweepExpiredOrphans(ctx context.Context, lo, hi, limit int) (int
 	return s.scalarInt(ctx, "sweep orphans", `SELECT sweep_expired_orphans($1, $2, $3)`, lo, hi, limit)
 }
 
-// EventsLastID returns the last event id handed out (0 before the first),
-// what a prune watermark is measured against.
-func (s *Store) EventsLastID(ctx context.Context) (int64, error) {
-	var id int64
-	if err := s.pool.QueryRow(ctx, `SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('resource_events', 'id')::regclass), 0)`).Scan(&id); err != nil {
-		return 0, fmt.Errorf("last event id: %w", err)
-	}
-	return id, nil
-}
-
 // PruneEventsFromEnd is the sinceID that starts PruneEvents at the end of
 // the log, for a reaper that has no watermark yet.
 const PruneEventsFromEnd int64 = -1
 
 // PruneEvents keeps the newest keep events of each resource in shards
-// [lo, hi] that logged an event with an id in (sinceID, sinceID+limit], and
+// [lo, hi] that logged an event with an id in (sinceID, sinceID+limit]. It
 // returns the watermark to pass next time (the window's end, at most the
-// last id handed out). A returned watermark below sinceID+limit means the
-// log is caught up.
-func (s *Store) PruneEvents(ctx context.Context, lo, hi int, sinceID int64, keep, limit int) (int64, error) {
-	var w int64
-	if err := s.pool.QueryRow(ctx, `SELECT prune_resource_events($1, $2, $3, $4, $5)`, lo, hi, sinceID, keep, limit).Scan(&w); err != nil {
-		return sinceID, fmt.Errorf("prune events: %w", err)
+// last id handed out; below sinceID+limit, the log is caught up) and the
+// last id handed out, to measure the watermark's lag against.
+func (s *Store) PruneEvents(ctx context.Context, lo, hi int, sinceID int64, keep, limit int) (watermark, lastID int64, err error) {
+	if err := s.pool.QueryRow(ctx, `SELECT watermark, last_id FROM prune_resource_events($1, $2, $3, $4, $5)`,
+		lo, hi, sinceID, keep, limit).Scan(&watermark, &lastID); err != nil {
+		return sinceID, 0, fmt.Errorf("prune events: %w", err)
 	}
-	return w, nil
+	return watermark, lastID, nil
 }
 
 func (s *Store) scalarInt(ctx context.Context, what, sql string, args ...any) (int, error) {

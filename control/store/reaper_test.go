@@ -49,7 +49,7 @@ func TestPruneEvents(t *testing.T) {
 	prune := func(lo, hi int, since int64) int64 {
 		t.Helper()
 		for {
-			wm, err := st.PruneEvents(ctx, lo, hi, since, keep, window)
+			wm, _, err := st.PruneEvents(ctx, lo, hi, since, keep, window)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,6 +71,13 @@ func TestPruneEvents(t *testing.T) {
 	logEvents(a, 150)
 	logEvents(b, 20)
 	all := prune(0, 255, start)
+	var maxID int64
+	if err := db.Pool.QueryRow(ctx, `SELECT max(id) FROM resource_events`).Scan(&maxID); err != nil {
+		t.Fatal(err)
+	}
+	if wm, last, err := st.PruneEvents(ctx, 0, 255, all, keep, window); err != nil || wm != maxID || last != maxID {
+		t.Errorf("caught-up prune = watermark %d, last id %d, %v; want both %d", wm, last, err, maxID)
+	}
 	if n := left(a); n != keep {
 		t.Errorf("a kept %d events, want %d", n, keep)
 	}
