@@ -80,35 +80,16 @@ func TestJSONSchemaTestSuite(t *testing.T) {
 	}
 }
 
-// findSuite locates shared/testdata/json-schema-test-suite. It honours
-// JSON_SCHEMA_TEST_SUITE, else walks up from the working directory looking
-// for a shared/ folder, which sits beside the repository (CI clones the repo
-// into a folder with a copy of shared/ next to it).
+// findSuite returns the repository's vendored copy of the suite
+// (testdata/json-schema-test-suite, see its SOURCE.md). go test runs in the
+// package directory, so the path is fixed relative to it.
 func findSuite(t *testing.T) string {
 	t.Helper()
-	if dir := os.Getenv("JSON_SCHEMA_TEST_SUITE"); dir != "" {
-		if _, err := os.Stat(filepath.Join(dir, "draft2020-12")); err != nil {
-			t.Fatalf("JSON_SCHEMA_TEST_SUITE=%s: %v", dir, err)
-		}
-		return dir
+	dir := filepath.Join("..", "..", "testdata", "json-schema-test-suite")
+	if _, err := os.Stat(filepath.Join(dir, "draft2020-12")); err != nil {
+		t.Fatalf("vendored JSON-Schema-Test-Suite missing: %v", err)
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tried []string
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		cand := filepath.Join(dir, "shared", "testdata", "json-schema-test-suite")
-		tried = append(tried, cand)
-		if _, err := os.Stat(filepath.Join(cand, "draft2020-12")); err == nil {
-			return cand
-		}
-		if filepath.Dir(dir) == dir {
-			break
-		}
-	}
-	t.Fatalf("JSON-Schema-Test-Suite not found; set JSON_SCHEMA_TEST_SUITE or put shared/ beside the repository. Looked in:\n  %s", strings.Join(tried, "\n  "))
-	return ""
+	return dir
 }
 
 // memLoader serves the suite's remotes at http://localhost:1234/ from memory
