@@ -10,7 +10,7 @@ import (
 )
 
 // TestLatticeGoAndDatabaseAgree runs every lattice case through both halves:
-// model.ValidateManifest and the validate_kind_manifest() CHECK, written
+// model.ValidateManifest and the kind_manifest_legal trigger, written
 // around the API straight into kind_manifest. Each must accept or refuse
 // exactly what the other does.
 func TestLatticeGoAndDatabaseAgree(t *testing.T) {

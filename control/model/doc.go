@@ -6,7 +6,7 @@
 // A kind is pure data. The core never reads a kind name; it routes work by
 // the (Trigger, Emits) masks of the kind's reactions and by the exact
 // (kind, kind_version) a resource pins. ValidateManifest is the Go half of the
-// lattice; the database's validate_kind_manifest() CHECK is the other half, so
+// lattice; the database's kind_manifest_legal trigger is the other half, so
 // a bad manifest cannot be stored even by a writer that bypasses the API. The
 // two must agree rule for rule.
 package model

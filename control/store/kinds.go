@@ -317,7 +317,8 @@ func checkStable(m *model.KindManifest, oldSpec, newSpec, oldConfig, newConfig j
 
 // manifestWriteError maps the constraint violations a manifest write can hit.
 // model.ValidateManifest mirrors validate_kind_manifest(), so reaching the
-// CHECK means the two halves disagree; the request is still refused cleanly.
+// kind_manifest_legal trigger (a check_violation, as a CHECK raises) means
+// the two halves disagree; the request is still refused cleanly.
 func manifestWriteError(err error) error {
 	code, pe := pgCode(err)
 	if code == codeCheckViolation {

@@ -1,6 +1,7 @@
 // Package modeltest holds shared test data for the model: the legality
 // lattice's cases, run against both model.ValidateManifest and the
-// database's validate_kind_manifest() CHECK so the two halves cannot drift.
+// database's kind_manifest_legal trigger (validate_kind_manifest) so the
+// two halves cannot drift.
 package modeltest
 
 import "github.com/convergeplane/converge/control/model"
@@ -15,7 +16,8 @@ type LatticeCase struct {
 
 // LatticeCases are manifests with the rule each breaks ("" = legal). The
 // integration suite runs the same cases against the database's
-// validate_kind_manifest() CHECK, so the two halves cannot drift apart.
+// kind_manifest_legal trigger (validate_kind_manifest), so the two halves
+// cannot drift apart.
 func LatticeCases() []LatticeCase {
 	r := func(name string, t model.Trigger, emits ...string) model.ReactionDecl {
 		return model.ReactionDecl{Name: name, Trigger: t, Emits: emits}

@@ -1,0 +1,104 @@
+-- Completion: outcomes enter the outbox, fenced by the claim. A completion
+-- never updates the work row: work_outbox is keyed by the claim (shard_id,
+-- task_id, claim_epoch), so a repeat conflicts and is a duplicate; the drain
+-- applies the outcome and finishes the row.
+
+-- complete_tasks records outcomes for claimed tasks. An outcome is accepted only
+-- if its row is still claimed at that claim_epoch and none is recorded for the
+-- claim yet (applied, and not listed in the result); a repeat of an accepted
+-- completion is 'duplicate' (a no-op success), recognised from the outbox or,
+-- once drained, from the resource's last_task_id/last_task_epoch; anything
+-- else is 'superseded' (the claim was reclaimed or re-pended, or its resource
+-- is gone).
+CREATE OR REPLACE FUNCTION complete_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_resource_ids uuid[],
+                               p_outcomes jsonb[], p_errors text[], p_terminals boolean[])
+RETURNS TABLE (task_id uuid, result text)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+#variable_conflict use_column
+DECLARE
+    v_applied uuid[];
+BEGIN
+    WITH ins AS (
+        INSERT INTO work_outbox (shard_id, resource_id, task_id, task_type, kind, kind_version, trigger, claim_epoch, claimed_at, generation, emits, outcome, error, terminal)
+        SELECT w.shard_id, w.resource_id, w.task_id, w.task_type, w.kind, w.kind_version, w.trigger, w.claim_epoch, w.claimed_at, w.claimed_gen, w.emits,
+               i.outcome, i.error, coalesce(i.terminal, false)
+          FROM unnest(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals)
+                 AS i(task_id, shard_id, epoch, outcome, error, terminal)
+          JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id
+         WHERE w.claim_epoch = i.epoch AND w.state = 'claimed'
+           -- A repeat while the drain is finishing the task sees its outbox
+           -- row still (the delete is not committed) and does not wait on it.
+           AND NOT EXISTS (SELECT 1 FROM work_outbox o
+                            WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
+        ON CONFLICT (shard_id, task_id, claim_epoch) DO NOTHING
+        RETURNING work_outbox.task_id
+    )
+    SELECT array_agg(ins.task_id) INTO v_applied FROM ins;
+    IF v_applied IS NOT NULL THEN
+        PERFORM notify_gated('outbox_ready');
+    END IF;
+    -- Only the tasks not applied are answered; the caller takes silence for
+    -- 'applied', so the common case costs no second probe per task.
+    RETURN QUERY
+    SELECT i.task_id,
+           CASE WHEN EXISTS (SELECT 1 FROM work_outbox o
+                              WHERE o.shard_id = i.shard_id AND o.task_id = i.task_id AND o.claim_epoch = i.epoch)
+                  OR EXISTS (SELECT 1 FROM resources r
+                              WHERE r.id = i.resource_id AND r.last_task_id = i.task_id AND r.last_task_epoch = i.epoch)
+                THEN 'duplicate' ELSE 'superseded' END
+      FROM unnest(p_task_ids, p_shards, p_epochs, p_resource_ids) AS i(task_id, shard_id, epoch, resource_id)
+      LEFT JOIN unnest(v_applied) AS a(task_id) ON a.task_id = i.task_id
+     WHERE a.task_id IS NULL;
+END
+$$;
+
+-- expire_async_tasks ends asynchronous deliveries (the provider answered 202)
+-- whose lease lapsed without a callback: each task still claimed at its epoch
+-- with lease_until <= now() is completed with a transient error (an attempt
+-- is burnt and the drain backs it off), under a row lock so a heartbeat that
+-- races it either lands first (the lease moved: 'held') or finds the task
+-- completed. It returns one row per input: 'expired' (completed now), 'held'
+-- (still claimed; lease_until says until when) or 'gone' (completed by a
+-- callback, superseded, or removed).
+CREATE OR REPLACE FUNCTION expire_async_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_message text)
+RETURNS TABLE (task_id uuid, state text, lease_until timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids uuid[];
+    v_shards smallint[];
+    v_epochs bigint[];
+    v_rids uuid[];
+    v_lost uuid[];
+    n int;
+BEGIN
+    SELECT array_agg(c.task_id), array_agg(c.shard_id), array_agg(c.claim_epoch), array_agg(c.resource_id)
+      INTO v_ids, v_shards, v_epochs, v_rids
+      FROM (SELECT w.task_id, w.shard_id, w.claim_epoch, w.resource_id
+              FROM work_queue w
+              JOIN unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
+                ON w.shard_id = i.shard_id AND w.task_id = i.task_id
+             WHERE w.claim_epoch = i.epoch AND w.state = 'claimed' AND w.lease_until <= now()
+               AND NOT EXISTS (SELECT 1 FROM work_outbox o
+                                WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
+               FOR UPDATE OF w) c;
+    IF v_ids IS NOT NULL THEN
+        n := cardinality(v_ids);
+        -- A callback that lands between the probe and this insert wins:
+        -- the expiry is then not applied and the task reads as gone.
+        SELECT array_agg(x.task_id) INTO v_lost
+          FROM complete_tasks(v_ids, v_shards, v_epochs, v_rids,
+                 array_fill(NULL::jsonb, ARRAY[n]), array_fill(p_message, ARRAY[n]), array_fill(false, ARRAY[n])) x;
+    END IF;
+    RETURN QUERY
+    SELECT i.task_id,
+           CASE WHEN i.task_id = ANY (coalesce(v_ids, '{}')) AND NOT i.task_id = ANY (coalesce(v_lost, '{}')) THEN 'expired'
+                WHEN w.state = 'claimed' AND w.claim_epoch = i.epoch AND NOT EXISTS (
+                        SELECT 1 FROM work_outbox o WHERE o.shard_id = i.shard_id AND o.task_id = i.task_id AND o.claim_epoch = i.epoch)
+                     THEN 'held'
+                ELSE 'gone' END,
+           CASE WHEN w.state = 'claimed' AND w.claim_epoch = i.epoch THEN w.lease_until END
+      FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
+      LEFT JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id;
+END
+$$;

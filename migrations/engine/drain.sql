@@ -1,0 +1,190 @@
+-- The drain: apply task outcomes from work_outbox to resources. Results never
+-- write resources directly; they land in the outbox, and this is the one
+-- writer. Its resources UPDATE touches no indexed column and the table keeps
+-- 30% of each page free, so the update is HOT.
+
+-- drain_outbox_batch pops up to p_limit outcomes in [p_lo, p_hi] and applies
+-- them: composition first (its failure becomes a terminal failure), then the
+-- work rows (a transient failure re-pends its row with jittered exponential
+-- backoff, and past max_transient_attempts turns terminal; anything else
+-- deletes the row), then one coalesced resources UPDATE (status,
+-- spec_gen/synced_gen, health_ok, failure_gen — only the parts the reaction's
+-- emits mask allows — and last_task_*), conditions on transition with stale
+-- False rows cleared on recovery, events, value flows, re-scheduling.
+CREATE OR REPLACE FUNCTION drain_outbox_batch(p_lo int, p_hi int, p_limit int, p_retry_base_ms int, p_retry_max_ms int)
+RETURNS int
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_out work_outbox[];
+    v_tids tid[];
+    v_tabs oid[];
+    o work_outbox;
+    v_items drain_item[];
+    v_fail_ids uuid[] := '{}';
+    v_fail_msgs text[] := '{}';
+    v_status_ids uuid[];
+    v_rids uuid[];
+    v_kinds text[];
+    v_vers smallint[];
+    v_los smallint[];
+    v_ids uuid[];
+    v_rollup uuid[];
+BEGIN
+    -- Pop by TID: lock the batch, then delete exactly those tuples. Joining
+    -- the batch back by key planned as a hash join over the whole outbox,
+    -- once per batch, which grew with the backlog.
+    SELECT array_agg(ctid), array_agg(tableoid) INTO v_tids, v_tabs
+      FROM (SELECT ctid, tableoid FROM work_outbox
+             WHERE shard_id BETWEEN p_lo AND p_hi
+             LIMIT p_limit FOR UPDATE SKIP LOCKED) s;
+    IF v_tids IS NULL THEN RETURN 0; END IF;
+    WITH d AS (
+        DELETE FROM work_outbox x
+         WHERE x.shard_id BETWEEN p_lo AND p_hi
+           AND x.ctid = ANY (v_tids)
+           AND (x.tableoid, x.ctid) IN (SELECT * FROM unnest(v_tabs, v_tids))
+        RETURNING x.*)
+    SELECT array_agg(d ORDER BY d.id) INTO v_out FROM d;
+    IF v_out IS NULL THEN RETURN 0; END IF;
+
+    -- Composition, one root at a time, for outcomes whose claim still holds;
+    -- a bad outcome fails only its own task.
+    FOR o IN
+        SELECT x.* FROM unnest(v_out) x
+          JOIN work_queue w ON w.shard_id = x.shard_id AND w.resource_id = x.resource_id AND w.task_type = x.task_type
+         WHERE x.emits & 7 <> 0 AND x.error IS NULL AND x.outcome IS NOT NULL
+           AND (x.outcome ? 'children' OR x.outcome ? 'edges' OR x.outcome ? 'configs')
+           AND w.claim_epoch = x.claim_epoch AND w.state = 'claimed'
+         ORDER BY x.id
+    LOOP
+        BEGIN
+            PERFORM apply_compose(o.resource_id, o.outcome, o.emits);
+        EXCEPTION WHEN OTHERS THEN
+            v_fail_ids := v_fail_ids || o.task_id;
+            v_fail_msgs := v_fail_msgs || ('composition rejected: ' || SQLERRM);
+        END;
+    END LOOP;
+
+    -- Finalise the work rows still claimed at each outcome's epoch (a stale
+    -- outcome matches none and is dropped): a transient failure re-pends
+    -- its row with a jittered backoff; anything else deletes it. The
+    -- conditions read the row itself, so a concurrent re-schedule that
+    -- bumped its generation is seen (EvalPlanQual) and becomes a rerun.
+    WITH src AS (
+        SELECT x.*, coalesce(f.msg, x.error) AS err, (f.msg IS NOT NULL OR x.terminal) AS term0,
+               coalesce(kc.max_transient_attempts, 0) AS max_attempts, m.rollup_reaction IS NOT NULL AS has_rollup
+          FROM unnest(v_out) x
+          LEFT JOIN unnest(v_fail_ids, v_fail_msgs) AS f(task_id, msg) ON f.task_id = x.task_id
+          LEFT JOIN kind_config kc ON kc.kind = x.kind AND kc.kind_version = x.kind_version
+          LEFT JOIN kind_manifest m ON m.kind = x.kind AND m.kind_version = x.kind_version
+    ), retry AS (
+        UPDATE work_queue w SET
+            state = 'pending',
+            attempts = w.attempts + 1,
+            not_before = now() + make_interval(secs => LEAST(p_retry_max_ms, p_retry_base_ms * power(2, LEAST(w.attempts, 20)))
+                                                       * (0.5 + random() / 2) / 1000.0),
+            last_error = s.err,
+            claimed_by = NULL,
+            lease_until = NULL
+          FROM src s
+         WHERE w.shard_id BETWEEN p_lo AND p_hi
+           AND w.shard_id = s.shard_id AND w.resource_id = s.resource_id AND w.task_type = s.task_type
+           AND w.claim_epoch = s.claim_epoch AND w.state = 'claimed'
+           AND s.err IS NOT NULL AND NOT s.term0 AND w.generation = w.claimed_gen
+           AND NOT (s.max_attempts > 0 AND w.attempts + 1 >= s.max_attempts)
+        RETURNING ROW(w.resource_id, s.task_id, s.claim_epoch, s.claimed_at, s.trigger, s.generation, s.emits, s.outcome,
+            s.err, false, false, w.rollup_dirty, s.has_rollup)::drain_item AS item, w.kind, w.kind_version, w.claim_lo
+    ), fin AS (
+        DELETE FROM work_queue w
+         USING src s
+         WHERE w.shard_id BETWEEN p_lo AND p_hi
+           AND w.shard_id = s.shard_id AND w.resource_id = s.resource_id AND w.task_type = s.task_type
+           AND w.claim_epoch = s.claim_epoch AND w.state = 'claimed'
+           AND NOT (s.err IS NOT NULL AND NOT s.term0 AND w.generation = w.claimed_gen
+                    AND NOT (s.max_attempts > 0 AND w.attempts + 1 >= s.max_attempts))
+        RETURNING ROW(w.resource_id, s.task_id, s.claim_epoch, s.claimed_at, s.trigger, s.generation, s.emits, s.outcome,
+            CASE WHEN s.err IS NULL THEN NULL
+                 WHEN NOT s.term0 AND w.generation = w.claimed_gen
+                      THEN format('gave up after %s transient attempts: %s', w.attempts + 1, s.err)
+                 ELSE s.err END,
+            s.term0 OR (s.err IS NOT NULL AND w.generation = w.claimed_gen),
+            w.generation > w.claimed_gen,
+            w.rollup_dirty,
+            s.has_rollup)::drain_item AS item, w.kind, w.kind_version, w.claim_lo
+    )
+    SELECT array_agg(item), array_agg((item).resource_id), array_agg(kind), array_agg(kind_version), array_agg(claim_lo)
+      INTO v_items, v_rids, v_kinds, v_vers, v_los
+      FROM (SELECT * FROM retry UNION ALL SELECT * FROM fin) x;
+    IF v_items IS NULL THEN RETURN 0; END IF;
+    -- Capped kinds get their tokens back as their tasks leave the claimed state.
+    PERFORM inflight_release(v_kinds, v_vers, v_los);
+
+    SELECT array_agg(i.resource_id) INTO v_status_ids
+      FROM unnest(v_items) i JOIN resources r ON r.id = i.resource_id
+     WHERE r.id = ANY (v_rids) AND i.error IS NULL AND i.emits & 8 <> 0 AND jsonb_typeof(i.outcome->'status') NOT IN ('null')
+       AND r.status IS DISTINCT FROM i.outcome->'status'
+       AND EXISTS (SELECT 1 FROM resource_deps d WHERE d.dependency_id = i.resource_id);
+
+    UPDATE resources r SET
+        status = CASE WHEN i.error IS NULL AND i.emits & 8 <> 0 AND jsonb_typeof(i.outcome->'status') NOT IN ('null')
+                      THEN i.outcome->'status' ELSE r.status END,
+        spec_gen = CASE WHEN i.error IS NULL AND i.trigger = 'specChange'
+                        THEN GREATEST(r.spec_gen, LEAST(i.generation, r.generation)) ELSE r.spec_gen END,
+        synced_gen = CASE WHEN i.error IS NULL AND (i.trigger IN ('childrenSettled','resync') OR (i.trigger = 'specChange' AND NOT i.has_rollup))
+                          THEN GREATEST(r.synced_gen, LEAST(i.generation, r.generation)) ELSE r.synced_gen END,
+        health_ok = CASE WHEN i.error IS NOT NULL THEN r.health_ok
+                         ELSE NOT (i.emits & 16 <> 0 AND coalesce(jsonb_path_exists(i.outcome, '$.conditions[*] ? (@.type == "Ready" && @.status == "False")'), false)) END,
+        failure_gen = CASE WHEN i.error IS NULL THEN 0 ELSE i.generation END,
+        failure_terminal = CASE WHEN i.error IS NULL THEN false ELSE i.terminal END,
+        last_error = i.error,
+        last_task_id = i.task_id,
+        last_task_epoch = i.claim_epoch,
+        last_claimed_at = i.claimed_at,
+        updated_at = now()
+      FROM unnest(v_items) i
+     WHERE r.id = i.resource_id
+       AND r.id = ANY (v_rids); -- an index lookup, not a scan of every resource per batch
+
+    -- Conditions: written on transition; a stored False not re-reported is
+    -- cleared the moment the resource reconciles cleanly.
+    INSERT INTO resource_conditions AS c (resource_id, type, status, reason, message)
+    SELECT i.resource_id, x->>'type', x->>'status', coalesce(x->>'reason', ''), coalesce(x->>'message', '')
+      FROM unnest(v_items) i CROSS JOIN LATERAL jsonb_array_elements(i.outcome->'conditions') x
+     WHERE i.error IS NULL AND i.emits & 16 <> 0 AND jsonb_typeof(i.outcome->'conditions') = 'array'
+    UNION ALL
+    SELECT i.resource_id, 'Synced', 'False', CASE WHEN i.terminal THEN 'TerminalError' ELSE 'ReconcileError' END, left(i.error, 4096)
+      FROM unnest(v_items) i WHERE i.error IS NOT NULL
+    ON CONFLICT (resource_id, type) DO UPDATE SET
+        status = EXCLUDED.status, reason = EXCLUDED.reason, message = EXCLUDED.message,
+        last_transition_time = CASE WHEN c.status <> EXCLUDED.status THEN now() ELSE c.last_transition_time END
+    WHERE (c.status, c.reason, c.message) IS DISTINCT FROM (EXCLUDED.status, EXCLUDED.reason, EXCLUDED.message);
+
+    -- (Probed first on idx_conditions_false, which holds only False rows:
+    -- on a healthy fleet the batch has none to clear.)
+    IF EXISTS (SELECT 1 FROM resource_conditions c WHERE c.status = 'False' AND c.resource_id = ANY (v_rids)) THEN
+        DELETE FROM resource_conditions c
+         USING unnest(v_items) i
+         WHERE c.resource_id = i.resource_id AND i.error IS NULL AND c.status = 'False'
+           AND NOT (i.emits & 16 <> 0 AND jsonb_typeof(i.outcome->'conditions') = 'array'
+                    AND EXISTS (SELECT 1 FROM jsonb_array_elements(i.outcome->'conditions') x WHERE x->>'type' = c.type));
+    END IF;
+
+    INSERT INTO resource_events (resource_id, type, generation, message)
+    SELECT i.resource_id, CASE WHEN i.error IS NULL THEN 'succeeded' ELSE 'failed' END, i.generation,
+           CASE WHEN i.error IS NULL THEN i.trigger
+                ELSE format('%s (%s): %s', i.trigger, CASE WHEN i.terminal THEN 'terminal' ELSE 'transient' END, left(i.error, 1024)) END
+      FROM unnest(v_items) i;
+
+    PERFORM substitute_values(v_status_ids);
+
+    -- A leaf's success needs no re-scheduling (its dependents are scheduled
+    -- by the cascade); a rerun, a composer's next step or a failure might.
+    SELECT array_agg(i.resource_id) FILTER (WHERE i.rerun OR (i.error IS NULL AND i.trigger = 'specChange' AND i.has_rollup)),
+           array_agg(i.resource_id) FILTER (WHERE i.rollup_dirty)
+      INTO v_ids, v_rollup
+      FROM unnest(v_items) i;
+    PERFORM schedule_eligible(v_ids);
+    PERFORM schedule_rollup(v_rollup);
+    RETURN cardinality(v_items);
+END
+$$;

@@ -1,0 +1,210 @@
+-- Scheduling: the gate that decides which resource gets a reconcile task, the
+-- upsert that makes scheduling idempotent, the cascade that makes it reactive,
+-- and the operator's "run it again".
+--
+-- Scheduling runs once per apply, so its plan is cached: a custom plan per
+-- call (the default for array parameters) re-plans a partitioned INSERT ...
+-- ON CONFLICT every time, which costs more than the insert. Every lookup is
+-- keyed (id = ANY), so the generic plan is as good as a custom one.
+
+-- enqueue_reconcile upserts reconcile rows. The ON CONFLICT arm is the
+-- generation gate that makes scheduling idempotent: a newer generation
+-- supersedes a pending one, and a claimed row is only marked so the drain
+-- re-evaluates it (never two live tasks for one resource). A finished task's
+-- row is gone (the drain deletes it), so the next one is a plain insert.
+CREATE OR REPLACE FUNCTION enqueue_reconcile(p_ids uuid[], p_triggers text[]) RETURNS int
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    n int;
+BEGIN
+    WITH c AS (
+        SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation, t.trig
+        FROM unnest(p_ids, p_triggers) AS t(id, trig)
+        JOIN resources r ON r.id = t.id
+        WHERE r.id = ANY (p_ids) -- an index lookup whatever the array's size
+    ), up AS (
+        INSERT INTO work_queue AS w (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
+        SELECT shard_id, id, 'reconcile', kind, kind_version, generation, trig FROM c
+        ON CONFLICT (shard_id, resource_id, task_type) DO UPDATE SET
+            generation   = GREATEST(w.generation, EXCLUDED.generation),
+            kind         = CASE WHEN w.state = 'pending' THEN EXCLUDED.kind ELSE w.kind END,
+            kind_version = CASE WHEN w.state = 'pending' THEN EXCLUDED.kind_version ELSE w.kind_version END,
+            trigger      = CASE WHEN w.state = 'pending' THEN EXCLUDED.trigger ELSE w.trigger END,
+            rollup_dirty = w.rollup_dirty OR (w.state = 'claimed' AND EXCLUDED.trigger = 'childrenSettled'),
+            attempts     = CASE WHEN EXCLUDED.generation > w.generation THEN 0 ELSE w.attempts END,
+            not_before   = CASE WHEN w.state = 'pending' AND EXCLUDED.generation > w.generation
+                                THEN now() ELSE w.not_before END
+        WHERE EXCLUDED.generation > w.generation
+           OR (w.state = 'pending' AND w.trigger <> EXCLUDED.trigger)
+           OR (w.state = 'claimed' AND EXCLUDED.trigger = 'childrenSettled' AND NOT w.rollup_dirty)
+        RETURNING w.resource_id, w.state
+    )
+    SELECT count(*) FILTER (WHERE state = 'pending') INTO n FROM up;
+    IF n > 0 THEN
+        PERFORM notify_gated('work_ready');
+    END IF;
+    RETURN n;
+END
+$$;
+
+-- schedule_eligible is the gate. A resource gets a reconcile task when it lags
+-- (generation > synced_gen), is live (not deleting, not frozen, not terminally
+-- failed for this generation), and either its specChange reaction is due and
+-- every upstream is synced, or its rollup is due and no child still progresses.
+-- A kind with nothing to run is synced on the spot. Each resource's
+-- eligibility is evaluated once (c is materialized): measured on 10,000 fresh
+-- leaves, one call, 444-545 ms inlined, 325-350 ms materialized.
+CREATE OR REPLACE FUNCTION schedule_eligible(p_ids uuid[]) RETURNS int
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_ids uuid[];
+    v_trigs text[];
+    v_noop uuid[];
+BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN RETURN 0; END IF;
+    -- MATERIALIZED forces the primary-key lookup: otherwise the planner may
+    -- walk idx_resources_lagging (whose predicate the gate repeats) with
+    -- id = ANY as a filter, which costs O(every lagging resource) per call.
+    -- c is materialized too: inlined, its trig CASE (two EXISTS probes) is
+    -- copied into each of the four expressions that read trig below.
+    WITH t AS MATERIALIZED (
+        SELECT * FROM resources WHERE id = ANY (p_ids)
+    ), c AS MATERIALIZED (
+        SELECT r.id,
+            CASE
+                WHEN r.spec_gen < r.generation AND m.spec_reaction IS NOT NULL THEN
+                    CASE WHEN NOT EXISTS (
+                        SELECT 1 FROM resource_deps d JOIN resources u ON u.id = d.dependency_id
+                        WHERE d.dependent_id = r.id AND u.synced_gen < u.generation)
+                    THEN 'specChange' END
+                WHEN m.rollup_reaction IS NOT NULL THEN
+                    CASE WHEN NOT EXISTS (
+                        SELECT 1 FROM resources ch
+                        WHERE ch.owner_id = r.id AND ch.synced_gen < ch.generation
+                          AND ch.failure_gen <> ch.generation AND ch.frozen_until IS NULL)
+                    THEN 'childrenSettled' END
+                ELSE 'noop'
+            END AS trig
+        FROM t r
+        JOIN kind_manifest m ON m.kind = r.kind AND m.kind_version = r.kind_version
+        WHERE r.synced_gen < r.generation
+          AND r.deletion_requested_at IS NULL
+          AND r.frozen_until IS NULL
+          AND NOT (r.failure_gen = r.generation AND r.failure_terminal)
+    )
+    SELECT array_agg(id) FILTER (WHERE trig IN ('specChange','childrenSettled')),
+           array_agg(trig) FILTER (WHERE trig IN ('specChange','childrenSettled')),
+           array_agg(id) FILTER (WHERE trig = 'noop')
+      INTO v_ids, v_trigs, v_noop
+      FROM c;
+    IF v_noop IS NOT NULL THEN
+        UPDATE resources SET spec_gen = generation, synced_gen = generation WHERE id = ANY (v_noop);
+    END IF;
+    IF v_ids IS NULL THEN RETURN 0; END IF;
+    RETURN enqueue_reconcile(v_ids, v_trigs);
+END
+$$;
+
+-- schedule_applied schedules the resource an API apply just wrote. A
+-- resource this transaction created has no dependencies and no task yet, so
+-- it takes one plain insert (the hot path of a bulk import); anything else
+-- goes through schedule_eligible.
+CREATE OR REPLACE FUNCTION schedule_applied(p_kind text, p_name text) RETURNS int
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    r record;
+BEGIN
+    SELECT res.id, res.shard_id, res.kind, res.kind_version, res.generation,
+           res.created_at = now() AND res.generation = 1 AS fresh, m.spec_reaction
+      INTO r
+      FROM resources res
+      JOIN kind_manifest m ON m.kind = res.kind AND m.kind_version = res.kind_version
+     WHERE res.kind = p_kind AND res.name = p_name
+       AND res.updated_at = now() AND res.synced_gen < res.generation;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    IF r.fresh AND r.spec_reaction IS NOT NULL THEN
+        INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
+        VALUES (r.shard_id, r.id, 'reconcile', r.kind, r.kind_version, r.generation, 'specChange');
+        PERFORM notify_gated('work_ready');
+        RETURN 1;
+    END IF;
+    RETURN schedule_eligible(ARRAY[r.id]);
+END
+$$;
+
+-- cascade_on_ready_change makes scheduling reactive: when a statement syncs a
+-- resource, its direct dependents are scheduled; when a child syncs, fails or
+-- flips health, its composite root's rollup re-runs (promotion and demotion).
+CREATE OR REPLACE FUNCTION cascade_on_ready_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_deps uuid[];
+    v_roots uuid[];
+BEGIN
+    -- An upsert that only inserted still fires the UPDATE statement trigger.
+    IF NOT EXISTS (SELECT 1 FROM new_rows) THEN
+        RETURN NULL;
+    END IF;
+    -- EXECUTE plans the join for this statement's transition tables: a
+    -- cached plan is made once per session (the query has no parameters),
+    -- and one made for a 1-row update nested-loops over a 2,000-row drain
+    -- batch (measured: 200 ms per batch instead of ~1 ms).
+    EXECUTE $q$
+    WITH ch AS (
+        SELECT n.id, n.owner_id,
+            (n.synced_gen >= n.generation AND n.synced_gen > o.synced_gen) AS synced_edge,
+            (n.failure_gen = n.generation AND o.failure_gen <> o.generation) AS failed_edge,
+            (n.health_ok <> o.health_ok) AS health_edge
+        FROM new_rows n JOIN old_rows o ON o.id = n.id
+    ), e AS (
+        SELECT * FROM ch WHERE synced_edge OR failed_edge OR health_edge
+    )
+    SELECT (SELECT array_agg(DISTINCT d.dependent_id) FROM e JOIN resource_deps d ON d.dependency_id = e.id WHERE e.synced_edge),
+           (SELECT array_agg(DISTINCT e.owner_id) FROM e WHERE e.owner_id IS NOT NULL)
+    $q$ INTO v_deps, v_roots;
+    IF v_deps IS NOT NULL THEN
+        PERFORM schedule_eligible(v_deps);
+    END IF;
+    IF v_roots IS NOT NULL THEN
+        PERFORM schedule_rollup(v_roots);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER cascade_on_ready_change AFTER UPDATE ON resources
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION cascade_on_ready_change();
+
+-- reconcile_now is the operator's "run it again": a pending task runs at
+-- once with its attempts reset; a lagging resource is scheduled; a terminal
+-- failure is lifted and retried; a settled resource re-runs its reaction
+-- without a generation bump (a resync). Returns false if the resource is
+-- frozen (orphaned, quarantined) or being deleted.
+CREATE OR REPLACE FUNCTION reconcile_now(p_id uuid) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    r resources;
+BEGIN
+    SELECT * INTO r FROM resources WHERE id = p_id FOR UPDATE;
+    IF NOT FOUND OR r.deletion_requested_at IS NOT NULL OR r.frozen_until IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE work_queue SET not_before = now(), attempts = 0
+     WHERE shard_id = r.shard_id AND resource_id = r.id AND task_type = 'reconcile' AND state = 'pending';
+    IF FOUND THEN
+        PERFORM notify_gated('work_ready');
+    ELSIF r.synced_gen < r.generation THEN
+        IF r.failure_terminal THEN
+            UPDATE resources SET failure_terminal = false, failure_gen = 0 WHERE id = r.id;
+        END IF;
+        PERFORM schedule_eligible(ARRAY[r.id]);
+    ELSE
+        PERFORM enqueue_reconcile(ARRAY[r.id], ARRAY['resync']);
+    END IF;
+    INSERT INTO resource_events (resource_id, type, generation, message)
+    VALUES (r.id, 'reconcile_requested', r.generation, 'an operator asked for a reconcile');
+    RETURN true;
+END
+$$;
