@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -306,6 +307,64 @@ func TestKindCapHoldsAcrossClaimers(t *testing.T) {
 		t.Errorf("peak claimed rows = %d, want <= 10", p)
 	}
 	e.checkInvariants()
+}
+
+// TestKindAtCapDoesNotStarveOthers: a capped kind with no budget left costs
+// a claim's batch nothing, and a capped kind with budget gets it even when
+// uncapped work is plentiful. The claim used to take the first pending rows
+// regardless of kind and drop those over the cap afterwards: with a capped
+// kind's backlog first in line, every batch came back empty while the other
+// kinds' tasks waited.
+func TestKindAtCapDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{noDrain: true})
+	e.manifest("leaf", 1, leafReactions, model.Policy{MaxInflight: 2})
+	e.manifest("free", 1, leafReactions, model.Policy{})
+	claim := func(e *engine) map[string]int {
+		t.Helper()
+		tasks, err := e.st.Claim(t.Context(), store.ClaimParams{
+			Claimer: "c", Lo: 0, Hi: 255, Limit: 8, Lease: time.Minute,
+			Pairs: []string{"leaf/1", "free/1"},
+		})
+		must(t, err)
+		n := map[string]int{}
+		for _, tk := range tasks {
+			n[tk.Kind]++
+		}
+		return n
+	}
+
+	// The capped kind's backlog is first in line; the other kind's behind it.
+	for i := range 40 {
+		e.apply("leaf", fmt.Sprintf("l-%d", i), map[string]any{})
+	}
+	for i := range 5 {
+		e.apply("free", fmt.Sprintf("f-%d", i), map[string]any{})
+	}
+	if got, want := claim(e), (map[string]int{"leaf": 2, "free": 5}); !maps.Equal(got, want) {
+		t.Errorf("first claim took %v, want %v (the cap's budget, then the other kind)", got, want)
+	}
+	// Now at its cap, the capped kind takes nothing, and the batch is not
+	// spent on it: a new task of the other kind is claimed at once.
+	e.apply("free", "f-late", map[string]any{})
+	if got, want := claim(e), (map[string]int{"free": 1}); !maps.Equal(got, want) {
+		t.Errorf("claim at the cap took %v, want %v", got, want)
+	}
+
+	// The other way round: plenty of uncapped work first in line does not
+	// keep a capped kind with budget from its share.
+	e2 := newEngine(t, engineOpts{noDrain: true})
+	e2.manifest("leaf", 1, leafReactions, model.Policy{MaxInflight: 2})
+	e2.manifest("free", 1, leafReactions, model.Policy{})
+	for i := range 40 {
+		e2.apply("free", fmt.Sprintf("f-%d", i), map[string]any{})
+	}
+	for i := range 5 {
+		e2.apply("leaf", fmt.Sprintf("l-%d", i), map[string]any{})
+	}
+	if got, want := claim(e2), (map[string]int{"leaf": 2, "free": 6}); !maps.Equal(got, want) {
+		t.Errorf("claim behind uncapped work took %v, want %v", got, want)
+	}
 }
 
 // claimOneLeaf applies leaf "x" and claims its task as claimer, with a 1s

@@ -7,6 +7,13 @@
 -- reaction from the manifest, and holds each capped kind to max_inflight: the
 -- budget is max_inflight minus the sum of kind_inflight partials, read under a
 -- per-kind transaction lock so concurrent claimers cannot both spend it.
+--
+-- Budgets are read before any row is picked, and each capped kind takes at
+-- most its budget, first; the uncapped kinds fill the rest of the batch. A
+-- kind at its cap therefore costs the batch nothing: picking the first
+-- pending rows regardless of kind and dropping those over the cap afterwards
+-- let a capped kind with a deep backlog fill every batch and starve every
+-- other kind (0 claimed while thousands waited).
 -- Claims plan their statements once, as the scheduling functions do.
 CREATE OR REPLACE FUNCTION claim_tasks(p_claimer text, p_lo int, p_hi int, p_pairs text[], p_limit int, p_lease_secs int)
 RETURNS TABLE (task_id uuid, shard_id smallint, resource_id uuid, task_type text, trigger text,
@@ -22,47 +29,65 @@ DECLARE
     v_vers smallint[];
     cap record;
     v_used int;
+    v_capped text[] := '{}';
     v_budget_kinds text[] := '{}';
     v_budget_vers smallint[] := '{}';
     v_budgets int[] := '{}';
+    v_taken int;
 BEGIN
-    SELECT array_agg(c.shard_id), array_agg(c.resource_id), array_agg(c.task_type), array_agg(c.kind), array_agg(c.kind_version)
-      INTO v_shards, v_rids, v_types, v_kinds, v_vers
-      FROM (SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version
-              FROM work_queue w
-             WHERE w.shard_id BETWEEN p_lo AND p_hi
-               AND w.state = 'pending'
-               AND w.not_before <= now()
-               AND (p_pairs IS NULL OR (w.kind || '/' || w.kind_version) = ANY (p_pairs))
-             LIMIT p_limit
-               FOR UPDATE SKIP LOCKED) c;
-    IF v_rids IS NULL THEN RETURN; END IF;
-
     FOR cap IN
-        SELECT DISTINCT k.kind, k.kind_version, kc.max_inflight
-          FROM unnest(v_kinds, v_vers) AS k(kind, kind_version)
-          JOIN kind_config kc ON kc.kind = k.kind AND kc.kind_version = k.kind_version
+        SELECT kc.kind, kc.kind_version, kc.max_inflight
+          FROM kind_config kc
          WHERE kc.max_inflight > 0
+           AND (p_pairs IS NULL OR (kc.kind || '/' || kc.kind_version) = ANY (p_pairs))
          ORDER BY 1, 2
     LOOP
         PERFORM pg_advisory_xact_lock(hashtext('kind_cap:' || cap.kind || '/' || cap.kind_version));
         SELECT coalesce(sum(i.in_flight), 0) INTO v_used
           FROM kind_inflight i WHERE i.kind = cap.kind AND i.kind_version = cap.kind_version;
+        v_capped := v_capped || (cap.kind || '/' || cap.kind_version);
         v_budget_kinds := v_budget_kinds || cap.kind;
         v_budget_vers := v_budget_vers || cap.kind_version;
         v_budgets := v_budgets || GREATEST(cap.max_inflight - v_used, 0);
     END LOOP;
 
+    -- Capped kinds first, each up to its budget; then the uncapped kinds
+    -- fill what is left of the batch.
+    SELECT array_agg(x.shard_id), array_agg(x.resource_id), array_agg(x.task_type), array_agg(x.kind), array_agg(x.kind_version)
+      INTO v_shards, v_rids, v_types, v_kinds, v_vers
+      FROM unnest(v_budget_kinds, v_budget_vers, v_budgets) AS b(kind, kind_version, n)
+     CROSS JOIN LATERAL (
+           SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version
+             FROM work_queue w
+            WHERE w.shard_id BETWEEN p_lo AND p_hi
+              AND w.state = 'pending'
+              AND w.not_before <= now()
+              AND w.kind = b.kind AND w.kind_version = b.kind_version
+            LIMIT LEAST(b.n, p_limit)
+              FOR UPDATE SKIP LOCKED) x
+     WHERE b.n > 0;
+    v_taken := coalesce(cardinality(v_rids), 0);
+    IF v_taken < p_limit THEN
+        SELECT v_shards || array_agg(c.shard_id), v_rids || array_agg(c.resource_id), v_types || array_agg(c.task_type),
+               v_kinds || array_agg(c.kind), v_vers || array_agg(c.kind_version)
+          INTO v_shards, v_rids, v_types, v_kinds, v_vers
+          FROM (SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version
+                  FROM work_queue w
+                 WHERE w.shard_id BETWEEN p_lo AND p_hi
+                   AND w.state = 'pending'
+                   AND w.not_before <= now()
+                   AND (p_pairs IS NULL OR (w.kind || '/' || w.kind_version) = ANY (p_pairs))
+                   AND NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped))
+                 LIMIT p_limit - v_taken
+                   FOR UPDATE SKIP LOCKED) c;
+    END IF;
+    IF v_rids IS NULL THEN RETURN; END IF;
+
     RETURN QUERY
-    WITH cand AS (
-        SELECT c.*, row_number() OVER (PARTITION BY c.kind, c.kind_version) AS rn
-          FROM unnest(v_shards, v_rids, v_types, v_kinds, v_vers) AS c(shard_id, resource_id, task_type, kind, kind_version)
+    WITH sel AS (
+        SELECT * FROM unnest(v_shards, v_rids, v_types, v_kinds, v_vers) AS c(shard_id, resource_id, task_type, kind, kind_version)
     ), budget AS (
-        SELECT * FROM unnest(v_budget_kinds, v_budget_vers, v_budgets) AS b(kind, kind_version, n)
-    ), sel AS (
-        SELECT cand.* FROM cand
-        LEFT JOIN budget b ON b.kind = cand.kind AND b.kind_version = cand.kind_version
-        WHERE b.n IS NULL OR cand.rn <= b.n
+        SELECT * FROM unnest(v_budget_kinds, v_budget_vers) AS b(kind, kind_version)
     ), claimed AS (
         UPDATE work_queue w SET
             state       = 'claimed',
