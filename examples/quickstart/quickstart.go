@@ -1,6 +1,8 @@
 // Package quickstart holds the quickstart's manifests and sample resource,
-// embedded so `converge dev --demo` can apply them without a checkout.
-// The provider that serves these kinds is in ./provider.
+// embedded in the quickstart-provider binary (./cmd/quickstart-provider),
+// whose `objects` command prints them: `converge dev --demo` gets them from
+// the provider it starts, so the converge binary links no example code and
+// needs no checkout. The provider that serves these kinds is in ./provider.
 package quickstart
 
 import "embed"

@@ -17,22 +17,34 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// testBundle is conctl pointed at a real API (see startAPI) on a private
+// database, with a temp dir for the files it applies.
 type testBundle struct {
-	fake *fakeAPI
-	srv  *httptest.Server
-	env  map[string]string
-	dir  string
+	api *realAPI
+	env map[string]string
+	dir string
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	fake, srv := newFakeAPI(t)
-	return &testBundle{
-		fake: fake,
-		srv:  srv,
-		env:  map[string]string{EnvServer: srv.URL},
-		dir:  t.TempDir(),
-	}
+	return setupWith(t, apiOptions{})
+}
+
+func setupWith(t *testing.T, opts apiOptions) *testBundle {
+	t.Helper()
+	return bundleFor(t, startAPI(t, opts))
+}
+
+// setupNoAPI is setup for a test where conctl must send no request: any
+// request fails the test.
+func setupNoAPI(t *testing.T) *testBundle {
+	t.Helper()
+	return bundleFor(t, startNoAPI(t))
+}
+
+func bundleFor(t *testing.T, a *realAPI) *testBundle {
+	t.Helper()
+	return &testBundle{api: a, env: map[string]string{EnvServer: a.url}, dir: t.TempDir()}
 }
 
 type result struct {
@@ -40,12 +52,12 @@ type result struct {
 	code           int
 }
 
-// run runs conctl with args, stdin and the bundle's environment, an hour
-// after the fake objects were created.
+// run runs conctl with args, stdin and the bundle's environment, with its
+// clock an hour ahead, so objects created by the test are 60m old.
 func (b *testBundle) run(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	now := func() time.Time { return fakeCreatedAt.Add(time.Hour) }
+	now := func() time.Time { return time.Now().Add(time.Hour) }
 	code := run(context.Background(), args, strings.NewReader(stdin), &stdout, &stderr,
 		func(k string) string { return b.env[k] }, now)
 	t.Logf("conctl %s -> %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
@@ -109,19 +121,26 @@ func requestLines(reqs []recordedRequest) []string {
 
 func wantRequests(t *testing.T, b *testBundle, want ...string) {
 	t.Helper()
-	if diff := cmp.Diff(want, requestLines(b.fake.recorded())); diff != "" {
+	if diff := cmp.Diff(want, requestLines(b.api.recorded())); diff != "" {
 		t.Errorf("requests mismatch (-want +got):\n%s", diff)
 	}
 }
 
+// manifestVPC1 publishes vpc/1. Its reactions leave its resources
+// Reconciling (no provider serves them here).
 const manifestVPC1 = `{
   "kind": "vpc",
   "kind_version": 1,
   "description": "vpc/v1 — a network",
-  "spec_schema": {"type": "object", "properties": {"cidr": {"type": "string"}}, "required": ["cidr"]},
+  "spec_schema": {"type": "object", "properties": {"cidr": {"type": "string"}}},
   "reactions": [{"name": "work", "trigger": "specChange", "emits": ["status"]},
                 {"name": "teardown", "trigger": "deleteRequested", "emits": ["finalizer"], "finalizer": "vpc"}]
 }`
+
+// manifestStatusSink publishes a reactor kind, for reactor bindings.
+const manifestStatusSink = `{"kind": "statussink", "kind_version": 1,
+  "config_schema": {"type": "object", "properties": {"endpoint": {"type": "string"}}},
+  "reactions": [{"name": "react", "trigger": "reactor", "emits": ["sideEffect"]}]}`
 
 const resourceVPC = `{"kind": "vpc", "kind_version": 1, "name": "sample-vpc", "labels": {"team": "payments"}, "spec": {"cidr": "10.0.0.0/16"}}`
 
@@ -135,7 +154,7 @@ func TestApply(t *testing.T) {
 		wantCode(t, r, ExitOK)
 		wantOutput(t, r.stdout, "manifest/vpc/v1 created\n")
 		wantRequests(t, b, "PUT /kinds/vpc/manifest")
-		req := b.fake.recorded()[0]
+		req := b.api.recorded()[0]
 		jsonEqual(t, req.Body, manifestVPC1)
 		if ct := req.Header.Get("Content-Type"); ct != "application/json" {
 			t.Errorf("Content-Type = %q", ct)
@@ -145,6 +164,7 @@ func TestApply(t *testing.T) {
 	t.Run("CreatedUnchangedConfigured", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		f := b.file(t, "vpc.json", resourceVPC)
 		wantOutput(t, b.run(t, "", "apply", "--type", "resource", "-f", f).stdout, "resource/vpc/sample-vpc created\n")
 		wantOutput(t, b.run(t, "", "apply", "--type", "res", "-f", f).stdout, "resource/vpc/sample-vpc unchanged\n")
@@ -158,6 +178,7 @@ func TestApply(t *testing.T) {
 	t.Run("YAMLFile", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		f := b.file(t, "vpc.yaml", `# a v1 vpc
 kind: vpc
 kind_version: 1
@@ -172,13 +193,14 @@ spec:
 		r := b.run(t, "", "apply", "--type", "resource", "-f", f)
 		wantCode(t, r, ExitOK)
 		wantOutput(t, r.stdout, "resource/vpc/sample-vpc created\n")
-		jsonEqual(t, b.fake.recorded()[0].Body, `{"kind":"vpc","kind_version":1,"name":"sample-vpc",
+		jsonEqual(t, b.api.recorded()[0].Body, `{"kind":"vpc","kind_version":1,"name":"sample-vpc",
 			"labels":{"team":"payments"},"spec":{"cidr":"10.0.0.0/16","tags":["a","b"],"size":3}}`)
 	})
 
 	t.Run("MultiDocumentYAMLTypeFieldsRouteAndAreStripped", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seed(t, "manifest", manifestStatusSink) // the binding's reactor
 		f := b.file(t, "all.yaml", `---
 type: manifest
 kind: vpc
@@ -215,18 +237,19 @@ reactorbinding/vpc-synced created
 resource/vpc/sample-vpc created
 `)
 		wantRequests(t, b, "PUT /kinds/vpc/manifest", "POST /providerconfigs", "POST /reactor-bindings", "POST /resources")
-		for _, req := range b.fake.recorded() {
+		for _, req := range b.api.recorded() {
 			if bytes.Contains(req.Body, []byte(`"type"`)) {
 				t.Errorf("%s %s: the type field was sent: %s", req.Method, req.Path, req.Body)
 			}
 		}
-		jsonEqual(t, b.fake.recorded()[1].Body, `{"name":"vpc-v1-default","kind":"vpc","kind_version":1,
+		jsonEqual(t, b.api.recorded()[1].Body, `{"name":"vpc-v1-default","kind":"vpc","kind_version":1,
 			"is_default":true,"spec":{"flow_logs_bucket":"logs"}}`)
 	})
 
 	t.Run("JSONArrayAndConcatenatedObjects", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		arr := b.file(t, "arr.json", `[`+strings.Replace(resourceVPC, "sample-vpc", "a", 1)+`,`+
 			strings.Replace(resourceVPC, "sample-vpc", "b", 1)+`]`)
 		stream := b.file(t, "stream.json", strings.Replace(resourceVPC, "sample-vpc", "c", 1)+"\n"+
@@ -239,6 +262,7 @@ resource/vpc/sample-vpc created
 	t.Run("Stdin", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		r := b.run(t, "type: pc\nname: cfg\nkind: vpc\nkind_version: 1\nspec: {}\n", "apply", "-f", "-")
 		wantCode(t, r, ExitOK)
 		wantOutput(t, r.stdout, "providerconfig/cfg created\n")
@@ -247,7 +271,7 @@ resource/vpc/sample-vpc created
 
 	t.Run("StdinTwiceIsUsageError", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupNoAPI(t)
 		r := b.run(t, resourceVPC, "apply", "--type", "res", "-f", "-", "-f", "-")
 		wantCode(t, r, ExitUsage)
 		wantRequests(t, b)
@@ -267,6 +291,7 @@ resource/vpc/sample-vpc created
 	t.Run("TypeFieldWinsWhenFlagAgrees", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		f := b.file(t, "x.json", `{"type": "resources", `+resourceVPC[1:])
 		r := b.run(t, "", "apply", "--type", "res", "-f", f)
 		wantCode(t, r, ExitOK)
@@ -276,6 +301,7 @@ resource/vpc/sample-vpc created
 	t.Run("TypeFieldConflictingWithFlagFailsThatDocumentOnly", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		f := b.file(t, "x.yaml", "type: manifest\nkind: vpc\nkind_version: 1\n---\n"+
 			"kind: vpc\nkind_version: 1\nname: ok\nspec: {}\n")
 		r := b.run(t, "", "apply", "--type", "resource", "-f", f)
@@ -288,7 +314,7 @@ resource/vpc/sample-vpc created
 
 	t.Run("NoTypeAnywhere", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupNoAPI(t)
 		r := b.run(t, "", "apply", "-f", b.file(t, "x.json", resourceVPC))
 		wantCode(t, r, ExitFailure)
 		if !strings.Contains(r.stderr, `no type: add a top-level "type" field or pass --type`) {
@@ -299,7 +325,7 @@ resource/vpc/sample-vpc created
 
 	t.Run("UnknownTypeFieldValue", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupNoAPI(t)
 		r := b.run(t, "", "apply", "-f", b.file(t, "x.json", `{"type": "widget", "name": "w"}`))
 		wantCode(t, r, ExitFailure)
 		if !strings.Contains(r.stderr, `unknown type "widget"`) {
@@ -310,22 +336,20 @@ resource/vpc/sample-vpc created
 	t.Run("ProblemDetailAndPartialFailure", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.fake.failWith("PUT", "/kinds/vpc/manifest", problem{
-			Status: 409,
-			Detail: "BREAKING schema change to vpc/v1; publish it as a new kind_version",
-			Errors: []ProblemError{
-				{Location: "body.spec_schema.required", Message: `new required property "region"`, Value: "region"},
-				{Location: "body.spec_schema.properties.cidr", Message: "property removed"},
-			},
-		})
-		f := b.file(t, "mixed.yaml", "type: manifest\nkind: vpc\nkind_version: 1\nreactions: []\n---\n"+
-			"type: resource\nkind: vpc\nkind_version: 1\nname: after\nspec: {}\n")
+		b.seedKinds(t)
+		// A breaking change to the published vpc/1: a new required
+		// property, and cidr removed.
+		breaking := strings.Replace(manifestVPC1,
+			`"properties": {"cidr": {"type": "string"}}`,
+			`"properties": {"region": {"type": "string"}}, "required": ["region"]`, 1)
+		f := b.file(t, "mixed.json", `[{"type": "manifest", `+breaking[1:]+`,
+			{"type": "resource", "kind": "vpc", "kind_version": 1, "name": "after", "spec": {}}]`)
 		r := b.run(t, "", "apply", "-f", f)
 		wantCode(t, r, ExitFailure)
 		wantOutput(t, r.stdout, "resource/vpc/after created\n")
-		wantOutput(t, r.stderr, `Error: manifest/vpc/v1 from `+f+` (document 1): 409 Conflict: BREAKING schema change to vpc/v1; publish it as a new kind_version
-  - body.spec_schema.required: new required property "region"
-  - body.spec_schema.properties.cidr: property removed
+		wantOutput(t, r.stderr, `Error: manifest/vpc/v1 from `+f+` (document 1): 409 Conflict: breaking schema change to the published manifest vpc/1; publish it as a new kind_version (e.g. 2) instead
+  - body.spec_schema.properties.cidr: property removed; existing documents may still set it
+  - body.spec_schema.properties.region: newly required
 Error: 1 of 2 objects failed
 `)
 	})
@@ -333,15 +357,17 @@ Error: 1 of 2 objects failed
 	t.Run("ServerValidationError", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		r := b.run(t, "", "apply", "--type", "resource", "-f", b.file(t, "x.json", `{"kind": "vpc", "name": "n", "spec": {}}`))
 		wantCode(t, r, ExitFailure)
-		wantOutput(t, r.stderr, "Error: resource/vpc/n from "+filepath.Join(b.dir, "x.json")+": 422 Unprocessable Entity: validation failed\n"+
-			"  - body.kind_version: required property is missing\n")
+		wantOutput(t, r.stderr, "Error: resource/vpc/n from "+filepath.Join(b.dir, "x.json")+": 422 Unprocessable Entity: body.kind_version is required: an integer in 1..32767 (there is no default)\n"+
+			"  - body.kind_version: is required: an integer in 1..32767 (there is no default)\n")
 	})
 
 	t.Run("UnparsableDocumentOthersStillApplied", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		f := b.file(t, "x.yaml", "kind: vpc\nkind_version: 1\nname: a\n---\nkind: [unclosed\n---\n- not\n- objects\n---\n"+
 			"kind: vpc\nkind_version: 1\nname: b\n")
 		r := b.run(t, "", "apply", "--type", "resource", "-f", f)
@@ -358,6 +384,7 @@ Error: 1 of 2 objects failed
 	t.Run("MissingFile", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		ok := b.file(t, "ok.json", resourceVPC)
 		r := b.run(t, "", "apply", "--type", "res", "-f", filepath.Join(b.dir, "nope.json"), "-f", ok)
 		wantCode(t, r, ExitFailure)
@@ -370,6 +397,7 @@ Error: 1 of 2 objects failed
 	t.Run("EndpointSecretShownOnce", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		f := b.file(t, "ep.yaml", `name: networking
 kinds: [{kind: vpc, kind_version: 1}, {kind: vpc, kind_version: 2}]
 target: {type: https, url: "https://net.internal:8443/converge"}
@@ -377,9 +405,10 @@ enabled: true
 `)
 		r := b.run(t, "", "apply", "--type", "ep", "-f", f)
 		wantCode(t, r, ExitOK)
-		wantOutput(t, r.stdout, "endpoint/networking created\n\n  signing secret: whsec_Zm9vYmFyYmF6cXV4cXV1eGNvcmdl\n\n")
+		secret := answerSecret(t, b.api.recorded()[0])
+		wantOutput(t, r.stdout, "endpoint/networking created\n\n  signing secret: "+secret+"\n\n")
 		wantOutput(t, r.stderr, "WARNING: the signing secret of endpoint/networking is shown only this once and cannot be retrieved again. Store it now.\n")
-		jsonEqual(t, b.fake.recorded()[0].Body, `{"name":"networking","enabled":true,
+		jsonEqual(t, b.api.recorded()[0].Body, `{"name":"networking","enabled":true,
 			"kinds":[{"kind":"vpc","kind_version":1},{"kind":"vpc","kind_version":2}],
 			"target":{"type":"https","url":"https://net.internal:8443/converge"}}`)
 
@@ -392,9 +421,13 @@ enabled: true
 	t.Run("EndpointSecretWithJSONOutput", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		r := b.run(t, "", "apply", "--type", "endpoint", "-o", "json", "-f", b.file(t, "ep.json", `{"name": "n", "target": {"type": "https"}}`))
+		b.seedKinds(t)
+		r := b.run(t, "", "apply", "--type", "endpoint", "-o", "json", "-f",
+			b.file(t, "ep.json", `{"name": "n", "kinds": [{"kind": "vpc", "kind_version": 1}], "target": {"type": "https", "url": "https://n.example/"}}`))
 		wantCode(t, r, ExitOK)
-		jsonEqual(t, []byte(r.stdout), `{"name":"n","target":{"type":"https"},"secret":"whsec_Zm9vYmFyYmF6cXV4cXV1eGNvcmdl"}`)
+		// The object is printed as the server answered, secret included.
+		jsonEqual(t, []byte(r.stdout), string(b.api.recorded()[0].Answer))
+		answerSecret(t, b.api.recorded()[0])
 		if !strings.Contains(r.stderr, "shown only this once") {
 			t.Errorf("stderr = %q", r.stderr)
 		}
@@ -403,21 +436,41 @@ enabled: true
 	t.Run("KindConfig", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seed(t, "manifest", strings.Replace(manifestVPC1, `"kind_version": 1`, `"kind_version": 2`, 1))
 		f := b.file(t, "cfg.yaml", "type: config\nkind: vpc\nkind_version: 2\nmax_inflight: 50\ntask_deadline_secs: 30\n")
 		r := b.run(t, "", "apply", "-f", f)
 		wantCode(t, r, ExitOK)
-		wantOutput(t, r.stdout, "kindconfig/vpc/v2 created\n")
+		// A published kind version always has a config (its defaults), so
+		// the first apply configures it.
+		wantOutput(t, r.stdout, "kindconfig/vpc/v2 configured\n")
 		wantRequests(t, b, "PUT /kinds/vpc/versions/2/config")
-		jsonEqual(t, b.fake.recorded()[0].Body, `{"max_inflight":50,"task_deadline_secs":30}`)
+		jsonEqual(t, b.api.recorded()[0].Body, `{"max_inflight":50,"task_deadline_secs":30}`)
 	})
 
 	t.Run("OutputJSONAndYAMLStreamObjects", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		f := b.file(t, "two.json", `[{"name":"a","kind":"vpc","kind_version":1,"spec":{}},{"name":"b","kind":"vpc","kind_version":1,"spec":{}}]`)
 		r := b.run(t, "", "apply", "--type", "pc", "-o", "yaml", "-f", f)
 		wantCode(t, r, ExitOK)
-		wantOutput(t, r.stdout, "kind: vpc\nkind_version: 1\nname: a\nspec: {}\n---\nkind: vpc\nkind_version: 1\nname: b\nspec: {}\n")
+		var docs []map[string]any
+		for _, doc := range strings.Split(r.stdout, "---\n") {
+			var d map[string]any
+			if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+				t.Fatalf("document %q: %v", doc, err)
+			}
+			delete(d, "created_at")
+			delete(d, "updated_at")
+			docs = append(docs, d)
+		}
+		wantDocs := []map[string]any{
+			{"kind": "vpc", "kind_version": float64(1), "name": "a", "is_default": false, "spec": map[string]any{}},
+			{"kind": "vpc", "kind_version": float64(1), "name": "b", "is_default": false, "spec": map[string]any{}},
+		}
+		if diff := cmp.Diff(wantDocs, docs); diff != "" {
+			t.Errorf("YAML stream (-want +got):\n%s", diff)
+		}
 
 		r = b.run(t, "", "apply", "--type", "pc", "-o", "json", "-f", f)
 		wantCode(t, r, ExitOK)
@@ -437,7 +490,7 @@ enabled: true
 
 	t.Run("UnreachableServerStopsAndSaysWhere", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupNoAPI(t)
 		b.env[EnvServer] = deadServer(t)
 		f := b.file(t, "two.json", `[`+resourceVPC+`,`+resourceVPC+`]`)
 		r := b.run(t, "", "apply", "--type", "res", "-f", f)
@@ -455,7 +508,7 @@ enabled: true
 
 	t.Run("UsageErrors", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupNoAPI(t)
 		for _, args := range [][]string{
 			{"apply"},
 			{"apply", "-f", ""},
@@ -473,6 +526,19 @@ enabled: true
 	})
 }
 
+// answerSecret returns the signing secret in the server's answer to req,
+// failing the test unless it is one.
+func answerSecret(t *testing.T, req recordedRequest) string {
+	t.Helper()
+	var v struct {
+		Secret string `json:"secret"`
+	}
+	if err := json.Unmarshal(req.Answer, &v); err != nil || !strings.HasPrefix(v.Secret, "whsec_") {
+		t.Fatalf("%s %s answered no secret (%v): %s", req.Method, req.Path, err, req.Answer)
+	}
+	return v.Secret
+}
+
 // deadServer returns the URL of a server that is no longer listening.
 func deadServer(t *testing.T) string {
 	t.Helper()
@@ -482,14 +548,18 @@ func deadServer(t *testing.T) string {
 	return u
 }
 
+// seedKinds publishes vpc/1 and the statussink reactor kind.
+func (b *testBundle) seedKinds(t *testing.T) {
+	t.Helper()
+	b.seed(t, "manifest", "["+manifestVPC1+","+manifestStatusSink+"]")
+}
+
 // seed applies the given objects through the CLI.
 func (b *testBundle) seed(t *testing.T, typ, content string) {
 	t.Helper()
 	r := b.run(t, "", "apply", "--type", typ, "-f", b.file(t, "seed-"+typ+".yaml", content))
 	wantCode(t, r, ExitOK)
-	b.fake.mu.Lock()
-	b.fake.requests = nil
-	b.fake.mu.Unlock()
+	b.api.forget()
 }
 
 func TestGet(t *testing.T) {
@@ -498,6 +568,7 @@ func TestGet(t *testing.T) {
 	t.Run("ResourceTableJSONYAML", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		b.seed(t, "res", resourceVPC)
 
 		r := b.run(t, "", "get", "resource", "vpc/sample-vpc")
@@ -507,9 +578,19 @@ func TestGet(t *testing.T) {
 
 		r = b.run(t, "", "get", "res", "--kind", "vpc", "sample-vpc", "-o", "json")
 		wantCode(t, r, ExitOK)
-		jsonEqual(t, []byte(r.stdout), `{"id":"r-1","kind":"vpc","kind_version":1,"name":"sample-vpc",
-			"labels":{"team":"payments"},"spec":{"cidr":"10.0.0.0/16"},"phase":"Reconciling",
-			"generation":1,"synced_gen":0,"created_at":"2026-01-02T03:04:05Z"}`)
+		// The object as the server answered it (the detail: task, conditions).
+		jsonEqual(t, []byte(r.stdout), string(b.api.recorded()[1].Answer))
+		var got map[string]any
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+			t.Fatal(err)
+		}
+		for k, want := range map[string]any{"kind": "vpc", "kind_version": 1.0, "name": "sample-vpc",
+			"labels": map[string]any{"team": "payments"}, "spec": map[string]any{"cidr": "10.0.0.0/16"},
+			"phase": "Reconciling", "generation": 1.0, "synced_gen": 0.0} {
+			if diff := cmp.Diff(want, got[k]); diff != "" {
+				t.Errorf("%s (-want +got):\n%s", k, diff)
+			}
+		}
 		if !strings.HasPrefix(r.stdout, "{\n  \"") {
 			t.Errorf("JSON is not indented: %q", r.stdout)
 		}
@@ -529,16 +610,20 @@ func TestGet(t *testing.T) {
 	t.Run("ResourceNameIsEscaped", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		name := "naïve'; DROP TABLE resources;--"
-		b.seed(t, "res", `{"kind":"vpc","kind_version":1,"name":"naïve'; DROP TABLE resources;--","spec":{}}`)
+		// Not a valid name (the server answers 404), but it must arrive
+		// intact: nothing of it read as a query, a fragment or SQL.
+		name := "naïve'; DROP TABLE resources;--?x=1#frag"
 		r := b.run(t, "", "get", "resource", "vpc/"+name, "-o", "json")
-		wantCode(t, r, ExitOK)
+		wantCode(t, r, ExitFailure)
 		wantRequests(t, b, "GET /resources/vpc/"+name)
+		if !strings.HasPrefix(r.stderr, "Error: 404 Not Found: ") {
+			t.Errorf("stderr = %q", r.stderr)
+		}
 	})
 
 	t.Run("ManifestNeedsKindVersion", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupNoAPI(t)
 		r := b.run(t, "", "get", "manifest", "vpc")
 		wantCode(t, r, ExitUsage)
 		wantOutput(t, r.stderr, "Error: --kind-version is required: name the exact version (1..32767), e.g. --kind-version 1\n"+
@@ -563,6 +648,7 @@ func TestGet(t *testing.T) {
 	t.Run("ByNamePaths", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		b.seed(t, "pc", "name: cfg\nkind: vpc\nkind_version: 1\nis_default: true\nspec: {}\n")
 		b.seed(t, "rb", "name: bind\nwatch_kind: vpc\ntransition: synced\nreactor: statussink\nlabel_match: {team: a}\nenabled: true\n")
 		b.seed(t, "ep", "name: net\ntarget: {type: https, url: 'https://x/converge'}\nkinds: [{kind: vpc, kind_version: 1}]\nenabled: true\n")
@@ -570,7 +656,7 @@ func TestGet(t *testing.T) {
 
 		r := b.run(t, "", "get", "pc", "cfg")
 		wantCode(t, r, ExitOK)
-		wantOutput(t, r.stdout, "NAME   KIND   VERSION   DEFAULT   AGE\ncfg    vpc    1         true      <none>\n")
+		wantOutput(t, r.stdout, "NAME   KIND   VERSION   DEFAULT   AGE\ncfg    vpc    1         true      60m\n")
 
 		r = b.run(t, "", "get", "rb", "bind")
 		wantCode(t, r, ExitOK)
@@ -580,12 +666,12 @@ func TestGet(t *testing.T) {
 		r = b.run(t, "", "get", "endpoint", "net")
 		wantCode(t, r, ExitOK)
 		wantOutput(t, r.stdout, "NAME   TYPE    TARGET               KINDS    ENABLED   AGE\n"+
-			"net    https   https://x/converge   vpc/v1   true      <none>\n")
+			"net    https   https://x/converge   vpc/v1   true      60m\n")
 
 		r = b.run(t, "", "get", "config", "vpc", "--kind-version", "1")
 		wantCode(t, r, ExitOK)
 		wantOutput(t, r.stdout, "KIND   VERSION   MAX_INFLIGHT   DEADLINE_SECS   RESYNC_SECS   RESYNC_RECOMPOSES   ORPHAN_GRACE_SECS   MAX_ATTEMPTS\n"+
-			"vpc    1         10             <none>          <none>        <none>              <none>              <none>\n")
+			"vpc    1         10             0               0             false               0                   0\n")
 
 		wantRequests(t, b, "GET /providerconfigs/cfg", "GET /reactor-bindings/bind", "GET /endpoints/net",
 			"GET /kinds/vpc/versions/1/config")
@@ -596,12 +682,12 @@ func TestGet(t *testing.T) {
 		b := setup(t)
 		r := b.run(t, "", "get", "resource", "vpc/missing")
 		wantCode(t, r, ExitFailure)
-		wantOutput(t, r.stderr, "Error: 404 Not Found: resource vpc/missing not found\n")
+		wantOutput(t, r.stderr, "Error: 404 Not Found: resource vpc/missing does not exist\n")
 	})
 
 	t.Run("UsageErrors", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupNoAPI(t)
 		for _, args := range [][]string{
 			{"get"},
 			{"get", "widget", "x"},
@@ -628,6 +714,7 @@ func TestList(t *testing.T) {
 
 	seedResources := func(t *testing.T, b *testBundle) {
 		t.Helper()
+		b.seedKinds(t)
 		var docs []string
 		for _, n := range []string{"a", "b", "c", "d", "e"} {
 			docs = append(docs, `{"kind":"vpc","kind_version":1,"name":"`+n+`","labels":{"team":"t"},"spec":{}}`)
@@ -638,22 +725,52 @@ func TestList(t *testing.T) {
 	t.Run("ResourceFiltersQueryString", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		r := b.run(t, "", "list", "resources", "--kind", "vpc", "--kind-version", "2",
-			"--phase", "Failed", "--phase", "Degraded,Quarantined", "-l", "team=payments,env=prod",
-			"--owner", "r-1", "--limit", "50", "--cursor", "vpc/x")
+		b.seedKinds(t)
+		b.seed(t, "res", resourceVPC)
+		owner := "6b0c3a3e-8b0f-4b39-9d3a-6f1d3a2b9c10" // no such resource: no children
+		r := b.run(t, "", "list", "resources", "--kind", "vpc", "--kind-version", "1",
+			"--phase", "Failed", "--phase", "Degraded,Reconciling", "-l", "team=payments,env=prod",
+			"--owner", owner, "--limit", "50")
 		wantCode(t, r, ExitOK)
-		reqs := b.fake.recorded()
+		reqs := b.api.recorded()
 		if len(reqs) != 1 {
 			t.Fatalf("requests = %v", requestLines(reqs))
 		}
 		want := url.Values{
-			"kind": {"vpc"}, "kind_version": {"2"}, "phase": {"Failed", "Degraded", "Quarantined"},
-			"label_selector": {"team=payments,env=prod"}, "owner": {"r-1"}, "limit": {"50"}, "cursor": {"vpc/x"},
+			"kind": {"vpc"}, "kind_version": {"1"}, "phase": {"Failed", "Degraded", "Reconciling"},
+			"label_selector": {"team=payments,env=prod"}, "owner": {owner}, "limit": {"50"},
 		}
 		if diff := cmp.Diff(want, reqs[0].Query); diff != "" {
 			t.Errorf("query (-want +got):\n%s", diff)
 		}
 		wantOutput(t, r.stderr, "No resources found.\n")
+
+		// The same filters without the owner and env find sample-vpc.
+		r = b.run(t, "", "list", "resources", "--kind", "vpc", "--kind-version", "1",
+			"--phase", "Failed", "--phase", "Degraded,Reconciling", "-l", "team=payments")
+		wantCode(t, r, ExitOK)
+		if !strings.Contains(r.stdout, "sample-vpc") {
+			t.Errorf("stdout = %q", r.stdout)
+		}
+		for _, args := range [][]string{{"--phase", "Ready"}, {"-l", "team=other"}, {"--kind-version", "2"}} {
+			r = b.run(t, "", append([]string{"list", "resources"}, args...)...)
+			wantCode(t, r, ExitOK)
+			wantOutput(t, r.stderr, "No resources found.\n")
+		}
+	})
+
+	t.Run("ServerRefusesBadFilters", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.run(t, "", "list", "resources", "--owner", "r-1")
+		wantCode(t, r, ExitFailure)
+		wantOutput(t, r.stderr, "Error: 422 Unprocessable Entity: query.owner: must be a resource id (a UUID)\n"+
+			"  - query.owner: must be a resource id (a UUID)\n")
+		r = b.run(t, "", "list", "resources", "--cursor", "vpc/x")
+		wantCode(t, r, ExitFailure)
+		if !strings.Contains(r.stderr, "422 Unprocessable Entity") || !strings.Contains(r.stderr, "query.cursor") {
+			t.Errorf("stderr = %q", r.stderr)
+		}
 	})
 
 	t.Run("AllFollowsNextCursor", func(t *testing.T) {
@@ -662,10 +779,17 @@ func TestList(t *testing.T) {
 		seedResources(t, b)
 		r := b.run(t, "", "list", "res", "--all", "--limit", "2")
 		wantCode(t, r, ExitOK)
+		reqs := b.api.recorded()
+		if len(reqs) != 3 {
+			t.Fatalf("want 3 pages, got %v", requestLines(reqs))
+		}
 		wantRequests(t, b,
 			"GET /resources?limit=2",
-			"GET /resources?cursor=vpc%2Fb&limit=2",
-			"GET /resources?cursor=vpc%2Fd&limit=2")
+			"GET /resources?"+url.Values{"cursor": {reqs[0].NextCursor}, "limit": {"2"}}.Encode(),
+			"GET /resources?"+url.Values{"cursor": {reqs[1].NextCursor}, "limit": {"2"}}.Encode())
+		if reqs[0].NextCursor == "" || reqs[1].NextCursor == "" || reqs[2].NextCursor != "" {
+			t.Errorf("cursors = %q, %q, %q", reqs[0].NextCursor, reqs[1].NextCursor, reqs[2].NextCursor)
+		}
 		wantOutput(t, r.stdout, `KIND   VERSION   NAME   PHASE         GEN   SYNCED   AGE
 vpc    1         a      Reconciling   1     0        60m
 vpc    1         b      Reconciling   1     0        60m
@@ -700,13 +824,25 @@ vpc    1         e      Reconciling   1     0        60m
 		if n := strings.Count(r.stdout, "\n"); n != 3 {
 			t.Errorf("want header + 2 rows, got:\n%s", r.stdout)
 		}
-		wantOutput(t, r.stderr, "More resources available: rerun with --all, or with --cursor vpc/b for the next page.\n")
+		next := b.api.recorded()[0].NextCursor
+		wantOutput(t, r.stderr, "More resources available: rerun with --all, or with --cursor "+next+" for the next page.\n")
 
+		// The hinted cursor gives the next page.
+		r = b.run(t, "", "list", "res", "--limit", "2", "--cursor", next)
+		wantCode(t, r, ExitOK)
+		if !strings.Contains(r.stdout, "\nvpc    1         c ") || !strings.Contains(r.stdout, "\nvpc    1         d ") {
+			t.Errorf("second page:\n%s", r.stdout)
+		}
+
+		b.api.forget()
 		r = b.run(t, "", "list", "res", "--limit", "2", "-o", "json")
-		jsonEqual(t, []byte(r.stdout), `{"items":[`+
-			`{"id":"r-1","kind":"vpc","kind_version":1,"name":"a","labels":{"team":"t"},"spec":{},"phase":"Reconciling","generation":1,"synced_gen":0,"created_at":"2026-01-02T03:04:05Z"},`+
-			`{"id":"r-2","kind":"vpc","kind_version":1,"name":"b","labels":{"team":"t"},"spec":{},"phase":"Reconciling","generation":1,"synced_gen":0,"created_at":"2026-01-02T03:04:05Z"}],`+
-			`"next_cursor":"vpc/b"}`)
+		wantCode(t, r, ExitOK)
+		// The answer as the server gave it, next_cursor included.
+		answer := b.api.recorded()[0].Answer
+		jsonEqual(t, []byte(r.stdout), string(answer))
+		if !bytes.Contains(answer, []byte(`"next_cursor":"`)) || !bytes.Contains(answer, []byte(`"name":"b"`)) {
+			t.Errorf("answer = %s", answer)
+		}
 	})
 
 	t.Run("OtherTypes", func(t *testing.T) {
@@ -729,11 +865,11 @@ vpc    1         e      Reconciling   1     0        60m
 
 		r = b.run(t, "", "list", "pc", "--kind", "vpc", "--kind-version", "1", "--default")
 		wantCode(t, r, ExitOK)
-		wantOutput(t, r.stdout, "NAME   KIND   VERSION   DEFAULT   AGE\nd      vpc    1         true      <none>\n")
+		wantOutput(t, r.stdout, "NAME   KIND   VERSION   DEFAULT   AGE\nd      vpc    1         true      60m\n")
 
 		r = b.run(t, "", "list", "pc", "--default=false")
 		wantCode(t, r, ExitOK)
-		wantOutput(t, r.stdout, "NAME   KIND   VERSION   DEFAULT   AGE\nc      vpc    1         false     <none>\n")
+		wantOutput(t, r.stdout, "NAME   KIND   VERSION   DEFAULT   AGE\nc      vpc    1         false     60m\n")
 
 		wantCode(t, b.run(t, "", "list", "rb"), ExitOK)
 		wantCode(t, b.run(t, "", "ls", "endpoints"), ExitOK)
@@ -748,7 +884,7 @@ vpc    1         e      Reconciling   1     0        60m
 
 	t.Run("UsageErrors", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupNoAPI(t)
 		for _, args := range [][]string{
 			{"list"},
 			{"list", "widgets"},
@@ -774,18 +910,19 @@ func TestDelete(t *testing.T) {
 	t.Run("Paths", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
+		b.seed(t, "manifest", `{"kind": "unused", "kind_version": 1, "reactions": []}`)
 		b.seed(t, "res", resourceVPC)
-		b.seed(t, "manifest", manifestVPC1)
 		b.seed(t, "pc", "name: cfg\nkind: vpc\nkind_version: 1\nspec: {}\n")
-		b.seed(t, "rb", "name: bind\nwatch_kind: vpc\ntransition: synced\nreactor: sink\n")
-		b.seed(t, "ep", "name: net\ntarget: {type: https}\n")
+		b.seed(t, "rb", "name: bind\nwatch_kind: vpc\ntransition: synced\nreactor: statussink\n")
+		b.seed(t, "ep", "name: net\nkinds: [{kind: vpc, kind_version: 1}]\ntarget: {type: https, url: 'https://net.example/'}\n")
 
 		for _, tc := range []struct {
 			args []string
 			want string
 		}{
 			{[]string{"delete", "resource", "vpc/sample-vpc"}, "resource/vpc/sample-vpc deletion requested\n"},
-			{[]string{"delete", "manifest", "vpc", "--kind-version", "1"}, "manifest/vpc/v1 deleted\n"},
+			{[]string{"delete", "manifest", "unused", "--kind-version", "1"}, "manifest/unused/v1 deleted\n"},
 			{[]string{"delete", "pc", "cfg"}, "providerconfig/cfg deleted\n"},
 			{[]string{"delete", "binding", "bind"}, "reactorbinding/bind deleted\n"},
 			{[]string{"rm", "ep", "net"}, "endpoint/net deleted\n"},
@@ -796,25 +933,53 @@ func TestDelete(t *testing.T) {
 		}
 		wantRequests(t, b,
 			"DELETE /resources/vpc/sample-vpc",
-			"DELETE /kinds/vpc/versions/1/manifest",
+			"DELETE /kinds/unused/versions/1/manifest",
 			"DELETE /providerconfigs/cfg",
 			"DELETE /reactor-bindings/bind",
 			"DELETE /endpoints/net")
+
+		// The resource waits for its finalizer (no provider runs here);
+		// the others are gone.
+		r := b.run(t, "", "get", "resource", "vpc/sample-vpc")
+		wantCode(t, r, ExitOK)
+		if !strings.Contains(r.stdout, " Deleting ") {
+			t.Errorf("stdout = %q", r.stdout)
+		}
+		for _, args := range [][]string{{"get", "manifest", "unused", "--kind-version", "1"}, {"get", "pc", "cfg"},
+			{"get", "rb", "bind"}, {"get", "ep", "net"}} {
+			r := b.run(t, "", args...)
+			wantCode(t, r, ExitFailure)
+			if !strings.HasPrefix(r.stderr, "Error: 404 Not Found: ") {
+				t.Errorf("%v: stderr = %q", args, r.stderr)
+			}
+		}
+	})
+
+	t.Run("ManifestInUseIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.seedKinds(t)
+		b.seed(t, "res", resourceVPC)
+		r := b.run(t, "", "delete", "manifest", "vpc", "--kind-version", "1")
+		wantCode(t, r, ExitFailure)
+		wantOutput(t, r.stderr, "Error: 409 Conflict: vpc/1 is still used by resources (sample-vpc); "+
+			"delete them or re-apply them at another kind_version first\n")
 	})
 
 	t.Run("SeveralWithOneFailing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		b.seedKinds(t)
 		b.seed(t, "res", `[{"kind":"vpc","kind_version":1,"name":"a","spec":{}},{"kind":"vpc","kind_version":1,"name":"c","spec":{}}]`)
 		r := b.run(t, "", "delete", "res", "--kind", "vpc", "a", "b", "vpc/c")
 		wantCode(t, r, ExitFailure)
 		wantOutput(t, r.stdout, "resource/vpc/a deletion requested\nresource/vpc/c deletion requested\n")
-		wantOutput(t, r.stderr, "Error: resource/vpc/b: 404 Not Found: resource vpc/b not found\nError: 1 of 3 deletes failed\n")
+		wantOutput(t, r.stderr, "Error: resource/vpc/b: 404 Not Found: resource vpc/b does not exist\nError: 1 of 3 deletes failed\n")
 	})
 
 	t.Run("ManifestNeedsKindVersion", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupNoAPI(t)
 		wantCode(t, b.run(t, "", "delete", "manifest", "vpc"), ExitUsage)
 		wantCode(t, b.run(t, "", "delete", "resource"), ExitUsage)
 		wantRequests(t, b)
@@ -829,7 +994,7 @@ func TestVersion(t *testing.T) {
 		b := setup(t)
 		r := b.run(t, "", "version")
 		wantCode(t, r, ExitOK)
-		for _, want := range []string{"Client Version: ", "Server Version: v0.1.0-fake (commit abc123)\n", "Server:         " + b.srv.URL} {
+		for _, want := range []string{"Client Version: ", "Server Version: " + testServerVersion + "\n", "Server:         " + b.api.url} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
 			}
@@ -845,14 +1010,14 @@ func TestVersion(t *testing.T) {
 		if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
 			t.Fatal(err)
 		}
-		if v.Client["version"] == "" || v.Server["version"] != "v0.1.0-fake" {
+		if v.Client["version"] == "" || v.Server["version"] != testServerVersion {
 			t.Errorf("version JSON = %+v", v)
 		}
 	})
 
 	t.Run("ClientOnlyNeedsNoServer", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupNoAPI(t)
 		b.env[EnvServer] = deadServer(t)
 		r := b.run(t, "", "version", "--client")
 		wantCode(t, r, ExitOK)
@@ -863,7 +1028,7 @@ func TestVersion(t *testing.T) {
 
 	t.Run("UnreachableServerFails", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupNoAPI(t)
 		b.env[EnvServer] = deadServer(t)
 		r := b.run(t, "", "version")
 		wantCode(t, r, ExitFailure)
@@ -876,18 +1041,27 @@ func TestVersion(t *testing.T) {
 func TestRotateSecret(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.seed(t, "ep", "name: net\ntarget: {type: https}\n")
-	r := b.run(t, "", "rotate-secret", "endpoint", "net")
+	r := b.run(t, "", "apply", "--type", "ep", "-f",
+		b.file(t, "ep.yaml", "name: net\nkinds: [{kind: vpc, kind_version: 1}]\ntarget: {type: https, url: 'https://net.example/'}\n"))
 	wantCode(t, r, ExitOK)
-	wantOutput(t, r.stdout, "endpoint/net secret rotated\n\n  signing secret: whsec_cm90YXRlZHJvdGF0ZWRyb3RhdGVk\n\n")
+	first := answerSecret(t, b.api.recorded()[0])
+	b.api.forget()
+
+	r = b.run(t, "", "rotate-secret", "endpoint", "net")
+	wantCode(t, r, ExitOK)
+	wantRequests(t, b, "POST /endpoints/net/rotate-secret")
+	rotated := answerSecret(t, b.api.recorded()[0])
+	if rotated == first {
+		t.Errorf("the rotated secret is the old one: %s", rotated)
+	}
+	wantOutput(t, r.stdout, "endpoint/net secret rotated\n\n  signing secret: "+rotated+"\n\n")
 	if !strings.Contains(r.stderr, "shown only this once") {
 		t.Errorf("stderr = %q", r.stderr)
 	}
-	wantRequests(t, b, "POST /endpoints/net/rotate-secret")
 
 	r = b.run(t, "", "rotate-secret", "endpoint", "nope")
 	wantCode(t, r, ExitFailure)
-	wantOutput(t, r.stderr, "Error: 404 Not Found: endpoint not found\n")
+	wantOutput(t, r.stderr, "Error: 404 Not Found: endpoint \"nope\" does not exist\n")
 }
 
 func TestGlobalFlags(t *testing.T) {
@@ -895,7 +1069,7 @@ func TestGlobalFlags(t *testing.T) {
 
 	t.Run("ServerFromEnvironment", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t) // $CONVERGE_SERVER points at the fake
+		b := setup(t) // $CONVERGE_SERVER points at the API
 		wantCode(t, b.run(t, "", "list", "kinds"), ExitOK)
 		wantRequests(t, b, "GET /kinds")
 	})
@@ -904,8 +1078,8 @@ func TestGlobalFlags(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.env[EnvServer] = deadServer(t)
-		wantCode(t, b.run(t, "", "--server", b.srv.URL, "list", "kinds"), ExitOK)
-		wantCode(t, b.run(t, "", "list", "kinds", "--server", b.srv.URL+"/api/v1/"), ExitOK)
+		wantCode(t, b.run(t, "", "--server", b.api.url, "list", "kinds"), ExitOK)
+		wantCode(t, b.run(t, "", "list", "kinds", "--server", b.api.url+"/api/v1/"), ExitOK)
 		wantRequests(t, b, "GET /kinds", "GET /kinds")
 	})
 
@@ -924,30 +1098,45 @@ func TestGlobalFlags(t *testing.T) {
 
 	t.Run("BearerToken", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupWith(t, apiOptions{auth: true})
+		wantCode(t, b.run(t, "", "list", "kinds"), ExitFailure) // no token: 401
+		b.env[EnvToken] = testReadToken
 		wantCode(t, b.run(t, "", "list", "kinds"), ExitOK)
-		b.env[EnvToken] = "env-token"
-		wantCode(t, b.run(t, "", "list", "kinds"), ExitOK)
-		wantCode(t, b.run(t, "", "list", "kinds", "--token", "flag-token"), ExitOK)
+		wantCode(t, b.run(t, "", "list", "kinds", "--token", testAdminToken), ExitOK)
 		var got []string
-		for _, r := range b.fake.recorded() {
+		for _, r := range b.api.recorded() {
 			got = append(got, r.Header.Get("Authorization"))
 		}
-		if diff := cmp.Diff([]string{"", "Bearer env-token", "Bearer flag-token"}, got); diff != "" {
+		want := []string{"", "Bearer " + testReadToken, "Bearer " + testAdminToken}
+		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("Authorization (-want +got):\n%s", diff)
 		}
-		if ua := b.fake.recorded()[0].Header.Get("User-Agent"); !strings.HasPrefix(ua, "conctl/") {
+		if ua := b.api.recorded()[0].Header.Get("User-Agent"); !strings.HasPrefix(ua, "conctl/") {
 			t.Errorf("User-Agent = %q", ua)
 		}
+
+		// A read token cannot write; the flag's admin token can.
+		f := b.file(t, "m.json", manifestVPC1)
+		r := b.run(t, "", "apply", "--type", "manifest", "-f", f)
+		wantCode(t, r, ExitFailure)
+		wantOutput(t, r.stderr, "Error: manifest/vpc/v1 from "+f+": 403 Forbidden: this token may only read; PUT needs an admin token\n"+
+			"  (check --token or $CONVERGE_TOKEN)\n")
+		r = b.run(t, "", "apply", "--type", "manifest", "-f", f, "--token", testAdminToken)
+		wantCode(t, r, ExitOK)
 	})
 
 	t.Run("UnauthorizedHintsAtToken", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		b.fake.failWith("GET", "/kinds", problem{Status: 401, Detail: "missing bearer token"})
-		r := b.run(t, "", "list", "kinds")
-		wantCode(t, r, ExitFailure)
-		wantOutput(t, r.stderr, "Error: 401 Unauthorized: missing bearer token\n  (check --token or $CONVERGE_TOKEN)\n")
+		b := setupWith(t, apiOptions{auth: true})
+		for token, detail := range map[string]string{
+			"":            "a bearer token is required: send Authorization: Bearer <token>",
+			"wrong-token": "the bearer token is not valid",
+		} {
+			b.env[EnvToken] = token
+			r := b.run(t, "", "list", "kinds")
+			wantCode(t, r, ExitFailure)
+			wantOutput(t, r.stderr, "Error: 401 Unauthorized: "+detail+"\n  (check --token or $CONVERGE_TOKEN)\n")
+		}
 	})
 
 	t.Run("NonProblemErrorBody", func(t *testing.T) {
@@ -984,7 +1173,7 @@ func TestGlobalFlags(t *testing.T) {
 
 	t.Run("UsageErrors", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupNoAPI(t)
 		for _, tc := range []struct {
 			args []string
 			env  string
@@ -998,7 +1187,7 @@ func TestGlobalFlags(t *testing.T) {
 			{args: []string{"bogus"}},
 			{args: []string{"--bogus"}},
 		} {
-			b.env[EnvServer] = cmpOrText(tc.env, b.srv.URL)
+			b.env[EnvServer] = cmpOrText(tc.env, b.api.url)
 			r := b.run(t, "", tc.args...)
 			if r.code != ExitUsage {
 				t.Errorf("%v (env %q): exit status %d, want %d", tc.args, tc.env, r.code, ExitUsage)
@@ -1009,7 +1198,7 @@ func TestGlobalFlags(t *testing.T) {
 
 	t.Run("HelpAndNoArgsExitZero", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupNoAPI(t)
 		for _, args := range [][]string{nil, {"--help"}, {"apply", "--help"}, {"help", "list"}, {"list", "res", "-h"}} {
 			r := b.run(t, "", args...)
 			wantCode(t, r, ExitOK)
@@ -1022,7 +1211,7 @@ func TestGlobalFlags(t *testing.T) {
 
 func TestNewAndExitStatus(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupNoAPI(t)
 	var stdout, stderr bytes.Buffer
 	cmd := New(&stdout, &stderr, func(k string) string { return b.env[k] })
 	cmd.SetArgs([]string{"get", "manifest", "vpc"})

@@ -102,7 +102,7 @@ func TestParseDocuments(t *testing.T) {
 
 func TestAge(t *testing.T) {
 	t.Parallel()
-	now := fakeCreatedAt
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, tc := range []struct {
 		ago  string
 		want string

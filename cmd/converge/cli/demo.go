@@ -18,19 +18,27 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/convergeplane/converge/examples/quickstart"
 )
 
 // demoEndpoint is the name the demo registers its provider under.
 const demoEndpoint = "quickstart"
 
+// demoProvider is the example provider's binary, built by `make build` into
+// bin/ next to converge. The converge binary links no example code: the
+// provider is its own process, and the kinds and resources the demo applies
+// are the ones its `objects` command prints.
+const demoProvider = "quickstart-provider"
+
 // runDemo starts the quickstart provider as its own process, registers its
-// endpoint, applies the quickstart kinds and a site, and prints the site's
-// tree as it converges until the root is Ready. Everything goes through the
-// public REST API, as an operator's tooling would.
+// endpoint, applies the kinds it serves and its sample site, and prints the
+// site's tree as it converges until the root is Ready. Everything goes
+// through the public REST API, as an operator's tooling would.
 func runDemo(ctx context.Context, out io.Writer, base string, cfg Config, log *slog.Logger) error {
 	bin, err := providerBinary()
+	if err != nil {
+		return err
+	}
+	objs, err := providerObjects(ctx, bin)
 	if err != nil {
 		return err
 	}
@@ -40,7 +48,7 @@ func runDemo(ctx context.Context, out io.Writer, base string, cfg Config, log *s
 		return err
 	}
 	providerURL := "http://" + addr + "/"
-	secret, err := c.registerEndpoint(ctx, providerURL)
+	secret, err := c.registerEndpoint(ctx, providerURL, objs.kinds)
 	if err != nil {
 		return fmt.Errorf("register the provider endpoint: %w", err)
 	}
@@ -61,36 +69,23 @@ func runDemo(ctx context.Context, out io.Writer, base string, cfg Config, log *s
 	}()
 	fmt.Fprintf(out, "started the quickstart provider (pid %d) on %s\n", cmd.Process.Pid, addr)
 
-	for _, f := range quickstart.Manifests {
-		var m struct {
-			Kind string `json:"kind"`
-		}
-		body, err := quickstart.Files.ReadFile(f)
+	for i, body := range objs.Manifests {
+		k := objs.kinds[i]
+		res, err := c.send(ctx, http.MethodPut, "/kinds/"+url.PathEscape(k.Kind)+"/manifest", body, nil)
 		if err != nil {
-			return err
+			return fmt.Errorf("apply manifest %s/v%d: %w", k.Kind, k.KindVersion, err)
 		}
-		if err := json.Unmarshal(body, &m); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		res, err := c.send(ctx, http.MethodPut, "/kinds/"+url.PathEscape(m.Kind)+"/manifest", body, nil)
-		if err != nil {
-			return fmt.Errorf("apply %s: %w", f, err)
-		}
-		fmt.Fprintf(out, "manifest/%s %s\n", m.Kind, res)
+		fmt.Fprintf(out, "manifest/%s/v%d %s\n", k.Kind, k.KindVersion, res)
 	}
 	var root struct {
 		ID   string `json:"id"`
 		Kind string `json:"kind"`
 		Name string `json:"name"`
 	}
-	for _, f := range quickstart.Resources {
-		body, err := quickstart.Files.ReadFile(f)
-		if err != nil {
-			return err
-		}
+	for i, body := range objs.Resources {
 		res, err := c.send(ctx, http.MethodPost, "/resources", body, &root)
 		if err != nil {
-			return fmt.Errorf("apply %s: %w", f, err)
+			return fmt.Errorf("apply resource %d of %s: %w", i+1, bin, err)
 		}
 		fmt.Fprintf(out, "resource/%s/%s %s\n", root.Kind, root.Name, res)
 	}
@@ -156,13 +151,13 @@ type demoClient struct {
 	token string
 }
 
-// registerEndpoint creates the demo endpoint, or rotates its secret if it
-// exists from an earlier dev session (a secret is only ever shown once).
-func (c *demoClient) registerEndpoint(ctx context.Context, target string) (string, error) {
+// registerEndpoint creates the demo endpoint for kinds, or rotates its
+// secret if it exists from an earlier dev session (a secret is only ever
+// shown once).
+func (c *demoClient) registerEndpoint(ctx context.Context, target string, kinds []demoKind) (string, error) {
 	ep := map[string]any{
-		"name": demoEndpoint,
-		"kinds": []map[string]any{
-			{"kind": "bucket", "kind_version": 1}, {"kind": "cdn", "kind_version": 1}, {"kind": "site", "kind_version": 1}},
+		"name":            demoEndpoint,
+		"kinds":           kinds,
 		"target":          map[string]any{"type": "https", "url": target},
 		"health":          map[string]any{"url": target, "interval_secs": 2, "healthy_threshold": 1},
 		"max_concurrency": 16, "request_timeout_secs": 30,
@@ -220,17 +215,65 @@ func (c *demoClient) send(ctx context.Context, method, path string, body []byte,
 }
 
 // providerBinary finds quickstart-provider next to this executable (make
-// build puts both in bin/).
+// build puts both in bin/), else on PATH.
 func providerBinary() (string, error) {
-	self, err := os.Executable()
+	var next string
+	if self, err := os.Executable(); err == nil {
+		next = filepath.Join(filepath.Dir(self), demoProvider)
+		if fi, err := os.Stat(next); err == nil && !fi.IsDir() {
+			return next, nil
+		}
+	}
+	if p, err := exec.LookPath(demoProvider); err == nil {
+		return p, nil
+	}
+	where := "on PATH"
+	if next != "" {
+		where = "at " + next + " or on PATH"
+	}
+	return "", fmt.Errorf("the demo runs the example provider %s as its own process, and there is none %s: "+
+		"run `make build` (it builds bin/converge and bin/%s), or `make demo`", demoProvider, where, demoProvider)
+}
+
+// demoObjects are what the provider's `objects` command prints.
+type demoObjects struct {
+	Manifests []json.RawMessage `json:"manifests"`
+	Resources []json.RawMessage `json:"resources"`
+	kinds     []demoKind        // of each manifest
+}
+
+type demoKind struct {
+	Kind        string `json:"kind"`
+	KindVersion int    `json:"kind_version"`
+}
+
+// providerObjects asks the provider binary for the manifests of the kinds
+// it serves and its sample resources.
+func providerObjects(ctx context.Context, bin string) (demoObjects, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "objects")
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
 	if err != nil {
-		return "", err
+		return demoObjects{}, fmt.Errorf("%s objects: %w: %s (is it out of date? run `make build`)", bin, err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	p := filepath.Join(filepath.Dir(self), "quickstart-provider")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("the demo needs %s: run `make build` (or `make demo`) first", p)
+	var o demoObjects
+	if err := json.Unmarshal(stdout, &o); err != nil {
+		return demoObjects{}, fmt.Errorf("%s objects: %w", bin, err)
 	}
-	return p, nil
+	if len(o.Manifests) == 0 || len(o.Resources) == 0 {
+		return demoObjects{}, fmt.Errorf("%s objects: want manifests and resources, got %d and %d", bin, len(o.Manifests), len(o.Resources))
+	}
+	for i, m := range o.Manifests {
+		var k demoKind
+		if err := json.Unmarshal(m, &k); err != nil || k.Kind == "" || k.KindVersion == 0 {
+			return demoObjects{}, fmt.Errorf("%s objects: manifest %d names no kind and kind_version (%v)", bin, i+1, err)
+		}
+		o.kinds = append(o.kinds, k)
+	}
+	return o, nil
 }
 
 func freeLoopback() (string, error) {

@@ -30,7 +30,9 @@ CONVERGE_DATA_DIR (default ~/.cache/converge), migrates it, and runs the whole
 control plane against it with dev-mode settings: plain-http loopback provider
 endpoints are allowed and keys are generated and kept in the data dir.
 With DATABASE_URL set it uses that database instead. --demo also starts the
-example provider, registers it and applies the example kinds and resources.`,
+example provider (quickstart-provider, found next to converge or on PATH;
+make build puts it in bin/), registers it and applies the kinds and the
+sample resources it prints with its objects command.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := LoadConfig(getenv)
 			if err != nil {
@@ -39,6 +41,11 @@ example provider, registers it and applies the example kinds and resources.`,
 			cfg.Dev = true
 			log := cfg.NewLogger(os.Stderr)
 			ctx := cmd.Context()
+			if demo { // fail before starting anything
+				if _, err := providerBinary(); err != nil {
+					return fmt.Errorf("demo: %w", err)
+				}
+			}
 			if reset {
 				if err := os.RemoveAll(cfg.DataDir); err != nil {
 					return fmt.Errorf("reset %s: %w", cfg.DataDir, err)

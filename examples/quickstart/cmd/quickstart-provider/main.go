@@ -4,12 +4,19 @@
 //	PROVIDER_ADDR     listen address (default 127.0.0.1:9090)
 //	PROVIDER_SECRETS  the endpoint's signing secret(s), whsec_..., comma-separated
 //	WORK_DELAY        simulated work time per leaf (default 0, e.g. 500ms)
+//
+// `quickstart-provider objects` prints, instead of serving, the manifests of
+// the kinds it serves and the sample resources, as one JSON document
+// {"manifests": [...], "resources": [...]}: `converge dev --demo` applies
+// what the provider it starts says it serves.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -18,11 +25,24 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/convergeplane/converge/examples/quickstart"
 	"github.com/convergeplane/converge/examples/quickstart/provider"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
 func main() {
+	switch args := os.Args[1:]; {
+	case len(args) == 1 && args[0] == "objects":
+		if err := printObjects(os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "quickstart-provider:", err)
+			os.Exit(1)
+		}
+		return
+	case len(args) > 0:
+		fmt.Fprintln(os.Stderr, "usage: quickstart-provider          serve (configured by the environment)\n"+
+			"       quickstart-provider objects  print the manifests and sample resources as JSON")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -65,4 +85,35 @@ func run(ctx context.Context, log *slog.Logger) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return errors.Join(srv.Shutdown(sctx), h.Shutdown(sctx))
+}
+
+// Objects is what `quickstart-provider objects` prints.
+type Objects struct {
+	// Manifests are the kinds this provider serves, in the order to apply
+	// them.
+	Manifests []json.RawMessage `json:"manifests"`
+	// Resources are sample resources of those kinds.
+	Resources []json.RawMessage `json:"resources"`
+}
+
+func printObjects(w io.Writer) error {
+	var o Objects
+	for _, set := range []struct {
+		files []string
+		into  *[]json.RawMessage
+	}{{quickstart.Manifests, &o.Manifests}, {quickstart.Resources, &o.Resources}} {
+		for _, f := range set.files {
+			b, err := quickstart.Files.ReadFile(f)
+			if err != nil {
+				return err
+			}
+			if !json.Valid(b) {
+				return fmt.Errorf("%s is not JSON", f)
+			}
+			*set.into = append(*set.into, json.RawMessage(b))
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(o)
 }

@@ -1,0 +1,175 @@
+package cli
+
+import (
+	"bytes"
+	"crypto/rand"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/convergeplane/converge/control/api"
+	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/dispatch/egress"
+	"github.com/convergeplane/converge/internal/pgtest"
+)
+
+// TestMain gives each test its own database (pgtest) and fails the package
+// if a test leaks a goroutine.
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// testServerVersion is the version the test API reports.
+const testServerVersion = "v0.1.0-test"
+
+// Tokens of the authenticated API (see startAPI).
+const (
+	testAdminToken = "admin-token"
+	testReadToken  = "read-token"
+)
+
+// realAPI is the real REST API (control/api over its own pgtest database,
+// wired the way `converge serve` wires it, endpoints included), served by
+// Fiber on a loopback listener. conctl talks to it through a transparent
+// recording proxy, so tests can check both what conctl sent and what the
+// real server answered.
+type realAPI struct {
+	url string // the proxy, what conctl is pointed at
+
+	mu       sync.Mutex
+	requests []recordedRequest
+}
+
+type recordedRequest struct {
+	Method string
+	Path   string // decoded, without /api/v1
+	Query  url.Values
+	Header http.Header
+	Body   []byte
+
+	// The real server's answer.
+	Status     int
+	Answer     []byte
+	NextCursor string // X-Next-Cursor
+}
+
+// apiOptions configures startAPI.
+type apiOptions struct {
+	auth bool // require testAdminToken (or testReadToken for reads)
+}
+
+func startAPI(t *testing.T, opts apiOptions) *realAPI {
+	t.Helper()
+	db := pgtest.New(t)
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st := store.New(db.Pool, store.Config{})
+	kinds := store.NewKindCache(st, store.KindCacheConfig{}, log)
+	if err := kinds.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kinds.Stop)
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	box, err := store.NewSecretBox(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := api.Config{
+		Version: testServerVersion,
+		// As `converge serve` outside dev mode: https targets, public hosts.
+		Endpoints: &api.EndpointsConfig{Box: box,
+			ValidateURL: func(u string) error { return egress.ValidateTargetURL(u, egress.Policy{}) }},
+	}
+	if opts.auth {
+		cfg.AdminTokens, cfg.ReadTokens = []string{testAdminToken}, []string{testReadToken}
+	}
+	srv, err := api.New(cfg, st, kinds, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.App().Listener(ln) }()
+	t.Cleanup(func() {
+		if err := srv.App().ShutdownWithTimeout(5 * time.Second); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+
+	target := &url.URL{Scheme: "http", Host: ln.Addr().String()}
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections) // before the API shuts down (cleanups run last first)
+	proxy := &httputil.ReverseProxy{
+		Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(target) },
+		Transport: tr,
+	}
+	return recordingFront(t, proxy)
+}
+
+// startNoAPI stands in for the API in tests where conctl must not call it
+// at all (usage errors, local failures): whatever arrives is recorded and
+// fails the test. It saves those tests a database.
+func startNoAPI(t *testing.T) *realAPI {
+	t.Helper()
+	return recordingFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("conctl called the API: %s %s", r.Method, r.URL.RequestURI())
+		http.Error(w, "this test has no API", http.StatusInternalServerError)
+	}))
+}
+
+// recordingFront serves next on a loopback httptest server, recording and
+// logging each request and its answer.
+func recordingFront(t *testing.T, next http.Handler) *realAPI {
+	t.Helper()
+	a := &realAPI{}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		req := recordedRequest{
+			Method: r.Method, Path: strings.TrimPrefix(r.URL.Path, APIPrefix),
+			Query: r.URL.Query(), Header: r.Header.Clone(), Body: body,
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, r)
+		req.Status, req.Answer, req.NextCursor = rec.Code, rec.Body.Bytes(), rec.Header().Get("X-Next-Cursor")
+		a.mu.Lock()
+		a.requests = append(a.requests, req)
+		a.mu.Unlock()
+		t.Logf("API: %s %s %s\n  -> %d %s %s", r.Method, r.URL.RequestURI(), body,
+			rec.Code, rec.Header().Get("X-Apply-Result"), bytes.TrimSpace(rec.Body.Bytes()))
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	}))
+	t.Cleanup(front.Close)
+	a.url = front.URL
+	return a
+}
+
+func (a *realAPI) recorded() []recordedRequest {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.requests)
+}
+
+// forget drops the requests recorded so far (after seeding).
+func (a *realAPI) forget() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.requests = nil
+}
