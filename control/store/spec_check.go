@@ -14,13 +14,14 @@ import (
 	"github.com/convergeplane/converge/control/schema"
 )
 
-// SpecCheckFunc validates a spec against its (kind, version) schema.
-type SpecCheckFunc func(kind string, version int, spec json.RawMessage) error
+// specCheckFunc validates a spec against its (kind, version) schema.
+type specCheckFunc func(kind string, version int, spec json.RawMessage) error
 
-// SetSpecCheck installs the validator Complete runs on every composed
-// child's spec, so a composer cannot create a resource the API would refuse.
-// Call it once before the store is shared.
-func (s *Store) SetSpecCheck(f SpecCheckFunc) { s.specCheck = f }
+// setSpecCheck installs the validator that ApplyResource and Complete (on
+// every composed child's spec) run, so a composer cannot create a resource
+// the API would refuse. NewKindCache, its only caller, calls it once before
+// the store is shared.
+func (s *Store) setSpecCheck(f specCheckFunc) { s.specCheck = f }
 
 const kindManifestSpecSchemaSQL = `SELECT spec_schema FROM kind_manifest
  WHERE kind = $1 AND kind_version = $2 AND ($3::timestamptz IS NULL OR updated_at <> $3)`

@@ -45,16 +45,13 @@ func (c Config) withDefaults() Config {
 type Store struct {
 	pool      *pgxpool.Pool
 	cfg       Config
-	specCheck SpecCheckFunc
+	specCheck specCheckFunc
 }
 
 // New returns a Store over pool.
 func New(pool *pgxpool.Pool, cfg Config) *Store {
 	return &Store{pool: pool, cfg: cfg.withDefaults()}
 }
-
-// Pool returns the underlying pool (for LISTEN connections and health pings).
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
