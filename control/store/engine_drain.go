@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// DrainParams bounds one drain batch.
+// DrainParams bounds one drain batch. DrainRollupRechecks, the drain's
+// second step, takes the same struct and reads Lo, Hi and Limit.
 type DrainParams struct {
 	Lo, Hi    int
 	Limit     int
@@ -25,10 +26,12 @@ func (s *Store) Drain(ctx context.Context, p DrainParams) (int, error) {
 	return n, nil
 }
 
-// DrainRollupRechecks re-evaluates composite roots armed by a concurrent drain.
-func (s *Store) DrainRollupRechecks(ctx context.Context, lo, hi, limit int) (int, error) {
+// DrainRollupRechecks re-evaluates up to p.Limit composite roots in
+// [p.Lo, p.Hi] armed by a concurrent drain. It does not retry, so
+// p.RetryBase and p.RetryMax do not apply.
+func (s *Store) DrainRollupRechecks(ctx context.Context, p DrainParams) (int, error) {
 	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT drain_rollup_rechecks($1, $2, $3)`, lo, hi, limit).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT drain_rollup_rechecks($1, $2, $3)`, p.Lo, p.Hi, p.Limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("drain rollup rechecks: %w", err)
 	}
 	return n, nil

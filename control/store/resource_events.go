@@ -17,11 +17,21 @@ type Event struct {
 	Message    string    `json:"message,omitempty"`
 }
 
-// Events returns the resource's events, newest first, before the id cursor
-// (0 = from the newest).
-func (s *Store) Events(ctx context.Context, id string, before int64, limit int) ([]Event, error) {
+// EventsParams selects one page of a resource's event log.
+type EventsParams struct {
+	// ResourceID is the resource whose events are listed.
+	ResourceID string
+	// Before is the id cursor: only events older than it are listed; 0
+	// starts from the newest.
+	Before int64
+	// Limit is the page size.
+	Limit int
+}
+
+// Events returns the resource's events, newest first, before the id cursor.
+func (s *Store) Events(ctx context.Context, p EventsParams) ([]Event, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, at, type, generation, message FROM resource_events
-		WHERE resource_id = $1 AND ($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3`, id, before, limit)
+		WHERE resource_id = $1 AND ($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3`, p.ResourceID, p.Before, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
