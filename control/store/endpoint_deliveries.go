@@ -22,18 +22,18 @@ const (
 // EndpointDelivery is one failed delivery attempt, as the endpoint's and the
 // resource's detail show it.
 type EndpointDelivery struct {
-	ID         int64     `json:"id"`
-	Endpoint   string    `json:"endpoint"`
-	At         time.Time `json:"at"`
-	TaskID     string    `json:"task_id"`
-	ResourceID string    `json:"resource_id,omitempty"`
-	ClaimEpoch int64     `json:"claim_epoch"`
-	Attempt    int       `json:"attempt"`
+	ID         int64     `json:"id" db:"id"`
+	Endpoint   string    `json:"endpoint" db:"endpoint"`
+	At         time.Time `json:"at" db:"at"`
+	TaskID     string    `json:"task_id" db:"task_id"`
+	ResourceID string    `json:"resource_id,omitempty" db:"resource_id"`
+	ClaimEpoch int64     `json:"claim_epoch" db:"claim_epoch"`
+	Attempt    int       `json:"attempt" db:"attempt"`
 	// HTTPStatus is 0 when no response came (network error, timeout).
-	HTTPStatus int    `json:"http_status,omitempty"`
-	LatencyMS  int    `json:"latency_ms"`
-	Reason     string `json:"reason" doc:"The classified failure, e.g. server_error, timeout, network, redirect."`
-	Excerpt    string `json:"excerpt,omitempty" doc:"The first bytes (at most 512) of the response body, or the error."`
+	HTTPStatus int    `json:"http_status,omitempty" db:"http_status"`
+	LatencyMS  int    `json:"latency_ms" db:"latency_ms"`
+	Reason     string `json:"reason" db:"reason" doc:"The classified failure, e.g. server_error, timeout, network, redirect."`
+	Excerpt    string `json:"excerpt,omitempty" db:"excerpt" doc:"The first bytes (at most 512) of the response body, or the error."`
 }
 
 const deliveriesRecordSQL = `WITH ins AS (
@@ -117,21 +117,9 @@ func excerpt(s string, n int) string {
 	return s[:cut]
 }
 
-const deliveryCols = `id, endpoint, at, task_id, coalesce(resource_id::text, ''), claim_epoch, attempt,
-       coalesce(http_status, 0), latency_ms, reason, excerpt`
-
-func scanDeliveries(rows pgx.Rows) ([]EndpointDelivery, error) {
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EndpointDelivery, error) {
-		var d EndpointDelivery
-		err := r.Scan(&d.ID, &d.Endpoint, &d.At, &d.TaskID, &d.ResourceID, &d.ClaimEpoch, &d.Attempt,
-			&d.HTTPStatus, &d.LatencyMS, &d.Reason, &d.Excerpt)
-		return d, err
-	})
-	if out == nil && err == nil {
-		out = []EndpointDelivery{}
-	}
-	return out, err
-}
+// deliveryCols are the columns of an EndpointDelivery, named for its db tags.
+const deliveryCols = `id, endpoint, at, task_id, coalesce(resource_id::text, '') AS resource_id, claim_epoch, attempt,
+       coalesce(http_status, 0) AS http_status, latency_ms, reason, excerpt`
 
 // ListDeliveries returns the endpoint's newest failed deliveries, newest
 // first. An unknown endpoint is a *NotFoundError.
@@ -144,7 +132,7 @@ func (s *Store) ListDeliveries(ctx context.Context, endpoint string, limit int) 
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of %s: %w", endpoint, err)
 	}
-	out, err := scanDeliveries(rows)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[EndpointDelivery])
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of %s: %w", endpoint, err)
 	}
@@ -159,7 +147,7 @@ func (s *Store) ListDeliveriesForResource(ctx context.Context, resourceID string
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of resource %s: %w", resourceID, err)
 	}
-	out, err := scanDeliveries(rows)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[EndpointDelivery])
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of resource %s: %w", resourceID, err)
 	}

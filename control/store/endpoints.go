@@ -22,19 +22,19 @@ import (
 // part of it: the secret is shown once, by CreateEndpoint, PutEndpoint (when
 // it creates) and RotateEndpointSecret.
 type Endpoint struct {
-	Name               string         `json:"name" doc:"Unique name: letters, digits, '.', '_' or '-', at most 63."`
-	Kinds              []EndpointKind `json:"kinds" doc:"The (kind, kind_version) pairs this endpoint serves."`
-	Target             EndpointTarget `json:"target" doc:"Where tasks are delivered."`
-	Health             EndpointHealth `json:"health" doc:"Readiness probing; without a URL the endpoint is ready for all its kinds while its circuit breaker is closed."`
-	MaxConcurrency     int            `json:"max_concurrency" doc:"Most deliveries in flight at once (HTTP requests awaiting an answer)."`
-	RequestTimeoutSecs int            `json:"request_timeout_secs" doc:"Timeout of one HTTP request; separate from the kind's task deadline."`
-	Enabled            bool           `json:"enabled" doc:"A disabled endpoint gets no deliveries."`
-	DisabledReason     string         `json:"disabled_reason,omitempty" readOnly:"true" doc:"Why the endpoint was disabled, e.g. it answered 410 Gone."`
+	Name               string         `json:"name" db:"name" doc:"Unique name: letters, digits, '.', '_' or '-', at most 63."`
+	Kinds              []EndpointKind `json:"kinds" db:"kinds" doc:"The (kind, kind_version) pairs this endpoint serves."`
+	Target             EndpointTarget `json:"target" db:"target" doc:"Where tasks are delivered."`
+	Health             EndpointHealth `json:"health" db:"health" doc:"Readiness probing; without a URL the endpoint is ready for all its kinds while its circuit breaker is closed."`
+	MaxConcurrency     int            `json:"max_concurrency" db:"max_concurrency" doc:"Most deliveries in flight at once (HTTP requests awaiting an answer)."`
+	RequestTimeoutSecs int            `json:"request_timeout_secs" db:"request_timeout_secs" doc:"Timeout of one HTTP request; separate from the kind's task deadline."`
+	Enabled            bool           `json:"enabled" db:"enabled" doc:"A disabled endpoint gets no deliveries."`
+	DisabledReason     string         `json:"disabled_reason,omitempty" db:"disabled_reason" readOnly:"true" doc:"Why the endpoint was disabled, e.g. it answered 410 Gone."`
 	// SecretRotationEndsAt is when the previous signing secret stops signing
 	// after a rotation; nil when no rotation is in progress.
-	SecretRotationEndsAt *time.Time `json:"secret_rotation_ends_at,omitempty" readOnly:"true" doc:"Until this instant both the previous and the current secret sign each delivery."`
-	CreatedAt            time.Time  `json:"created_at" readOnly:"true"`
-	UpdatedAt            time.Time  `json:"updated_at" readOnly:"true"`
+	SecretRotationEndsAt *time.Time `json:"secret_rotation_ends_at,omitempty" db:"secret_rotation_ends_at" readOnly:"true" doc:"Until this instant both the previous and the current secret sign each delivery."`
+	CreatedAt            time.Time  `json:"created_at" db:"created_at" readOnly:"true"`
+	UpdatedAt            time.Time  `json:"updated_at" db:"updated_at" readOnly:"true"`
 }
 
 // EndpointKind is one (kind, kind_version) pair an endpoint serves.
@@ -104,34 +104,30 @@ const (
 
 var endpointNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
 
+// endpointCols are the columns of an Endpoint, named for its db tags; the
+// jsonb columns (kinds, target, health) decode straight into their structs.
 const endpointCols = `name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason,
-       CASE WHEN prev_secret_expires > now() THEN prev_secret_expires END, created_at, updated_at`
+       CASE WHEN prev_secret_expires > now() THEN prev_secret_expires END AS secret_rotation_ends_at, created_at, updated_at`
 
-func scanEndpoint(row pgx.Row, extra ...any) (Endpoint, error) {
-	var (
-		e                     Endpoint
-		kinds, target, health []byte
-		rotationEnds          *time.Time
-	)
-	err := row.Scan(append([]any{&e.Name, &kinds, &target, &health, &e.MaxConcurrency, &e.RequestTimeoutSecs,
-		&e.Enabled, &e.DisabledReason, &rotationEnds, &e.CreatedAt, &e.UpdatedAt}, extra...)...)
-	if err != nil {
-		return e, err
-	}
-	e.SecretRotationEndsAt = rotationEnds
-	if err := json.Unmarshal(kinds, &e.Kinds); err != nil {
-		return e, fmt.Errorf("decode kinds of endpoint %s: %w", e.Name, err)
-	}
-	if err := json.Unmarshal(target, &e.Target); err != nil {
-		return e, fmt.Errorf("decode target of endpoint %s: %w", e.Name, err)
-	}
-	if err := json.Unmarshal(health, &e.Health); err != nil {
-		return e, fmt.Errorf("decode health of endpoint %s: %w", e.Name, err)
-	}
+// rowToEndpoint scans endpointCols.
+func rowToEndpoint(row pgx.CollectableRow) (Endpoint, error) {
+	e, err := pgx.RowToStructByName[Endpoint](row)
+	e.normalizeKinds()
+	return e, err
+}
+
+// normalizeKinds lists no kinds as [], never null.
+func (e *Endpoint) normalizeKinds() {
 	if e.Kinds == nil {
 		e.Kinds = []EndpointKind{}
 	}
-	return e, nil
+}
+
+// endpointApplied is a row of endpointUpsertSQL: the endpoint and what the
+// write did.
+type endpointApplied struct {
+	Endpoint
+	Result ApplyResult `db:"result"`
 }
 
 // normalize fills defaults and checks every field, returning an
@@ -267,8 +263,8 @@ func (s *Store) CreateEndpoint(ctx context.Context, box *SecretBox, p PutEndpoin
 		return Endpoint{}, "", fmt.Errorf("create endpoint %s: %w", p.Name, err)
 	}
 	kinds, target, health := mustJSON(p.Kinds), mustJSON(p.Target), mustJSON(p.Health)
-	e, err := scanEndpoint(s.pool.QueryRow(ctx, endpointInsertSQL, p.Name, kinds, target, health,
-		p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc))
+	e, err := collectOne(ctx, s.pool, rowToEndpoint, endpointInsertSQL, p.Name, kinds, target, health,
+		p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc)
 	if err != nil {
 		if code, _ := pgCode(err); code == codeUniqueViolation {
 			return Endpoint{}, "", &ConflictError{Message: fmt.Sprintf("endpoint %q already exists", p.Name)}
@@ -291,7 +287,7 @@ const endpointUpsertSQL = `WITH up AS (
                             EXCLUDED.request_timeout_secs, EXCLUDED.enabled)
     RETURNING e.*, e.xmax = 0 AS inserted
 )
-SELECT ` + endpointCols + `, CASE WHEN inserted THEN 'created' ELSE 'configured' END FROM up
+SELECT ` + endpointCols + `, CASE WHEN inserted THEN 'created' ELSE 'configured' END AS result FROM up
 UNION ALL
 SELECT ` + endpointCols + `, 'unchanged' FROM endpoints WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up)`
 
@@ -308,16 +304,16 @@ func (s *Store) PutEndpoint(ctx context.Context, box *SecretBox, p PutEndpointPa
 	if err != nil {
 		return Endpoint{}, "", "", fmt.Errorf("put endpoint %s: %w", p.Name, err)
 	}
-	var result string
-	e, err := scanEndpoint(s.pool.QueryRow(ctx, endpointUpsertSQL, p.Name, mustJSON(p.Kinds), mustJSON(p.Target),
-		mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc), &result)
+	a, err := collectOne(ctx, s.pool, pgx.RowToStructByName[endpointApplied], endpointUpsertSQL, p.Name, mustJSON(p.Kinds),
+		mustJSON(p.Target), mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc)
 	if err != nil {
 		return Endpoint{}, "", "", fmt.Errorf("put endpoint %s: %w", p.Name, err)
 	}
-	if ApplyResult(result) != ApplyCreated {
+	a.normalizeKinds()
+	if a.Result != ApplyCreated {
 		secret = ""
 	}
-	return e, ApplyResult(result), secret, nil
+	return a.Endpoint, a.Result, secret, nil
 }
 
 func enabledOrDefault(b *bool) bool { return b == nil || *b }
@@ -333,7 +329,7 @@ func mustJSON(v any) []byte {
 
 // GetEndpoint returns the endpoint name, or a *NotFoundError.
 func (s *Store) GetEndpoint(ctx context.Context, name string) (Endpoint, error) {
-	e, err := scanEndpoint(s.pool.QueryRow(ctx, `SELECT `+endpointCols+` FROM endpoints WHERE name = $1`, name))
+	e, err := collectOne(ctx, s.pool, rowToEndpoint, `SELECT `+endpointCols+` FROM endpoints WHERE name = $1`, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, endpointNotFound(name)
 	}
@@ -350,7 +346,7 @@ func (s *Store) ListEndpoints(ctx context.Context) ([]Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Endpoint, error) { return scanEndpoint(r) })
+	out, err := pgx.CollectRows(rows, rowToEndpoint)
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}
@@ -437,6 +433,14 @@ type DispatchEndpoint struct {
 	SecretErr error
 }
 
+// dispatchEndpointRow is an endpoint with its sealed signing secrets.
+type dispatchEndpointRow struct {
+	Endpoint
+	SecretEnc         []byte     `db:"secret_enc"`
+	PrevSecretEnc     []byte     `db:"prev_secret_enc"`
+	PrevSecretExpires *time.Time `db:"prev_secret_expires"`
+}
+
 // DispatchEndpoints returns every endpoint (disabled ones too, so the
 // dispatcher can say why a kind parks) with its signing secrets opened: the
 // current one and, during a rotation's grace window, the previous one.
@@ -446,29 +450,26 @@ func (s *Store) DispatchEndpoints(ctx context.Context, box *SecretBox) ([]Dispat
 		return nil, fmt.Errorf("load dispatch endpoints: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DispatchEndpoint, error) {
-		var (
-			d           DispatchEndpoint
-			cur, prev   []byte
-			prevExpires *time.Time
-		)
-		e, err := scanEndpoint(r, &cur, &prev, &prevExpires)
+		var d DispatchEndpoint
+		row, err := pgx.RowToStructByName[dispatchEndpointRow](r)
 		if err != nil {
 			return d, err
 		}
-		d.Endpoint = e
+		row.normalizeKinds()
+		d.Endpoint = row.Endpoint
 		if box == nil {
 			d.SecretErr = errors.New("no secret box configured (CONVERGE_SECRET_KEY)")
 			return d, nil
 		}
-		pt, err := box.Open(cur, []byte(e.Name))
+		pt, err := box.Open(row.SecretEnc, []byte(row.Name))
 		if err != nil {
 			d.SecretErr = err
 			return d, nil
 		}
 		d.Secrets = append(d.Secrets, SigningSecret{Secret: EndpointSecret(pt)})
-		if prev != nil && prevExpires != nil && prevExpires.After(time.Now()) {
-			if pt, err := box.Open(prev, []byte(e.Name)); err == nil {
-				d.Secrets = append(d.Secrets, SigningSecret{Secret: EndpointSecret(pt), Until: *prevExpires})
+		if prev, until := row.PrevSecretEnc, row.PrevSecretExpires; prev != nil && until != nil && until.After(time.Now()) {
+			if pt, err := box.Open(prev, []byte(row.Name)); err == nil {
+				d.Secrets = append(d.Secrets, SigningSecret{Secret: EndpointSecret(pt), Until: *until})
 			}
 		}
 		return d, nil

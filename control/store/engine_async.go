@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/convergeplane/converge/control/model"
 )
 
@@ -29,6 +31,13 @@ type AsyncCheck struct {
 	LeaseUntil time.Time
 }
 
+// asyncRow is one row of expire_async_tasks(): a task it found.
+type asyncRow struct {
+	TaskID     string     `db:"task_id"`
+	State      AsyncState `db:"state"`
+	LeaseUntil *time.Time `db:"lease_until"`
+}
+
 // ExpireAsync ends the asynchronous deliveries among tasks (answered 202,
 // awaiting a callback) whose lease lapsed: they are completed with a
 // transient error carrying message, which burns an attempt, so a provider
@@ -43,24 +52,17 @@ func (s *Store) ExpireAsync(ctx context.Context, tasks []model.Task, message str
 	if err != nil {
 		return nil, fmt.Errorf("expire async tasks: %w", err)
 	}
-	byID := make(map[string]AsyncCheck, len(tasks))
-	for rows.Next() {
-		var (
-			id, state string
-			lease     *time.Time
-		)
-		if err := rows.Scan(&id, &state, &lease); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("expire async tasks: %w", err)
-		}
-		c := AsyncCheck{State: AsyncState(state)}
-		if lease != nil {
-			c.LeaseUntil = *lease
-		}
-		byID[id] = c
-	}
-	if err := rows.Err(); err != nil {
+	found, err := pgx.CollectRows(rows, pgx.RowToStructByName[asyncRow])
+	if err != nil {
 		return nil, fmt.Errorf("expire async tasks: %w", err)
+	}
+	byID := make(map[string]AsyncCheck, len(found))
+	for _, r := range found {
+		c := AsyncCheck{State: r.State}
+		if r.LeaseUntil != nil {
+			c.LeaseUntil = *r.LeaseUntil
+		}
+		byID[r.TaskID] = c
 	}
 	out := make([]AsyncCheck, len(tasks))
 	for i, t := range tasks {

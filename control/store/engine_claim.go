@@ -53,6 +53,10 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]model.Task, error) 
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
+	// Scanned by hand on purpose: Claim is the dispatch hot path, and
+	// RowToStructByName would cost a reflection walk and a column-name key
+	// per row; model.Task also carries no db tags (control/model is shared
+	// wire vocabulary, not a row type).
 	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Task, error) {
 		var (
 			t        model.Task

@@ -74,6 +74,9 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]model.
 	}
 	defaults := map[string]cfg{}
 	overrides := map[string]cfg{}
+	// BuildRequests runs on every claimed batch: the configs are read by
+	// hand straight into the two maps rather than collected into a slice
+	// first.
 	rows, err = s.pool.Query(ctx, `SELECT name, kind || '/' || kind_version, is_default, spec, data FROM providerconfigs
 		WHERE (is_default AND kind || '/' || kind_version = ANY ($1)) OR name = ANY ($2)`, pairs, refs)
 	if err != nil {

@@ -269,7 +269,9 @@ func manifestWriteError(err error) error {
 const manifestCols = `kind, kind_version, description, spec_schema, status_schema, config_schema,
        reactions, finalizer_name, policy`
 
-// scanManifest reads manifestCols.
+// scanManifest reads manifestCols. model.KindManifest carries no db tags
+// (it is control/model's wire type) and two columns decode from JSON with
+// their own error messages, so it is scanned by position.
 func scanManifest(row pgx.Row) (*model.KindManifest, error) {
 	var (
 		m                    model.KindManifest
@@ -349,13 +351,13 @@ func (s *Store) ListManifests(ctx context.Context, p ListManifestsParams) ([]*mo
 
 // KindVersions is one kind and the versions published for it.
 type KindVersions struct {
-	Kind     string `json:"kind"`
-	Versions []int  `json:"versions"`
+	Kind     string `json:"kind" db:"kind"`
+	Versions []int  `json:"versions" db:"versions"`
 	// Reactor is true when every version is a reactor kind.
-	Reactor bool `json:"reactor"`
+	Reactor bool `json:"reactor" db:"reactor"`
 }
 
-const kindListSQL = `SELECT kind, array_agg(kind_version::int ORDER BY kind_version), bool_and(is_reactor)
+const kindListSQL = `SELECT kind, array_agg(kind_version::int ORDER BY kind_version) AS versions, bool_and(is_reactor) AS reactor
   FROM kind_manifest GROUP BY kind ORDER BY kind`
 
 // ListKinds returns every kind with its published versions, ascending.
@@ -364,11 +366,7 @@ func (s *Store) ListKinds(ctx context.Context) ([]KindVersions, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list kinds: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (KindVersions, error) {
-		var k KindVersions
-		err := r.Scan(&k.Kind, &k.Versions, &k.Reactor)
-		return k, err
-	})
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[KindVersions])
 	if err != nil {
 		return nil, fmt.Errorf("list kinds: %w", err)
 	}

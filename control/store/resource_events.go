@@ -10,11 +10,11 @@ import (
 
 // Event is one entry of a resource's event log.
 type Event struct {
-	ID         int64     `json:"id"`
-	At         time.Time `json:"at"`
-	Type       string    `json:"type"`
-	Generation *int64    `json:"generation,omitempty"`
-	Message    string    `json:"message,omitempty"`
+	ID         int64     `json:"id" db:"id"`
+	At         time.Time `json:"at" db:"at"`
+	Type       string    `json:"type" db:"type"`
+	Generation *int64    `json:"generation,omitempty" db:"generation"`
+	Message    string    `json:"message,omitempty" db:"message"`
 }
 
 // EventsParams selects one page of a resource's event log.
@@ -35,7 +35,7 @@ func (s *Store) Events(ctx context.Context, p EventsParams) ([]Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Event])
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Event])
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}

@@ -37,6 +37,8 @@ const edgeSelect = `SELECT a.kind, a.name, a.phase, b.kind, b.name, b.phase, d.v
 	  JOIN resources a ON a.id = d.dependent_id
 	  JOIN resources b ON b.id = d.dependency_id `
 
+// collectEdges reads edgeSelect rows. A DepEdge nests two model.Refs, which
+// RowToStructByName cannot fill, so its rows are scanned by position.
 func collectEdges(rows pgx.Rows) ([]DepEdge, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (DepEdge, error) {
 		var (

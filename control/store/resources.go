@@ -48,7 +48,8 @@ const resourceViewCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec
        r.phase, r.last_error, r.created_at, r.updated_at`
 
 // resourceScanTargets returns scan destinations for resourceViewCols and a
-// func that finishes r once scanned.
+// func that finishes r once scanned. model.Resource carries no db tags (it
+// is control/model's wire type), so its rows are scanned by position.
 func resourceScanTargets(r *model.Resource) ([]any, func()) {
 	var (
 		ref, lastErr *string
@@ -77,7 +78,9 @@ const resourceCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec, r.
        coalesce(r.provider_config_ref, ''), r.generation, r.synced_gen, r.health_ok, r.failure_gen,
        r.phase, coalesce(r.last_error, ''), r.created_at, r.updated_at`
 
-// scanResource reads resourceCols.
+// scanResource reads resourceCols. model.Resource is control/model's wire
+// type and carries no db tags, and this scan serves the claim path
+// (BuildRequests), so it stays by position.
 func scanResource(row pgx.Row) (model.Resource, error) {
 	var (
 		r     model.Resource
