@@ -527,7 +527,7 @@ func TestReadsAndReconcileNow(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM resources WHERE id = $1 AND last_error <> ''`, bID); n != 1 {
 		t.Errorf("b carries no last error")
 	}
-	evs, err := e.st.Events(ctx, bID, 0, 50)
+	evs, err := e.st.Events(ctx, store.EventsParams{ResourceID: bID, Limit: 50})
 	must(t, err)
 	if len(evs) == 0 || evs[0].Type != "failed" {
 		t.Errorf("b's newest event = %+v, want failed", evs)

@@ -98,7 +98,7 @@ func (s *Server) listEvents(ctx context.Context, in *eventsInput) (*bodyOutput[E
 	if err != nil {
 		return nil, err
 	}
-	evs, err := s.store.Events(ctx, id, in.Before, in.Limit)
+	evs, err := s.store.Events(ctx, store.EventsParams{ResourceID: id, Before: in.Before, Limit: in.Limit})
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{})
 	}

@@ -97,9 +97,9 @@ func (d *Drainer) run(ctx context.Context) {
 // rollups.
 func (d *Drainer) DrainOnce(ctx context.Context) error {
 	lo, hi := d.cfg.Range()
+	p := store.DrainParams{Lo: lo, Hi: hi, Limit: d.cfg.BatchSize, RetryBase: d.cfg.RetryBase, RetryMax: d.cfg.RetryMax}
 	for ctx.Err() == nil {
-		n, err := d.store.Drain(ctx, store.DrainParams{Lo: lo, Hi: hi, Limit: d.cfg.BatchSize,
-			RetryBase: d.cfg.RetryBase, RetryMax: d.cfg.RetryMax})
+		n, err := d.store.Drain(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -107,6 +107,6 @@ func (d *Drainer) DrainOnce(ctx context.Context) error {
 			break
 		}
 	}
-	_, err := d.store.DrainRollupRechecks(ctx, lo, hi, d.cfg.BatchSize)
+	_, err := d.store.DrainRollupRechecks(ctx, p)
 	return err
 }

@@ -124,25 +124,26 @@ func (r *Reaper) run(ctx context.Context) {
 // RunOnce runs every pass once and reports what it did at debug level.
 func (r *Reaper) RunOnce(ctx context.Context) error {
 	lo, hi := r.cfg.Range()
-	reclaimed, err := r.store.ReapExpiredLeases(ctx, lo, hi, r.cfg.Limit)
+	p := store.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit}
+	reclaimed, err := r.store.ReapExpiredLeases(ctx, p)
 	if err != nil {
 		return err
 	}
 	var requeued int
 	if time.Since(r.swept) >= r.cfg.RetryWindow/4 {
-		if requeued, err = r.store.RequeueLagging(ctx, lo, hi, r.cfg.RetryWindow, r.cfg.Limit); err != nil {
+		if requeued, err = r.store.RequeueLagging(ctx, store.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit, Window: r.cfg.RetryWindow}); err != nil {
 			return err
 		}
 		r.swept = time.Now()
 	}
-	dropped, err := r.store.DeleteUnclaimedWork(ctx, lo, hi, r.cfg.UnclaimedWindow, r.cfg.Limit)
+	dropped, err := r.store.DeleteUnclaimedWork(ctx, store.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit, Window: r.cfg.UnclaimedWindow})
 	if err != nil {
 		return err
 	}
 	if err := r.store.RecountInflight(ctx, lo, hi); err != nil {
 		return err
 	}
-	orphans, err := r.store.SweepExpiredOrphans(ctx, lo, hi, r.cfg.Limit)
+	orphans, err := r.store.SweepExpiredOrphans(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -167,7 +168,7 @@ func (r *Reaper) RunOnce(ctx context.Context) error {
 func (r *Reaper) pruneEvents(ctx context.Context, lo, hi int) error {
 	window := r.cfg.Limit * 10
 	for start := time.Now(); ; { // at least one window a pass
-		wm, last, err := r.store.PruneEvents(ctx, lo, hi, r.eventWM, r.cfg.EventsKeep, window)
+		wm, last, err := r.store.PruneEvents(ctx, store.PruneEventsParams{Lo: lo, Hi: hi, SinceID: r.eventWM, Keep: r.cfg.EventsKeep, Limit: window})
 		if err != nil {
 			return err
 		}

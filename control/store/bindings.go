@@ -18,19 +18,19 @@ import (
 // labels contain LabelMatch), the engine runs Reactor's reactor reaction. It
 // is the only place a transition is named.
 type ReactorBinding struct {
-	Name      string `json:"name" doc:"Unique, operator-chosen handle."`
-	WatchKind string `json:"watch_kind" doc:"The kind whose transitions fire the binding."`
+	Name      string `json:"name" db:"name" doc:"Unique, operator-chosen handle."`
+	WatchKind string `json:"watch_kind" db:"watch_kind" doc:"The kind whose transitions fire the binding."`
 	// WatchKindVersion limits the binding to one version of WatchKind; 0
 	// watches every version.
-	WatchKindVersion int              `json:"watch_kind_version,omitempty" doc:"Only this version of watch_kind fires it; omitted = every version."`
-	Transition       model.Transition `json:"transition" enum:"created,synced,degraded,failed,deleted" doc:"The lifecycle edge."`
-	Reactor          string           `json:"reactor" doc:"The reactor kind to run."`
+	WatchKindVersion int              `json:"watch_kind_version,omitempty" db:"watch_kind_version" doc:"Only this version of watch_kind fires it; omitted = every version."`
+	Transition       model.Transition `json:"transition" db:"transition" enum:"created,synced,degraded,failed,deleted" doc:"The lifecycle edge."`
+	Reactor          string           `json:"reactor" db:"reactor" doc:"The reactor kind to run."`
 	// ReactorVersion pins one version of Reactor; 0 leaves it unpinned.
-	ReactorVersion int               `json:"reactor_version,omitempty" doc:"Pin this version of the reactor; omitted = unpinned."`
-	LabelMatch     map[string]string `json:"label_match" doc:"The watched resource's labels must contain these; {} matches all."`
-	Enabled        bool              `json:"enabled" doc:"A disabled binding never fires."`
-	CreatedAt      time.Time         `json:"created_at" readOnly:"true"`
-	UpdatedAt      time.Time         `json:"updated_at" readOnly:"true"`
+	ReactorVersion int               `json:"reactor_version,omitempty" db:"reactor_version" doc:"Pin this version of the reactor; omitted = unpinned."`
+	LabelMatch     map[string]string `json:"label_match" db:"label_match" doc:"The watched resource's labels must contain these; {} matches all."`
+	Enabled        bool              `json:"enabled" db:"enabled" doc:"A disabled binding never fires."`
+	CreatedAt      time.Time         `json:"created_at" db:"created_at" readOnly:"true"`
+	UpdatedAt      time.Time         `json:"updated_at" db:"updated_at" readOnly:"true"`
 }
 
 // PutReactorBindingParams is a binding as an operator declares it.
@@ -45,17 +45,36 @@ type PutReactorBindingParams struct {
 	Enabled          bool
 }
 
-const bindingCols = `name, watch_kind, coalesce(watch_kind_version, 0)::int, transition, reactor,
-       coalesce(reactor_version, 0)::int, label_match, enabled, created_at, updated_at`
+// bindingCols are the columns of a ReactorBinding, named for its db tags.
+const bindingCols = `name, watch_kind, coalesce(watch_kind_version, 0)::int AS watch_kind_version, transition, reactor,
+       coalesce(reactor_version, 0)::int AS reactor_version, label_match, enabled, created_at, updated_at`
 
-func scanBinding(row pgx.Row, extra ...any) (ReactorBinding, error) {
-	var b ReactorBinding
-	err := row.Scan(append([]any{&b.Name, &b.WatchKind, &b.WatchKindVersion, &b.Transition, &b.Reactor,
-		&b.ReactorVersion, &b.LabelMatch, &b.Enabled, &b.CreatedAt, &b.UpdatedAt}, extra...)...)
+// rowToBinding scans bindingCols.
+func rowToBinding(row pgx.CollectableRow) (ReactorBinding, error) {
+	b, err := pgx.RowToStructByName[ReactorBinding](row)
+	b.normalizeLabels()
+	return b, err
+}
+
+// normalizeLabels shows an empty label selector as {}, never null.
+func (b *ReactorBinding) normalizeLabels() {
 	if b.LabelMatch == nil {
 		b.LabelMatch = map[string]string{}
 	}
-	return b, err
+}
+
+// bindingApplied is a row of bindingUpsertSQL: the binding and what the
+// write did.
+type bindingApplied struct {
+	ReactorBinding
+	Result ApplyResult `db:"result"`
+}
+
+// bindingKind is a row of bindingKindsSQL.
+type bindingKind struct {
+	Kind        string `db:"kind"`
+	KindVersion int    `db:"kind_version"`
+	IsReactor   bool   `db:"is_reactor"`
 }
 
 const (
@@ -75,7 +94,7 @@ const (
                             EXCLUDED.reactor_version, EXCLUDED.label_match, EXCLUDED.enabled)
     RETURNING b.*, b.xmax = 0 AS inserted
 )
-SELECT ` + bindingCols + `, CASE WHEN inserted THEN 'created' ELSE 'configured' END FROM up
+SELECT ` + bindingCols + `, CASE WHEN inserted THEN 'created' ELSE 'configured' END AS result FROM up
 UNION ALL
 SELECT ` + bindingCols + `, 'unchanged' FROM reactor_bindings WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up)`
 )
@@ -93,37 +112,25 @@ func (s *Store) PutReactorBinding(ctx context.Context, p PutReactorBindingParams
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	var (
-		out    ReactorBinding
-		result string
-	)
+	var out bindingApplied
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, bindingKindsSQL, p.WatchKind, p.Reactor)
 		if err != nil {
 			return fmt.Errorf("load kinds: %w", err)
 		}
-		type kv struct {
-			kind    string
-			version int
-			reactor bool
-		}
-		kinds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (kv, error) {
-			var k kv
-			err := r.Scan(&k.kind, &k.version, &k.reactor)
-			return k, err
-		})
+		kinds, err := pgx.CollectRows(rows, pgx.RowToStructByName[bindingKind])
 		if err != nil {
 			return fmt.Errorf("load kinds: %w", err)
 		}
 		var watchAny, watchWork, reactorAny, reactorOK bool
 		for _, k := range kinds {
-			if k.kind == p.WatchKind && (p.WatchKindVersion == 0 || k.version == p.WatchKindVersion) {
+			if k.Kind == p.WatchKind && (p.WatchKindVersion == 0 || k.KindVersion == p.WatchKindVersion) {
 				watchAny = true
-				watchWork = watchWork || !k.reactor
+				watchWork = watchWork || !k.IsReactor
 			}
-			if k.kind == p.Reactor && (p.ReactorVersion == 0 || k.version == p.ReactorVersion) {
+			if k.Kind == p.Reactor && (p.ReactorVersion == 0 || k.KindVersion == p.ReactorVersion) {
 				reactorAny = true
-				reactorOK = reactorOK || k.reactor
+				reactorOK = reactorOK || k.IsReactor
 			}
 		}
 		switch {
@@ -136,8 +143,8 @@ func (s *Store) PutReactorBinding(ctx context.Context, p PutReactorBindingParams
 		case !reactorOK:
 			return &InvalidError{Location: "reactor", Message: fmt.Sprintf("%s is not a reactor kind (its manifest must declare only a reactor reaction)", kindRef(p.Reactor, p.ReactorVersion))}
 		}
-		out, err = scanBinding(tx.QueryRow(ctx, bindingUpsertSQL, p.Name, p.WatchKind, nullVersion(p.WatchKindVersion),
-			string(p.Transition), p.Reactor, nullVersion(p.ReactorVersion), labels, p.Enabled), &result)
+		out, err = collectOne(ctx, tx, pgx.RowToStructByName[bindingApplied], bindingUpsertSQL, p.Name, p.WatchKind,
+			nullVersion(p.WatchKindVersion), string(p.Transition), p.Reactor, nullVersion(p.ReactorVersion), labels, p.Enabled)
 		if err != nil {
 			if code, _ := pgCode(err); code == codeCheckViolation {
 				return &InvalidError{Location: "", Message: "the binding breaks a rule enforced by the database"}
@@ -149,7 +156,8 @@ func (s *Store) PutReactorBinding(ctx context.Context, p PutReactorBindingParams
 	if err != nil {
 		return ReactorBinding{}, "", wrapUnlessTyped(err, "put reactor binding %s", p.Name)
 	}
-	return out, ApplyResult(result), nil
+	out.normalizeLabels()
+	return out.ReactorBinding, out.Result, nil
 }
 
 func validateBindingParams(p PutReactorBindingParams) error {
@@ -194,7 +202,7 @@ const bindingGetSQL = `SELECT ` + bindingCols + ` FROM reactor_bindings WHERE na
 
 // GetReactorBinding returns the binding name, or a *NotFoundError.
 func (s *Store) GetReactorBinding(ctx context.Context, name string) (ReactorBinding, error) {
-	b, err := scanBinding(s.pool.QueryRow(ctx, bindingGetSQL, name))
+	b, err := collectOne(ctx, s.pool, rowToBinding, bindingGetSQL, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ReactorBinding{}, bindingNotFound(name)
 	}
@@ -232,7 +240,7 @@ func (s *Store) ListReactorBindings(ctx context.Context, p ListReactorBindingsPa
 	if err != nil {
 		return nil, fmt.Errorf("list reactor bindings: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ReactorBinding, error) { return scanBinding(r) })
+	out, err := pgx.CollectRows(rows, rowToBinding)
 	if err != nil {
 		return nil, fmt.Errorf("list reactor bindings: %w", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // HeartbeatParams is one member beat.
@@ -63,43 +65,38 @@ func (s *Store) ForgetMembers(ctx context.Context, age time.Duration) (int, erro
 
 // ClusterMember is one row of the cluster view.
 type ClusterMember struct {
-	MemberID      string          `json:"member_id"`
-	Role          string          `json:"role"`
-	Host          string          `json:"host"`
-	PID           int             `json:"pid"`
-	Version       string          `json:"version"`
-	ShardLo       *int            `json:"shard_lo,omitempty"`
-	ShardHi       *int            `json:"shard_hi,omitempty"`
-	InFlight      int             `json:"in_flight"`
-	Info          json.RawMessage `json:"info,omitempty"`
-	StartedAt     time.Time       `json:"started_at"`
-	LastHeartbeat time.Time       `json:"last_heartbeat"`
-	Ready         bool            `json:"ready"`
+	MemberID      string          `json:"member_id" db:"member_id"`
+	Role          string          `json:"role" db:"role"`
+	Host          string          `json:"host" db:"host"`
+	PID           int             `json:"pid" db:"pid"`
+	Version       string          `json:"version" db:"version"`
+	ShardLo       *int            `json:"shard_lo,omitempty" db:"shard_lo"`
+	ShardHi       *int            `json:"shard_hi,omitempty" db:"shard_hi"`
+	InFlight      int             `json:"in_flight" db:"in_flight"`
+	Info          json.RawMessage `json:"info,omitempty" db:"info"`
+	StartedAt     time.Time       `json:"started_at" db:"started_at"`
+	LastHeartbeat time.Time       `json:"last_heartbeat" db:"last_heartbeat"`
+	Ready         bool            `json:"ready" db:"ready"`
 }
 
 // ListClusterMembers returns every member; Ready is derived from heartbeat
 // age against the liveness window at read time.
 func (s *Store) ListClusterMembers(ctx context.Context, liveness time.Duration) ([]ClusterMember, error) {
 	rows, err := s.pool.Query(ctx, `SELECT member_id, role, host, pid, version, shard_lo, shard_hi, in_flight, info,
-		started_at, last_heartbeat, last_heartbeat > now() - make_interval(secs => $1)
+		started_at, last_heartbeat, last_heartbeat > now() - make_interval(secs => $1) AS ready
 		FROM cluster_members ORDER BY role, member_id`, liveness.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("list cluster members: %w", err)
 	}
-	defer rows.Close()
-	var out []ClusterMember
-	for rows.Next() {
-		var m ClusterMember
-		var lo, hi *int16
-		if err := rows.Scan(&m.MemberID, &m.Role, &m.Host, &m.PID, &m.Version, &lo, &hi, &m.InFlight, &m.Info,
-			&m.StartedAt, &m.LastHeartbeat, &m.Ready); err != nil {
-			return nil, fmt.Errorf("list cluster members: %w", err)
-		}
-		if lo != nil && hi != nil {
-			l, h := int(*lo), int(*hi)
-			m.ShardLo, m.ShardHi = &l, &h
-		}
-		out = append(out, m)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[ClusterMember])
+	if err != nil {
+		return nil, fmt.Errorf("list cluster members: %w", err)
 	}
-	return out, rows.Err()
+	for i := range out {
+		// Heartbeat writes the range as a pair; show a half-written one as none.
+		if out[i].ShardLo == nil || out[i].ShardHi == nil {
+			out[i].ShardLo, out[i].ShardHi = nil, nil
+		}
+	}
+	return out, nil
 }

@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,19 +22,19 @@ import (
 // part of it: the secret is shown once, by CreateEndpoint, PutEndpoint (when
 // it creates) and RotateEndpointSecret.
 type Endpoint struct {
-	Name               string         `json:"name" doc:"Unique name: letters, digits, '.', '_' or '-', at most 63."`
-	Kinds              []EndpointKind `json:"kinds" doc:"The (kind, kind_version) pairs this endpoint serves."`
-	Target             EndpointTarget `json:"target" doc:"Where tasks are delivered."`
-	Health             EndpointHealth `json:"health" doc:"Readiness probing; without a URL the endpoint is ready for all its kinds while its circuit breaker is closed."`
-	MaxConcurrency     int            `json:"max_concurrency" doc:"Most deliveries in flight at once (HTTP requests awaiting an answer)."`
-	RequestTimeoutSecs int            `json:"request_timeout_secs" doc:"Timeout of one HTTP request; separate from the kind's task deadline."`
-	Enabled            bool           `json:"enabled" doc:"A disabled endpoint gets no deliveries."`
-	DisabledReason     string         `json:"disabled_reason,omitempty" readOnly:"true" doc:"Why the endpoint was disabled, e.g. it answered 410 Gone."`
+	Name               string         `json:"name" db:"name" doc:"Unique name: letters, digits, '.', '_' or '-', at most 63."`
+	Kinds              []EndpointKind `json:"kinds" db:"kinds" doc:"The (kind, kind_version) pairs this endpoint serves."`
+	Target             EndpointTarget `json:"target" db:"target" doc:"Where tasks are delivered."`
+	Health             EndpointHealth `json:"health" db:"health" doc:"Readiness probing; without a URL the endpoint is ready for all its kinds while its circuit breaker is closed."`
+	MaxConcurrency     int            `json:"max_concurrency" db:"max_concurrency" doc:"Most deliveries in flight at once (HTTP requests awaiting an answer)."`
+	RequestTimeoutSecs int            `json:"request_timeout_secs" db:"request_timeout_secs" doc:"Timeout of one HTTP request; separate from the kind's task deadline."`
+	Enabled            bool           `json:"enabled" db:"enabled" doc:"A disabled endpoint gets no deliveries."`
+	DisabledReason     string         `json:"disabled_reason,omitempty" db:"disabled_reason" readOnly:"true" doc:"Why the endpoint was disabled, e.g. it answered 410 Gone."`
 	// SecretRotationEndsAt is when the previous signing secret stops signing
 	// after a rotation; nil when no rotation is in progress.
-	SecretRotationEndsAt *time.Time `json:"secret_rotation_ends_at,omitempty" readOnly:"true" doc:"Until this instant both the previous and the current secret sign each delivery."`
-	CreatedAt            time.Time  `json:"created_at" readOnly:"true"`
-	UpdatedAt            time.Time  `json:"updated_at" readOnly:"true"`
+	SecretRotationEndsAt *time.Time `json:"secret_rotation_ends_at,omitempty" db:"secret_rotation_ends_at" readOnly:"true" doc:"Until this instant both the previous and the current secret sign each delivery."`
+	CreatedAt            time.Time  `json:"created_at" db:"created_at" readOnly:"true"`
+	UpdatedAt            time.Time  `json:"updated_at" db:"updated_at" readOnly:"true"`
 }
 
 // EndpointKind is one (kind, kind_version) pair an endpoint serves.
@@ -102,43 +100,34 @@ const (
 	// SecretRotationGraceDefault is how long the previous secret keeps
 	// signing after a rotation.
 	SecretRotationGraceDefault = 24 * time.Hour
-	// DeliveryExcerptMax bounds the response excerpt kept per failed delivery.
-	DeliveryExcerptMax = 512
-	// DeliveriesKeepDefault is how many failed deliveries are kept per
-	// endpoint; older ones are pruned as new ones are recorded.
-	DeliveriesKeepDefault = 1000
 )
 
 var endpointNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
 
+// endpointCols are the columns of an Endpoint, named for its db tags; the
+// jsonb columns (kinds, target, health) decode straight into their structs.
 const endpointCols = `name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason,
-       CASE WHEN prev_secret_expires > now() THEN prev_secret_expires END, created_at, updated_at`
+       CASE WHEN prev_secret_expires > now() THEN prev_secret_expires END AS secret_rotation_ends_at, created_at, updated_at`
 
-func scanEndpoint(row pgx.Row, extra ...any) (Endpoint, error) {
-	var (
-		e                     Endpoint
-		kinds, target, health []byte
-		rotationEnds          *time.Time
-	)
-	err := row.Scan(append([]any{&e.Name, &kinds, &target, &health, &e.MaxConcurrency, &e.RequestTimeoutSecs,
-		&e.Enabled, &e.DisabledReason, &rotationEnds, &e.CreatedAt, &e.UpdatedAt}, extra...)...)
-	if err != nil {
-		return e, err
-	}
-	e.SecretRotationEndsAt = rotationEnds
-	if err := json.Unmarshal(kinds, &e.Kinds); err != nil {
-		return e, fmt.Errorf("decode kinds of endpoint %s: %w", e.Name, err)
-	}
-	if err := json.Unmarshal(target, &e.Target); err != nil {
-		return e, fmt.Errorf("decode target of endpoint %s: %w", e.Name, err)
-	}
-	if err := json.Unmarshal(health, &e.Health); err != nil {
-		return e, fmt.Errorf("decode health of endpoint %s: %w", e.Name, err)
-	}
+// rowToEndpoint scans endpointCols.
+func rowToEndpoint(row pgx.CollectableRow) (Endpoint, error) {
+	e, err := pgx.RowToStructByName[Endpoint](row)
+	e.normalizeKinds()
+	return e, err
+}
+
+// normalizeKinds lists no kinds as [], never null.
+func (e *Endpoint) normalizeKinds() {
 	if e.Kinds == nil {
 		e.Kinds = []EndpointKind{}
 	}
-	return e, nil
+}
+
+// endpointApplied is a row of endpointUpsertSQL: the endpoint and what the
+// write did.
+type endpointApplied struct {
+	Endpoint
+	Result ApplyResult `db:"result"`
 }
 
 // normalize fills defaults and checks every field, returning an
@@ -274,8 +263,8 @@ func (s *Store) CreateEndpoint(ctx context.Context, box *SecretBox, p PutEndpoin
 		return Endpoint{}, "", fmt.Errorf("create endpoint %s: %w", p.Name, err)
 	}
 	kinds, target, health := mustJSON(p.Kinds), mustJSON(p.Target), mustJSON(p.Health)
-	e, err := scanEndpoint(s.pool.QueryRow(ctx, endpointInsertSQL, p.Name, kinds, target, health,
-		p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc))
+	e, err := collectOne(ctx, s.pool, rowToEndpoint, endpointInsertSQL, p.Name, kinds, target, health,
+		p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc)
 	if err != nil {
 		if code, _ := pgCode(err); code == codeUniqueViolation {
 			return Endpoint{}, "", &ConflictError{Message: fmt.Sprintf("endpoint %q already exists", p.Name)}
@@ -298,7 +287,7 @@ const endpointUpsertSQL = `WITH up AS (
                             EXCLUDED.request_timeout_secs, EXCLUDED.enabled)
     RETURNING e.*, e.xmax = 0 AS inserted
 )
-SELECT ` + endpointCols + `, CASE WHEN inserted THEN 'created' ELSE 'configured' END FROM up
+SELECT ` + endpointCols + `, CASE WHEN inserted THEN 'created' ELSE 'configured' END AS result FROM up
 UNION ALL
 SELECT ` + endpointCols + `, 'unchanged' FROM endpoints WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up)`
 
@@ -315,16 +304,16 @@ func (s *Store) PutEndpoint(ctx context.Context, box *SecretBox, p PutEndpointPa
 	if err != nil {
 		return Endpoint{}, "", "", fmt.Errorf("put endpoint %s: %w", p.Name, err)
 	}
-	var result string
-	e, err := scanEndpoint(s.pool.QueryRow(ctx, endpointUpsertSQL, p.Name, mustJSON(p.Kinds), mustJSON(p.Target),
-		mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc), &result)
+	a, err := collectOne(ctx, s.pool, pgx.RowToStructByName[endpointApplied], endpointUpsertSQL, p.Name, mustJSON(p.Kinds),
+		mustJSON(p.Target), mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc)
 	if err != nil {
 		return Endpoint{}, "", "", fmt.Errorf("put endpoint %s: %w", p.Name, err)
 	}
-	if ApplyResult(result) != ApplyCreated {
+	a.normalizeKinds()
+	if a.Result != ApplyCreated {
 		secret = ""
 	}
-	return e, ApplyResult(result), secret, nil
+	return a.Endpoint, a.Result, secret, nil
 }
 
 func enabledOrDefault(b *bool) bool { return b == nil || *b }
@@ -340,7 +329,7 @@ func mustJSON(v any) []byte {
 
 // GetEndpoint returns the endpoint name, or a *NotFoundError.
 func (s *Store) GetEndpoint(ctx context.Context, name string) (Endpoint, error) {
-	e, err := scanEndpoint(s.pool.QueryRow(ctx, `SELECT `+endpointCols+` FROM endpoints WHERE name = $1`, name))
+	e, err := collectOne(ctx, s.pool, rowToEndpoint, `SELECT `+endpointCols+` FROM endpoints WHERE name = $1`, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, endpointNotFound(name)
 	}
@@ -357,7 +346,7 @@ func (s *Store) ListEndpoints(ctx context.Context) ([]Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Endpoint, error) { return scanEndpoint(r) })
+	out, err := pgx.CollectRows(rows, rowToEndpoint)
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}
@@ -444,6 +433,14 @@ type DispatchEndpoint struct {
 	SecretErr error
 }
 
+// dispatchEndpointRow is an endpoint with its sealed signing secrets.
+type dispatchEndpointRow struct {
+	Endpoint
+	SecretEnc         []byte     `db:"secret_enc"`
+	PrevSecretEnc     []byte     `db:"prev_secret_enc"`
+	PrevSecretExpires *time.Time `db:"prev_secret_expires"`
+}
+
 // DispatchEndpoints returns every endpoint (disabled ones too, so the
 // dispatcher can say why a kind parks) with its signing secrets opened: the
 // current one and, during a rotation's grace window, the previous one.
@@ -453,285 +450,32 @@ func (s *Store) DispatchEndpoints(ctx context.Context, box *SecretBox) ([]Dispat
 		return nil, fmt.Errorf("load dispatch endpoints: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DispatchEndpoint, error) {
-		var (
-			d           DispatchEndpoint
-			cur, prev   []byte
-			prevExpires *time.Time
-		)
-		e, err := scanEndpoint(r, &cur, &prev, &prevExpires)
+		var d DispatchEndpoint
+		row, err := pgx.RowToStructByName[dispatchEndpointRow](r)
 		if err != nil {
 			return d, err
 		}
-		d.Endpoint = e
+		row.normalizeKinds()
+		d.Endpoint = row.Endpoint
 		if box == nil {
 			d.SecretErr = errors.New("no secret box configured (CONVERGE_SECRET_KEY)")
 			return d, nil
 		}
-		pt, err := box.Open(cur, []byte(e.Name))
+		pt, err := box.Open(row.SecretEnc, []byte(row.Name))
 		if err != nil {
 			d.SecretErr = err
 			return d, nil
 		}
 		d.Secrets = append(d.Secrets, SigningSecret{Secret: EndpointSecret(pt)})
-		if prev != nil && prevExpires != nil && prevExpires.After(time.Now()) {
-			if pt, err := box.Open(prev, []byte(e.Name)); err == nil {
-				d.Secrets = append(d.Secrets, SigningSecret{Secret: EndpointSecret(pt), Until: *prevExpires})
+		if prev, until := row.PrevSecretEnc, row.PrevSecretExpires; prev != nil && until != nil && until.After(time.Now()) {
+			if pt, err := box.Open(prev, []byte(row.Name)); err == nil {
+				d.Secrets = append(d.Secrets, SigningSecret{Secret: EndpointSecret(pt), Until: *until})
 			}
 		}
 		return d, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load dispatch endpoints: %w", err)
-	}
-	return out, nil
-}
-
-// EndpointDelivery is one failed delivery attempt, as the endpoint's and the
-// resource's detail show it.
-type EndpointDelivery struct {
-	ID         int64     `json:"id"`
-	Endpoint   string    `json:"endpoint"`
-	At         time.Time `json:"at"`
-	TaskID     string    `json:"task_id"`
-	ResourceID string    `json:"resource_id,omitempty"`
-	ClaimEpoch int64     `json:"claim_epoch"`
-	Attempt    int       `json:"attempt"`
-	// HTTPStatus is 0 when no response came (network error, timeout).
-	HTTPStatus int    `json:"http_status,omitempty"`
-	LatencyMS  int    `json:"latency_ms"`
-	Reason     string `json:"reason" doc:"The classified failure, e.g. server_error, timeout, network, redirect."`
-	Excerpt    string `json:"excerpt,omitempty" doc:"The first bytes (at most 512) of the response body, or the error."`
-}
-
-const deliveriesRecordSQL = `WITH ins AS (
-    INSERT INTO endpoint_deliveries (endpoint, at, task_id, resource_id, claim_epoch, attempt, http_status, latency_ms, reason, excerpt)
-    SELECT x.endpoint, x.at, x.task_id, x.resource_id, x.claim_epoch, x.attempt, x.http_status, x.latency_ms, x.reason, x.excerpt
-      FROM unnest($1::text[], $2::timestamptz[], $3::uuid[], $4::uuid[], $5::bigint[], $6::int[], $7::int[], $8::int[], $9::text[], $10::text[])
-           WITH ORDINALITY AS x(endpoint, at, task_id, resource_id, claim_epoch, attempt, http_status, latency_ms, reason, excerpt, ord)
-     WHERE EXISTS (SELECT 1 FROM endpoints e WHERE e.name = x.endpoint)
-     ORDER BY x.ord
-    RETURNING endpoint
-)
-DELETE FROM endpoint_deliveries d
- USING (SELECT n.endpoint, c.id
-          FROM (SELECT DISTINCT endpoint FROM ins) n
-         CROSS JOIN LATERAL (SELECT k.id FROM endpoint_deliveries k WHERE k.endpoint = n.endpoint
-                              ORDER BY k.id DESC OFFSET $11 LIMIT 1) c) cut
- WHERE d.endpoint = cut.endpoint AND d.id < cut.id`
-
-// RecordDeliveryFailures appends failed delivery attempts in one statement
-// and, in the same statement, prunes each touched endpoint's log to about its
-// newest DeliveriesKeepDefault rows (the prune sees the log as it was before
-// this batch, so it may briefly hold up to one batch more). Each endpoint's
-// cutoff is found once (LATERAL); as a correlated subquery it was walked
-// once per row of the log, 168 ms a batch during an outage, now 6.5 ms.
-// Failures of an endpoint deleted meanwhile are dropped. Excerpts are cut
-// to DeliveryExcerptMax bytes on a UTF-8 boundary.
-func (s *Store) RecordDeliveryFailures(ctx context.Context, ds []EndpointDelivery) error {
-	if len(ds) == 0 {
-		return nil
-	}
-	n := len(ds)
-	var (
-		eps      = make([]string, n)
-		ats      = make([]time.Time, n)
-		tasks    = make([]string, n)
-		res      = make([]*string, n)
-		epochs   = make([]int64, n)
-		attempts = make([]int32, n)
-		statuses = make([]*int32, n)
-		lats     = make([]int32, n)
-		reasons  = make([]string, n)
-		excerpts = make([]string, n)
-	)
-	now := time.Now()
-	for i, d := range ds {
-		eps[i], tasks[i], epochs[i], attempts[i] = d.Endpoint, d.TaskID, d.ClaimEpoch, int32(d.Attempt)
-		ats[i] = d.At
-		if ats[i].IsZero() {
-			ats[i] = now
-		}
-		if d.ResourceID != "" {
-			res[i] = &d.ResourceID
-		}
-		if d.HTTPStatus != 0 {
-			st := int32(d.HTTPStatus)
-			statuses[i] = &st
-		}
-		lats[i] = int32(min(max(d.LatencyMS, 0), 1<<31-1))
-		reasons[i] = d.Reason
-		excerpts[i] = excerpt(d.Excerpt, DeliveryExcerptMax)
-	}
-	if _, err := s.pool.Exec(ctx, deliveriesRecordSQL, eps, ats, tasks, res, epochs, attempts, statuses, lats, reasons, excerpts,
-		DeliveriesKeepDefault-1); err != nil {
-		return fmt.Errorf("record delivery failures: %w", err)
-	}
-	return nil
-}
-
-// excerpt returns at most n bytes of s, cut on a UTF-8 boundary, with
-// invalid UTF-8 and NUL bytes (which a text column refuses) replaced.
-func excerpt(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
-
-const deliveryCols = `id, endpoint, at, task_id, coalesce(resource_id::text, ''), claim_epoch, attempt,
-       coalesce(http_status, 0), latency_ms, reason, excerpt`
-
-func scanDeliveries(rows pgx.Rows) ([]EndpointDelivery, error) {
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EndpointDelivery, error) {
-		var d EndpointDelivery
-		err := r.Scan(&d.ID, &d.Endpoint, &d.At, &d.TaskID, &d.ResourceID, &d.ClaimEpoch, &d.Attempt,
-			&d.HTTPStatus, &d.LatencyMS, &d.Reason, &d.Excerpt)
-		return d, err
-	})
-	if out == nil && err == nil {
-		out = []EndpointDelivery{}
-	}
-	return out, err
-}
-
-// ListDeliveries returns the endpoint's newest failed deliveries, newest
-// first. An unknown endpoint is a *NotFoundError.
-func (s *Store) ListDeliveries(ctx context.Context, endpoint string, limit int) ([]EndpointDelivery, error) {
-	if _, err := s.GetEndpoint(ctx, endpoint); err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, `SELECT `+deliveryCols+` FROM endpoint_deliveries
-		WHERE endpoint = $1 ORDER BY id DESC LIMIT $2`, endpoint, clampLimit(limit))
-	if err != nil {
-		return nil, fmt.Errorf("list deliveries of %s: %w", endpoint, err)
-	}
-	out, err := scanDeliveries(rows)
-	if err != nil {
-		return nil, fmt.Errorf("list deliveries of %s: %w", endpoint, err)
-	}
-	return out, nil
-}
-
-// ListDeliveriesForResource returns the newest failed deliveries of the
-// resource's tasks across all endpoints, newest first.
-func (s *Store) ListDeliveriesForResource(ctx context.Context, resourceID string, limit int) ([]EndpointDelivery, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+deliveryCols+` FROM endpoint_deliveries
-		WHERE resource_id = $1 ORDER BY id DESC LIMIT $2`, resourceID, clampLimit(limit))
-	if err != nil {
-		return nil, fmt.Errorf("list deliveries of resource %s: %w", resourceID, err)
-	}
-	out, err := scanDeliveries(rows)
-	if err != nil {
-		return nil, fmt.Errorf("list deliveries of resource %s: %w", resourceID, err)
-	}
-	return out, nil
-}
-
-func clampLimit(limit int) int {
-	if limit <= 0 || limit > DeliveriesKeepDefault {
-		return 100
-	}
-	return limit
-}
-
-// The queries below serve the dispatcher's bookkeeping of deliveries; they
-// sit here, beside the endpoint tables they belong with, because they exist
-// only for push dispatch.
-
-// AsyncState is what ExpireAsync found for one task.
-type AsyncState string
-
-// The async states.
-const (
-	// AsyncExpired: the lease had lapsed with no callback; the task was
-	// completed with a transient error.
-	AsyncExpired AsyncState = "expired"
-	// AsyncHeld: still claimed at its epoch; a heartbeat moved the lease.
-	AsyncHeld AsyncState = "held"
-	// AsyncGone: completed by a callback, superseded, or removed.
-	AsyncGone AsyncState = "gone"
-)
-
-// AsyncCheck is ExpireAsync's answer for one task.
-type AsyncCheck struct {
-	State AsyncState
-	// LeaseUntil is the current lease end of a held task.
-	LeaseUntil time.Time
-}
-
-// ExpireAsync ends the asynchronous deliveries among tasks (answered 202,
-// awaiting a callback) whose lease lapsed: they are completed with a
-// transient error carrying message, which burns an attempt, so a provider
-// that never calls back is retried with backoff and eventually fails the
-// resource (max_transient_attempts) instead of looping silently. The lease
-// check and the completion hold the row lock, so a racing heartbeat or
-// callback either wins cleanly or finds the task gone. The result is
-// parallel to tasks.
-func (s *Store) ExpireAsync(ctx context.Context, tasks []model.Task, message string) ([]AsyncCheck, error) {
-	ids, shards, epochs := taskKeys(tasks)
-	rows, err := s.pool.Query(ctx, `SELECT task_id, state, lease_until FROM expire_async_tasks($1, $2, $3, $4)`, ids, shards, epochs, message)
-	if err != nil {
-		return nil, fmt.Errorf("expire async tasks: %w", err)
-	}
-	byID := make(map[string]AsyncCheck, len(tasks))
-	for rows.Next() {
-		var (
-			id, state string
-			lease     *time.Time
-		)
-		if err := rows.Scan(&id, &state, &lease); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("expire async tasks: %w", err)
-		}
-		c := AsyncCheck{State: AsyncState(state)}
-		if lease != nil {
-			c.LeaseUntil = *lease
-		}
-		byID[id] = c
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("expire async tasks: %w", err)
-	}
-	out := make([]AsyncCheck, len(tasks))
-	for i, t := range tasks {
-		out[i] = byID[t.ID]
-		if out[i].State == "" {
-			out[i].State = AsyncGone
-		}
-	}
-	return out, nil
-}
-
-// PendingCount is how many tasks of one (kind, kind_version) wait to be
-// claimed.
-type PendingCount struct {
-	Kind        string
-	KindVersion int
-	Pending     int
-}
-
-// PendingTaskCounts counts pending tasks per (kind, kind_version) in the
-// shard range [lo, hi], through the pending partial index. It is for a
-// periodic gauge, never the hot path.
-func (s *Store) PendingTaskCounts(ctx context.Context, lo, hi int) ([]PendingCount, error) {
-	rows, err := s.pool.Query(ctx, `SELECT kind, kind_version::int, count(*)::int FROM work_queue
-		WHERE shard_id BETWEEN $1 AND $2 AND state = 'pending' GROUP BY 1, 2 ORDER BY 1, 2`, lo, hi)
-	if err != nil {
-		return nil, fmt.Errorf("count pending tasks: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingCount, error) {
-		var c PendingCount
-		err := r.Scan(&c.Kind, &c.KindVersion, &c.Pending)
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("count pending tasks: %w", err)
 	}
 	return out, nil
 }

@@ -93,16 +93,16 @@ type kindEntry struct {
 }
 
 // NewKindCache returns an empty cache over st and installs it as st's spec
-// validator (Store.SetSpecCheck), so every write path — the API's resource
-// applies and composed children — validates against the same schemas. Call
-// it once per Store, before the store is shared, then Start it.
+// validator, so every write path — the API's resource applies and composed
+// children — validates against the same schemas. Call it once per Store,
+// before the store is shared, then Start it.
 func NewKindCache(st *Store, cfg KindCacheConfig, log *slog.Logger) *KindCache {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &KindCache{store: st, cfg: cfg.withDefaults(), log: log}
 	c.state.Store(&kindSnapshot{entries: map[schema.Key]*kindEntry{}})
-	st.SetSpecCheck(c.CheckSpec)
+	st.setSpecCheck(c.CheckSpec)
 	return c
 }
 
@@ -276,17 +276,6 @@ func (c *KindCache) Get(kind string, version int) (*model.KindManifest, bool) {
 // and manifests are shared: callers must not modify them.
 func (c *KindCache) List() []*model.KindManifest { return c.state.Load().list }
 
-// Versions returns the cached versions of kind, ascending.
-func (c *KindCache) Versions(kind string) []int {
-	var out []int
-	for _, m := range c.state.Load().list {
-		if m.Kind == kind {
-			out = append(out, m.KindVersion)
-		}
-	}
-	return out
-}
-
 // Generation increases whenever the cached view changes, so derived data
 // (the OpenAPI document) can be rebuilt only when needed.
 func (c *KindCache) Generation() uint64 { return c.state.Load().gen }
@@ -307,7 +296,7 @@ func (e *staleSpecError) Unwrap() error { return e.ValidationError }
 // CheckSpec validates a resource spec against the cached spec_schema of
 // (kind, version). It never queries the database: a kind version it does not
 // hold yields an error wrapping ErrNotFound, and a violation a
-// *schema.ValidationError. It is the store's SpecCheckFunc.
+// *schema.ValidationError. It is the store's spec validator.
 func (c *KindCache) CheckSpec(kind string, version int, spec json.RawMessage) error {
 	e, ok := c.state.Load().entries[schema.Key{Kind: kind, Version: version}]
 	if !ok {

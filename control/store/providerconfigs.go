@@ -20,15 +20,15 @@ import (
 // kind_version): the kind's default (IsDefault, at most one per version) or
 // an override a resource attaches by name through provider_config_ref.
 type ProviderConfig struct {
-	Name        string          `json:"name" doc:"Globally unique name."`
-	Kind        string          `json:"kind" doc:"The consumer kind."`
-	KindVersion int             `json:"kind_version" doc:"The consumer kind version; the spec is validated against its config_schema."`
-	IsDefault   bool            `json:"is_default" doc:"The default config of its (kind, kind_version); at most one."`
-	Spec        json.RawMessage `json:"spec" doc:"The config document."`
-	Data        []byte          `json:"data,omitempty" doc:"An opaque bundle (base64 in JSON)."`
-	OwnerID     string          `json:"owner_id,omitempty" readOnly:"true" doc:"The composite resource that emitted this config, if any."`
-	CreatedAt   time.Time       `json:"created_at" readOnly:"true"`
-	UpdatedAt   time.Time       `json:"updated_at" readOnly:"true"`
+	Name        string          `json:"name" db:"name" doc:"Globally unique name."`
+	Kind        string          `json:"kind" db:"kind" doc:"The consumer kind."`
+	KindVersion int             `json:"kind_version" db:"kind_version" doc:"The consumer kind version; the spec is validated against its config_schema."`
+	IsDefault   bool            `json:"is_default" db:"is_default" doc:"The default config of its (kind, kind_version); at most one."`
+	Spec        json.RawMessage `json:"spec" db:"spec" doc:"The config document."`
+	Data        []byte          `json:"data,omitempty" db:"data" doc:"An opaque bundle (base64 in JSON)."`
+	OwnerID     string          `json:"owner_id,omitempty" db:"owner_id" readOnly:"true" doc:"The composite resource that emitted this config, if any."`
+	CreatedAt   time.Time       `json:"created_at" db:"created_at" readOnly:"true"`
+	UpdatedAt   time.Time       `json:"updated_at" db:"updated_at" readOnly:"true"`
 }
 
 // PutProviderConfigParams is a provider config as an operator declares it.
@@ -43,19 +43,16 @@ type PutProviderConfigParams struct {
 	Data []byte
 }
 
-const providerConfigCols = `name, kind, kind_version, is_default, spec, data, owner_id, created_at, updated_at`
+// providerConfigCols are the columns of a ProviderConfig, named for its db
+// tags.
+const providerConfigCols = `name, kind, kind_version, is_default, spec, data, coalesce(owner_id::text, '') AS owner_id,
+       created_at, updated_at`
 
-func scanProviderConfig(row pgx.Row, extra ...any) (ProviderConfig, error) {
-	var (
-		c     ProviderConfig
-		owner *string
-	)
-	err := row.Scan(append([]any{&c.Name, &c.Kind, &c.KindVersion, &c.IsDefault, &c.Spec, &c.Data, &owner,
-		&c.CreatedAt, &c.UpdatedAt}, extra...)...)
-	if owner != nil {
-		c.OwnerID = *owner
-	}
-	return c, err
+// providerConfigApplied is a row of providerConfigUpsertSQL: the config and
+// what the write did.
+type providerConfigApplied struct {
+	ProviderConfig
+	Result ApplyResult `db:"result"`
 }
 
 const (
@@ -76,7 +73,7 @@ const (
           IS DISTINCT FROM (EXCLUDED.kind, EXCLUDED.kind_version, EXCLUDED.is_default, EXCLUDED.spec, EXCLUDED.data)
     RETURNING c.*, c.xmax = 0 AS inserted
 )
-SELECT ` + providerConfigCols + `, CASE WHEN inserted THEN 'created' ELSE 'configured' END FROM up
+SELECT ` + providerConfigCols + `, CASE WHEN inserted THEN 'created' ELSE 'configured' END AS result FROM up
 UNION ALL
 SELECT ` + providerConfigCols + `, 'unchanged' FROM providerconfigs WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up)`
 )
@@ -109,10 +106,7 @@ func (s *Store) PutProviderConfig(ctx context.Context, p PutProviderConfigParams
 	if len(p.Data) == 0 {
 		p.Data = nil // no bundle, however it was spelled
 	}
-	var (
-		out    ProviderConfig
-		result string
-	)
+	var out providerConfigApplied
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var raw []byte
 		err := tx.QueryRow(ctx, providerConfigSchemaSQL, p.Kind, p.KindVersion).Scan(&raw)
@@ -153,8 +147,8 @@ func (s *Store) PutProviderConfig(ctx context.Context, p PutProviderConfigParams
 				return err
 			}
 		}
-		out, err = scanProviderConfig(tx.QueryRow(ctx, providerConfigUpsertSQL, p.Name, p.Kind, p.KindVersion,
-			p.IsDefault, p.Spec, p.Data), &result)
+		out, err = collectOne(ctx, tx, pgx.RowToStructByName[providerConfigApplied], providerConfigUpsertSQL,
+			p.Name, p.Kind, p.KindVersion, p.IsDefault, p.Spec, p.Data)
 		if code, _ := pgCode(err); code == codeUniqueViolation {
 			// A concurrent writer made another default first.
 			return &ConflictError{Message: fmt.Sprintf("a default provider_config already exists for %s/%d", p.Kind, p.KindVersion)}
@@ -171,7 +165,7 @@ func (s *Store) PutProviderConfig(ctx context.Context, p PutProviderConfigParams
 	if err != nil {
 		return ProviderConfig{}, "", wrapUnlessTyped(err, "put provider config %s", p.Name)
 	}
-	return out, ApplyResult(result), nil
+	return out.ProviderConfig, out.Result, nil
 }
 
 func otherDefault(ctx context.Context, tx pgx.Tx, p PutProviderConfigParams) error {
@@ -210,7 +204,7 @@ const providerConfigGetSQL = `SELECT ` + providerConfigCols + ` FROM providercon
 
 // GetProviderConfig returns the provider config name, or a *NotFoundError.
 func (s *Store) GetProviderConfig(ctx context.Context, name string) (ProviderConfig, error) {
-	c, err := scanProviderConfig(s.pool.QueryRow(ctx, providerConfigGetSQL, name))
+	c, err := collectOne(ctx, s.pool, pgx.RowToStructByName[ProviderConfig], providerConfigGetSQL, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ProviderConfig{}, providerConfigNotFound(name)
 	}
@@ -279,7 +273,7 @@ func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsPa
 	if err != nil {
 		return ProviderConfigPage{}, fmt.Errorf("list provider configs: %w", err)
 	}
-	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ProviderConfig, error) { return scanProviderConfig(r) })
+	items, err := pgx.CollectRows(rows, pgx.RowToStructByName[ProviderConfig])
 	if err != nil {
 		return ProviderConfigPage{}, fmt.Errorf("list provider configs: %w", err)
 	}

@@ -48,7 +48,8 @@ const resourceViewCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec
        r.phase, r.last_error, r.created_at, r.updated_at`
 
 // resourceScanTargets returns scan destinations for resourceViewCols and a
-// func that finishes r once scanned.
+// func that finishes r once scanned. model.Resource carries no db tags (it
+// is control/model's wire type), so its rows are scanned by position.
 func resourceScanTargets(r *model.Resource) ([]any, func()) {
 	var (
 		ref, lastErr *string
@@ -71,6 +72,29 @@ func resourceScanTargets(r *model.Resource) ([]any, func()) {
 	return []any{&r.ID, &r.Kind, &r.KindVersion, &r.Name, &r.Labels, &r.Spec, &r.Status, &ownerID,
 		&ref, &r.Generation, &r.SyncedGen, &r.HealthOK, &r.FailureGen,
 		&r.Phase, &lastErr, &r.CreatedAt, &r.UpdatedAt}, finish
+}
+
+const resourceCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec, r.status, r.owner_id,
+       coalesce(r.provider_config_ref, ''), r.generation, r.synced_gen, r.health_ok, r.failure_gen,
+       r.phase, coalesce(r.last_error, ''), r.created_at, r.updated_at`
+
+// scanResource reads resourceCols. model.Resource is control/model's wire
+// type and carries no db tags, and this scan serves the claim path
+// (BuildRequests), so it stays by position.
+func scanResource(row pgx.Row) (model.Resource, error) {
+	var (
+		r     model.Resource
+		kv    int16
+		owner *string
+	)
+	err := row.Scan(&r.ID, &r.Kind, &kv, &r.Name, &r.Labels, &r.Spec, &r.Status, &owner,
+		&r.ProviderConfigRef, &r.Generation, &r.SyncedGen, &r.HealthOK, &r.FailureGen,
+		&r.Phase, &r.LastError, &r.CreatedAt, &r.UpdatedAt)
+	r.KindVersion = int(kv)
+	if owner != nil {
+		r.OwnerID = *owner
+	}
+	return r, err
 }
 
 // resourceApplySQL upserts a resource in one statement:
@@ -255,26 +279,6 @@ func resourceWriteError(err error, p ApplyResourceParams) error {
 	return fmt.Errorf("apply resource %s/%s: %w", p.Kind, p.Name, err)
 }
 
-// SQLSTATEs of text the database cannot store in jsonb (\u0000).
-const (
-	codeUntranslatableCharacter   = "22P05"
-	codeInvalidTextRepresentation = "22P02"
-)
-
-// kindNotFound says whether the kind or only the version is unknown.
-func (s *Store) kindNotFound(ctx context.Context, kind string, version int) error {
-	versions := s.knownVersions(ctx, kind)
-	if len(versions) == 0 {
-		return &NotFoundError{Location: "kind", Message: fmt.Sprintf("kind %q is not published (no manifest for %s/%d)", kind, kind, version)}
-	}
-	vs := make([]string, len(versions))
-	for i, v := range versions {
-		vs[i] = strconv.Itoa(v)
-	}
-	return &NotFoundError{Location: "kind_version", Message: fmt.Sprintf(
-		"kind %q has no version %d (published: %s)", kind, version, strings.Join(vs, ", "))}
-}
-
 // validateResourceParams checks what needs no database.
 func validateResourceParams(p *ApplyResourceParams) error {
 	switch {
@@ -328,98 +332,6 @@ func validateLabels(loc string, labels map[string]string) error {
 		}
 	}
 	return nil
-}
-
-const kindManifestSpecSchemaSQL = `SELECT spec_schema FROM kind_manifest
- WHERE kind = $1 AND kind_version = $2 AND ($3::timestamptz IS NULL OR updated_at <> $3)`
-
-// checkSpec validates spec through the installed validator (the KindCache)
-// and falls back to the database when the validator cannot answer or may be
-// stale: a kind version it does not hold yet (published on another pod a
-// moment ago), or a violation found against a cached schema the database
-// has since widened. The fallback compiles the stored schema; it runs only
-// on those rare paths, or on every call when no validator is installed.
-func (s *Store) checkSpec(ctx context.Context, kind string, version int, spec json.RawMessage) error {
-	if s.specCheck != nil {
-		err := s.specCheck(kind, version, spec)
-		var (
-			stale *staleSpecError
-			ve    *schema.ValidationError
-		)
-		switch {
-		case err == nil:
-			return nil
-		case errors.As(err, &stale):
-			// Refuse only if the database holds no newer schema.
-			raw, newer, err := s.loadSpecSchema(ctx, kind, version, &stale.cachedAt)
-			if err != nil {
-				return err
-			}
-			if !newer {
-				return &DocumentError{Location: "spec", Kind: kind, KindVersion: version, Violations: stale.Violations}
-			}
-			return validateAgainst(raw, kind, version, spec)
-		case errors.As(err, &ve):
-			return &DocumentError{Location: "spec", Kind: kind, KindVersion: version, Violations: ve.Violations}
-		case !errors.Is(err, ErrNotFound):
-			return fmt.Errorf("validate spec of %s/%d: %w", kind, version, err)
-		}
-	}
-	raw, found, err := s.loadSpecSchema(ctx, kind, version, nil)
-	if err != nil {
-		return err
-	}
-	if !found {
-		return s.kindNotFound(ctx, kind, version)
-	}
-	return validateAgainst(raw, kind, version, spec)
-}
-
-// loadSpecSchema reads the stored spec schema of (kind, version) — when
-// changedSince is set, only if the row changed since then. found is false
-// when no such row matches.
-func (s *Store) loadSpecSchema(ctx context.Context, kind string, version int, changedSince *time.Time) (json.RawMessage, bool, error) {
-	var raw []byte
-	err := s.pool.QueryRow(ctx, kindManifestSpecSchemaSQL, kind, version, changedSince).Scan(&raw)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("load spec schema of %s/%d: %w", kind, version, err)
-	}
-	return raw, true, nil
-}
-
-func validateAgainst(raw json.RawMessage, kind string, version int, spec json.RawMessage) error {
-	sch, err := schema.Compile(raw)
-	if err != nil {
-		return fmt.Errorf("the stored spec_schema of %s/%d does not compile: %w", kind, version, err)
-	}
-	err = sch.Validate(spec)
-	var ve *schema.ValidationError
-	if errors.As(err, &ve) {
-		return &DocumentError{Location: "spec", Kind: kind, KindVersion: version, Violations: ve.Violations}
-	}
-	if err != nil {
-		return fmt.Errorf("validate spec of %s/%d: %w", kind, version, err)
-	}
-	return nil
-}
-
-const kindVersionsSQL = `SELECT kind_version::int FROM kind_manifest WHERE kind = $1 ORDER BY kind_version`
-
-// knownVersions lists the published versions of kind for an error message;
-// it returns nil on any failure (the message then just says less).
-func (s *Store) knownVersions(ctx context.Context, kind string) []int {
-	rows, err := s.pool.Query(ctx, kindVersionsSQL, kind)
-	if err != nil {
-		return nil
-	}
-	vs, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil {
-		return nil
-	}
-	return vs
 }
 
 // ResourceDetail is a resource with its conditions and its last finished
@@ -481,11 +393,18 @@ func resourceNotFound(kind, name string) error {
 	return &NotFoundError{Message: fmt.Sprintf("resource %s/%s does not exist", kind, name)}
 }
 
-// List page sizes.
-const (
-	ListLimitDefault = 100
-	ListLimitMax     = 1000
-)
+// ResourceID resolves (kind, name) to an id.
+func (s *Store) ResourceID(ctx context.Context, kind, name string) (string, error) {
+	var id string
+	err := s.pool.QueryRow(ctx, `SELECT id FROM resources WHERE kind = $1 AND name = $2`, kind, name).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", &NotFoundError{Message: fmt.Sprintf("resource %s/%s does not exist", kind, name)}
+	}
+	if err != nil {
+		return "", fmt.Errorf("resolve resource: %w", err)
+	}
+	return id, nil
+}
 
 // ListResourcesParams filters and pages ListResources. Zero values do not
 // filter.

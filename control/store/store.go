@@ -3,48 +3,26 @@
 // across a call out of the process.
 //
 // Queries live next to the methods that run them, one file per table or
-// concern (kinds.go, resources.go, engine.go, ...). Behaviour that must hold
-// for every writer — the manifest lattice, the generation bump, scheduling,
-// the claim fence — lives in the database (migrations/), not here.
+// concern: the registries (kind_manifest.go, kind_config.go, resources.go,
+// providerconfigs.go, bindings.go, endpoints.go, endpoint_deliveries.go,
+// cluster.go) and the engine's calls, one engine_*.go file each (claim,
+// request, complete, lease, async, drain, pending, reaper, schedule, task).
+// Behaviour that must hold for every writer — the manifest lattice, the
+// generation bump, scheduling, the claim fence — lives in the database
+// (migrations/), not here.
 package store
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// ErrNotFound means the named object does not exist.
-var ErrNotFound = errors.New("not found")
-
-// ConflictError means the request contradicts stored state (409). Details
-// lists each reason, e.g. each breaking schema change.
-type ConflictError struct {
-	Message string
-	Details []string
-}
-
-func (e *ConflictError) Error() string {
-	if len(e.Details) == 0 {
-		return e.Message
-	}
-	return e.Message + ": " + strings.Join(e.Details, "; ")
-}
-
-// InvalidError means a field breaks a rule the request could not know from
-// its own shape alone (422), e.g. a reference to a config of another version.
-type InvalidError struct {
-	Location string
-	Message  string
-}
-
-func (e *InvalidError) Error() string { return e.Location + ": " + e.Message }
 
 // Config tunes the store. The zero value takes every default.
 type Config struct {
@@ -67,16 +45,13 @@ func (c Config) withDefaults() Config {
 type Store struct {
 	pool      *pgxpool.Pool
 	cfg       Config
-	specCheck SpecCheckFunc
+	specCheck specCheckFunc
 }
 
 // New returns a Store over pool.
 func New(pool *pgxpool.Pool, cfg Config) *Store {
 	return &Store{pool: pool, cfg: cfg.withDefaults()}
 }
-
-// Pool returns the underlying pool (for LISTEN connections and health pings).
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
@@ -97,20 +72,29 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return nil
 }
 
-// pgCode returns the SQLSTATE of err, or "".
-func pgCode(err error) (string, *pgconn.PgError) {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code, pe
-	}
-	return "", nil
-}
+// ApplyResult says what an idempotent write did, so a client re-applying the
+// same document on every deploy can tell a no-op from a change.
+type ApplyResult string
 
-// SQLSTATEs the store maps to API errors.
+// The three apply results.
 const (
-	codeUniqueViolation     = "23505"
-	codeForeignKeyViolation = "23503"
-	codeCheckViolation      = "23514"
+	ApplyCreated    ApplyResult = "created"
+	ApplyConfigured ApplyResult = "configured"
+	ApplyUnchanged  ApplyResult = "unchanged"
+)
+
+// errRetry asks a write loop to run its transaction again: a concurrent
+// writer created the row between our read and our insert.
+var errRetry = errors.New("retry")
+
+// maxWriteAttempts bounds errRetry loops. Two suffice (the second attempt
+// sees the row the first lost to); the third is slack.
+const maxWriteAttempts = 3
+
+// List page sizes.
+const (
+	ListLimitDefault = 100
+	ListLimitMax     = 1000
 )
 
 // pageLimit validates a list's page size: ListLimitDefault when 0, else
@@ -132,4 +116,44 @@ type queryArgs []any
 func (a *queryArgs) add(v any) string {
 	*a = append(*a, v)
 	return "$" + strconv.Itoa(len(*a))
+}
+
+// querier runs a query: the pool, or a transaction.
+type querier interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}
+
+// collectOne runs sql, which returns at most one row, and converts that row
+// with fn (pgx.RowToStructByName[T] or a wrapper around it). No row is an
+// error for which errors.Is(err, pgx.ErrNoRows) holds, as with QueryRow; it
+// costs the same single round trip.
+func collectOne[T any](ctx context.Context, q querier, fn pgx.RowToFunc[T], sql string, args ...any) (T, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return pgx.CollectOneRow(rows, fn)
+}
+
+// sampleNames runs a name-sampling query.
+func sampleNames(ctx context.Context, q querier, sql string, args ...any) ([]string, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("find users: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find users: %w", err)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// listNames renders up to max names and says when there are more.
+func listNames(names []string, max int) string {
+	if len(names) <= max {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:max], ", ") + " and more"
 }

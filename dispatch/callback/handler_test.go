@@ -158,7 +158,7 @@ func TestOutcome(t *testing.T) {
 		stale := b.token(t, task, exp)
 		// The lease lapses, the reaper re-pends, another claim takes it.
 		b.exec(t, `UPDATE work_queue SET lease_until = now() - interval '1 second' WHERE task_id = $1`, task.ID)
-		if _, err := b.st.ReapExpiredLeases(b.ctx, 0, 255, 100); err != nil {
+		if _, err := b.st.ReapExpiredLeases(b.ctx, store.ReapParams{Lo: 0, Hi: 255, Limit: 100}); err != nil {
 			t.Fatal(err)
 		}
 		again := b.claim(t)

@@ -5,72 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/schema"
 )
-
-// ApplyResult says what an idempotent write did, so a client re-applying the
-// same document on every deploy can tell a no-op from a change.
-type ApplyResult string
-
-// The three apply results.
-const (
-	ApplyCreated    ApplyResult = "created"
-	ApplyConfigured ApplyResult = "configured"
-	ApplyUnchanged  ApplyResult = "unchanged"
-)
-
-// NotFoundError names what is missing and which input field named it.
-// errors.Is(err, ErrNotFound) holds for it.
-type NotFoundError struct {
-	// Location is the input field that named the missing object, such as
-	// "kind_version" or "provider_config_ref"; "" when the object is the
-	// target of the request itself.
-	Location string
-	// Message says what is missing, e.g. `kind "vpc" has no version 3`.
-	Message string
-}
-
-func (e *NotFoundError) Error() string { return e.Message }
-
-// Unwrap makes errors.Is(err, ErrNotFound) hold.
-func (e *NotFoundError) Unwrap() error { return ErrNotFound }
-
-// DocumentError means a user document — a resource spec or a provider config
-// spec — violates the schema its kind version declares for it (400).
-type DocumentError struct {
-	// Location is the field holding the document, e.g. "spec".
-	Location    string
-	Kind        string
-	KindVersion int
-	// Violations lists every reason, each with a JSON pointer into the
-	// document and the failing keyword.
-	Violations []schema.Violation
-}
-
-func (e *DocumentError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s does not match the %s schema of %s/%d", e.Location, e.Location, e.Kind, e.KindVersion)
-	for i, v := range e.Violations {
-		if i == 0 {
-			b.WriteString(": ")
-		} else {
-			b.WriteString("; ")
-		}
-		p := v.Pointer
-		if p == "" {
-			p = "(root)"
-		}
-		b.WriteString(p + ": " + v.Keyword + ": " + v.Message)
-	}
-	return b.String()
-}
 
 // SchemaChange is one breaking change the stability gate found.
 type SchemaChange struct {
@@ -184,14 +125,6 @@ func nullJSON(raw json.RawMessage) any {
 	}
 	return raw
 }
-
-// errRetry asks a write loop to run its transaction again: a concurrent
-// writer created the row between our read and our insert.
-var errRetry = errors.New("retry")
-
-// maxWriteAttempts bounds errRetry loops. Two suffice (the second attempt
-// sees the row the first lost to); the third is slack.
-const maxWriteAttempts = 3
 
 const (
 	// kindManifestLockSQL locks an existing manifest for a republish so
@@ -337,7 +270,9 @@ func manifestWriteError(err error) error {
 const manifestCols = `kind, kind_version, description, spec_schema, status_schema, config_schema,
        reactions, finalizer_name, policy`
 
-// scanManifest reads manifestCols.
+// scanManifest reads manifestCols. model.KindManifest carries no db tags
+// (it is control/model's wire type) and two columns decode from JSON with
+// their own error messages, so it is scanned by position.
 func scanManifest(row pgx.Row) (*model.KindManifest, error) {
 	var (
 		m                    model.KindManifest
@@ -417,13 +352,13 @@ func (s *Store) ListManifests(ctx context.Context, p ListManifestsParams) ([]*mo
 
 // KindVersions is one kind and the versions published for it.
 type KindVersions struct {
-	Kind     string `json:"kind"`
-	Versions []int  `json:"versions"`
+	Kind     string `json:"kind" db:"kind"`
+	Versions []int  `json:"versions" db:"versions"`
 	// Reactor is true when every version is a reactor kind.
-	Reactor bool `json:"reactor"`
+	Reactor bool `json:"reactor" db:"reactor"`
 }
 
-const kindListSQL = `SELECT kind, array_agg(kind_version::int ORDER BY kind_version), bool_and(is_reactor)
+const kindListSQL = `SELECT kind, array_agg(kind_version::int ORDER BY kind_version) AS versions, bool_and(is_reactor) AS reactor
   FROM kind_manifest GROUP BY kind ORDER BY kind`
 
 // ListKinds returns every kind with its published versions, ascending.
@@ -432,11 +367,7 @@ func (s *Store) ListKinds(ctx context.Context) ([]KindVersions, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list kinds: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (KindVersions, error) {
-		var k KindVersions
-		err := r.Scan(&k.Kind, &k.Versions, &k.Reactor)
-		return k, err
-	})
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[KindVersions])
 	if err != nil {
 		return nil, fmt.Errorf("list kinds: %w", err)
 	}
@@ -502,151 +433,3 @@ func (s *Store) DeleteManifest(ctx context.Context, kind string, version int) er
 	})
 	return wrapUnlessTyped(err, "delete manifest %s/%d", kind, version)
 }
-
-// sampleNames runs a name-sampling query.
-func sampleNames(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, sql string, args ...any) ([]string, error) {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("find users: %w", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("find users: %w", err)
-	}
-	slices.Sort(names)
-	return names, nil
-}
-
-// listNames renders up to max names and says when there are more.
-func listNames(names []string, max int) string {
-	if len(names) <= max {
-		return strings.Join(names, ", ")
-	}
-	return strings.Join(names[:max], ", ") + " and more"
-}
-
-// wrapUnlessTyped adds context to unexpected errors and passes the typed ones
-// the API maps to statuses through unchanged, so messages are not prefixed
-// twice.
-func wrapUnlessTyped(err error, format string, args ...any) error {
-	if err == nil {
-		return nil
-	}
-	var (
-		nf *NotFoundError
-		ce *ConflictError
-		ie *InvalidError
-		de *DocumentError
-		be *BreakingChangeError
-	)
-	if errors.As(err, &nf) || errors.As(err, &ce) || errors.As(err, &ie) || errors.As(err, &de) || errors.As(err, &be) {
-		return err
-	}
-	return fmt.Errorf(format+": %w", append(args, err)...)
-}
-
-// KindConfig is the operator-editable runtime policy of one (kind,
-// kind_version). The database seeds it from the manifest's policy on first
-// publish; republishing the manifest never overwrites it.
-type KindConfig struct {
-	Kind        string `json:"kind" doc:"The kind."`
-	KindVersion int    `json:"kind_version" doc:"The kind version."`
-	// MaxInflight caps concurrently running tasks of this kind version
-	// across the cluster. 0 means uncapped.
-	MaxInflight int `json:"max_inflight" minimum:"0" doc:"Cluster-wide cap on concurrently running tasks; 0 = uncapped."`
-	// TaskDeadlineSecs bounds one task's run time. 0 means no deadline.
-	TaskDeadlineSecs int `json:"task_deadline_secs" minimum:"0" doc:"Per-task deadline in seconds; 0 = none."`
-	// ResyncIntervalSecs > 0 re-observes synced resources periodically.
-	ResyncIntervalSecs int `json:"resync_interval_secs" minimum:"0" doc:"Drift re-observe interval in seconds; 0 = off."`
-	// ResyncRecomposes also re-runs the composer on each resync.
-	ResyncRecomposes bool `json:"resync_recomposes" doc:"Also re-run the composer on each resync."`
-	// OrphanGraceSecs keeps a composer-dropped child this long before
-	// tearing it down. 0 prunes at once.
-	OrphanGraceSecs int `json:"orphan_grace_secs" minimum:"0" doc:"Grace window before a dropped child is torn down; 0 = at once."`
-	// MaxTransientAttempts turns a task that failed transiently this many
-	// times into a terminal failure. 0 retries forever.
-	MaxTransientAttempts int       `json:"max_transient_attempts" minimum:"0" doc:"Transient failures before a task fails terminally; 0 = retry forever."`
-	UpdatedAt            time.Time `json:"updated_at" readOnly:"true" doc:"When the config last changed."`
-}
-
-const (
-	kindConfigCols   = `kind, kind_version, max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes, orphan_grace_secs, max_transient_attempts, updated_at`
-	kindConfigGetSQL = `SELECT ` + kindConfigCols + ` FROM kind_config WHERE kind = $1 AND kind_version = $2`
-	// kindConfigUpdateSQL replaces the six fields, skipping the write (and
-	// the updated_at bump) when nothing changes.
-	kindConfigUpdateSQL = `WITH up AS (
-    UPDATE kind_config SET max_inflight = $3, task_deadline_secs = $4, resync_interval_secs = $5,
-           resync_recomposes = $6, orphan_grace_secs = $7, max_transient_attempts = $8, updated_at = clock_timestamp()
-     WHERE kind = $1 AND kind_version = $2
-       AND (max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes, orphan_grace_secs, max_transient_attempts)
-           IS DISTINCT FROM ($3, $4, $5, $6, $7, $8)
-    RETURNING ` + kindConfigCols + `)
-SELECT ` + kindConfigCols + `, true FROM up
-UNION ALL
-SELECT ` + kindConfigCols + `, false FROM kind_config
- WHERE kind = $1 AND kind_version = $2 AND NOT EXISTS (SELECT 1 FROM up)`
-)
-
-func scanKindConfig(row pgx.Row, extra ...any) (KindConfig, error) {
-	var c KindConfig
-	err := row.Scan(append([]any{&c.Kind, &c.KindVersion, &c.MaxInflight, &c.TaskDeadlineSecs, &c.ResyncIntervalSecs,
-		&c.ResyncRecomposes, &c.OrphanGraceSecs, &c.MaxTransientAttempts, &c.UpdatedAt}, extra...)...)
-	return c, err
-}
-
-// GetKindConfig returns the runtime policy of (kind, version), or a
-// *NotFoundError if no such manifest is published.
-func (s *Store) GetKindConfig(ctx context.Context, kind string, version int) (KindConfig, error) {
-	if !model.ValidKindVersion(version) {
-		return KindConfig{}, manifestNotFound(kind, version)
-	}
-	c, err := scanKindConfig(s.pool.QueryRow(ctx, kindConfigGetSQL, kind, version))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return KindConfig{}, manifestNotFound(kind, version)
-	}
-	if err != nil {
-		return KindConfig{}, fmt.Errorf("get kind config %s/%d: %w", kind, version, err)
-	}
-	return c, nil
-}
-
-// PutKindConfig replaces the six policy fields of c.Kind/c.KindVersion (each
-// must be >= 0, else *InvalidError) and reports ApplyConfigured or, when every
-// field already held its value, ApplyUnchanged. The change takes effect on
-// the next claim; no restart is needed.
-func (s *Store) PutKindConfig(ctx context.Context, c KindConfig) (KindConfig, ApplyResult, error) {
-	for _, f := range []struct {
-		loc string
-		v   int
-	}{{"max_inflight", c.MaxInflight}, {"task_deadline_secs", c.TaskDeadlineSecs},
-		{"resync_interval_secs", c.ResyncIntervalSecs}, {"orphan_grace_secs", c.OrphanGraceSecs},
-		{"max_transient_attempts", c.MaxTransientAttempts}} {
-		if f.v < 0 {
-			return KindConfig{}, "", &InvalidError{Location: f.loc, Message: fmt.Sprintf("must not be negative (got %d)", f.v)}
-		}
-		if f.v > maxInt32 {
-			return KindConfig{}, "", &InvalidError{Location: f.loc, Message: fmt.Sprintf("must be at most %d (got %d)", maxInt32, f.v)}
-		}
-	}
-	if !model.ValidKindVersion(c.KindVersion) {
-		return KindConfig{}, "", manifestNotFound(c.Kind, c.KindVersion)
-	}
-	var changed bool
-	out, err := scanKindConfig(s.pool.QueryRow(ctx, kindConfigUpdateSQL, c.Kind, c.KindVersion, c.MaxInflight,
-		c.TaskDeadlineSecs, c.ResyncIntervalSecs, c.ResyncRecomposes, c.OrphanGraceSecs, c.MaxTransientAttempts), &changed)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return KindConfig{}, "", manifestNotFound(c.Kind, c.KindVersion)
-	}
-	if err != nil {
-		return KindConfig{}, "", fmt.Errorf("put kind config %s/%d: %w", c.Kind, c.KindVersion, err)
-	}
-	if changed {
-		return out, ApplyConfigured, nil
-	}
-	return out, ApplyUnchanged, nil
-}
-
-// maxInt32 is the ceiling of the int columns the policy fields live in.
-const maxInt32 = 1<<31 - 1

@@ -11,27 +11,6 @@ import (
 	"github.com/convergeplane/converge/control/model"
 )
 
-const resourceCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec, r.status, r.owner_id,
-       coalesce(r.provider_config_ref, ''), r.generation, r.synced_gen, r.health_ok, r.failure_gen,
-       r.phase, coalesce(r.last_error, ''), r.created_at, r.updated_at`
-
-// scanResource reads resourceCols.
-func scanResource(row pgx.Row) (model.Resource, error) {
-	var (
-		r     model.Resource
-		kv    int16
-		owner *string
-	)
-	err := row.Scan(&r.ID, &r.Kind, &kv, &r.Name, &r.Labels, &r.Spec, &r.Status, &owner,
-		&r.ProviderConfigRef, &r.Generation, &r.SyncedGen, &r.HealthOK, &r.FailureGen,
-		&r.Phase, &r.LastError, &r.CreatedAt, &r.UpdatedAt)
-	r.KindVersion = int(kv)
-	if owner != nil {
-		r.OwnerID = *owner
-	}
-	return r, err
-}
-
 // BuildRequests assembles the request each claimed task carries: the
 // resource, its children for a composer (observed) or rollup (descendants),
 // and the effective provider config (the kind default deep-merged with the
@@ -95,6 +74,9 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]model.
 	}
 	defaults := map[string]cfg{}
 	overrides := map[string]cfg{}
+	// BuildRequests runs on every claimed batch: the configs are read by
+	// hand straight into the two maps rather than collected into a slice
+	// first.
 	rows, err = s.pool.Query(ctx, `SELECT name, kind || '/' || kind_version, is_default, spec, data FROM providerconfigs
 		WHERE (is_default AND kind || '/' || kind_version = ANY ($1)) OR name = ANY ($2)`, pairs, refs)
 	if err != nil {

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/convergeplane/converge/control/model"
 )
@@ -16,71 +13,6 @@ import (
 // the task: it was reclaimed after its lease lapsed, re-pended, or its
 // resource is gone. The outcome was not applied.
 var ErrSuperseded = errors.New("task superseded: the claim_epoch no longer holds it")
-
-// ClaimParams selects what Claim may take.
-type ClaimParams struct {
-	// Claimer identifies the claiming process (stamped as claimed_by).
-	Claimer string
-	// Lo and Hi bound the shard range, inclusive.
-	Lo, Hi int
-	// Pairs lists the "kind/version" pairs the caller can serve; nil means
-	// every pair (an in-process executor that serves all kinds).
-	Pairs []string
-	// Limit caps the batch.
-	Limit int
-	// Lease is how long the claim holds without renewal before the reaper
-	// may reclaim it.
-	Lease time.Duration
-}
-
-// claimSQL logs a `claimed` event per task in the claim's own statement
-// (no second round trip): who took it, at which epoch and attempt.
-const claimSQL = `WITH c AS (SELECT * FROM claim_tasks($1, $2, $3, $4, $5, $6)),
-ev AS (
-    INSERT INTO resource_events (resource_id, type, generation, message)
-    SELECT c.resource_id, 'claimed', c.generation,
-           format('by %s, claim_epoch %s, attempt %s', $1::text, c.claim_epoch, c.attempts + 1)
-      FROM c)
-SELECT task_id, shard_id, resource_id, task_type, trigger, coalesce(reaction, ''), emits,
-       kind, kind_version, generation, claim_epoch, attempts, deadline
-  FROM c`
-
-// Claim claims up to p.Limit pending tasks, bumping each one's claim_epoch.
-// Per-kind caps (kind_config.max_inflight) hold across all claimers.
-func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]model.Task, error) {
-	lease := int(p.Lease / time.Second)
-	if lease < 1 {
-		lease = 1
-	}
-	var pairs any
-	if p.Pairs != nil {
-		pairs = p.Pairs
-	}
-	rows, err := s.pool.Query(ctx, claimSQL, p.Claimer, p.Lo, p.Hi, pairs, p.Limit, lease)
-	if err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
-	}
-	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Task, error) {
-		var (
-			t        model.Task
-			emits    int32
-			kv       int16
-			deadline *time.Time
-		)
-		err := r.Scan(&t.ID, &t.Shard, &t.ResourceID, &t.Type, &t.Trigger, &t.Reaction, &emits,
-			&t.Kind, &kv, &t.Generation, &t.Epoch, &t.Attempts, &deadline)
-		t.Emits = model.OutcomeMask(emits)
-		t.KindVersion = int(kv)
-		if deadline != nil {
-			t.Deadline = *deadline
-		}
-		return t, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
-	}
-	return tasks, nil
-}
 
 // Completion is one task's result, addressed by its claim.
 type Completion struct {
@@ -147,6 +79,8 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 	if err != nil {
 		return nil, fmt.Errorf("complete tasks: %w", err)
 	}
+	// Read by hand straight into the map: completion is a hot path, and
+	// CollectRows would first build a slice to throw away.
 	byID := make(map[string]CompleteStatus, n)
 	for rows.Next() {
 		var id, res string
@@ -252,79 +186,3 @@ func (s *Store) checkOutcome(t model.Task, o *model.Outcome) error {
 }
 
 func validPointer(p string) bool { return p != "" && p[0] == '/' }
-
-// SpecCheckFunc validates a spec against its (kind, version) schema.
-type SpecCheckFunc func(kind string, version int, spec json.RawMessage) error
-
-// SetSpecCheck installs the validator Complete runs on every composed
-// child's spec, so a composer cannot create a resource the API would refuse.
-// Call it once before the store is shared.
-func (s *Store) SetSpecCheck(f SpecCheckFunc) { s.specCheck = f }
-
-// Release gives claimed tasks back without burning an attempt; they are
-// claimable again after delay.
-func (s *Store) Release(ctx context.Context, tasks []model.Task, delay time.Duration, reason string) error {
-	ids, shards, epochs := taskKeys(tasks)
-	_, err := s.pool.Exec(ctx, `SELECT release_tasks($1, $2, $3, $4, $5)`, ids, shards, epochs, int(delay/time.Millisecond), reason)
-	if err != nil {
-		return fmt.Errorf("release tasks: %w", err)
-	}
-	return nil
-}
-
-// ExtendLeases renews the leases of tasks still held and returns the IDs of
-// those it renewed; a missing ID was superseded.
-func (s *Store) ExtendLeases(ctx context.Context, tasks []model.Task, lease time.Duration) (map[string]bool, error) {
-	ids, shards, epochs := taskKeys(tasks)
-	rows, err := s.pool.Query(ctx, `SELECT task_id FROM extend_leases($1, $2, $3, $4)`, ids, shards, epochs, max(int(lease/time.Second), 1))
-	if err != nil {
-		return nil, fmt.Errorf("extend leases: %w", err)
-	}
-	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("extend leases: %w", err)
-	}
-	out := make(map[string]bool, len(held))
-	for _, id := range held {
-		out[id] = true
-	}
-	return out, nil
-}
-
-func taskKeys(tasks []model.Task) ([]string, []int16, []int64) {
-	ids := make([]string, len(tasks))
-	shards := make([]int16, len(tasks))
-	epochs := make([]int64, len(tasks))
-	for i, t := range tasks {
-		ids[i], shards[i], epochs[i] = t.ID, t.Shard, t.Epoch
-	}
-	return ids, shards, epochs
-}
-
-// DrainParams bounds one drain batch.
-type DrainParams struct {
-	Lo, Hi    int
-	Limit     int
-	RetryBase time.Duration // first transient retry delay (jittered, doubled per attempt)
-	RetryMax  time.Duration // cap on the retry delay
-}
-
-// Drain applies up to p.Limit queued outcomes and returns how many it applied.
-func (s *Store) Drain(ctx context.Context, p DrainParams) (int, error) {
-	var n int
-	err := s.pool.QueryRow(ctx, `SELECT drain_outbox_batch($1, $2, $3, $4, $5)`,
-		p.Lo, p.Hi, p.Limit, int(p.RetryBase/time.Millisecond), int(p.RetryMax/time.Millisecond)).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("drain outbox: %w", err)
-	}
-	return n, nil
-}
-
-// DrainRollupRechecks re-evaluates composite roots armed by a concurrent drain.
-func (s *Store) DrainRollupRechecks(ctx context.Context, lo, hi, limit int) (int, error) {
-	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT drain_rollup_rechecks($1, $2, $3)`, lo, hi, limit).Scan(&n); err != nil {
-		return 0, fmt.Errorf("drain rollup rechecks: %w", err)
-	}
-	return n, nil
-}

@@ -49,7 +49,7 @@ func TestPruneEvents(t *testing.T) {
 	prune := func(lo, hi int, since int64) int64 {
 		t.Helper()
 		for {
-			wm, _, err := st.PruneEvents(ctx, lo, hi, since, keep, window)
+			wm, _, err := st.PruneEvents(ctx, store.PruneEventsParams{Lo: lo, Hi: hi, SinceID: since, Keep: keep, Limit: window})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +75,7 @@ func TestPruneEvents(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT max(id) FROM resource_events`).Scan(&maxID); err != nil {
 		t.Fatal(err)
 	}
-	if wm, last, err := st.PruneEvents(ctx, 0, 255, all, keep, window); err != nil || wm != maxID || last != maxID {
+	if wm, last, err := st.PruneEvents(ctx, store.PruneEventsParams{Lo: 0, Hi: 255, SinceID: all, Keep: keep, Limit: window}); err != nil || wm != maxID || last != maxID {
 		t.Errorf("caught-up prune = watermark %d, last id %d, %v; want both %d", wm, last, err, maxID)
 	}
 	if n := left(a); n != keep {

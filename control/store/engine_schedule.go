@@ -1,0 +1,19 @@
+package store
+
+import (
+	"context"
+	"fmt"
+)
+
+// ReconcileNow asks for an immediate reconcile; see reconcile_now().
+// It returns a *ConflictError when the resource is frozen or being deleted.
+func (s *Store) ReconcileNow(ctx context.Context, id string) error {
+	var ok bool
+	if err := s.pool.QueryRow(ctx, `SELECT reconcile_now($1)`, id).Scan(&ok); err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	if !ok {
+		return &ConflictError{Message: "the resource is orphaned, quarantined or being deleted; it cannot be reconciled now"}
+	}
+	return nil
+}
