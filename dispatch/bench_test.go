@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/control/drainer"
-	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
 	"github.com/convergeplane/converge/dispatch/callback"
@@ -327,8 +326,8 @@ func benchInproc(tb testing.TB, n int) float64 {
 	x := newBenchDB(tb)
 	defer x.close()
 	ex := inproc.New(inproc.Config{Concurrency: benchConcurrency, Handlers: map[string]inproc.Handler{
-		"leaf/1": inproc.HandlerFunc(func(context.Context, model.Request) (model.Outcome, error) {
-			return model.Outcome{Status: json.RawMessage(`{}`)}, nil
+		"leaf/1": inproc.HandlerFunc(func(context.Context, webhooksdk.Request) (webhooksdk.Outcome, error) {
+			return webhooksdk.Outcome{Status: json.RawMessage(`{}`)}, nil
 		}),
 	}}, x.st, x.lis.Subscribe("work_ready"), benchLog)
 	must(tb, ex.Start(x.ctx))

@@ -24,6 +24,7 @@ import (
 	"github.com/convergeplane/converge/dispatch/health"
 	"github.com/convergeplane/converge/dispatch/registry"
 	"github.com/convergeplane/converge/internal/startstop"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // Config tunes a Dispatcher. Zero fields take the defaults below; SecretBox,
@@ -300,7 +301,7 @@ var (
 // item is one claimed task on this pod.
 type item struct {
 	task     model.Task
-	req      model.Request
+	env      webhooksdk.Envelope // without its type and callback: encode adds them
 	pair     string
 	queuedAt time.Time
 	ctx      context.Context
@@ -448,7 +449,7 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	if len(tasks) == 0 {
 		return 0, limit
 	}
-	reqs, ok, err := d.st.BuildRequests(ctx, tasks)
+	envs, ok, err := d.st.BuildRequests(ctx, tasks)
 	if err != nil {
 		d.log.Error("build requests failed; releasing the claims", "err", err, "tasks", len(tasks))
 		for _, t := range tasks {
@@ -459,10 +460,10 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	now := time.Now()
 	for i, t := range tasks {
 		if !ok[i] {
-			ops <- op{kind: opComplete, task: t, result: model.Result{Error: &model.TaskError{Message: "resource vanished", Terminal: true}}}
+			ops <- op{kind: opComplete, task: t, result: webhooksdk.Result{Error: &webhooksdk.Error{Message: "resource vanished", Terminal: true}}}
 			continue
 		}
-		it := &item{task: t, req: reqs[i], pair: fmt.Sprintf("%s/%d", t.Kind, t.KindVersion), queuedAt: now}
+		it := &item{task: t, env: envs[i], pair: fmt.Sprintf("%s/%d", t.Kind, t.KindVersion), queuedAt: now}
 		it.ctx, it.cancel = context.WithCancelCause(work)
 		d.track(it)
 		if len(*queue) == 0 {
