@@ -247,6 +247,9 @@ func (s *Store) checkOutcome(t model.Task, o *webhooksdk.Outcome) error {
 			if !model.ValidName(c.Name) {
 				return fmt.Errorf("configs[%d]: name %q is not a valid config name", i, c.Name)
 			}
+			if err := webhooksdk.CheckConfigSpec(c.Spec); err != nil {
+				return fmt.Errorf("configs[%d] (%s): spec %w", i, c.Name, err)
+			}
 		}
 	}
 	return nil
