@@ -18,7 +18,6 @@ import (
 	"github.com/convergeplane/converge/control/drainer"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
-	"github.com/convergeplane/converge/dispatch/callback"
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/dispatch/inproc"
 	"github.com/convergeplane/converge/dispatch/target"
@@ -352,11 +351,8 @@ func newBenchDispatch(tb testing.TB, async bool) *benchDispatch {
 	must(tb, err)
 	tokenKey := make([]byte, 32)
 	_, _ = rand.Read(tokenKey)
-	tokens, err := callback.NewTokens(tokenKey)
-	must(tb, err)
-	cbh, err := callback.NewHandler(callback.Config{Tokens: tokens, Store: x.st, Logger: benchLog})
-	must(tb, err)
-	cbSrv := httptest.NewServer(cbh)
+	var cbh forward // the dispatcher's receiver, once it exists
+	cbSrv := httptest.NewServer(&cbh)
 	x.stop = append(x.stop, cbSrv.Close)
 
 	var handler atomic.Pointer[http.Handler]
@@ -398,6 +394,8 @@ func newBenchDispatch(tb testing.TB, async bool) *benchDispatch {
 		Logger: benchLog}, x.st, dispatch.Wakeups{WorkReady: x.lis.Subscribe("work_ready"),
 		EndpointsChanged: x.lis.Subscribe("endpoints_changed")})
 	must(tb, err)
+	cb := d.Callbacks()
+	cbh.h.Store(&cb)
 	must(tb, d.Start(x.ctx))
 	x.stop = append(x.stop, d.Stop)
 	x.listen()
