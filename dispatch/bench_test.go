@@ -16,10 +16,8 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/control/drainer"
-	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
-	"github.com/convergeplane/converge/dispatch/callback"
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/dispatch/inproc"
 	"github.com/convergeplane/converge/dispatch/target"
@@ -327,8 +325,8 @@ func benchInproc(tb testing.TB, n int) float64 {
 	x := newBenchDB(tb)
 	defer x.close()
 	ex := inproc.New(inproc.Config{Concurrency: benchConcurrency, Handlers: map[string]inproc.Handler{
-		"leaf/1": inproc.HandlerFunc(func(context.Context, model.Request) (model.Outcome, error) {
-			return model.Outcome{Status: json.RawMessage(`{}`)}, nil
+		"leaf/1": inproc.HandlerFunc(func(context.Context, webhooksdk.Request) (webhooksdk.Outcome, error) {
+			return webhooksdk.Outcome{Status: json.RawMessage(`{}`)}, nil
 		}),
 	}}, x.st, x.lis.Subscribe("work_ready"), benchLog)
 	must(tb, ex.Start(x.ctx))
@@ -353,11 +351,8 @@ func newBenchDispatch(tb testing.TB, async bool) *benchDispatch {
 	must(tb, err)
 	tokenKey := make([]byte, 32)
 	_, _ = rand.Read(tokenKey)
-	tokens, err := callback.NewTokens(tokenKey)
-	must(tb, err)
-	cbh, err := callback.NewHandler(callback.Config{Tokens: tokens, Store: x.st, Logger: benchLog})
-	must(tb, err)
-	cbSrv := httptest.NewServer(cbh)
+	var cbh forward // the dispatcher's receiver, once it exists
+	cbSrv := httptest.NewServer(&cbh)
 	x.stop = append(x.stop, cbSrv.Close)
 
 	var handler atomic.Pointer[http.Handler]
@@ -399,6 +394,8 @@ func newBenchDispatch(tb testing.TB, async bool) *benchDispatch {
 		Logger: benchLog}, x.st, dispatch.Wakeups{WorkReady: x.lis.Subscribe("work_ready"),
 		EndpointsChanged: x.lis.Subscribe("endpoints_changed")})
 	must(tb, err)
+	cb := d.Callbacks()
+	cbh.h.Store(&cb)
 	must(tb, d.Start(x.ctx))
 	x.stop = append(x.stop, d.Stop)
 	x.listen()

@@ -55,7 +55,7 @@ const (
 type op struct {
 	kind    opKind
 	task    model.Task
-	result  model.Result
+	result  webhooksdk.Result
 	delay   time.Duration
 	reason  string
 	failure store.EndpointDelivery
@@ -72,7 +72,7 @@ type verdict struct {
 	excerpt  []byte
 
 	// What to do with the task; exactly one applies.
-	complete *model.Result
+	complete *webhooksdk.Result
 	release  bool
 	hold     bool
 	drop     bool // the claim is lost: nothing to do
@@ -82,14 +82,15 @@ type verdict struct {
 	disable string        // disable the endpoint with this reason (410)
 }
 
-func transient(msg string) *model.Result {
-	return &model.Result{Error: &model.TaskError{Message: msg}}
+func transient(msg string) *webhooksdk.Result {
+	return &webhooksdk.Result{Error: &webhooksdk.Error{Message: msg}}
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }} //nolint:gochecknoglobals // a buffer pool
 
-// encode builds the signed-to-be envelope for one endpoint: the request,
-// and a callback URL and token bound to this claim and this delivery.
+// encode builds the signed-to-be envelope for one endpoint: the task as the
+// store built it, and a callback URL and token bound to this claim and this
+// delivery.
 func (d *Dispatcher) encode(it *item, endpoint string, buf *bytes.Buffer) error {
 	t := it.task
 	now := time.Now()
@@ -102,7 +103,9 @@ func (d *Dispatcher) encode(it *item, endpoint string, buf *bytes.Buffer) error 
 	if err != nil {
 		return err
 	}
-	env := wire.Envelope(&it.req, &webhooksdk.Callback{URL: d.cbBase + "/v1/tasks/" + t.ID + "/outcome", Token: tok})
+	env := it.env
+	env.Type = webhooksdk.EnvelopeTask
+	env.Callback = &webhooksdk.Callback{URL: d.cbBase + "/v1/tasks/" + t.ID + "/outcome", Token: tok}
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(&env); err != nil {
@@ -277,7 +280,7 @@ func (d *Dispatcher) classifyResponse(it *item, ep *registry.Endpoint, resp *tar
 		}
 		return v
 	case st == http.StatusNoContent:
-		v.result, v.breaker, v.complete, v.excerpt = resultOK, registry.Success, &model.Result{Outcome: &model.Outcome{}}, nil
+		v.result, v.breaker, v.complete, v.excerpt = resultOK, registry.Success, &webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}, nil
 		return v
 	case st == http.StatusAccepted:
 		v.result, v.breaker, v.hold, v.excerpt = resultAccepted, registry.Success, true, nil

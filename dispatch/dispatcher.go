@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -24,10 +25,14 @@ import (
 	"github.com/convergeplane/converge/dispatch/health"
 	"github.com/convergeplane/converge/dispatch/registry"
 	"github.com/convergeplane/converge/internal/startstop"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
-// Config tunes a Dispatcher. Zero fields take the defaults below; SecretBox,
-// TokenKey and CallbackBaseURL are required.
+// Config tunes a Dispatcher and its callback receiver: the two halves of the
+// protocol are configured once, here, so the tokens the dispatcher mints, the
+// leases it grants on a 202 and the URL it sends are the ones its receiver
+// verifies, extends and serves. Zero fields take the defaults below;
+// SecretBox, TokenKey and CallbackBaseURL are required.
 type Config struct {
 	// Claimer names this pod in claimed_by (its cluster member id).
 	// Defaults to "dispatch".
@@ -58,24 +63,28 @@ type Config struct {
 
 	// CallbackBaseURL is the externally reachable base of the callback API
 	// (a load balancer in front of every dispatch pod; the listen address in
-	// dev mode): envelopes carry CallbackBaseURL + "/v1/tasks/{id}/outcome".
+	// dev mode): envelopes carry CallbackBaseURL + "/v1/tasks/{id}/outcome",
+	// and Callbacks serves those routes.
 	CallbackBaseURL string
-	// TokenKey signs callback tokens; every dispatch pod must share it (and
-	// the callback handler verifies with it). At least 32 bytes.
+	// TokenKey signs callback tokens, and Callbacks verifies them with it;
+	// every dispatch pod must share it. At least 32 bytes.
 	TokenKey []byte
 	// PreviousTokenKeys still verify, during a key rotation.
 	PreviousTokenKeys [][]byte
 	// AsyncLease is the lease of an accepted (202) task without a deadline;
-	// provider heartbeats renew it. Defaults to callback.AsyncLeaseDefault.
-	// Give the callback handler the same value.
+	// provider heartbeats renew it by as much. Defaults to
+	// callback.AsyncLeaseDefault.
 	AsyncLease time.Duration
 	// CallbackGrace is how long past its deadline an accepted task's
-	// callback is still awaited. Defaults to callback.GraceDefault. Give the
-	// callback handler the same value.
+	// callback is still awaited (and a heartbeat may extend its lease to).
+	// Defaults to callback.GraceDefault.
 	CallbackGrace time.Duration
 	// TokenTTL bounds the callback token of a task without a deadline.
 	// Defaults to callback.TokenTTLDefault.
 	TokenTTL time.Duration
+	// MaxCallbackBytes caps an outcome a provider calls back with. Defaults
+	// to callback.MaxBodyDefault.
+	MaxCallbackBytes int64
 
 	// SecretBox opens endpoint signing secrets. Required.
 	SecretBox *store.SecretBox
@@ -115,7 +124,8 @@ type Config struct {
 	// Defaults to 10s; negative disables it.
 	PendingEvery time.Duration
 
-	// Metrics registers the dispatcher's metrics. Nil skips registration.
+	// Metrics registers the dispatcher's metrics and its receiver's. Nil
+	// skips registration.
 	Metrics prometheus.Registerer
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
@@ -195,6 +205,7 @@ type Dispatcher struct {
 	reg    *registry.Registry
 	prober *health.Prober
 	tokens *callback.Tokens
+	cb     *callback.Handler
 	m      *metrics
 	log    *slog.Logger
 	wake   <-chan struct{}
@@ -209,7 +220,8 @@ type Dispatcher struct {
 	tracked map[string]*item // delivering and queued tasks, heartbeated
 }
 
-// New returns a Dispatcher. It validates cfg and registers the metrics.
+// New returns a Dispatcher with its callback receiver (see Callbacks), both
+// built from cfg. It validates cfg and registers the metrics.
 func New(cfg Config, st *store.Store, wake Wakeups) (*Dispatcher, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -252,8 +264,22 @@ func New(cfg Config, st *store.Store, wake Wakeups) (*Dispatcher, error) {
 	if d.m, err = newMetrics(cfg.Metrics, reg); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
+	d.cb, err = callback.NewHandler(callback.Config{Tokens: tokens, Store: st, MaxBodyBytes: cfg.MaxCallbackBytes,
+		AsyncLease: cfg.AsyncLease, Grace: cfg.CallbackGrace, Metrics: cfg.Metrics, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
 	return d, nil
 }
+
+// Callbacks returns the receiver of this dispatcher's asynchronous results:
+// the handler of /v1/tasks/{id}/outcome and /v1/tasks/{id}/heartbeat
+// (package callback), verifying the tokens this dispatcher mints and
+// extending leases as it does. Serve it at the root of the listener
+// CallbackBaseURL reaches. It is stateless apart from the database, so it
+// serves the callbacks of every pod's tasks, before Start and after Stop
+// too.
+func (d *Dispatcher) Callbacks() http.Handler { return d.cb }
 
 // Registry returns the live endpoint registry: PairStatus for why a kind
 // parks, Status for the endpoint detail (health, breaker, in-flight).
@@ -300,7 +326,7 @@ var (
 // item is one claimed task on this pod.
 type item struct {
 	task     model.Task
-	req      model.Request
+	env      webhooksdk.Envelope // without its type and callback: encode adds them
 	pair     string
 	queuedAt time.Time
 	ctx      context.Context
@@ -448,7 +474,7 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	if len(tasks) == 0 {
 		return 0, limit
 	}
-	reqs, ok, err := d.st.BuildRequests(ctx, tasks)
+	envs, ok, err := d.st.BuildRequests(ctx, tasks)
 	if err != nil {
 		d.log.Error("build requests failed; releasing the claims", "err", err, "tasks", len(tasks))
 		for _, t := range tasks {
@@ -459,10 +485,10 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	now := time.Now()
 	for i, t := range tasks {
 		if !ok[i] {
-			ops <- op{kind: opComplete, task: t, result: model.Result{Error: &model.TaskError{Message: "resource vanished", Terminal: true}}}
+			ops <- op{kind: opComplete, task: t, result: webhooksdk.Result{Error: &webhooksdk.Error{Message: "resource vanished", Terminal: true}}}
 			continue
 		}
-		it := &item{task: t, req: reqs[i], pair: fmt.Sprintf("%s/%d", t.Kind, t.KindVersion), queuedAt: now}
+		it := &item{task: t, env: envs[i], pair: fmt.Sprintf("%s/%d", t.Kind, t.KindVersion), queuedAt: now}
 		it.ctx, it.cancel = context.WithCancelCause(work)
 		d.track(it)
 		if len(*queue) == 0 {

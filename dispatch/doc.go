@@ -57,7 +57,9 @@
 // tasks still claimed get their async lease — until the task deadline plus
 // CallbackGrace, or AsyncLease when the task has none — in one batched
 // ExtendLeases. The provider POSTs the result to /v1/tasks/{id}/outcome on
-// any dispatch pod (package callback) and may heartbeat
+// any dispatch pod (Dispatcher.Callbacks, package callback: New builds the
+// receiver from the same Config, so its token keys, async lease and grace
+// are the dispatcher's) and may heartbeat
 // /v1/tasks/{id}/heartbeat, which extends the lease the same way. If the
 // lease lapses with neither, the pod that saw the 202 completes the task
 // with a transient "async task timed out without a callback" error, burning

@@ -22,7 +22,6 @@ import (
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
-	"github.com/convergeplane/converge/dispatch/callback"
 	"github.com/convergeplane/converge/internal/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -41,7 +40,20 @@ type env struct {
 	ctx      context.Context
 	tokenKey []byte
 	cbURL    string
+	cb       forward // the callback API: the first dispatcher's receiver
 	metrics  *prometheus.Registry
+}
+
+// forward serves with the handler set last; 503 before one is.
+type forward struct{ h atomic.Pointer[http.Handler] }
+
+func (f *forward) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := f.h.Load()
+	if h == nil {
+		http.Error(w, "no dispatcher yet", http.StatusServiceUnavailable)
+		return
+	}
+	(*h).ServeHTTP(w, r)
 }
 
 func newEnv(t *testing.T) *env {
@@ -63,11 +75,9 @@ func newEnv(t *testing.T) *env {
 	must(t, dr.Start(e.ctx))
 	t.Cleanup(dr.Stop)
 
-	tokens, err := callback.NewTokens(tokenKey)
-	must(t, err)
-	cb, err := callback.NewHandler(callback.Config{Tokens: tokens, Store: st, Metrics: e.metrics, Logger: log})
-	must(t, err)
-	srv := httptest.NewServer(cb)
+	// The callback API is on loopback before any dispatcher exists, since a
+	// dispatcher needs its URL; the first one's receiver serves it.
+	srv := httptest.NewServer(&e.cb)
 	t.Cleanup(srv.Close)
 	e.cbURL = srv.URL
 	return e
@@ -114,6 +124,8 @@ func (e *env) dispatcher(cfg dispatch.Config) *dispatch.Dispatcher {
 	d, err := dispatch.New(cfg, e.st, dispatch.Wakeups{
 		WorkReady: e.lis.Subscribe("work_ready"), EndpointsChanged: e.lis.Subscribe("endpoints_changed")})
 	must(e.t, err)
+	cb := d.Callbacks()
+	e.cb.h.CompareAndSwap(nil, &cb)
 	must(e.t, d.Start(e.ctx))
 	e.t.Cleanup(d.Stop)
 	return d

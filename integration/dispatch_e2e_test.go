@@ -37,13 +37,10 @@ func (p *echoProvider) Work(_ context.Context, req webhooksdk.Request) (webhooks
 	return webhooksdk.Outcome{Status: json.RawMessage(`{"echoed":` + string(req.Resource.Spec) + `}`)}, nil
 }
 
-// TestDispatchThroughTheServer runs the whole product in one process (ROLE
-// all, dev mode): a provider registered through the API receives signed
-// deliveries; a resource of an unready kind parks visibly and resumes;
-// failed deliveries are readable per endpoint and per resource; /metrics
-// counts them.
-func TestDispatchThroughTheServer(t *testing.T) {
-	t.Parallel()
+// startAll starts the whole product in one process (ROLE all, dev mode) on
+// its own database.
+func startAll(t *testing.T) *server {
+	t.Helper()
 	e := newEngine(t, engineOpts{noDrain: true})
 	key := func() []byte { b := make([]byte, 32); _, _ = rand.Read(b); return b }
 	cfg := convergecli.Config{DatabaseURL: e.db.DSN, Role: convergecli.RoleAll, ListenAddr: "127.0.0.1:0",
@@ -52,18 +49,23 @@ func TestDispatchThroughTheServer(t *testing.T) {
 	srv, err := convergecli.Start(t.Context(), cfg, e.log)
 	must(t, err)
 	t.Cleanup(func() { must(t, srv.Stop()) })
-	s := &server{t: t, db: e.db, base: "http://" + srv.Addr(), engine: e}
+	return &server{t: t, db: e.db, base: "http://" + srv.Addr(), engine: e}
+}
 
-	if code, body := s.call("PUT", "/kinds/echo/manifest", map[string]any{"kind": "echo", "kind_version": 1,
-		"reactions": json.RawMessage(`[{"name":"work","trigger":"specChange","emits":["status"]}]`)}); code != 201 {
-		t.Fatalf("manifest = %d %s", code, body)
-	}
-
-	// Register the endpoint first: the secret comes back once.
+// serveProvider registers an endpoint named name through the API for the
+// providers' kinds, and serves them there over real HTTP with webhooksdk,
+// signed with the secret the API returned (once).
+func (s *server) serveProvider(name string, providers ...webhooksdk.Provider) {
+	t := s.t
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
 	url := "http://" + ln.Addr().String() + "/"
-	code, body := s.call("POST", "/endpoints", map[string]any{"name": "echo", "kinds": []map[string]any{{"kind": "echo", "kind_version": 1}},
+	kinds := make([]map[string]any, len(providers))
+	for i, p := range providers {
+		kinds[i] = map[string]any{"kind": p.Kind().Kind, "kind_version": p.Kind().Version}
+	}
+	code, body := s.call("POST", "/endpoints", map[string]any{"name": name, "kinds": kinds,
 		"target": map[string]any{"type": "https", "url": url},
 		"health": map[string]any{"url": url, "interval_secs": 1, "healthy_threshold": 1, "unhealthy_threshold": 1}})
 	var created struct {
@@ -72,15 +74,30 @@ func TestDispatchThroughTheServer(t *testing.T) {
 	if code != 201 || json.Unmarshal(body, &created) != nil || !strings.HasPrefix(created.Secret, "whsec_") {
 		t.Fatalf("create endpoint = %d %s", code, body)
 	}
-	if _, body := s.call("GET", "/endpoints/echo", nil); strings.Contains(string(body), created.Secret) {
+	if _, body := s.call("GET", "/endpoints/"+name, nil); strings.Contains(string(body), created.Secret) {
 		t.Fatal("GET returned the secret again")
 	}
-	p := &echoProvider{}
-	h, err := webhooksdk.Handler([]webhooksdk.Provider{p}, webhooksdk.WithSecrets(created.Secret))
+	h, err := webhooksdk.Handler(providers, webhooksdk.WithSecrets(created.Secret))
 	must(t, err)
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	t.Cleanup(func() { _ = hs.Close() })
+}
+
+// TestDispatchThroughTheServer runs the whole product in one process (ROLE
+// all, dev mode): a provider registered through the API receives signed
+// deliveries; a resource of an unready kind parks visibly and resumes;
+// failed deliveries are readable per endpoint and per resource; /metrics
+// counts them.
+func TestDispatchThroughTheServer(t *testing.T) {
+	t.Parallel()
+	s := startAll(t)
+	if code, body := s.call("PUT", "/kinds/echo/manifest", map[string]any{"kind": "echo", "kind_version": 1,
+		"reactions": json.RawMessage(`[{"name":"work","trigger":"specChange","emits":["status"]}]`)}); code != 201 {
+		t.Fatalf("manifest = %d %s", code, body)
+	}
+	p := &echoProvider{}
+	s.serveProvider("echo", p)
 
 	// Unready provider: the resource parks and its detail says why.
 	if code, body := s.call("POST", "/resources", map[string]any{"kind": "echo", "kind_version": 1, "name": "e1", "spec": map[string]any{"n": 1}}); code != 201 {

@@ -18,6 +18,7 @@ import (
 	"github.com/convergeplane/converge/control/reaper"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/inproc"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 func standardHandlers(e *engine, fl *faults) map[string]inproc.Handler {
@@ -249,7 +250,7 @@ func TestKindCapHoldsAcrossClaimers(t *testing.T) {
 	e.defineKinds(model.Policy{MaxInflight: 10})
 
 	var running, peak atomic.Int32
-	slow := inproc.HandlerFunc(func(ctx context.Context, req model.Request) (model.Outcome, error) {
+	slow := inproc.HandlerFunc(func(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 		n := running.Add(1)
 		defer running.Add(-1)
 		for {
@@ -264,7 +265,7 @@ func TestKindCapHoldsAcrossClaimers(t *testing.T) {
 		case <-timer.C:
 		case <-ctx.Done():
 		}
-		return model.Outcome{Status: json.RawMessage(`{}`)}, nil
+		return webhooksdk.Outcome{Status: json.RawMessage(`{}`)}, nil
 	})
 	for i := range 4 {
 		e.run(inproc.Config{Claimer: fmt.Sprintf("claimer-%d", i), Concurrency: 20, BatchSize: 20},
@@ -392,7 +393,7 @@ func TestCompletedClaimOutlivesItsLease(t *testing.T) {
 	ctx := t.Context()
 
 	tasks := []model.Task{e.claimOneLeaf("pod")}
-	done := model.Result{Outcome: &model.Outcome{Status: json.RawMessage(`{"v":1}`)}}
+	done := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"v":1}`)}}
 	if st, err := e.st.Complete(ctx, tasks[0], done); err != nil || st != store.Applied {
 		t.Fatalf("completion = %v, %v; want applied", st, err)
 	}
@@ -439,14 +440,14 @@ func TestCrashedClaimIsReclaimedAndFenced(t *testing.T) {
 	if len(second) != 1 || second[0].Epoch != first[0].Epoch+1 {
 		t.Fatalf("second claim = %+v, want one task at epoch %d", second, first[0].Epoch+1)
 	}
-	ok := model.Result{Outcome: &model.Outcome{Status: json.RawMessage(`{"by":"live"}`)}}
+	ok := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"by":"live"}`)}}
 	if st, err := e.st.Complete(ctx, second[0], ok); err != nil || st != store.Applied {
 		t.Fatalf("live completion = %v, %v; want applied", st, err)
 	}
 	if st, err := e.st.Complete(ctx, second[0], ok); err != nil || st != store.Duplicate {
 		t.Fatalf("repeated completion = %v, %v; want duplicate no-op", st, err)
 	}
-	stale := model.Result{Outcome: &model.Outcome{Status: json.RawMessage(`{"by":"zombie"}`)}}
+	stale := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"by":"zombie"}`)}}
 	if _, err := e.st.Complete(ctx, first[0], stale); !errors.Is(err, store.ErrSuperseded) {
 		t.Fatalf("stale completion err = %v, want ErrSuperseded", err)
 	}
@@ -468,7 +469,7 @@ func TestOversizedStatusFailsTerminally(t *testing.T) {
 	e.apply("leaf", "big", map[string]any{})
 	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 1, Lease: time.Minute})
 	must(t, err)
-	big := model.Result{Outcome: &model.Outcome{Status: json.RawMessage(fmt.Sprintf(`{"blob":%q}`, make([]byte, 100)))}}
+	big := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(fmt.Sprintf(`{"blob":%q}`, make([]byte, 100)))}}
 	_, err = e.st.Complete(ctx, tasks[0], big)
 	must(t, err)
 	e.waitPhase("leaf", "big", "Failed", 10*time.Second)

@@ -14,6 +14,7 @@ import (
 	"github.com/convergeplane/converge/dispatch/inproc"
 	"github.com/convergeplane/converge/internal/benchq"
 	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // BenchmarkEngineThroughput measures the engine end to end with the
@@ -96,8 +97,8 @@ func execAll(ctx context.Context, pool *pgxpool.Pool, stmts ...string) error {
 }
 
 func noop(status string) inproc.Handler {
-	return inproc.HandlerFunc(func(context.Context, model.Request) (model.Outcome, error) {
-		return model.Outcome{Status: json.RawMessage(status)}, nil
+	return inproc.HandlerFunc(func(context.Context, webhooksdk.Request) (webhooksdk.Outcome, error) {
+		return webhooksdk.Outcome{Status: json.RawMessage(status)}, nil
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/dispatch/inproc"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // Test kinds: a leaf worker and a composite with a composer and a rollup.
@@ -55,16 +56,16 @@ func (f *faults) get(name string) string {
 
 // leafHandler echoes its spec into status and reports status.id.
 func leafHandler(calls *callLog, fl *faults) inproc.Handler {
-	return inproc.HandlerFunc(func(ctx context.Context, req model.Request) (model.Outcome, error) {
+	return inproc.HandlerFunc(func(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 		name := req.Resource.Name
 		calls.add(name)
 		calls.add(fmt.Sprintf("%s@%d", name, req.Resource.Generation))
 		if fl != nil {
 			switch fl.get(name) {
 			case "terminal":
-				return model.Outcome{}, inproc.Terminal(errors.New("permanently broken"))
+				return webhooksdk.Outcome{}, inproc.Terminal(errors.New("permanently broken"))
 			case "transient":
-				return model.Outcome{}, errors.New("flaky backend")
+				return webhooksdk.Outcome{}, errors.New("flaky backend")
 			}
 		}
 		var spec map[string]any
@@ -74,31 +75,31 @@ func leafHandler(calls *callLog, fl *faults) inproc.Handler {
 			id = fmt.Sprintf("id-%s-v%v", name, v)
 		}
 		st, _ := json.Marshal(map[string]any{"id": id, "spec": spec})
-		return model.Outcome{Status: st}, nil
+		return webhooksdk.Outcome{Status: st}, nil
 	})
 }
 
 // compHandler composes children from compSpec and rolls their phases up.
 func compHandler(calls *callLog) inproc.Handler {
-	return inproc.HandlerFunc(func(ctx context.Context, req model.Request) (model.Outcome, error) {
+	return inproc.HandlerFunc(func(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 		calls.add(req.Resource.Name + ":" + req.Reaction)
 		switch req.Reaction {
 		case "compose":
 			var spec compSpec
 			if err := json.Unmarshal(req.Resource.Spec, &spec); err != nil {
-				return model.Outcome{}, inproc.Terminal(err)
+				return webhooksdk.Outcome{}, inproc.Terminal(err)
 			}
-			var out model.Outcome
+			var out webhooksdk.Outcome
 			for _, c := range spec.Children {
 				s, _ := json.Marshal(c.Spec)
 				if c.Spec == nil {
 					s = []byte(`{}`)
 				}
-				out.Children = append(out.Children, model.Child{Kind: "leaf", KindVersion: 1, Name: c.Name, Spec: s})
+				out.Children = append(out.Children, webhooksdk.Child{Kind: "leaf", KindVersion: 1, Name: c.Name, Spec: s})
 				for _, a := range c.After {
-					e := model.Edge{Dependent: model.Ref{Kind: "leaf", Name: c.Name}, Dependency: model.Ref{Kind: "leaf", Name: a}}
+					e := webhooksdk.Edge{Dependent: webhooksdk.Ref{Kind: "leaf", Name: c.Name}, Dependency: webhooksdk.Ref{Kind: "leaf", Name: a}}
 					if c.Flow {
-						e.Values = []model.ValueFlow{{DependentField: "/upstream_id", SourceField: "/id"}}
+						e.Values = []webhooksdk.ValueFlow{{DependentField: "/upstream_id", SourceField: "/id"}}
 					}
 					out.Edges = append(out.Edges, e)
 				}
@@ -109,22 +110,22 @@ func compHandler(calls *callLog) inproc.Handler {
 			ready, failed := 0, 0
 			for _, d := range req.Descendants {
 				switch d.Phase {
-				case model.PhaseReady:
+				case string(model.PhaseReady):
 					ready++
-				case model.PhaseFailed:
+				case string(model.PhaseFailed):
 					failed++
 				}
 			}
-			out := model.Outcome{Status: json.RawMessage(fmt.Sprintf(`{"ready":%d,"failed":%d,"total":%d}`, ready, failed, len(req.Descendants)))}
+			out := webhooksdk.Outcome{Status: json.RawMessage(fmt.Sprintf(`{"ready":%d,"failed":%d,"total":%d}`, ready, failed, len(req.Descendants)))}
 			if ready < len(req.Descendants) {
-				out.Conditions = []model.Condition{{Type: "Ready", Status: "False", Reason: "ChildrenNotReady",
+				out.Conditions = []webhooksdk.Condition{{Type: "Ready", Status: "False", Reason: "ChildrenNotReady",
 					Message: fmt.Sprintf("%d of %d children ready", ready, len(req.Descendants))}}
 			} else {
-				out.Conditions = []model.Condition{{Type: "Ready", Status: "True", Reason: "AllChildrenReady"}}
+				out.Conditions = []webhooksdk.Condition{{Type: "Ready", Status: "True", Reason: "AllChildrenReady"}}
 			}
 			return out, nil
 		}
-		return model.Outcome{}, inproc.Terminal(fmt.Errorf("unknown reaction %q", req.Reaction))
+		return webhooksdk.Outcome{}, inproc.Terminal(fmt.Errorf("unknown reaction %q", req.Reaction))
 	})
 }
 

@@ -20,24 +20,16 @@ func MergeConfig(defaultSpec, override json.RawMessage) (json.RawMessage, error)
 	if isAbsent(override) {
 		return defaultSpec, nil
 	}
-	ov, err := decodeJSON(override)
+	ovObj, err := decodeObject(override)
 	if err != nil {
-		return defaultSpec, fmt.Errorf("merge config: malformed override: %w", err)
-	}
-	ovObj, ok := ov.(map[string]any)
-	if !ok {
-		return defaultSpec, errors.New("merge config: override is not a JSON object")
+		return defaultSpec, fmt.Errorf("merge config: override %w", err)
 	}
 	if isAbsent(defaultSpec) {
 		return override, nil
 	}
-	def, err := decodeJSON(defaultSpec)
+	defObj, err := decodeObject(defaultSpec)
 	if err != nil {
-		return nil, fmt.Errorf("merge config: malformed default: %w", err)
-	}
-	defObj, ok := def.(map[string]any)
-	if !ok {
-		return nil, errors.New("merge config: default is not a JSON object")
+		return nil, fmt.Errorf("merge config: default %w", err)
 	}
 	merged, err := json.Marshal(mergeObjects(defObj, ovObj))
 	if err != nil {
@@ -77,6 +69,31 @@ func EffectiveBundle(def, override []byte) []byte {
 		return override
 	}
 	return def
+}
+
+// CheckConfigSpec reports whether spec can be a provider config spec: absent, null, or
+// exactly one JSON object — what [MergeConfig] accepts as a default or an override. The
+// core refuses any other config, so that every merge of a stored config succeeds.
+func CheckConfigSpec(spec json.RawMessage) error {
+	if isAbsent(spec) {
+		return nil
+	}
+	_, err := decodeObject(spec)
+	return err
+}
+
+// decodeObject decodes exactly one JSON object, keeping numbers exact. Its errors read
+// after a noun: "override is not a JSON object".
+func decodeObject(b []byte) (map[string]any, error) {
+	v, err := decodeJSON(b)
+	if err != nil {
+		return nil, fmt.Errorf("is not valid JSON: %w", err)
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, errors.New("is not a JSON object")
+	}
+	return obj, nil
 }
 
 func isAbsent(b json.RawMessage) bool {

@@ -101,6 +101,43 @@ func TestMergeConfigKeepsNumbers(t *testing.T) {
 	}
 }
 
+func TestMergeConfigKeepsLargeIntegersAndNesting(t *testing.T) {
+	t.Parallel()
+	got, err := webhooksdk.MergeConfig(json.RawMessage(`{"limits":{"max":9007199254740993,"min":1},"x":1}`),
+		json.RawMessage(`{"limits":{"min":-9007199254740993}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"limits":{"max":9007199254740993,"min":-9007199254740993},"x":1}`; string(got) != want {
+		t.Fatalf("MergeConfig = %s, want %s", got, want)
+	}
+}
+
+// TestCheckConfigSpec pins what a config spec may be: what MergeConfig accepts
+// on either side. The core refuses anything else (REST API and composer outcomes).
+func TestCheckConfigSpec(t *testing.T) {
+	t.Parallel()
+	for _, spec := range []string{``, `null`, ` {} `, `{"a":{"b":[1,2]},"n":9007199254740993}`} {
+		if err := webhooksdk.CheckConfigSpec(json.RawMessage(spec)); err != nil {
+			t.Errorf("CheckConfigSpec(%s) = %v, want nil", spec, err)
+		}
+		if _, err := webhooksdk.MergeConfig(json.RawMessage(`{"d":1}`), json.RawMessage(spec)); err != nil {
+			t.Errorf("MergeConfig refuses %s as an override: %v", spec, err)
+		}
+	}
+	for _, spec := range []string{`[1]`, `"x"`, `1`, `true`, `{"a":`, `{} {}`, `{}x`} {
+		if err := webhooksdk.CheckConfigSpec(json.RawMessage(spec)); err == nil {
+			t.Errorf("CheckConfigSpec(%s) = nil, want an error", spec)
+		}
+		if _, err := webhooksdk.MergeConfig(json.RawMessage(`{"d":1}`), json.RawMessage(spec)); err == nil {
+			t.Errorf("MergeConfig accepts %s as an override, CheckConfigSpec does not", spec)
+		}
+		if _, err := webhooksdk.MergeConfig(json.RawMessage(spec), json.RawMessage(`{"o":1}`)); err == nil {
+			t.Errorf("MergeConfig accepts %s as a default, CheckConfigSpec does not", spec)
+		}
+	}
+}
+
 func TestEffectiveBundle(t *testing.T) {
 	t.Parallel()
 	def, ov := []byte("default"), []byte("override")
@@ -173,6 +210,8 @@ func TestOutcomeValidate(t *testing.T) {
 		{"child version too big", func(o *webhooksdk.Outcome) { o.Children[0].KindVersion = 32768 }},
 		{"child without name", func(o *webhooksdk.Outcome) { o.Children[0].Name = "" }},
 		{"config version 0", func(o *webhooksdk.Outcome) { o.Configs[0].KindVersion = 0 }},
+		{"config spec an array", func(o *webhooksdk.Outcome) { o.Configs[0].Spec = json.RawMessage(`[1]`) }},
+		{"config spec not JSON", func(o *webhooksdk.Outcome) { o.Configs[0].Spec = json.RawMessage(`{"a":`) }},
 		{"edge without dependency", func(o *webhooksdk.Outcome) { o.Edges[0].Dependency = webhooksdk.Ref{} }},
 		{"value flow not a pointer", func(o *webhooksdk.Outcome) { o.Edges[0].Values[0].SourceField = "vpc_id" }},
 		{"status not JSON", func(o *webhooksdk.Outcome) { o.Status = json.RawMessage(`{`) }},

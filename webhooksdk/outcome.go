@@ -8,9 +8,9 @@ import (
 )
 
 // Validate reports what the core would reject in o: a child or config without kind or
-// name or with a kind_version outside 1..32767, an edge reference without kind or name,
-// a value flow whose fields are not JSON Pointers, or a JSON field that is not valid
-// JSON. The Handler turns an invalid outcome into a transient error result naming the
+// name or with a kind_version outside 1..32767, a config spec that is not a JSON object,
+// an edge reference without kind or name, a value flow whose fields are not JSON
+// Pointers, or a JSON field that is not valid JSON. The Handler turns an invalid outcome into a transient error result naming the
 // problem, and sdktest.Run fails the test on one.
 func (o *Outcome) Validate() error {
 	var errs []error
@@ -39,7 +39,9 @@ func (o *Outcome) Validate() error {
 		if c.KindVersion < 1 || c.KindVersion > MaxKindVersion {
 			errs = append(errs, fmt.Errorf("%s: kind_version %d outside 1..%d", where, c.KindVersion, MaxKindVersion))
 		}
-		checkJSON(where+".spec", c.Spec)
+		if err := CheckConfigSpec(c.Spec); err != nil {
+			errs = append(errs, fmt.Errorf("%s.spec: %w", where, err))
+		}
 	}
 	for i, e := range o.Edges {
 		where := fmt.Sprintf("edges[%d]", i)

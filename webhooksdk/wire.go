@@ -252,7 +252,11 @@ type Config struct {
 	Kind string `json:"kind"`
 	// KindVersion is required, 1..32767.
 	KindVersion int `json:"kind_version"`
-	// Spec is the config document.
+	// IsDefault makes it the default config of its (kind, kind_version), merged under
+	// every resource's override; at most one per pair.
+	IsDefault bool `json:"is_default,omitempty"`
+	// Spec is the config document: a JSON object (absent means {}), the shape
+	// [MergeConfig] accepts on either side.
 	Spec json.RawMessage `json:"spec,omitempty"`
 	// Data is an opaque bundle (base64 in JSON).
 	Data []byte `json:"data,omitempty"`

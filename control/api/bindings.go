@@ -8,8 +8,8 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // ReactorBindingApply is the body of POST /reactor-bindings.
@@ -87,7 +87,7 @@ func (s *Server) applyBinding(ctx context.Context, in *rawBodyInput) (*applyOutp
 		return nil, p
 	}
 	params := store.PutReactorBindingParams{Name: b.Name, WatchKind: b.WatchKind, WatchKindVersion: watchVersion,
-		Transition: model.Transition(b.Transition), Reactor: b.Reactor, ReactorVersion: reactorVersion,
+		Transition: webhooksdk.Transition(b.Transition), Reactor: b.Reactor, ReactorVersion: reactorVersion,
 		LabelMatch: labels, Enabled: b.Enabled == nil || *b.Enabled}
 	out, res, err := s.store.PutReactorBinding(ctx, params)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // ProviderConfigApply is the body of POST /providerconfigs.
@@ -93,6 +94,9 @@ func (s *Server) applyProviderConfig(ctx context.Context, in *rawBodyInput) (*ap
 	if p != nil {
 		return nil, p
 	}
+	if p := configSpecProblem(b.Spec); p != nil {
+		return nil, p
+	}
 	params := store.PutProviderConfigParams{Name: b.Name, Kind: b.Kind, KindVersion: version, IsDefault: b.IsDefault,
 		Spec: b.Spec, Data: b.Data}
 	c, res, err := s.store.PutProviderConfig(ctx, params)
@@ -110,6 +114,26 @@ func (s *Server) applyProviderConfig(ctx context.Context, in *rawBodyInput) (*ap
 		}})
 	}
 	return &applyOutput[store.ProviderConfig]{Status: applyStatus(res), ApplyResult: res, Body: c}, nil
+}
+
+// configSpecProblem refuses a spec that webhooksdk.MergeConfig would refuse.
+// Before every delivery the dispatcher merges a resource's override onto its
+// kind's default with it, so a stored config it cannot merge would stall
+// every task that uses the config; the API refuses such a spec at the door,
+// by the SDK's own rule.
+func configSpecProblem(spec json.RawMessage) *Problem {
+	err := webhooksdk.CheckConfigSpec(spec)
+	if err == nil {
+		return nil
+	}
+	const loc = "body.spec"
+	msg := err.Error() + "; a provider config spec must be an object (it is merged key by key)"
+	var value any
+	if len(spec) <= 256 {
+		value = spec
+	}
+	return newProblem(http.StatusBadRequest, typeInvalidDocument, loc+" "+msg,
+		ProblemError{Location: loc, Message: msg, Value: value, Pointer: "/spec", Keyword: "type"})
 }
 
 func (s *Server) listProviderConfigs(ctx context.Context, in *listProviderConfigsInput) (*listProviderConfigsOutput, error) {

@@ -2,12 +2,15 @@ package api_test
 
 import (
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/convergeplane/converge/control/api"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 type providerConfig struct {
@@ -57,6 +60,39 @@ func TestProviderConfigs(t *testing.T) {
 		post(b, `{"name":"bad name!","kind":"vpc","kind_version":1}`).wantProblem(t, http.StatusUnprocessableEntity, "body.name")
 		if n := b.count(`SELECT count(*) FROM providerconfigs`); n != 2 {
 			t.Errorf("%d configs, want 2", n)
+		}
+	})
+
+	// The dispatcher merges every override onto its kind's default with
+	// webhooksdk.MergeConfig before each delivery: a spec it would refuse
+	// must never be stored, and one it takes must be stored exactly.
+	t.Run("RefusesWhatTheMergeRefuses", func(t *testing.T) {
+		t.Parallel()
+		b := setupConfigs(t)
+		b.putManifest("free", `{"kind":"free","kind_version":1,"reactions":[]}`).wantApply(t, "created")
+		for i, spec := range []string{`[1,2]`, `[]`, `"x"`, `1`, `true`} {
+			if webhooksdk.CheckConfigSpec(json.RawMessage(spec)) == nil {
+				t.Fatalf("the SDK takes %s; pick another case", spec)
+			}
+			for _, def := range []bool{true, false} {
+				body := fmt.Sprintf(`{"name":"bad-%d","kind":"free","kind_version":1,"is_default":%t,"spec":%s}`, i, def, spec)
+				p := post(b, body).wantProblem(t, http.StatusBadRequest, "body.spec")
+				if e, _ := p.at("body.spec"); e.Keyword != "type" || e.Pointer != "/spec" || !strings.Contains(e.Message, "object") {
+					t.Errorf("spec %s: error %+v", spec, e)
+				}
+			}
+		}
+		if n := b.count(`SELECT count(*) FROM providerconfigs`); n != 0 {
+			t.Errorf("%d configs stored, want none", n)
+		}
+		exact := `{"limits":{"max":9007199254740993,"ratio":0.1000000000000000055511151231257827},"tags":["a"]}`
+		if err := webhooksdk.CheckConfigSpec(json.RawMessage(exact)); err != nil {
+			t.Fatal(err)
+		}
+		post(b, `{"name":"ok","kind":"free","kind_version":1,"spec":`+exact+`}`).wantApply(t, "created")
+		if got := b.do(http.MethodGet, "/api/v1/providerconfigs/ok", nil).want(t, http.StatusOK).body; !strings.Contains(string(got), "9007199254740993") ||
+			!strings.Contains(string(got), "0.1000000000000000055511151231257827") {
+			t.Errorf("stored spec lost digits: %s", got)
 		}
 	})
 

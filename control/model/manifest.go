@@ -6,27 +6,18 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
-// MaxKindVersion is the largest kind_version: the smallint columns it rides on.
-const MaxKindVersion = 32767
+// MaxKindVersion is the largest kind_version: the smallint columns it rides
+// on, as the protocol states it.
+const MaxKindVersion = webhooksdk.MaxKindVersion
 
-// Trigger is the closed set of conditions that fire a reaction.
-type Trigger string
-
-// The six triggers.
-const (
-	TriggerSpecChange      Trigger = "specChange"
-	TriggerChildrenSettled Trigger = "childrenSettled"
-	TriggerDeleteRequested Trigger = "deleteRequested"
-	TriggerOperation       Trigger = "operation"
-	TriggerReactor         Trigger = "reactor"
-	TriggerResync          Trigger = "resync"
-)
-
-// Triggers lists every trigger.
-var Triggers = []Trigger{TriggerSpecChange, TriggerChildrenSettled, TriggerDeleteRequested,
-	TriggerOperation, TriggerReactor, TriggerResync}
+// Triggers lists every reaction trigger, the closed set a manifest may use.
+// The trigger type and its values are the protocol's (webhooksdk.Trigger).
+var Triggers = []webhooksdk.Trigger{webhooksdk.TriggerSpecChange, webhooksdk.TriggerChildrenSettled,
+	webhooksdk.TriggerDeleteRequested, webhooksdk.TriggerOperation, webhooksdk.TriggerReactor, webhooksdk.TriggerResync}
 
 // OutcomeBit is one part of an Outcome the core may apply. The values match
 // outcome_bit() in the database.
@@ -80,29 +71,18 @@ func ParseOutcome(name string) (OutcomeBit, bool) {
 	return 0, false
 }
 
-// Transition is the closed set of lifecycle edges a reactor binding watches.
-type Transition string
-
-// The five transitions.
-const (
-	TransitionCreated  Transition = "created"
-	TransitionSynced   Transition = "synced"
-	TransitionDegraded Transition = "degraded"
-	TransitionFailed   Transition = "failed"
-	TransitionDeleted  Transition = "deleted"
-)
-
-// Transitions lists every transition.
-var Transitions = []Transition{TransitionCreated, TransitionSynced, TransitionDegraded,
-	TransitionFailed, TransitionDeleted}
+// Transitions lists every lifecycle edge a reactor binding may watch. The
+// transition type and its values are the protocol's (webhooksdk.Transition).
+var Transitions = []webhooksdk.Transition{webhooksdk.TransitionCreated, webhooksdk.TransitionSynced,
+	webhooksdk.TransitionDegraded, webhooksdk.TransitionFailed, webhooksdk.TransitionDeleted}
 
 // ReactionDecl is one (Trigger, Emits) pair a kind declares.
 type ReactionDecl struct {
-	Name      string   `json:"name"`
-	Trigger   Trigger  `json:"trigger"`
-	Emits     []string `json:"emits"`
-	Verb      string   `json:"verb,omitempty"`
-	Finalizer string   `json:"finalizer,omitempty"`
+	Name      string             `json:"name"`
+	Trigger   webhooksdk.Trigger `json:"trigger"`
+	Emits     []string           `json:"emits"`
+	Verb      string             `json:"verb,omitempty"`
+	Finalizer string             `json:"finalizer,omitempty"`
 }
 
 // Mask returns the reaction's emits as a mask; unknown names are ignored
@@ -158,7 +138,7 @@ func (m *KindManifest) IsReactor() bool {
 		return false
 	}
 	for _, r := range m.Reactions {
-		if r.Trigger != TriggerReactor {
+		if r.Trigger != webhooksdk.TriggerReactor {
 			return false
 		}
 	}
@@ -166,7 +146,7 @@ func (m *KindManifest) IsReactor() bool {
 }
 
 // Reaction returns the reaction declared for trigger t, if any.
-func (m *KindManifest) Reaction(t Trigger) (ReactionDecl, bool) {
+func (m *KindManifest) Reaction(t webhooksdk.Trigger) (ReactionDecl, bool) {
 	for _, r := range m.Reactions {
 		if r.Trigger == t {
 			return r, true
@@ -244,14 +224,14 @@ func ValidateManifest(m *KindManifest) error {
 			}
 		}
 		mask := r.Mask()
-		if r.Verb != "" && r.Trigger != TriggerOperation {
+		if r.Verb != "" && r.Trigger != webhooksdk.TriggerOperation {
 			return &FieldError{loc + ".verb", "is only allowed on an operation reaction"}
 		}
-		if r.Finalizer != "" && r.Trigger != TriggerDeleteRequested {
+		if r.Finalizer != "" && r.Trigger != webhooksdk.TriggerDeleteRequested {
 			return &FieldError{loc + ".finalizer", "is only allowed on a deleteRequested reaction"}
 		}
 		switch r.Trigger {
-		case TriggerSpecChange:
+		case webhooksdk.TriggerSpecChange:
 			specCh++
 			if mask.Has(OutcomeChildren) {
 				composers++
@@ -262,11 +242,11 @@ func ValidateManifest(m *KindManifest) error {
 					return &FieldError{loc + ".emits", "a composer may not emit sideEffect"}
 				}
 			}
-		case TriggerChildrenSettled:
+		case webhooksdk.TriggerChildrenSettled:
 			if mask.Has(OutcomeStatus) {
 				rollups++
 			}
-		case TriggerOperation:
+		case webhooksdk.TriggerOperation:
 			if r.Verb == "" {
 				return &FieldError{loc + ".verb", "an operation reaction needs a verb"}
 			}
@@ -274,11 +254,11 @@ func ValidateManifest(m *KindManifest) error {
 				return &FieldError{loc + ".verb", fmt.Sprintf("verb %q is handled twice", r.Verb)}
 			}
 			verbs = append(verbs, r.Verb)
-		case TriggerDeleteRequested:
+		case webhooksdk.TriggerDeleteRequested:
 			if r.Finalizer == "" && m.FinalizerName == "" {
 				return &FieldError{loc + ".finalizer", "a deleteRequested reaction needs a finalizer (on the reaction or the manifest's finalizer_name)"}
 			}
-		case TriggerReactor:
+		case webhooksdk.TriggerReactor:
 			reactors++
 			if mask != OutcomeMask(OutcomeSideEffect) {
 				return &FieldError{loc + ".emits", `a reactor reaction must emit ["sideEffect"] and nothing else`}

@@ -1,13 +1,13 @@
 package model_test
 
 import (
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
 	. "github.com/convergeplane/converge/control/model" //nolint:revive // the model's own tests read best unqualified
 	"github.com/convergeplane/converge/control/model/modeltest"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 func TestValidateManifestLattice(t *testing.T) {
@@ -58,43 +58,16 @@ func TestValidateManifestFields(t *testing.T) {
 
 func TestIsReactorAndMask(t *testing.T) {
 	t.Parallel()
-	m := KindManifest{Reactions: []ReactionDecl{{Name: "r", Trigger: TriggerReactor, Emits: []string{"sideEffect"}}}}
+	m := KindManifest{Reactions: []ReactionDecl{{Name: "r", Trigger: webhooksdk.TriggerReactor, Emits: []string{"sideEffect"}}}}
 	if !m.IsReactor() {
 		t.Error("a kind with only a reactor reaction is a reactor")
 	}
-	m.Reactions = append(m.Reactions, ReactionDecl{Name: "w", Trigger: TriggerSpecChange, Emits: []string{"status"}})
+	m.Reactions = append(m.Reactions, ReactionDecl{Name: "w", Trigger: webhooksdk.TriggerSpecChange, Emits: []string{"status"}})
 	if m.IsReactor() {
 		t.Error("a kind with a specChange reaction is not a reactor")
 	}
 	mask := ReactionDecl{Emits: []string{"children", "status", "bogus"}}.Mask()
 	if !mask.Has(OutcomeChildren) || !mask.Has(OutcomeStatus) || mask.Has(OutcomeEdges) {
 		t.Errorf("mask = %v", mask.Names())
-	}
-}
-
-func TestMergeConfig(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct{ name, base, over, want string }{
-		{"override wins per key, nested objects merge", `{"a":1,"n":{"x":1,"y":2}}`, `{"a":2,"n":{"y":3}}`, `{"a":2,"n":{"x":1,"y":3}}`},
-		{"no override", `{"a":1}`, ``, `{"a":1}`},
-		{"null override", `{"a":1}`, `null`, `{"a":1}`},
-		{"no default", ``, `{"b":2}`, `{"b":2}`},
-		{"a non-object replaces", `{"a":{"x":1}}`, `{"a":[1]}`, `{"a":[1]}`},
-	} {
-		got, err := MergeConfig(json.RawMessage(tc.base), json.RawMessage(tc.over))
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		var g, w any
-		_ = json.Unmarshal(got, &g)
-		_ = json.Unmarshal([]byte(tc.want), &w)
-		gb, _ := json.Marshal(g)
-		wb, _ := json.Marshal(w)
-		if string(gb) != string(wb) {
-			t.Errorf("%s: got %s, want %s", tc.name, gb, wb)
-		}
-	}
-	if _, err := MergeConfig(json.RawMessage(`{"a":1}`), json.RawMessage(`{bad`)); err == nil {
-		t.Error("a malformed override must be an error, not a silent wipe of the default")
 	}
 }

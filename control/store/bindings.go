@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // ReactorBinding subscribes a reactor kind to a lifecycle transition of
@@ -22,9 +23,9 @@ type ReactorBinding struct {
 	WatchKind string `json:"watch_kind" db:"watch_kind" doc:"The kind whose transitions fire the binding."`
 	// WatchKindVersion limits the binding to one version of WatchKind; 0
 	// watches every version.
-	WatchKindVersion int              `json:"watch_kind_version,omitempty" db:"watch_kind_version" doc:"Only this version of watch_kind fires it; omitted = every version."`
-	Transition       model.Transition `json:"transition" db:"transition" enum:"created,synced,degraded,failed,deleted" doc:"The lifecycle edge."`
-	Reactor          string           `json:"reactor" db:"reactor" doc:"The reactor kind to run."`
+	WatchKindVersion int                   `json:"watch_kind_version,omitempty" db:"watch_kind_version" doc:"Only this version of watch_kind fires it; omitted = every version."`
+	Transition       webhooksdk.Transition `json:"transition" db:"transition" enum:"created,synced,degraded,failed,deleted" doc:"The lifecycle edge."`
+	Reactor          string                `json:"reactor" db:"reactor" doc:"The reactor kind to run."`
 	// ReactorVersion pins one version of Reactor; 0 leaves it unpinned.
 	ReactorVersion int               `json:"reactor_version,omitempty" db:"reactor_version" doc:"Pin this version of the reactor; omitted = unpinned."`
 	LabelMatch     map[string]string `json:"label_match" db:"label_match" doc:"The watched resource's labels must contain these; {} matches all."`
@@ -38,7 +39,7 @@ type PutReactorBindingParams struct {
 	Name             string
 	WatchKind        string
 	WatchKindVersion int
-	Transition       model.Transition
+	Transition       webhooksdk.Transition
 	Reactor          string
 	ReactorVersion   int
 	LabelMatch       map[string]string

@@ -16,7 +16,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
@@ -463,7 +462,7 @@ func TestEndpointExpireAsync(t *testing.T) {
 	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE work_queue SET lease_until = now() - interval '1 second' WHERE task_id = $1`, tasks[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.st.Complete(b.ctx, tasks[2], model.Result{Outcome: &model.Outcome{}}); err != nil {
+	if _, err := b.st.Complete(b.ctx, tasks[2], webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := b.st.ExpireAsync(b.ctx, tasks, "async task timed out without a callback")
@@ -485,7 +484,7 @@ func TestEndpointExpireAsync(t *testing.T) {
 	}
 	// A late callback for the expired claim is now a duplicate of the expiry,
 	// never a second outcome.
-	if st, err := b.st.Complete(b.ctx, tasks[0], model.Result{Outcome: &model.Outcome{}}); err != nil || st != store.Duplicate {
+	if st, err := b.st.Complete(b.ctx, tasks[0], webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); err != nil || st != store.Duplicate {
 		t.Errorf("late callback = %q, %v; want duplicate", st, err)
 	}
 }

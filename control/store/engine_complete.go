@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // ErrSuperseded means a completion arrived for a claim that no longer holds
@@ -17,7 +18,7 @@ var ErrSuperseded = errors.New("task superseded: the claim_epoch no longer holds
 // Completion is one task's result, addressed by its claim.
 type Completion struct {
 	Task   model.Task
-	Result model.Result
+	Result webhooksdk.Result
 }
 
 // CompleteStatus says what became of a completion.
@@ -56,7 +57,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 		res := c.Result
 		if res.Error == nil && res.Outcome != nil {
 			if err := s.checkOutcome(c.Task, res.Outcome); err != nil {
-				res = model.Result{Error: &model.TaskError{Message: err.Error(), Terminal: true}}
+				res = webhooksdk.Result{Error: &webhooksdk.Error{Message: err.Error(), Terminal: true}}
 			}
 		}
 		if res.Error != nil {
@@ -105,7 +106,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 // Complete records one task's result. It returns ErrSuperseded if the claim
 // no longer holds the task; a repeat of an accepted completion returns
 // (Duplicate, nil).
-func (s *Store) Complete(ctx context.Context, t model.Task, r model.Result) (CompleteStatus, error) {
+func (s *Store) Complete(ctx context.Context, t model.Task, r webhooksdk.Result) (CompleteStatus, error) {
 	st, err := s.CompleteBatch(ctx, []Completion{{Task: t, Result: r}})
 	if err != nil {
 		return "", err
@@ -118,7 +119,7 @@ func (s *Store) Complete(ctx context.Context, t model.Task, r model.Result) (Com
 
 // checkOutcome rejects an outcome the drain could not apply cleanly. Only the
 // parts the reaction's mask lets through are checked; the drain drops the rest.
-func (s *Store) checkOutcome(t model.Task, o *model.Outcome) error {
+func (s *Store) checkOutcome(t model.Task, o *webhooksdk.Outcome) error {
 	if t.Emits.Has(model.OutcomeStatus) && len(o.Status) > s.cfg.MaxStatusBytes {
 		return fmt.Errorf("status is %d bytes, over the %d-byte limit; it was not stored", len(o.Status), s.cfg.MaxStatusBytes)
 	}
@@ -137,9 +138,9 @@ func (s *Store) checkOutcome(t model.Task, o *model.Outcome) error {
 		}
 	}
 	if t.Emits.Has(model.OutcomeChildren) {
-		seen := make(map[model.Ref]bool, len(o.Children))
+		seen := make(map[webhooksdk.Ref]bool, len(o.Children))
 		for i, c := range o.Children {
-			ref := model.Ref{Kind: c.Kind, Name: c.Name}
+			ref := webhooksdk.Ref{Kind: c.Kind, Name: c.Name}
 			switch {
 			case !model.ValidKindVersion(c.KindVersion):
 				return fmt.Errorf("children[%d] (%s/%s): kind_version %d is not in 1..%d; every child needs an explicit version", i, c.Kind, c.Name, c.KindVersion, model.MaxKindVersion)
@@ -179,6 +180,9 @@ func (s *Store) checkOutcome(t model.Task, o *model.Outcome) error {
 			}
 			if !model.ValidName(c.Name) {
 				return fmt.Errorf("configs[%d]: name %q is not a valid config name", i, c.Name)
+			}
+			if err := webhooksdk.CheckConfigSpec(c.Spec); err != nil {
+				return fmt.Errorf("configs[%d] (%s): spec %w", i, c.Name, err)
 			}
 		}
 	}

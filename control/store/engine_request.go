@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // BuildRequests assembles the request each claimed task carries: the
@@ -16,7 +17,7 @@ import (
 // and the effective provider config (the kind default deep-merged with the
 // resource's own override; the override's bundle replaces the default's). A
 // task whose resource vanished since the claim gets no request (ok=false).
-func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]model.Request, []bool, error) {
+func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]webhooksdk.Envelope, []bool, error) {
 	ids := make([]string, len(tasks))
 	for i, t := range tasks {
 		ids[i] = t.ResourceID
@@ -101,7 +102,7 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]model.
 		return nil, nil, fmt.Errorf("load provider configs: %w", err)
 	}
 
-	out := make([]model.Request, len(tasks))
+	out := make([]webhooksdk.Envelope, len(tasks))
 	ok := make([]bool, len(tasks))
 	for i, t := range tasks {
 		r, found := byID[t.ResourceID]
@@ -109,34 +110,34 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]model.
 			continue
 		}
 		ok[i] = true
-		req := model.Request{
+		req := webhooksdk.Envelope{
 			TaskID: t.ID, ClaimEpoch: t.Epoch, Attempt: t.Attempts + 1, TaskType: t.Type,
 			Reaction: t.Reaction, Trigger: t.Trigger, Kind: t.Kind, KindVersion: t.KindVersion,
-			Resource: r, Status: r.Status,
+			Resource: new(r.Wire()), Status: r.Status,
 		}
 		if !t.Deadline.IsZero() {
 			d := t.Deadline.UTC().Truncate(time.Millisecond)
-			req.Deadline = &d
+			req.Deadline = d
 		}
 		if needsChildren(t) {
-			if t.Trigger == model.TriggerChildrenSettled {
+			if t.Trigger == webhooksdk.TriggerChildrenSettled {
 				// A child orphaned by the composer is ignored while in its
 				// grace window: it neither counts toward nor degrades the
 				// rollup (the composer still observes it, to re-adopt it).
 				for _, c := range children[t.ResourceID] {
 					if c.Phase != model.PhaseOrphaned {
-						req.Descendants = append(req.Descendants, c)
+						req.Descendants = append(req.Descendants, c.Wire())
 					}
 				}
 			} else {
-				req.Observed = children[t.ResourceID]
+				req.Observed = model.WireResources(children[t.ResourceID])
 			}
 		}
 		def := defaults[fmt.Sprintf("%s/%d", t.Kind, t.KindVersion)]
 		req.Config, req.Bundle = def.spec, def.data
 		if r.ProviderConfigRef != "" {
 			o := overrides[r.ProviderConfigRef]
-			merged, err := model.MergeConfig(def.spec, o.spec)
+			merged, err := webhooksdk.MergeConfig(def.spec, o.spec)
 			if err != nil {
 				return nil, nil, fmt.Errorf("effective config for %s/%s: %w", r.Kind, r.Name, err)
 			}
@@ -151,6 +152,6 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]model.
 }
 
 func needsChildren(t model.Task) bool {
-	return t.Trigger == model.TriggerChildrenSettled ||
-		(t.Trigger == model.TriggerSpecChange && t.Emits.Has(model.OutcomeChildren))
+	return t.Trigger == webhooksdk.TriggerChildrenSettled ||
+		(t.Trigger == webhooksdk.TriggerSpecChange && t.Emits.Has(model.OutcomeChildren))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/convergeplane/converge/control/schema"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // TestMain starts this package's throwaway PostgreSQL. If another test file
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func manifest(kind string, version int, specSchema string) *model.KindManifest {
 	m := &model.KindManifest{
 		Kind: kind, KindVersion: version,
-		Reactions: []model.ReactionDecl{{Name: "work", Trigger: model.TriggerSpecChange, Emits: []string{"status"}}},
+		Reactions: []model.ReactionDecl{{Name: "work", Trigger: webhooksdk.TriggerSpecChange, Emits: []string{"status"}}},
 	}
 	if specSchema != "" {
 		m.SpecSchema = json.RawMessage(specSchema)

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // Children returns the resources a composite owns directly.
@@ -25,11 +26,11 @@ func (s *Store) Children(ctx context.Context, ownerID string) ([]model.Resource,
 
 // DepEdge is one dependency edge with both ends named and their phases.
 type DepEdge struct {
-	Dependent       model.Ref         `json:"dependent"`
-	DependentPhase  string            `json:"dependent_phase"`
-	Dependency      model.Ref         `json:"dependency"`
-	DependencyPhase string            `json:"dependency_phase"`
-	Values          []model.ValueFlow `json:"values,omitempty"`
+	Dependent       webhooksdk.Ref         `json:"dependent"`
+	DependentPhase  string                 `json:"dependent_phase"`
+	Dependency      webhooksdk.Ref         `json:"dependency"`
+	DependencyPhase string                 `json:"dependency_phase"`
+	Values          []webhooksdk.ValueFlow `json:"values,omitempty"`
 }
 
 const edgeSelect = `SELECT a.kind, a.name, a.phase, b.kind, b.name, b.phase, d.value_flows

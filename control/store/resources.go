@@ -340,7 +340,7 @@ type ResourceDetail struct {
 	model.Resource
 	// Conditions are the stored conditions, by type. Happy-path Ready and
 	// Synced are not stored; phase says them.
-	Conditions []model.Condition `json:"conditions"`
+	Conditions []model.StoredCondition `json:"conditions"`
 	// LastTask is the task whose outcome the drain applied last; nil before
 	// the first.
 	LastTask *LastTask `json:"last_task,omitempty" doc:"The task whose outcome was applied last: its id (as in the delivery envelope), claim epoch and claim time."`
@@ -381,7 +381,7 @@ func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDet
 	}
 	finish()
 	if d.Conditions == nil {
-		d.Conditions = []model.Condition{}
+		d.Conditions = []model.StoredCondition{}
 	}
 	if taskID != nil && epoch != nil && claimedAt != nil {
 		d.LastTask = &LastTask{TaskID: *taskID, ClaimEpoch: *epoch, ClaimedAt: *claimedAt}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // group commits concurrent callbacks together: the first callback to arrive
@@ -37,7 +38,7 @@ type batch struct {
 }
 
 // complete records one result as part of a batch and returns its status.
-func (g *group) complete(ctx context.Context, t model.Task, r model.Result) (store.CompleteStatus, error) {
+func (g *group) complete(ctx context.Context, t model.Task, r webhooksdk.Result) (store.CompleteStatus, error) {
 	g.mu.Lock()
 	b := g.open
 	leader := b == nil

@@ -46,8 +46,8 @@ import (
 )
 
 // Defaults shared by the dispatcher (which mints tokens and extends leases
-// on a 202) and the handler (which extends them on heartbeats); configure
-// both with the same values.
+// on a 202) and the handler (which extends them on heartbeats); dispatch.New
+// configures both from one dispatch.Config.
 const (
 	// AsyncLeaseDefault is the lease of an accepted task without a deadline,
 	// renewed by each heartbeat.

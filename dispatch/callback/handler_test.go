@@ -19,6 +19,7 @@ import (
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/callback"
 	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -338,7 +339,7 @@ func TestHeartbeat(t *testing.T) {
 	})
 
 	t.Run("a superseded claim gets 409", func(t *testing.T) {
-		if _, err := b.st.Complete(b.ctx, task, model.Result{Outcome: &model.Outcome{}}); err != nil {
+		if _, err := b.st.Complete(b.ctx, task, webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); err != nil {
 			t.Fatal(err)
 		}
 		if code, _ := b.post(t, hbPath, tok, "application/json", hb); code != http.StatusConflict {

@@ -1,8 +1,8 @@
 // Package inproc runs reactions as Go functions inside the process: it
 // claims tasks through the same store.Claim / CompleteBatch API the HTTP
-// dispatcher uses, builds the same model.Request the wire envelope carries,
-// calls the handler registered for the task's (kind, kind_version), and
-// completes in batches. Tests and benchmarks drive the engine with it; the
+// dispatcher uses, builds the same envelope, hands the handler registered
+// for the task's (kind, kind_version) the webhooksdk.Request a provider's
+// Work would receive, and completes in batches. Tests and benchmarks drive the engine with it; the
 // production path is the push dispatcher.
 package inproc
 
@@ -18,19 +18,21 @@ import (
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/startstop"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
-// Handler runs one task. Return an error made with Terminal to pin the
-// resource Failed for its generation; any other error is retried.
+// Handler runs one task, as webhooksdk.Provider's Work does. Return an error
+// made with Terminal to pin the resource Failed for its generation; any other
+// error is retried.
 type Handler interface {
-	Handle(ctx context.Context, req model.Request) (model.Outcome, error)
+	Handle(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error)
 }
 
 // HandlerFunc adapts a function to Handler.
-type HandlerFunc func(ctx context.Context, req model.Request) (model.Outcome, error)
+type HandlerFunc func(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error)
 
 // Handle calls f.
-func (f HandlerFunc) Handle(ctx context.Context, req model.Request) (model.Outcome, error) {
+func (f HandlerFunc) Handle(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	return f(ctx, req)
 }
 
@@ -123,7 +125,7 @@ func (e *Executor) Stop() { e.loop.Stop() }
 
 type done struct {
 	task model.Task
-	res  model.Result
+	res  webhooksdk.Result
 }
 
 func (e *Executor) run(ctx context.Context) {
@@ -185,7 +187,7 @@ func (e *Executor) claimAndRun(ctx context.Context, limit int, slots chan struct
 	if err != nil || len(tasks) == 0 {
 		return 0, err
 	}
-	reqs, ok, err := e.store.BuildRequests(ctx, tasks)
+	envs, ok, err := e.store.BuildRequests(ctx, tasks)
 	if err != nil {
 		// Give the claims back so another pass (or the reaper) retries them.
 		if rerr := e.store.Release(context.WithoutCancel(ctx), tasks, 0, "request build failed"); rerr != nil {
@@ -195,24 +197,24 @@ func (e *Executor) claimAndRun(ctx context.Context, limit int, slots chan struct
 	}
 	for i, t := range tasks {
 		if !ok[i] {
-			results <- done{task: t, res: model.Result{Error: &model.TaskError{Message: "resource vanished", Terminal: true}}}
+			results <- done{task: t, res: webhooksdk.Result{Error: &webhooksdk.Error{Message: "resource vanished", Terminal: true}}}
 			continue
 		}
 		slots <- struct{}{}
 		e.track(t, true)
 		wg.Add(1)
-		go func(t model.Task, req model.Request) {
+		go func(t model.Task, req webhooksdk.Request) {
 			defer wg.Done()
 			defer func() { <-slots }()
 			res := e.invoke(ctx, t, req)
 			e.track(t, false)
 			results <- done{task: t, res: res}
-		}(t, reqs[i])
+		}(t, webhooksdk.NewRequest(&envs[i]))
 	}
 	return len(tasks), nil
 }
 
-func (e *Executor) invoke(ctx context.Context, t model.Task, req model.Request) (res model.Result) {
+func (e *Executor) invoke(ctx context.Context, t model.Task, req webhooksdk.Request) (res webhooksdk.Result) {
 	h := e.cfg.Handlers[fmt.Sprintf("%s/%d", t.Kind, t.KindVersion)]
 	// Handlers run to completion on shutdown (bounded by their deadline).
 	hctx := context.WithoutCancel(ctx)
@@ -223,24 +225,24 @@ func (e *Executor) invoke(ctx context.Context, t model.Task, req model.Request) 
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			res = model.Result{Error: &model.TaskError{Message: fmt.Sprintf("handler panicked: %v", p)}}
+			res = webhooksdk.Result{Error: &webhooksdk.Error{Message: fmt.Sprintf("handler panicked: %v", p)}}
 		}
 	}()
 	out, err := h.Handle(hctx, req)
 	switch {
 	case err == nil && hctx.Err() != nil:
-		return model.Result{Error: &model.TaskError{Message: "task deadline exceeded"}}
+		return webhooksdk.Result{Error: &webhooksdk.Error{Message: "task deadline exceeded"}}
 	case err == nil:
-		return model.Result{Outcome: &out}
+		return webhooksdk.Result{Outcome: &out}
 	}
 	var term terminalError
 	if errors.As(err, &term) {
-		return model.Result{Error: &model.TaskError{Message: err.Error(), Terminal: true}}
+		return webhooksdk.Result{Error: &webhooksdk.Error{Message: err.Error(), Terminal: true}}
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return model.Result{Error: &model.TaskError{Message: "task deadline exceeded: " + err.Error()}}
+		return webhooksdk.Result{Error: &webhooksdk.Error{Message: "task deadline exceeded: " + err.Error()}}
 	}
-	return model.Result{Error: &model.TaskError{Message: err.Error()}}
+	return webhooksdk.Result{Error: &webhooksdk.Error{Message: err.Error()}}
 }
 
 func (e *Executor) track(t model.Task, add bool) {

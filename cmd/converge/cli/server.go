@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -24,7 +25,6 @@ import (
 	"github.com/convergeplane/converge/control/reaper"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
-	"github.com/convergeplane/converge/dispatch/callback"
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/internal/version"
 	"github.com/convergeplane/converge/migrations"
@@ -43,8 +43,9 @@ type Server struct {
 	log          *slog.Logger
 	pool         *pgxpool.Pool
 	store        *store.Store
+	metrics      *prometheus.Registry
 	services     []service // started in order, stopped in reverse
-	dispatcher   *dispatch.Dispatcher
+	dispatcher   atomic.Pointer[dispatch.Dispatcher]
 	app          *fiber.App
 	dispatchHTTP *http.Server
 	ln           net.Listener
@@ -54,13 +55,82 @@ type Server struct {
 
 // Start migrates the database (under goose's session advisory lock, so of
 // several pods starting at once one applies and the rest wait and no-op),
-// then starts the duties ROLE selects and the HTTP listeners.
+// then starts the duties ROLE selects and the HTTP listeners: the shared
+// ones (cluster membership, the kind cache), the control plane's (drainer,
+// reaper) and the dispatcher with its callback receiver, then the NOTIFY
+// listener they all subscribed to, then the API or, on a dispatch-only pod,
+// the callback and health listeners.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err error) {
 	control := cfg.Role == RoleAll || cfg.Role == RoleControl
 	dispatching := cfg.Role == RoleAll || cfg.Role == RoleDispatch
 	if dispatching && (cfg.SecretKey == nil || cfg.CallbackKey == nil) {
 		return nil, errors.New("a dispatching role needs CONVERGE_SECRET_KEY and CONVERGE_CALLBACK_KEY (converge dev generates both)")
 	}
+	s, err := open(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			if d := s.dispatcher.Load(); d != nil {
+				d.Stop()
+			}
+			s.stopServices()
+			if s.ln != nil {
+				s.ln.Close()
+			}
+			s.pool.Close()
+		}
+	}()
+	// Bind first: in dev mode the callback URL is the bound address.
+	if s.ln, err = s.listen(cfg.ListenAddr); err != nil {
+		return nil, err
+	}
+	callbackBase, err := s.callbackBase(dispatching)
+	if err != nil {
+		return nil, err
+	}
+	var box *store.SecretBox
+	if cfg.SecretKey != nil {
+		if box, err = store.NewSecretBox(cfg.SecretKey); err != nil {
+			return nil, fmt.Errorf("CONVERGE_SECRET_KEY: %w", err)
+		}
+	}
+
+	lis := s.store.NewListener(log)
+	member, kinds, err := s.startShared(ctx, lis)
+	if err != nil {
+		return nil, err
+	}
+	if control {
+		if err := s.startControl(ctx, lis, member); err != nil {
+			return nil, err
+		}
+	}
+	var d *dispatch.Dispatcher
+	if dispatching {
+		if d, err = s.startDispatch(ctx, lis, member, box, callbackBase); err != nil {
+			return nil, err
+		}
+	}
+	// Every duty has subscribed; the listener wakes them all on connect.
+	if err := s.startService(ctx, lis); err != nil {
+		return nil, err
+	}
+
+	if control {
+		err = s.serveControl(kinds, box, d, callbackBase)
+	} else {
+		err = s.serveDispatch(d, callbackBase)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// open migrates the database and opens the pool and the store.
+func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err := migrations.Up(ctx, cfg.DatabaseURL, log); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
@@ -74,133 +144,135 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, pool: pool, store: store.New(pool, store.Config{}), served: make(chan error, 2)}
-	defer func() {
-		if err != nil {
-			s.stopServices()
-			if s.ln != nil {
-				s.ln.Close()
-			}
-			pool.Close()
-		}
-	}()
-	// Bind first: in dev mode the callback URL is the bound address.
-	if s.ln, err = s.listen(cfg.ListenAddr); err != nil {
-		return nil, err
-	}
-	callbackBase := cfg.CallbackBaseURL
-	if callbackBase == "" {
-		if !cfg.Dev && dispatching {
-			return nil, errors.New("CALLBACK_BASE_URL is required for a dispatching role: the externally reachable base URL of the dispatch pods")
-		}
-		scheme := "http"
-		if cfg.TLS {
-			scheme = "https"
-		}
-		callbackBase = scheme + "://" + loopback(s.ln.Addr().String())
-	}
-
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var box *store.SecretBox
-	if cfg.SecretKey != nil {
-		if box, err = store.NewSecretBox(cfg.SecretKey); err != nil {
-			return nil, fmt.Errorf("CONVERGE_SECRET_KEY: %w", err)
-		}
-	}
-	policy := egress.Policy{DevMode: cfg.Dev, AllowCIDRs: cfg.AllowCIDRs}
+	return &Server{cfg: cfg, log: log, pool: pool, store: store.New(pool, store.Config{}), metrics: metrics,
+		served: make(chan error, 2)}, nil
+}
 
-	kinds := store.NewKindCache(s.store, store.KindCacheConfig{}, log)
-	lis := s.store.NewListener(log)
-	var inflight func() int
-	member := cluster.New(cluster.Config{MemberID: cfg.MemberID, Role: string(cfg.Role), Version: version.Version,
+// callbackBase is the base URL envelopes send providers back to:
+// CALLBACK_BASE_URL, or in dev mode the bound listen address.
+func (s *Server) callbackBase(dispatching bool) (string, error) {
+	if s.cfg.CallbackBaseURL != "" {
+		return s.cfg.CallbackBaseURL, nil
+	}
+	if !s.cfg.Dev && dispatching {
+		return "", errors.New("CALLBACK_BASE_URL is required for a dispatching role: the externally reachable base URL of the dispatch pods")
+	}
+	scheme := "http"
+	if s.cfg.TLS {
+		scheme = "https"
+	}
+	return scheme + "://" + loopback(s.ln.Addr().String()), nil
+}
+
+// startService starts svc and keeps it to stop in reverse order.
+func (s *Server) startService(ctx context.Context, svc service) error {
+	if err := svc.Start(ctx); err != nil {
+		return err
+	}
+	s.services = append(s.services, svc)
+	return nil
+}
+
+// startShared starts what every role runs: cluster membership (which
+// assigns this pod its shards) and the kind cache.
+func (s *Server) startShared(ctx context.Context, lis *store.Listener) (*cluster.Member, *store.KindCache, error) {
+	member := cluster.New(cluster.Config{MemberID: s.cfg.MemberID, Role: string(s.cfg.Role), Version: version.Version,
 		InFlight: func() int {
-			if inflight == nil {
-				return 0
+			if d := s.dispatcher.Load(); d != nil {
+				return d.InFlight()
 			}
-			return inflight()
-		}}, s.store, lis.Subscribe("cluster_changed"), log)
-	s.services = []service{lis, member, kinds}
-	if control {
-		rp, err := reaper.New(reaper.Config{Range: member.Range, RetryWindow: cfg.ReaperRetryWindow, Metrics: metrics}, s.store, log)
-		if err != nil {
-			return nil, err
-		}
-		s.services = append(s.services,
-			drainer.New(drainer.Config{Range: member.Range}, s.store, lis.Subscribe("outbox_ready"), log), rp)
-	}
-	var callbacks http.Handler
-	if dispatching {
-		s.dispatcher, err = dispatch.New(dispatch.Config{Claimer: member.ID(), Range: member.Range,
-			CallbackBaseURL: callbackBase, TokenKey: cfg.CallbackKey, SecretBox: box,
-			DevMode: cfg.Dev, AllowCIDRs: cfg.AllowCIDRs, Version: version.Version, Metrics: metrics, Logger: log},
-			s.store, dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
-		if err != nil {
-			return nil, err
-		}
-		inflight = s.dispatcher.InFlight
-		tokens, err := callback.NewTokens(cfg.CallbackKey)
-		if err != nil {
-			return nil, fmt.Errorf("CONVERGE_CALLBACK_KEY: %w", err)
-		}
-		if callbacks, err = callback.NewHandler(callback.Config{Tokens: tokens, Store: s.store, Metrics: metrics, Logger: log}); err != nil {
-			return nil, err
+			return 0
+		}}, s.store, lis.Subscribe("cluster_changed"), s.log)
+	kinds := store.NewKindCache(s.store, store.KindCacheConfig{}, s.log)
+	for _, svc := range []service{member, kinds} {
+		if err := s.startService(ctx, svc); err != nil {
+			return nil, nil, err
 		}
 	}
-	for i, svc := range s.services {
-		if err := svc.Start(ctx); err != nil {
-			s.services = s.services[:i]
-			return nil, err
-		}
-	}
-	if s.dispatcher != nil {
-		if err := s.dispatcher.Start(ctx); err != nil {
-			return nil, err
-		}
-	}
+	return member, kinds, nil
+}
 
-	promHandler := promhttp.HandlerFor(metrics, promhttp.HandlerOpts{})
-	if control {
-		acfg := api.Config{Version: version.Version, ReadTokens: cfg.ReadTokens, AdminTokens: cfg.AdminTokens}
-		if box != nil {
-			acfg.Endpoints = &api.EndpointsConfig{Box: box,
-				ValidateURL: func(u string) error { return egress.ValidateTargetURL(u, policy) }}
-		} else {
-			log.Warn("CONVERGE_SECRET_KEY is not set: the endpoint routes are disabled on this pod")
-		}
-		if d := s.dispatcher; d != nil {
-			acfg.PairStatus = d.Registry().PairStatus
-			acfg.Endpoints.Status = func(name string) any {
-				st, ok := d.Registry().EndpointStatus(name)
-				if !ok {
-					return nil
-				}
-				return st
-			}
-		}
-		srv, err := api.New(acfg, s.store, kinds, log)
-		if err != nil {
-			return nil, fmt.Errorf("api: %w", err)
-		}
-		s.app = srv.App()
-		s.app.Get("/metrics", adaptor.HTTPHandler(promHandler))
-		if callbacks != nil {
-			s.app.All("/v1/tasks/*", adaptor.HTTPHandler(callbacks))
-		}
-		go func() { s.served <- s.app.Listener(s.ln) }()
-		log.Info("serving the API", "addr", s.ln.Addr().String(), "tls", cfg.TLS, "role", cfg.Role, "callbacks", callbackBase)
-	} else {
-		mux := http.NewServeMux()
-		mux.Handle("/v1/tasks/", callbacks)
-		mux.Handle("GET /metrics", promHandler)
-		s.dispatchHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { s.served <- s.dispatchHTTP.Serve(s.ln) }()
-		log.Info("serving callbacks", "addr", s.ln.Addr().String(), "callbacks", callbackBase)
-		if err := s.serveHealth(); err != nil {
-			return nil, err
+// startControl starts the control plane's duties on this pod's shards: the
+// drainer and the reaper.
+func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *cluster.Member) error {
+	rp, err := reaper.New(reaper.Config{Range: member.Range, RetryWindow: s.cfg.ReaperRetryWindow, Metrics: s.metrics}, s.store, s.log)
+	if err != nil {
+		return err
+	}
+	dr := drainer.New(drainer.Config{Range: member.Range}, s.store, lis.Subscribe("outbox_ready"), s.log)
+	for _, svc := range []service{dr, rp} {
+		if err := s.startService(ctx, svc); err != nil {
+			return err
 		}
 	}
-	return s, nil
+	return nil
+}
+
+// startDispatch starts the dispatcher on this pod's shards. Its callback
+// receiver (Dispatcher.Callbacks) comes with it, from the same config.
+func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member *cluster.Member, box *store.SecretBox,
+	callbackBase string) (*dispatch.Dispatcher, error) {
+	d, err := dispatch.New(dispatch.Config{Claimer: member.ID(), Range: member.Range,
+		CallbackBaseURL: callbackBase, TokenKey: s.cfg.CallbackKey, SecretBox: box,
+		DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs, Version: version.Version, Metrics: s.metrics, Logger: s.log},
+		s.store, dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Start(ctx); err != nil {
+		return nil, err
+	}
+	s.dispatcher.Store(d)
+	return d, nil
+}
+
+// serveControl serves the API (and the UI's routes) on the main listener,
+// with /metrics, and the callback routes when this pod dispatches (d != nil).
+func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *dispatch.Dispatcher, callbackBase string) error {
+	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens}
+	if box != nil {
+		policy := egress.Policy{DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs}
+		acfg.Endpoints = &api.EndpointsConfig{Box: box,
+			ValidateURL: func(u string) error { return egress.ValidateTargetURL(u, policy) }}
+	} else {
+		s.log.Warn("CONVERGE_SECRET_KEY is not set: the endpoint routes are disabled on this pod")
+	}
+	if d != nil {
+		acfg.PairStatus = d.Registry().PairStatus
+		acfg.Endpoints.Status = func(name string) any {
+			st, ok := d.Registry().EndpointStatus(name)
+			if !ok {
+				return nil
+			}
+			return st
+		}
+	}
+	srv, err := api.New(acfg, s.store, kinds, s.log)
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	s.app = srv.App()
+	s.app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})))
+	if d != nil {
+		s.app.All("/v1/tasks/*", adaptor.HTTPHandler(d.Callbacks()))
+	}
+	go func() { s.served <- s.app.Listener(s.ln) }()
+	s.log.Info("serving the API", "addr", s.ln.Addr().String(), "tls", s.cfg.TLS, "role", s.cfg.Role, "callbacks", callbackBase)
+	return nil
+}
+
+// serveDispatch serves a dispatch-only pod: the callback routes and
+// /metrics on the main listener, /livez and /readyz on HEALTH_ADDR.
+func (s *Server) serveDispatch(d *dispatch.Dispatcher, callbackBase string) error {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/tasks/", d.Callbacks())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
+	s.dispatchHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { s.served <- s.dispatchHTTP.Serve(s.ln) }()
+	s.log.Info("serving callbacks", "addr", s.ln.Addr().String(), "callbacks", callbackBase)
+	return s.serveHealth()
 }
 
 func (s *Server) listen(addr string) (net.Listener, error) {
@@ -256,8 +328,8 @@ func (s *Server) Stop() error {
 	defer cancel()
 	var errs []error
 	// The dispatcher drains first, while callbacks can still land.
-	if s.dispatcher != nil {
-		s.dispatcher.Stop()
+	if d := s.dispatcher.Load(); d != nil {
+		d.Stop()
 	}
 	if s.dispatchHTTP != nil {
 		errs = append(errs, s.dispatchHTTP.Shutdown(ctx))

@@ -4,7 +4,10 @@
 // two halves cannot drift.
 package modeltest
 
-import "github.com/convergeplane/converge/control/model"
+import (
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/webhooksdk"
+)
 
 // LatticeCase is a manifest and the rule it breaks.
 type LatticeCase struct {
@@ -19,7 +22,7 @@ type LatticeCase struct {
 // kind_manifest_legal trigger (validate_kind_manifest), so the two halves
 // cannot drift apart.
 func LatticeCases() []LatticeCase {
-	r := func(name string, t model.Trigger, emits ...string) model.ReactionDecl {
+	r := func(name string, t webhooksdk.Trigger, emits ...string) model.ReactionDecl {
 		return model.ReactionDecl{Name: name, Trigger: t, Emits: emits}
 	}
 	m := func(rs ...model.ReactionDecl) model.KindManifest {
@@ -29,28 +32,28 @@ func LatticeCases() []LatticeCase {
 	verb := func(d model.ReactionDecl, v string) model.ReactionDecl { d.Verb = v; return d }
 	fin := func(d model.ReactionDecl, f string) model.ReactionDecl { d.Finalizer = f; return d }
 	return []LatticeCase{
-		{"worker", m(r("work", model.TriggerSpecChange, "status")), ""},
-		{"composer with rollup", m(r("compose", model.TriggerSpecChange, "children", "edges", "status"), r("rollup", model.TriggerChildrenSettled, "status", "conditions")), ""},
+		{"worker", m(r("work", webhooksdk.TriggerSpecChange, "status")), ""},
+		{"composer with rollup", m(r("compose", webhooksdk.TriggerSpecChange, "children", "edges", "status"), r("rollup", webhooksdk.TriggerChildrenSettled, "status", "conditions")), ""},
 		{"no reactions (a data kind)", m(), ""},
-		{"reactor", m(r("react", model.TriggerReactor, "sideEffect")), ""},
-		{"operation with a verb", m(r("work", model.TriggerSpecChange, "status"), verb(r("op", model.TriggerOperation, "operationOutput"), "enable")), ""},
-		{"finalizer on the reaction", m(fin(r("teardown", model.TriggerDeleteRequested, "finalizer"), "vpc.io/cleanup")), ""},
-		{"finalizer on the manifest", withFin(m(r("teardown", model.TriggerDeleteRequested, "finalizer")), "vpc.io/cleanup"), ""},
-		{"composer without status", m(r("compose", model.TriggerSpecChange, "children")), "must also emit status"},
-		{"composer with sideEffect", m(r("compose", model.TriggerSpecChange, "children", "status", "sideEffect")), "may not emit sideEffect"},
-		{"two specChange reactions", m(r("a", model.TriggerSpecChange, "status"), r("b", model.TriggerSpecChange, "conditions")), "at most one specChange"},
-		{"two rollups", m(r("a", model.TriggerChildrenSettled, "status"), r("b", model.TriggerChildrenSettled, "status")), "at most one rollup"},
-		{"two reactors", m(r("a", model.TriggerReactor, "sideEffect"), r("b", model.TriggerReactor, "sideEffect")), "at most one reactor"},
-		{"reactor emitting status", m(r("react", model.TriggerReactor, "sideEffect", "status")), "and nothing else"},
-		{"operation without a verb", m(r("op", model.TriggerOperation, "operationOutput")), "needs a verb"},
-		{"duplicate verb", m(verb(r("a", model.TriggerOperation, "operationOutput"), "x"), verb(r("b", model.TriggerOperation, "operationOutput"), "x")), "handled twice"},
-		{"verb on a non-operation", m(verb(r("work", model.TriggerSpecChange, "status"), "x")), "only allowed on an operation"},
-		{"deleteRequested without a finalizer", m(r("teardown", model.TriggerDeleteRequested, "finalizer")), "needs a finalizer"},
-		{"finalizer on a non-delete", m(fin(r("work", model.TriggerSpecChange, "status"), "x")), "only allowed on a deleteRequested"},
-		{"unknown trigger", m(r("work", model.Trigger("onTuesday"), "status")), "is not one of"},
-		{"unknown emit", m(r("work", model.TriggerSpecChange, "everything")), "is not one of"},
-		{"empty emits", m(r("work", model.TriggerSpecChange)), "at least one"},
-		{"duplicate name", m(r("x", model.TriggerSpecChange, "status"), r("x", model.TriggerChildrenSettled, "status")), "duplicated"},
-		{"missing name", m(r("", model.TriggerSpecChange, "status")), "name"},
+		{"reactor", m(r("react", webhooksdk.TriggerReactor, "sideEffect")), ""},
+		{"operation with a verb", m(r("work", webhooksdk.TriggerSpecChange, "status"), verb(r("op", webhooksdk.TriggerOperation, "operationOutput"), "enable")), ""},
+		{"finalizer on the reaction", m(fin(r("teardown", webhooksdk.TriggerDeleteRequested, "finalizer"), "vpc.io/cleanup")), ""},
+		{"finalizer on the manifest", withFin(m(r("teardown", webhooksdk.TriggerDeleteRequested, "finalizer")), "vpc.io/cleanup"), ""},
+		{"composer without status", m(r("compose", webhooksdk.TriggerSpecChange, "children")), "must also emit status"},
+		{"composer with sideEffect", m(r("compose", webhooksdk.TriggerSpecChange, "children", "status", "sideEffect")), "may not emit sideEffect"},
+		{"two specChange reactions", m(r("a", webhooksdk.TriggerSpecChange, "status"), r("b", webhooksdk.TriggerSpecChange, "conditions")), "at most one specChange"},
+		{"two rollups", m(r("a", webhooksdk.TriggerChildrenSettled, "status"), r("b", webhooksdk.TriggerChildrenSettled, "status")), "at most one rollup"},
+		{"two reactors", m(r("a", webhooksdk.TriggerReactor, "sideEffect"), r("b", webhooksdk.TriggerReactor, "sideEffect")), "at most one reactor"},
+		{"reactor emitting status", m(r("react", webhooksdk.TriggerReactor, "sideEffect", "status")), "and nothing else"},
+		{"operation without a verb", m(r("op", webhooksdk.TriggerOperation, "operationOutput")), "needs a verb"},
+		{"duplicate verb", m(verb(r("a", webhooksdk.TriggerOperation, "operationOutput"), "x"), verb(r("b", webhooksdk.TriggerOperation, "operationOutput"), "x")), "handled twice"},
+		{"verb on a non-operation", m(verb(r("work", webhooksdk.TriggerSpecChange, "status"), "x")), "only allowed on an operation"},
+		{"deleteRequested without a finalizer", m(r("teardown", webhooksdk.TriggerDeleteRequested, "finalizer")), "needs a finalizer"},
+		{"finalizer on a non-delete", m(fin(r("work", webhooksdk.TriggerSpecChange, "status"), "x")), "only allowed on a deleteRequested"},
+		{"unknown trigger", m(r("work", webhooksdk.Trigger("onTuesday"), "status")), "is not one of"},
+		{"unknown emit", m(r("work", webhooksdk.TriggerSpecChange, "everything")), "is not one of"},
+		{"empty emits", m(r("work", webhooksdk.TriggerSpecChange)), "at least one"},
+		{"duplicate name", m(r("x", webhooksdk.TriggerSpecChange, "status"), r("x", webhooksdk.TriggerChildrenSettled, "status")), "duplicated"},
+		{"missing name", m(r("", webhooksdk.TriggerSpecChange, "status")), "name"},
 	}
 }
