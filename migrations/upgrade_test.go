@@ -103,9 +103,12 @@ func applyReleased(t *testing.T, db *pgtest.Database, to int64) {
 }
 
 // TestUpgradeFromRelease: a database built by the last release, holding
-// data, upgrades in place to exactly the schema a fresh database gets; its
-// data survives, and every function it had keeps its definition (the engine
-// holds the live text) but for the manifest-legality CHECK turned trigger.
+// data, upgrades in place to exactly the schema a fresh database gets
+// (functions and triggers included, so nothing the engine no longer defines
+// is left behind), and its data survives. When the collapse landed, every
+// released function also kept its definition byte for byte but for the
+// manifest-legality CHECK turned trigger; the engine has moved on since, so
+// that is no longer asserted.
 func TestUpgradeFromRelease(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
@@ -133,7 +136,6 @@ func TestUpgradeFromRelease(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	before := functionDefs(t, upgraded.Pool)
 
 	var logs syncBuffer
 	if err := migrations.Up(ctx, upgraded.DSN, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
@@ -173,18 +175,6 @@ func TestUpgradeFromRelease(t *testing.T) {
 		fromUpgraded, _ := dump(t, upgraded.DSN)
 		if diff := cmp.Diff(fromFresh, fromUpgraded); diff != "" {
 			t.Errorf("pg_dump --schema-only (-fresh +upgraded):\n%s", diff)
-		}
-	}
-
-	after := functionDefs(t, upgraded.Pool)
-	for name, def := range before {
-		if after[name] != def {
-			t.Errorf("function %s changed in the upgrade:\n%s", name, cmp.Diff(def, after[name]))
-		}
-	}
-	for name := range after {
-		if _, ok := before[name]; !ok && name != "kind_manifest_check_legal" {
-			t.Errorf("function %s is new in the upgrade; want only kind_manifest_check_legal", name)
 		}
 	}
 
@@ -332,24 +322,6 @@ func catalogue(t *testing.T, pool *pgxpool.Pool) []string {
 		t.Fatalf("read the catalogue: %v", err)
 	}
 	return lines
-}
-
-// functionDefs returns every public function's definition by name.
-func functionDefs(t *testing.T, pool *pgxpool.Pool) map[string]string {
-	t.Helper()
-	rows, err := pool.Query(ctxT(t), `SELECT proname, pg_get_functiondef(oid) FROM pg_proc WHERE pronamespace = 'public'::regnamespace`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defs := map[string]string{}
-	var name, def string
-	if _, err := pgx.ForEachRow(rows, []any{&name, &def}, func() error {
-		defs[name] = def
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return defs
 }
 
 // dump returns pg_dump --schema-only of the database, or false (and logs
