@@ -245,14 +245,73 @@ func TestBadInput(t *testing.T) {
 		}
 		// Re-applying the same document is a no-op.
 		b.apply(body).wantApply(t, "unchanged")
-		// A NUL cannot be stored in jsonb: refused cleanly, not a 500.
+		// A NUL cannot be stored in jsonb: refused cleanly, not a 500, at
+		// the string that holds it (see InvalidUTF8AndNUL).
 		b.apply(`{"kind":"vpc","kind_version":1,"name":"nul","spec":{"account_id":"123456789012","cidr":"10.0.0.0/16","tags":{"a":"x\u0000y"}}}`).
-			wantProblem(t, http.StatusBadRequest, "body.spec")
+			wantProblem(t, http.StatusBadRequest, "body.spec.tags.a")
 		b.apply(`{"kind":"vpc","kind_version":1,"name":"nul","labels":{"a":"x\u0000y"},"spec":{"account_id":"123456789012","cidr":"10.0.0.0/16"}}`).
-			wantProblem(t, http.StatusUnprocessableEntity, "body.labels.a")
+			wantProblem(t, http.StatusBadRequest, "body.labels.a")
 		if n := b.count(`SELECT count(*) FROM resources`); n != 1 {
 			t.Errorf("%d resources, want 1", n)
 		}
+	})
+
+	// Invalid UTF-8 reached Postgres (SQLSTATE 22021) and answered 500, or
+	// was silently replaced; a \u0000 reached it too. Both are refused as
+	// 400 at the string that holds them, before any database work.
+	t.Run("InvalidUTF8AndNUL", func(t *testing.T) {
+		t.Parallel()
+		b := setupVPC(t, api.Config{})
+		spec := func(tags string) string {
+			return `"spec":{"account_id":"123456789012","cidr":"10.0.0.0/16","tags":` + tags + `}`
+		}
+		for _, tc := range []struct {
+			name, method, path, body, loc, msg string
+		}{
+			{"ResourceSpecValue", http.MethodPost, "/api/v1/resources",
+				`{"kind":"vpc","kind_version":1,"name":"v",` + spec("{\"name\":\"\xff\"}") + `}`, "body.spec.tags.name", "UTF-8"},
+			{"ResourceSpecKey", http.MethodPost, "/api/v1/resources",
+				`{"kind":"vpc","kind_version":1,"name":"v",` + spec("{\"\xc3\":\"a\"}") + `}`, "body.spec.tags", "key that is not valid UTF-8"},
+			{"ResourceLabel", http.MethodPost, "/api/v1/resources",
+				"{\"kind\":\"vpc\",\"kind_version\":1,\"name\":\"v\",\"labels\":{\"team\":\"\xed\xa0\x80\"}}", "body.labels.team", "UTF-8"},
+			{"ResourceName", http.MethodPost, "/api/v1/resources",
+				"{\"kind\":\"vpc\",\"kind_version\":1,\"name\":\"v\xff\"}", "body.name", "UTF-8"},
+			{"ResourceSpecNUL", http.MethodPost, "/api/v1/resources",
+				`{"kind":"vpc","kind_version":1,"name":"v",` + spec(`["ok","\u0000"]`) + `}`, "body.spec.tags[1]", "NUL"},
+			{"ResourceSpecSurrogate", http.MethodPost, "/api/v1/resources",
+				`{"kind":"vpc","kind_version":1,"name":"v",` + spec(`{"a":"\ud800x"}`) + `}`, "body.spec.tags.a", "surrogate"},
+			{"ProviderConfigSpec", http.MethodPost, "/api/v1/providerconfigs",
+				"{\"name\":\"c\",\"kind\":\"vpc\",\"kind_version\":1,\"spec\":{\"flow_logs_bucket\":\"\xff\"}}", "body.spec.flow_logs_bucket", "UTF-8"},
+			{"ProviderConfigNUL", http.MethodPost, "/api/v1/providerconfigs",
+				`{"name":"c","kind":"vpc","kind_version":1,"spec":{"flow_logs_bucket":"a\u0000"}}`, "body.spec.flow_logs_bucket", "NUL"},
+			{"ManifestDescription", http.MethodPut, "/api/v1/kinds/vpc/manifest",
+				"{\"kind\":\"vpc\",\"kind_version\":1,\"description\":\"\xff\",\"reactions\":[]}", "body.description", "UTF-8"},
+			{"ManifestDescriptionNUL", http.MethodPut, "/api/v1/kinds/vpc/manifest",
+				`{"kind":"vpc","kind_version":1,"description":"a\u0000","reactions":[]}`, "body.description", "NUL"},
+			{"ManifestSchema", http.MethodPut, "/api/v1/kinds/vpc/manifest",
+				"{\"kind\":\"vpc\",\"kind_version\":1,\"spec_schema\":{\"type\":\"object\",\"properties\":{\"name\":{\"description\":\"\xff\"}}},\"reactions\":[]}",
+				"body.spec_schema.properties.name.description", "UTF-8"},
+			{"ManifestSchemaNUL", http.MethodPut, "/api/v1/kinds/vpc/manifest",
+				`{"kind":"vpc","kind_version":1,"spec_schema":{"type":"object","description":"\u0000"},"reactions":[]}`, "body.spec_schema.description", "NUL"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				p := b.do(tc.method, tc.path, tc.body).wantProblem(t, http.StatusBadRequest, tc.loc)
+				if e, _ := p.at(tc.loc); !strings.Contains(e.Message, tc.msg) {
+					t.Errorf("message %q does not say %q", e.Message, tc.msg)
+				}
+				if p.Type != "urn:converge:problem:malformed-request" {
+					t.Errorf("type %q, want malformed-request", p.Type)
+				}
+			})
+		}
+		if n := b.count(`SELECT count(*) FROM providerconfigs`); n != 0 {
+			t.Errorf("%d provider configs exist after refused requests, want 0", n)
+		}
+		// A valid U+FFFD and an escaped non-BMP rune are text like any other.
+		b.apply(`{"kind":"vpc","kind_version":1,"name":"ok",`+spec(`{"a":"\ufffd \ud83d\ude80 �"}`)+`}`).wantApply(t, "created")
+		b.exec(`DELETE FROM resources`)
+		b.exec(`DELETE FROM resource_events`)
+		nothingWritten(t, b)
 	})
 
 	t.Run("UnknownField", func(t *testing.T) {
