@@ -314,6 +314,36 @@ func TestBadInput(t *testing.T) {
 		nothingWritten(t, b)
 	})
 
+	// encoding/json kept the last of two equal keys: the first value was
+	// silently dropped despite strict bodies.
+	t.Run("DuplicateKeys", func(t *testing.T) {
+		t.Parallel()
+		b := setupVPC(t, api.Config{})
+		for _, tc := range []struct{ name, method, path, body, loc string }{
+			{"TopLevel", http.MethodPost, "/api/v1/resources",
+				`{"kind":"vpc","kind_version":1,"name":"v","name":"w","spec":{"account_id":"123456789012","cidr":"10.0.0.0/16"}}`, "body.name"},
+			{"InSpec", http.MethodPost, "/api/v1/resources",
+				`{"kind":"vpc","kind_version":1,"name":"v","spec":{"account_id":"123456789012","cidr":"10.0.0.0/16","cidr":"10.1.0.0/16"}}`, "body.spec.cidr"},
+			{"InArray", http.MethodPut, "/api/v1/kinds/vpc/manifest",
+				`{"kind":"vpc","kind_version":1,"reactions":[{"name":"a","trigger":"specChange","emits":["status"],"name":"b"}]}`, "body.reactions[0].name"},
+			{"ProviderConfig", http.MethodPost, "/api/v1/providerconfigs",
+				`{"name":"c","kind":"vpc","kind_version":1,"is_default":true,"is_default":false}`, "body.is_default"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				p := b.do(tc.method, tc.path, tc.body).wantProblem(t, http.StatusBadRequest, tc.loc)
+				if e, _ := p.at(tc.loc); !strings.Contains(e.Message, "more than once") {
+					t.Errorf("message %q does not say the key repeats", e.Message)
+				}
+			})
+		}
+		// The same key in two different objects is fine.
+		b.apply(`{"kind":"vpc","kind_version":1,"name":"v","spec":{"account_id":"123456789012","cidr":"10.0.0.0/16","tags":{"name":"x"}}}`).
+			wantApply(t, "created")
+		b.exec(`DELETE FROM resources`)
+		b.exec(`DELETE FROM resource_events`)
+		nothingWritten(t, b)
+	})
+
 	t.Run("UnknownField", func(t *testing.T) {
 		t.Parallel()
 		b := setupVPC(t, api.Config{})

@@ -18,7 +18,7 @@ import (
 
 // decodeBody decodes a JSON request body into v strictly: one JSON value,
 // no unknown fields, every field of its Go type, every string valid UTF-8
-// without NUL (see checkJSON). Anything else is
+// without NUL, no key twice in one object (see checkJSON). Anything else is
 // a 400 naming where it went wrong, before any database work. Rule checks
 // (422) come after, in the store.
 func decodeBody(raw []byte, v any) *Problem {

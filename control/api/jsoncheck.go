@@ -15,7 +15,9 @@ import (
 //     silently replaces the bytes in a Go string and keeps them in a
 //     json.RawMessage, which Postgres then refuses (SQLSTATE 22021);
 //   - a \u0000 escape, or an unpaired UTF-16 surrogate escape: neither text
-//     nor jsonb columns can store them.
+//     nor jsonb columns can store them;
+//   - a key repeated in one object: encoding/json keeps the last value,
+//     so a strict body would silently lose the first.
 //
 // loc is where the document sits ("body"). It returns nil for a document it
 // cannot parse: the decoder has already reported those.
@@ -88,6 +90,7 @@ func (s *jsonScan) object(loc string) (*Problem, bool) {
 		s.i++
 		return nil, true
 	}
+	seen := map[string]bool{}
 	for {
 		if c, ok := s.peek(); !ok || c != '"' {
 			return nil, false
@@ -100,6 +103,10 @@ func (s *jsonScan) object(loc string) (*Problem, bool) {
 			return malformed(loc, "has a key that "+msg, strings.ToValidUTF8(key, "\uFFFD")), true
 		}
 		kloc := loc + "." + key
+		if seen[key] {
+			return malformed(kloc, fmt.Sprintf("is sent twice: the key %q appears more than once in one object", key), nil), true
+		}
+		seen[key] = true
 		if c, ok := s.peek(); !ok || c != ':' {
 			return nil, false
 		}
