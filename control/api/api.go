@@ -154,6 +154,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.app.Use(recover.New(recover.Config{EnableStackTrace: true, StackTraceHandler: s.logPanic}))
 	s.app.Use(s.withTimeout)
 	s.app.Use(Prefix, s.auth.middleware)
+	s.app.Use(Prefix, checkQuery)
 	s.app.Use(Prefix, requireJSONBody)
 
 	s.docs = newOpenAPIDoc(s)

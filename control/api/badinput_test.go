@@ -344,6 +344,58 @@ func TestBadInput(t *testing.T) {
 		nothingWritten(t, b)
 	})
 
+	// Query parameters reached the database unchecked: a NUL or invalid
+	// UTF-8 failed there (SQLSTATE 22021) and a base64 cursor decoding to
+	// NULs too, each answered 500. One validator checks every parameter of
+	// every route first and answers 400 naming it.
+	t.Run("QueryParameters", func(t *testing.T) {
+		t.Parallel()
+		b := setupVPC(t, api.Config{})
+		for _, tc := range []struct{ name, path, loc string }{
+			{"ProviderConfigCursorOfNULs", "/api/v1/providerconfigs?cursor=AAAA", "query.cursor"},
+			{"ResourceCursorOfNULs", "/api/v1/resources?cursor=AAAA", "query.cursor"},
+			{"CursorNotBase64", "/api/v1/resources?cursor=not%20a%20cursor", "query.cursor"},
+			{"CursorPadded", "/api/v1/providerconfigs?cursor=YQ%3D%3D", "query.cursor"},
+			{"CursorNotOurs", "/api/v1/resources?cursor=YWJj", "query.cursor"}, // "abc": the store refuses it
+			{"ResourceKindNUL", "/api/v1/resources?kind=%00", "query.kind"},
+			{"ProviderConfigKindNUL", "/api/v1/providerconfigs?kind=%00", "query.kind"},
+			{"ManifestKindNUL", "/api/v1/manifests?kind=%00", "query.kind"},
+			{"BindingWatchKindNUL", "/api/v1/reactor-bindings?watch_kind=%00", "query.watch_kind"},
+			{"BindingReactorControl", "/api/v1/reactor-bindings?reactor=a%1bb", "query.reactor"},
+			{"KindInvalidUTF8", "/api/v1/resources?kind=%ff", "query.kind"},
+			{"OwnerNUL", "/api/v1/resources?owner=%00", "query.owner"},
+			{"SelectorNUL", "/api/v1/resources?label_selector=a%3D%00", "query.label_selector"},
+			{"KindTooLong", "/api/v1/resources?kind=" + strings.Repeat("k", api.MaxQueryValueBytes+1), "query.kind"},
+			{"NameNUL", "/api/v1/resources?%00=1", "query"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				p := b.do(http.MethodGet, tc.path, nil).wantProblem(t, http.StatusBadRequest, tc.loc)
+				if p.Type != "urn:converge:problem:malformed-request" {
+					t.Errorf("type %q, want malformed-request", p.Type)
+				}
+			})
+		}
+		// Within the limits everything still works: a tab in a selected
+		// label value, a kind of the longest length, a cursor of ours.
+		b.apply(`{"kind":"vpc","kind_version":1,"name":"v","labels":{"note":"a\tb"},"spec":{"account_id":"123456789012","cidr":"10.0.0.0/16"}}`).
+			wantApply(t, "created")
+		var l resourceList
+		b.do(http.MethodGet, "/api/v1/resources?label_selector="+url.QueryEscape("note=a\tb"), nil).want(t, http.StatusOK).decode(t, &l)
+		if len(l.Items) != 1 {
+			t.Errorf("selector with a tab matched %d resources, want 1", len(l.Items))
+		}
+		b.do(http.MethodGet, "/api/v1/providerconfigs?kind="+strings.Repeat("k", api.MaxQueryValueBytes), nil).want(t, http.StatusOK)
+		b.apply(`{"kind":"vpc","kind_version":1,"name":"w","spec":{"account_id":"123456789012","cidr":"10.0.0.0/16"}}`).wantApply(t, "created")
+		b.do(http.MethodGet, "/api/v1/resources?limit=1", nil).want(t, http.StatusOK).decode(t, &l)
+		if l.NextCursor == "" {
+			t.Fatal("no next_cursor after a full page")
+		}
+		b.do(http.MethodGet, "/api/v1/resources?limit=1&cursor="+l.NextCursor, nil).want(t, http.StatusOK)
+		b.exec(`DELETE FROM resources`)
+		b.exec(`DELETE FROM resource_events`)
+		nothingWritten(t, b)
+	})
+
 	t.Run("UnknownField", func(t *testing.T) {
 		t.Parallel()
 		b := setupVPC(t, api.Config{})

@@ -258,6 +258,9 @@ func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Prob
 		return p
 	case errors.As(err, &ie):
 		loc := o.in.locate(ie.Location)
+		if loc == "query.cursor" {
+			return cursorProblem(ie.Message, echo(ie.Location))
+		}
 		return newProblem(http.StatusUnprocessableEntity, typeInvalid, loc+": "+ie.Message,
 			ProblemError{Location: loc, Message: ie.Message, Value: echo(ie.Location)})
 	case errors.As(err, &nfe):
