@@ -234,7 +234,7 @@ func register[I, O any](s *Server, op huma.Operation, doc any, h func(context.Co
 	op.Path = Prefix + op.Path
 	op.MaxBodyBytes = int64(s.cfg.BodyLimit) + 1 // huma refuses a body of exactly MaxBodyBytes
 	op.SkipValidateBody = true
-	huma.Register(s.api, op, h)
+	registerOp(s.api, op, h)
 	if doc == nil {
 		return
 	}
@@ -257,4 +257,18 @@ func register[I, O any](s *Server, op huma.Operation, doc any, h func(context.Co
 		Required: true,
 		Content:  map[string]*huma.MediaType{"application/json": {Schema: sch}},
 	}
+}
+
+// registerOp registers op, and for a GET the same handler for HEAD: a HEAD
+// answers exactly like the GET (status, headers, Content-Length) and
+// fasthttp leaves the body out. The HEAD twin is hidden from the OpenAPI
+// document, which implies HEAD for every GET.
+func registerOp[I, O any](api huma.API, op huma.Operation, h func(context.Context, *I) (*O, error)) {
+	huma.Register(api, op, h)
+	if op.Method != http.MethodGet {
+		return
+	}
+	head := op
+	head.Method, head.OperationID, head.Hidden = http.MethodHead, op.OperationID+"-head", true
+	huma.Register(api, head, h)
 }
