@@ -33,6 +33,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humafiber"
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 
 	"github.com/convergeplane/converge/control/store"
@@ -55,7 +56,7 @@ type Config struct {
 	ReadTokens []string
 	// AdminTokens are bearer tokens that may call every route. When neither
 	// ReadTokens nor AdminTokens is set, the API is open. /livez, /readyz,
-	// /openapi.json and /docs never need a token.
+	// /openapi.json and /docs never need a token; /metrics needs a read one.
 	AdminTokens []string
 	// RequestTimeout bounds the work of one request (its database calls).
 	// Defaults to 30 seconds.
@@ -65,6 +66,10 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Endpoints enables the provider endpoint routes; nil leaves them out.
 	Endpoints *EndpointsConfig
+	// Metrics, when set, is served at GET /metrics (Prometheus). When API
+	// tokens are configured it needs a read or admin token, like the read
+	// routes; without tokens it is open like the rest of the API.
+	Metrics http.Handler
 	// PairStatus, where a dispatcher runs in this process, says whether a
 	// (kind, kind_version) has a ready endpoint and if not why; the resource
 	// detail shows it for a task that waits. Nil omits it.
@@ -162,6 +167,11 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	// they serve the live document with every published kind's schemas.
 	s.app.Get("/openapi.json", s.docs.serveJSON)
 	s.app.Get("/openapi.yaml", s.docs.serveYAML)
+	if cfg.Metrics != nil {
+		// Metrics name endpoints, kinds and error counts: a read, guarded
+		// like one.
+		s.app.Get("/metrics", s.auth.middleware, adaptor.HTTPHandler(cfg.Metrics))
+	}
 
 	hc := huma.DefaultConfig("Converge API", cfg.Version)
 	hc.Info.Description = "Declarative control plane: kinds (manifests with JSON Schemas), resources, " +

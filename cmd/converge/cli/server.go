@@ -161,7 +161,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 
 	promHandler := promhttp.HandlerFor(metrics, promhttp.HandlerOpts{})
 	if control {
-		acfg := api.Config{Version: version.Version, ReadTokens: cfg.ReadTokens, AdminTokens: cfg.AdminTokens}
+		acfg := api.Config{Version: version.Version, ReadTokens: cfg.ReadTokens, AdminTokens: cfg.AdminTokens, Metrics: promHandler}
 		if box != nil {
 			acfg.Endpoints = &api.EndpointsConfig{Box: box,
 				ValidateURL: func(u string) error { return egress.ValidateTargetURL(u, policy) }}
@@ -183,7 +183,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 			return nil, fmt.Errorf("api: %w", err)
 		}
 		s.app = srv.App()
-		s.app.Get("/metrics", adaptor.HTTPHandler(promHandler))
 		if callbacks != nil {
 			s.app.All("/v1/tasks/*", adaptor.HTTPHandler(callbacks))
 		}
@@ -192,7 +191,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	} else {
 		mux := http.NewServeMux()
 		mux.Handle("/v1/tasks/", callbacks)
-		mux.Handle("GET /metrics", promHandler)
+		mux.Handle("GET /metrics", api.RequireReadToken(cfg.ReadTokens, cfg.AdminTokens, promHandler))
 		s.dispatchHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { s.served <- s.dispatchHTTP.Serve(s.ln) }()
 		log.Info("serving callbacks", "addr", s.ln.Addr().String(), "callbacks", callbackBase)
