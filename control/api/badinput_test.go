@@ -174,6 +174,25 @@ func TestBadInput(t *testing.T) {
 		nothingWritten(t, b)
 	})
 
+	// A schema whose $refs loop was published, and then every resource of
+	// the kind was refused ("reference cycle"). It is refused at publish.
+	t.Run("CyclicSchemaRef", func(t *testing.T) {
+		t.Parallel()
+		b := setupVPC(t, api.Config{})
+		cyclic := `{"type":"object","properties":{"a":{"$ref":"#/$defs/x"}},"$defs":{"x":{"$ref":"#/$defs/y"},"y":{"allOf":[{"$ref":"#/$defs/x"}]}}}`
+		for _, field := range []string{"spec_schema", "config_schema"} {
+			p := b.putManifest("loop", `{"kind":"loop","kind_version":1,"`+field+`":`+cyclic+`,"reactions":[]}`).
+				wantProblem(t, http.StatusUnprocessableEntity, "body."+field)
+			if e, _ := p.at("body." + field); !strings.Contains(e.Message, "cycle") {
+				t.Errorf("message %q does not name the cycle", e.Message)
+			}
+		}
+		// Recursion that descends into the document is fine.
+		tree := `{"type":"object","properties":{"children":{"type":"array","items":{"$ref":"#"}}}}`
+		b.putManifest("tree", `{"kind":"tree","kind_version":1,"spec_schema":`+tree+`,"reactions":[]}`).wantApply(t, "created")
+		b.apply(`{"kind":"tree","kind_version":1,"name":"t","spec":{"children":[{"children":[]}]}}`).wantApply(t, "created")
+	})
+
 	t.Run("BreakingRepublish", func(t *testing.T) {
 		t.Parallel()
 		b := setupVPC(t, api.Config{})
