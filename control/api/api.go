@@ -33,6 +33,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humafiber"
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 
 	"github.com/convergeplane/converge/control/store"
@@ -55,7 +56,7 @@ type Config struct {
 	ReadTokens []string
 	// AdminTokens are bearer tokens that may call every route. When neither
 	// ReadTokens nor AdminTokens is set, the API is open. /livez, /readyz,
-	// /openapi.json and /docs never need a token.
+	// /openapi.json and /docs never need a token; /metrics needs a read one.
 	AdminTokens []string
 	// RequestTimeout bounds the work of one request (its database calls).
 	// Defaults to 30 seconds.
@@ -65,6 +66,10 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Endpoints enables the provider endpoint routes; nil leaves them out.
 	Endpoints *EndpointsConfig
+	// Metrics, when set, is served at GET /metrics (Prometheus). When API
+	// tokens are configured it needs a read or admin token, like the read
+	// routes; without tokens it is open like the rest of the API.
+	Metrics http.Handler
 	// PairStatus, where a dispatcher runs in this process, says whether a
 	// (kind, kind_version) has a ready endpoint and if not why; the resource
 	// detail shows it for a task that waits. Nil omits it.
@@ -154,6 +159,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.app.Use(recover.New(recover.Config{EnableStackTrace: true, StackTraceHandler: s.logPanic}))
 	s.app.Use(s.withTimeout)
 	s.app.Use(Prefix, s.auth.middleware)
+	s.app.Use(Prefix, checkQuery)
 	s.app.Use(Prefix, requireJSONBody)
 
 	s.docs = newOpenAPIDoc(s)
@@ -161,6 +167,11 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	// they serve the live document with every published kind's schemas.
 	s.app.Get("/openapi.json", s.docs.serveJSON)
 	s.app.Get("/openapi.yaml", s.docs.serveYAML)
+	if cfg.Metrics != nil {
+		// Metrics name endpoints, kinds and error counts: a read, guarded
+		// like one.
+		s.app.Get("/metrics", s.auth.middleware, adaptor.HTTPHandler(cfg.Metrics))
+	}
 
 	hc := huma.DefaultConfig("Converge API", cfg.Version)
 	hc.Info.Description = "Declarative control plane: kinds (manifests with JSON Schemas), resources, " +
@@ -233,7 +244,7 @@ func register[I, O any](s *Server, op huma.Operation, doc any, h func(context.Co
 	op.Path = Prefix + op.Path
 	op.MaxBodyBytes = int64(s.cfg.BodyLimit) + 1 // huma refuses a body of exactly MaxBodyBytes
 	op.SkipValidateBody = true
-	huma.Register(s.api, op, h)
+	registerOp(s.api, op, h)
 	if doc == nil {
 		return
 	}
@@ -256,4 +267,18 @@ func register[I, O any](s *Server, op huma.Operation, doc any, h func(context.Co
 		Required: true,
 		Content:  map[string]*huma.MediaType{"application/json": {Schema: sch}},
 	}
+}
+
+// registerOp registers op, and for a GET the same handler for HEAD: a HEAD
+// answers exactly like the GET (status, headers, Content-Length) and
+// fasthttp leaves the body out. The HEAD twin is hidden from the OpenAPI
+// document, which implies HEAD for every GET.
+func registerOp[I, O any](api huma.API, op huma.Operation, h func(context.Context, *I) (*O, error)) {
+	huma.Register(api, op, h)
+	if op.Method != http.MethodGet {
+		return
+	}
+	head := op
+	head.Method, head.OperationID, head.Hidden = http.MethodHead, op.OperationID+"-head", true
+	huma.Register(api, head, h)
 }

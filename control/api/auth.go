@@ -2,6 +2,7 @@ package api
 
 import (
 	"crypto/subtle"
+	"encoding/json"
 	"mime"
 	"net/http"
 	"strings"
@@ -39,28 +40,67 @@ func anyOf(sum [32]byte, tokens [][32]byte) bool {
 }
 
 func (a *auth) middleware(c *fiber.Ctx) error {
-	if !a.enabled() {
+	p, challenge := a.check(c.Get(fiber.HeaderAuthorization), c.Method())
+	if p == nil {
 		return c.Next()
 	}
-	h := c.Get(fiber.HeaderAuthorization)
-	scheme, token, ok := strings.Cut(h, " ")
+	if challenge != "" {
+		c.Set(fiber.HeaderWWWAuthenticate, challenge)
+	}
+	return writeProblem(c, p)
+}
+
+// check decides a request from its Authorization header and method: nil
+// when it may proceed, else the problem to answer and, for a 401, the
+// WWW-Authenticate challenge.
+func (a *auth) check(header, method string) (*Problem, string) {
+	if !a.enabled() {
+		return nil, ""
+	}
+	scheme, token, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="converge"`)
-		return writeProblem(c, newProblem(http.StatusUnauthorized, typeUnauthorized,
-			"a bearer token is required: send Authorization: Bearer <token>"))
+		return newProblem(http.StatusUnauthorized, typeUnauthorized,
+			"a bearer token is required: send Authorization: Bearer <token>"), `Bearer realm="converge"`
 	}
 	sum := tokenSum(strings.TrimSpace(token))
 	admin := anyOf(sum, a.admin)
 	read := admin || anyOf(sum, a.read)
 	switch {
 	case !read:
-		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="converge", error="invalid_token"`)
-		return writeProblem(c, newProblem(http.StatusUnauthorized, typeUnauthorized, "the bearer token is not valid"))
-	case !admin && !isRead(c.Method()):
-		return writeProblem(c, newProblem(http.StatusForbidden, typeForbidden,
-			"this token may only read; "+c.Method()+" needs an admin token"))
+		return newProblem(http.StatusUnauthorized, typeUnauthorized, "the bearer token is not valid"),
+			`Bearer realm="converge", error="invalid_token"`
+	case !admin && !isRead(method):
+		return newProblem(http.StatusForbidden, typeForbidden,
+			"this token may only read; "+method+" needs an admin token"), ""
 	}
-	return c.Next()
+	return nil, ""
+}
+
+// RequireReadToken guards h (a net/http handler outside the API, such as
+// /metrics on a pod without the API) like the API's read routes: with
+// tokens configured, a read or admin bearer token is required and only
+// GET and HEAD pass; with none, h is open.
+func RequireReadToken(readTokens, adminTokens []string, h http.Handler) http.Handler {
+	a := newAuth(readTokens, adminTokens)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, challenge := a.check(r.Header.Get("Authorization"), r.Method)
+		if p == nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		p.Instance = r.URL.Path
+		b, err := json.Marshal(p)
+		if err != nil {
+			http.Error(w, p.Detail, p.Status)
+			return
+		}
+		if challenge != "" {
+			w.Header().Set("WWW-Authenticate", challenge)
+		}
+		w.Header().Set("Content-Type", ProblemContentType)
+		w.WriteHeader(p.Status)
+		_, _ = w.Write(b) // the client is gone if this fails
+	})
 }
 
 func isRead(method string) bool {

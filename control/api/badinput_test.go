@@ -174,6 +174,25 @@ func TestBadInput(t *testing.T) {
 		nothingWritten(t, b)
 	})
 
+	// A schema whose $refs loop was published, and then every resource of
+	// the kind was refused ("reference cycle"). It is refused at publish.
+	t.Run("CyclicSchemaRef", func(t *testing.T) {
+		t.Parallel()
+		b := setupVPC(t, api.Config{})
+		cyclic := `{"type":"object","properties":{"a":{"$ref":"#/$defs/x"}},"$defs":{"x":{"$ref":"#/$defs/y"},"y":{"allOf":[{"$ref":"#/$defs/x"}]}}}`
+		for _, field := range []string{"spec_schema", "config_schema"} {
+			p := b.putManifest("loop", `{"kind":"loop","kind_version":1,"`+field+`":`+cyclic+`,"reactions":[]}`).
+				wantProblem(t, http.StatusUnprocessableEntity, "body."+field)
+			if e, _ := p.at("body." + field); !strings.Contains(e.Message, "cycle") {
+				t.Errorf("message %q does not name the cycle", e.Message)
+			}
+		}
+		// Recursion that descends into the document is fine.
+		tree := `{"type":"object","properties":{"children":{"type":"array","items":{"$ref":"#"}}}}`
+		b.putManifest("tree", `{"kind":"tree","kind_version":1,"spec_schema":`+tree+`,"reactions":[]}`).wantApply(t, "created")
+		b.apply(`{"kind":"tree","kind_version":1,"name":"t","spec":{"children":[{"children":[]}]}}`).wantApply(t, "created")
+	})
+
 	t.Run("BreakingRepublish", func(t *testing.T) {
 		t.Parallel()
 		b := setupVPC(t, api.Config{})
@@ -245,14 +264,155 @@ func TestBadInput(t *testing.T) {
 		}
 		// Re-applying the same document is a no-op.
 		b.apply(body).wantApply(t, "unchanged")
-		// A NUL cannot be stored in jsonb: refused cleanly, not a 500.
+		// A NUL cannot be stored in jsonb: refused cleanly, not a 500, at
+		// the string that holds it (see InvalidUTF8AndNUL).
 		b.apply(`{"kind":"vpc","kind_version":1,"name":"nul","spec":{"account_id":"123456789012","cidr":"10.0.0.0/16","tags":{"a":"x\u0000y"}}}`).
-			wantProblem(t, http.StatusBadRequest, "body.spec")
+			wantProblem(t, http.StatusBadRequest, "body.spec.tags.a")
 		b.apply(`{"kind":"vpc","kind_version":1,"name":"nul","labels":{"a":"x\u0000y"},"spec":{"account_id":"123456789012","cidr":"10.0.0.0/16"}}`).
-			wantProblem(t, http.StatusUnprocessableEntity, "body.labels.a")
+			wantProblem(t, http.StatusBadRequest, "body.labels.a")
 		if n := b.count(`SELECT count(*) FROM resources`); n != 1 {
 			t.Errorf("%d resources, want 1", n)
 		}
+	})
+
+	// Invalid UTF-8 reached Postgres (SQLSTATE 22021) and answered 500, or
+	// was silently replaced; a \u0000 reached it too. Both are refused as
+	// 400 at the string that holds them, before any database work.
+	t.Run("InvalidUTF8AndNUL", func(t *testing.T) {
+		t.Parallel()
+		b := setupVPC(t, api.Config{})
+		spec := func(tags string) string {
+			return `"spec":{"account_id":"123456789012","cidr":"10.0.0.0/16","tags":` + tags + `}`
+		}
+		for _, tc := range []struct {
+			name, method, path, body, loc, msg string
+		}{
+			{"ResourceSpecValue", http.MethodPost, "/api/v1/resources",
+				`{"kind":"vpc","kind_version":1,"name":"v",` + spec("{\"name\":\"\xff\"}") + `}`, "body.spec.tags.name", "UTF-8"},
+			{"ResourceSpecKey", http.MethodPost, "/api/v1/resources",
+				`{"kind":"vpc","kind_version":1,"name":"v",` + spec("{\"\xc3\":\"a\"}") + `}`, "body.spec.tags", "key that is not valid UTF-8"},
+			{"ResourceLabel", http.MethodPost, "/api/v1/resources",
+				"{\"kind\":\"vpc\",\"kind_version\":1,\"name\":\"v\",\"labels\":{\"team\":\"\xed\xa0\x80\"}}", "body.labels.team", "UTF-8"},
+			{"ResourceName", http.MethodPost, "/api/v1/resources",
+				"{\"kind\":\"vpc\",\"kind_version\":1,\"name\":\"v\xff\"}", "body.name", "UTF-8"},
+			{"ResourceSpecNUL", http.MethodPost, "/api/v1/resources",
+				`{"kind":"vpc","kind_version":1,"name":"v",` + spec(`["ok","\u0000"]`) + `}`, "body.spec.tags[1]", "NUL"},
+			{"ResourceSpecSurrogate", http.MethodPost, "/api/v1/resources",
+				`{"kind":"vpc","kind_version":1,"name":"v",` + spec(`{"a":"\ud800x"}`) + `}`, "body.spec.tags.a", "surrogate"},
+			{"ProviderConfigSpec", http.MethodPost, "/api/v1/providerconfigs",
+				"{\"name\":\"c\",\"kind\":\"vpc\",\"kind_version\":1,\"spec\":{\"flow_logs_bucket\":\"\xff\"}}", "body.spec.flow_logs_bucket", "UTF-8"},
+			{"ProviderConfigNUL", http.MethodPost, "/api/v1/providerconfigs",
+				`{"name":"c","kind":"vpc","kind_version":1,"spec":{"flow_logs_bucket":"a\u0000"}}`, "body.spec.flow_logs_bucket", "NUL"},
+			{"ManifestDescription", http.MethodPut, "/api/v1/kinds/vpc/manifest",
+				"{\"kind\":\"vpc\",\"kind_version\":1,\"description\":\"\xff\",\"reactions\":[]}", "body.description", "UTF-8"},
+			{"ManifestDescriptionNUL", http.MethodPut, "/api/v1/kinds/vpc/manifest",
+				`{"kind":"vpc","kind_version":1,"description":"a\u0000","reactions":[]}`, "body.description", "NUL"},
+			{"ManifestSchema", http.MethodPut, "/api/v1/kinds/vpc/manifest",
+				"{\"kind\":\"vpc\",\"kind_version\":1,\"spec_schema\":{\"type\":\"object\",\"properties\":{\"name\":{\"description\":\"\xff\"}}},\"reactions\":[]}",
+				"body.spec_schema.properties.name.description", "UTF-8"},
+			{"ManifestSchemaNUL", http.MethodPut, "/api/v1/kinds/vpc/manifest",
+				`{"kind":"vpc","kind_version":1,"spec_schema":{"type":"object","description":"\u0000"},"reactions":[]}`, "body.spec_schema.description", "NUL"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				p := b.do(tc.method, tc.path, tc.body).wantProblem(t, http.StatusBadRequest, tc.loc)
+				if e, _ := p.at(tc.loc); !strings.Contains(e.Message, tc.msg) {
+					t.Errorf("message %q does not say %q", e.Message, tc.msg)
+				}
+				if p.Type != "urn:converge:problem:malformed-request" {
+					t.Errorf("type %q, want malformed-request", p.Type)
+				}
+			})
+		}
+		if n := b.count(`SELECT count(*) FROM providerconfigs`); n != 0 {
+			t.Errorf("%d provider configs exist after refused requests, want 0", n)
+		}
+		// A valid U+FFFD and an escaped non-BMP rune are text like any other.
+		b.apply(`{"kind":"vpc","kind_version":1,"name":"ok",`+spec(`{"a":"\ufffd \ud83d\ude80 �"}`)+`}`).wantApply(t, "created")
+		b.exec(`DELETE FROM resources`)
+		b.exec(`DELETE FROM resource_events`)
+		nothingWritten(t, b)
+	})
+
+	// encoding/json kept the last of two equal keys: the first value was
+	// silently dropped despite strict bodies.
+	t.Run("DuplicateKeys", func(t *testing.T) {
+		t.Parallel()
+		b := setupVPC(t, api.Config{})
+		for _, tc := range []struct{ name, method, path, body, loc string }{
+			{"TopLevel", http.MethodPost, "/api/v1/resources",
+				`{"kind":"vpc","kind_version":1,"name":"v","name":"w","spec":{"account_id":"123456789012","cidr":"10.0.0.0/16"}}`, "body.name"},
+			{"InSpec", http.MethodPost, "/api/v1/resources",
+				`{"kind":"vpc","kind_version":1,"name":"v","spec":{"account_id":"123456789012","cidr":"10.0.0.0/16","cidr":"10.1.0.0/16"}}`, "body.spec.cidr"},
+			{"InArray", http.MethodPut, "/api/v1/kinds/vpc/manifest",
+				`{"kind":"vpc","kind_version":1,"reactions":[{"name":"a","trigger":"specChange","emits":["status"],"name":"b"}]}`, "body.reactions[0].name"},
+			{"ProviderConfig", http.MethodPost, "/api/v1/providerconfigs",
+				`{"name":"c","kind":"vpc","kind_version":1,"is_default":true,"is_default":false}`, "body.is_default"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				p := b.do(tc.method, tc.path, tc.body).wantProblem(t, http.StatusBadRequest, tc.loc)
+				if e, _ := p.at(tc.loc); !strings.Contains(e.Message, "more than once") {
+					t.Errorf("message %q does not say the key repeats", e.Message)
+				}
+			})
+		}
+		// The same key in two different objects is fine.
+		b.apply(`{"kind":"vpc","kind_version":1,"name":"v","spec":{"account_id":"123456789012","cidr":"10.0.0.0/16","tags":{"name":"x"}}}`).
+			wantApply(t, "created")
+		b.exec(`DELETE FROM resources`)
+		b.exec(`DELETE FROM resource_events`)
+		nothingWritten(t, b)
+	})
+
+	// Query parameters reached the database unchecked: a NUL or invalid
+	// UTF-8 failed there (SQLSTATE 22021) and a base64 cursor decoding to
+	// NULs too, each answered 500. One validator checks every parameter of
+	// every route first and answers 400 naming it.
+	t.Run("QueryParameters", func(t *testing.T) {
+		t.Parallel()
+		b := setupVPC(t, api.Config{})
+		for _, tc := range []struct{ name, path, loc string }{
+			{"ProviderConfigCursorOfNULs", "/api/v1/providerconfigs?cursor=AAAA", "query.cursor"},
+			{"ResourceCursorOfNULs", "/api/v1/resources?cursor=AAAA", "query.cursor"},
+			{"CursorNotBase64", "/api/v1/resources?cursor=not%20a%20cursor", "query.cursor"},
+			{"CursorPadded", "/api/v1/providerconfigs?cursor=YQ%3D%3D", "query.cursor"},
+			{"CursorNotOurs", "/api/v1/resources?cursor=YWJj", "query.cursor"}, // "abc": the store refuses it
+			{"ResourceKindNUL", "/api/v1/resources?kind=%00", "query.kind"},
+			{"ProviderConfigKindNUL", "/api/v1/providerconfigs?kind=%00", "query.kind"},
+			{"ManifestKindNUL", "/api/v1/manifests?kind=%00", "query.kind"},
+			{"BindingWatchKindNUL", "/api/v1/reactor-bindings?watch_kind=%00", "query.watch_kind"},
+			{"BindingReactorControl", "/api/v1/reactor-bindings?reactor=a%1bb", "query.reactor"},
+			{"KindInvalidUTF8", "/api/v1/resources?kind=%ff", "query.kind"},
+			{"OwnerNUL", "/api/v1/resources?owner=%00", "query.owner"},
+			{"SelectorNUL", "/api/v1/resources?label_selector=a%3D%00", "query.label_selector"},
+			{"KindTooLong", "/api/v1/resources?kind=" + strings.Repeat("k", api.MaxQueryValueBytes+1), "query.kind"},
+			{"NameNUL", "/api/v1/resources?%00=1", "query"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				p := b.do(http.MethodGet, tc.path, nil).wantProblem(t, http.StatusBadRequest, tc.loc)
+				if p.Type != "urn:converge:problem:malformed-request" {
+					t.Errorf("type %q, want malformed-request", p.Type)
+				}
+			})
+		}
+		// Within the limits everything still works: a tab in a selected
+		// label value, a kind of the longest length, a cursor of ours.
+		b.apply(`{"kind":"vpc","kind_version":1,"name":"v","labels":{"note":"a\tb"},"spec":{"account_id":"123456789012","cidr":"10.0.0.0/16"}}`).
+			wantApply(t, "created")
+		var l resourceList
+		b.do(http.MethodGet, "/api/v1/resources?label_selector="+url.QueryEscape("note=a\tb"), nil).want(t, http.StatusOK).decode(t, &l)
+		if len(l.Items) != 1 {
+			t.Errorf("selector with a tab matched %d resources, want 1", len(l.Items))
+		}
+		b.do(http.MethodGet, "/api/v1/providerconfigs?kind="+strings.Repeat("k", api.MaxQueryValueBytes), nil).want(t, http.StatusOK)
+		b.apply(`{"kind":"vpc","kind_version":1,"name":"w","spec":{"account_id":"123456789012","cidr":"10.0.0.0/16"}}`).wantApply(t, "created")
+		b.do(http.MethodGet, "/api/v1/resources?limit=1", nil).want(t, http.StatusOK).decode(t, &l)
+		if l.NextCursor == "" {
+			t.Fatal("no next_cursor after a full page")
+		}
+		b.do(http.MethodGet, "/api/v1/resources?limit=1&cursor="+l.NextCursor, nil).want(t, http.StatusOK)
+		b.exec(`DELETE FROM resources`)
+		b.exec(`DELETE FROM resource_events`)
+		nothingWritten(t, b)
 	})
 
 	t.Run("UnknownField", func(t *testing.T) {

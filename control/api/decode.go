@@ -17,8 +17,10 @@ import (
 )
 
 // decodeBody decodes a JSON request body into v strictly: one JSON value,
-// no unknown fields, every field of its Go type. Anything else is a 400
-// naming where it went wrong. Rule checks (422) come after, in the store.
+// no unknown fields, every field of its Go type, every string valid UTF-8
+// without NUL, no key twice in one object (see checkJSON). Anything else is
+// a 400 naming where it went wrong, before any database work. Rule checks
+// (422) come after, in the store.
 func decodeBody(raw []byte, v any) *Problem {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return newProblem(http.StatusBadRequest, typeMalformed, "the request body is empty; send a JSON object",
@@ -31,7 +33,7 @@ func decodeBody(raw []byte, v any) *Problem {
 		err = errors.New("unexpected data after the JSON document")
 	}
 	if err == nil {
-		return nil
+		return checkJSON("body", raw)
 	}
 	var (
 		se *json.SyntaxError

@@ -9,6 +9,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // EndpointsConfig enables the /endpoints routes. The API does not deliver
@@ -38,6 +39,10 @@ type EndpointApply struct {
 	MaxConcurrency     int                  `json:"max_concurrency,omitempty" doc:"Defaults to 64."`
 	RequestTimeoutSecs int                  `json:"request_timeout_secs,omitempty" doc:"Defaults to 30."`
 	Enabled            *bool                `json:"enabled,omitempty" doc:"Defaults to true."`
+	// Secret lets the operator choose the signing secret, so the provider
+	// can hold it before the endpoint exists and its first health probe
+	// verifies.
+	Secret string `json:"secret,omitempty" writeOnly:"true" doc:"Optional signing secret for a new endpoint: whsec_ followed by the standard base64 of 24 to 64 random bytes. Never echoed back. Used only when the apply creates the endpoint; rotate an existing one's with rotate-secret. Omitted = generated and returned once."`
 }
 
 // EndpointView is an endpoint as the API shows it. Secret is present only in
@@ -114,6 +119,14 @@ func (s *Server) applyEndpoint(ctx context.Context, in *rawBodyInput) (*applyOut
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
 	}
+	if b.Secret != "" {
+		if _, err := webhooksdk.ParseSecret(b.Secret); err != nil {
+			// The value is a secret: never echoed, not even when invalid.
+			const msg = "must be whsec_ followed by the standard base64 of 24 to 64 bytes"
+			return nil, newProblem(http.StatusUnprocessableEntity, typeInvalid, "body.secret "+msg,
+				ProblemError{Location: "body.secret", Message: msg})
+		}
+	}
 	ec := s.cfg.Endpoints
 	for loc, u := range map[string]string{"target.url": b.Target.URL, "health.url": b.Health.URL} {
 		if u == "" {
@@ -126,11 +139,15 @@ func (s *Server) applyEndpoint(ctx context.Context, in *rawBodyInput) (*applyOut
 	ep, res, secret, err := s.store.PutEndpoint(ctx, ec.Box, store.PutEndpointParams{
 		Name: b.Name, Kinds: b.Kinds, Target: b.Target, Health: b.Health,
 		MaxConcurrency: b.MaxConcurrency, RequestTimeoutSecs: b.RequestTimeoutSecs, Enabled: b.Enabled,
+		Secret: store.EndpointSecret(b.Secret),
 	})
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{})
 	}
-	v := EndpointView{Endpoint: ep, Secret: secret.Reveal()}
+	v := EndpointView{Endpoint: ep}
+	if b.Secret == "" {
+		v.Secret = secret.Reveal() // generated: shown this once
+	}
 	return &applyOutput[EndpointView]{Status: applyStatus(res), ApplyResult: res, Body: v}, nil
 }
 

@@ -18,13 +18,13 @@ type VersionInfo struct {
 }
 
 func (s *Server) registerHealth() {
-	huma.Register(s.api, huma.Operation{
+	registerOp(s.api, huma.Operation{
 		OperationID: "livez", Method: http.MethodGet, Path: "/livez", Tags: []string{"Health"},
 		Summary: "Liveness", Description: "200 while the process serves HTTP. Never touches the database.",
 	}, func(context.Context, *struct{}) (*bodyOutput[HealthStatus], error) {
 		return &bodyOutput[HealthStatus]{Body: HealthStatus{Status: "ok"}}, nil
 	})
-	huma.Register(s.api, huma.Operation{
+	registerOp(s.api, huma.Operation{
 		OperationID: "readyz", Method: http.MethodGet, Path: "/readyz", Tags: []string{"Health"},
 		Summary: "Readiness", Description: "200 when the database answers a ping within the ready timeout, else 503.",
 		Errors: []int{503},

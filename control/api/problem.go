@@ -258,6 +258,9 @@ func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Prob
 		return p
 	case errors.As(err, &ie):
 		loc := o.in.locate(ie.Location)
+		if loc == "query.cursor" {
+			return cursorProblem(ie.Message, echo(ie.Location))
+		}
 		return newProblem(http.StatusUnprocessableEntity, typeInvalid, loc+": "+ie.Message,
 			ProblemError{Location: loc, Message: ie.Message, Value: echo(ie.Location)})
 	case errors.As(err, &nfe):
@@ -281,7 +284,7 @@ func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Prob
 			return newProblem(http.StatusConflict, typeConflict, "the object references, or is referenced by, another object")
 		case "23514", "23502":
 			return newProblem(http.StatusUnprocessableEntity, typeInvalid, "the object breaks a rule enforced by the database")
-		case "22P02", "22P05", "22001", "22003":
+		case "22P02", "22P05", "22001", "22003", "22021":
 			return newProblem(http.StatusBadRequest, typeMalformed, "a value cannot be stored as sent")
 		case "40001", "40P01", "55P03", "57014", "53300":
 			s.log.Warn("api: database busy", "code", pe.Code, "err", err)

@@ -265,8 +265,9 @@ func TestListResources(t *testing.T) {
 
 	t.Run("BadQueries", func(t *testing.T) {
 		t.Parallel()
+		// A cursor, whatever is wrong with it, is a 400 (see
+		// TestBadInput/QueryParameters); these break a rule.
 		for _, tc := range []struct{ name, query, loc string }{
-			{"Cursor", "cursor=not-a-cursor", "query.cursor"},
 			{"LimitZero", "limit=0", "query.limit"},
 			{"LimitTooBig", "limit=1001", "query.limit"},
 			{"Phase", "phase=Sleeping", "query.phase"},

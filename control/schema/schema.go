@@ -44,7 +44,8 @@ type Schema struct {
 // an error wrapping ErrExternalRef; the 2020-12 metaschema, $defs and anchors
 // keep working because the library embeds the metaschema. A document that is
 // not a valid schema fails with an error wrapping *ValidationError whose
-// pointers point into the schema.
+// pointers point into the schema; one whose $refs loop without descending
+// into the document fails with an error wrapping ErrRefCycle.
 func Compile(raw json.RawMessage) (*Schema, error) {
 	return compile(raw, refuseLoader{})
 }
@@ -76,6 +77,9 @@ func compile(raw json.RawMessage, loader jsonschema.URLLoader) (*Schema, error) 
 	sch, err := c.Compile(baseURL)
 	if err != nil {
 		return nil, compileError(err, dialect)
+	}
+	if err := checkRefCycles(sch); err != nil {
+		return nil, fmt.Errorf("schema: %w; every document would fail to validate", err)
 	}
 	return &Schema{raw: bytes.Clone(raw), sch: sch}, nil
 }

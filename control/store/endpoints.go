@@ -89,6 +89,11 @@ type PutEndpointParams struct {
 	RequestTimeoutSecs int
 	// Enabled defaults to true when nil. Enabling clears DisabledReason.
 	Enabled *bool
+	// Secret, when set, is the signing secret a created endpoint gets
+	// instead of a generated one ("whsec_<base64>", see
+	// webhooksdk.ParseSecret). It is used only when the call creates the
+	// endpoint; an existing endpoint's secret changes only by rotation.
+	Secret EndpointSecret
 }
 
 // Endpoint defaults and limits.
@@ -231,14 +236,22 @@ func endpointNotFound(name string) error {
 	return &NotFoundError{Message: fmt.Sprintf("endpoint %q does not exist", name)}
 }
 
-// newSealedSecret generates a signing secret and seals it for endpoint name.
-func newSealedSecret(box *SecretBox, name string) (EndpointSecret, []byte, error) {
+// newSealedSecret seals given, or a generated signing secret when given is
+// empty, for endpoint name.
+func newSealedSecret(box *SecretBox, name string, given EndpointSecret) (EndpointSecret, []byte, error) {
 	if box == nil {
 		return "", nil, errors.New("no secret box configured (CONVERGE_SECRET_KEY)")
 	}
-	s, err := webhooksdk.GenerateSecret()
-	if err != nil {
-		return "", nil, err
+	s := string(given)
+	if s != "" {
+		if _, err := webhooksdk.ParseSecret(s); err != nil {
+			return "", nil, &InvalidError{Location: "secret", Message: "must be whsec_ followed by the base64 of 24 to 64 bytes"}
+		}
+	} else {
+		var err error
+		if s, err = webhooksdk.GenerateSecret(); err != nil {
+			return "", nil, err
+		}
 	}
 	enc, err := box.Seal([]byte(s), []byte(name))
 	if err != nil {
@@ -258,9 +271,9 @@ func (s *Store) CreateEndpoint(ctx context.Context, box *SecretBox, p PutEndpoin
 	if err := p.normalize(); err != nil {
 		return Endpoint{}, "", err
 	}
-	secret, enc, err := newSealedSecret(box, p.Name)
+	secret, enc, err := newSealedSecret(box, p.Name, p.Secret)
 	if err != nil {
-		return Endpoint{}, "", fmt.Errorf("create endpoint %s: %w", p.Name, err)
+		return Endpoint{}, "", wrapUnlessTyped(err, "create endpoint %s", p.Name)
 	}
 	kinds, target, health := mustJSON(p.Kinds), mustJSON(p.Target), mustJSON(p.Health)
 	e, err := collectOne(ctx, s.pool, rowToEndpoint, endpointInsertSQL, p.Name, kinds, target, health,
@@ -300,9 +313,9 @@ func (s *Store) PutEndpoint(ctx context.Context, box *SecretBox, p PutEndpointPa
 	if err := p.normalize(); err != nil {
 		return Endpoint{}, "", "", err
 	}
-	secret, enc, err := newSealedSecret(box, p.Name)
+	secret, enc, err := newSealedSecret(box, p.Name, p.Secret)
 	if err != nil {
-		return Endpoint{}, "", "", fmt.Errorf("put endpoint %s: %w", p.Name, err)
+		return Endpoint{}, "", "", wrapUnlessTyped(err, "put endpoint %s", p.Name)
 	}
 	a, err := collectOne(ctx, s.pool, pgx.RowToStructByName[endpointApplied], endpointUpsertSQL, p.Name, mustJSON(p.Kinds),
 		mustJSON(p.Target), mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc)
@@ -385,7 +398,7 @@ func (s *Store) RotateEndpointSecret(ctx context.Context, box *SecretBox, name s
 	if grace <= 0 {
 		grace = SecretRotationGraceDefault
 	}
-	secret, enc, err := newSealedSecret(box, name)
+	secret, enc, err := newSealedSecret(box, name, "")
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("rotate secret of endpoint %s: %w", name, err)
 	}

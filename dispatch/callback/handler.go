@@ -15,8 +15,10 @@
 // already accepted: a no-op, so providers may retry freely); 409 superseded
 // (the claim lapsed and the task was re-claimed, re-pended or removed: the
 // result is dropped and the provider should stop); 401 bad, expired or
-// other-task token; 413 body over the cap; 415 not JSON; 400 malformed
-// (the task stays claimed until its lease or deadline lapses, then retries);
+// other-task token; 413 body over the cap; 415 not JSON; 400 malformed,
+// or a task_id or claim_epoch in the body that is not the token's (an
+// explicit 0 included; absent means the token's) — the task stays claimed
+// until its lease or deadline lapses, then retries;
 // 503 the database is unavailable (retry).
 //
 // Heartbeat answers: 200 with the new lease end; 409 superseded; 401 as
@@ -199,6 +201,9 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := wire.DecodeResult(body, c.TaskID, c.Epoch)
+	if err == nil {
+		err = checkEcho(body, c)
+	}
 	if err != nil {
 		// The claim stays as it is: its lease or deadline lapses and the task
 		// is retried, rather than a garbled body deciding anything.
@@ -223,6 +228,27 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"result": string(st)})
 	}
+}
+
+// checkEcho refuses a body whose claim_epoch is not the token's. The
+// decoder reads an absent claim_epoch and an explicit 0 alike, so a body
+// saying 0 for a claim at epoch 1 was applied; only an absent (or null)
+// one means "the token's". Epochs start at 1, so 0 never matches.
+func checkEcho(body []byte, c Claim) error {
+	var echo struct {
+		ClaimEpoch *json.RawMessage `json:"claim_epoch"`
+	}
+	if err := json.Unmarshal(body, &echo); err != nil {
+		return fmt.Errorf("%w: %v", wire.ErrMalformedResult, err)
+	}
+	if echo.ClaimEpoch == nil {
+		return nil
+	}
+	var epoch int64
+	if err := json.Unmarshal(*echo.ClaimEpoch, &epoch); err != nil || epoch != c.Epoch {
+		return fmt.Errorf("%w: claim_epoch %s is not this claim's (%d)", wire.ErrMalformedResult, *echo.ClaimEpoch, c.Epoch)
+	}
+	return nil
 }
 
 // reasonTaskError is the endpoint_deliveries reason of a task the provider
@@ -264,11 +290,9 @@ func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(strings.TrimSpace(string(body))) > 0 {
 		var hb struct {
-			TaskID     string `json:"task_id"`
-			ClaimEpoch int64  `json:"claim_epoch"`
+			TaskID string `json:"task_id"`
 		}
-		if err := json.Unmarshal(body, &hb); err != nil ||
-			(hb.TaskID != "" && hb.TaskID != c.TaskID) || (hb.ClaimEpoch != 0 && hb.ClaimEpoch != c.Epoch) {
+		if err := json.Unmarshal(body, &hb); err != nil || (hb.TaskID != "" && hb.TaskID != c.TaskID) || checkEcho(body, c) != nil {
 			h.heartbeats.WithLabelValues("malformed").Inc()
 			problem(w, http.StatusBadRequest, "heartbeat body must be {\"task_id\", \"claim_epoch\"} of this claim, or empty")
 			return

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -224,6 +225,10 @@ func TestOutcome(t *testing.T) {
 			{"neither outcome nor error", "application/json", []byte(`{"task_id":"` + task.ID + `"}`), 400},
 			{"both", "application/json", []byte(`{"outcome":{},"error":{"message":"x"}}`), 400},
 			{"another epoch in the body", "application/json", []byte(`{"claim_epoch":999,"outcome":{}}`), 400},
+			// The decoder read 0 as "absent": a claim at epoch 1 took it.
+			{"epoch 0 in the body", "application/json", []byte(`{"task_id":"` + task.ID + `","claim_epoch":0,"outcome":{}}`), 400},
+			{"epoch 0 with an error", "application/json", []byte(`{"claim_epoch":0,"error":{"message":"x"}}`), 400},
+			{"epoch as a string", "application/json", []byte(fmt.Sprintf(`{"claim_epoch":"%d","outcome":{}}`, task.Epoch)), 400},
 		}
 		for _, tc := range cases {
 			if code, _ := b.post(t, outcomePath(task), tok, tc.contentType, tc.body); code != tc.want {
@@ -322,6 +327,10 @@ func TestHeartbeat(t *testing.T) {
 	}
 	if code, _ := b.post(t, hbPath, "bogus", "application/json", hb); code != 401 {
 		t.Fatalf("heartbeat with a bad token = %d, want 401", code)
+	}
+	// An explicit claim_epoch must be the token's; 0 is not "absent".
+	if code, _ := b.post(t, hbPath, tok, "application/json", []byte(`{"task_id":"`+task.ID+`","claim_epoch":0}`)); code != 400 {
+		t.Fatalf("heartbeat with claim_epoch 0 = %d, want 400", code)
 	}
 
 	t.Run("a deadline caps the extension", func(t *testing.T) {

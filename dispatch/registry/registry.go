@@ -326,6 +326,9 @@ type Endpoint struct {
 	lastProbe    time.Time
 	probeErr     string
 	healthURL    string
+	// probedHealthy: a probe at healthURL has been answered properly at
+	// least once; until then failed probes do not count (ReportProbe).
+	probedHealthy bool
 }
 
 // pairHealth is the probed readiness of one pair at one endpoint.
@@ -339,12 +342,12 @@ type pairHealth struct {
 // serves at the same health URL.
 func (e *Endpoint) resetHealthLocked(c *conf) {
 	if c.probe == nil {
-		e.health, e.healthURL = nil, ""
+		e.health, e.healthURL, e.probedHealthy = nil, "", false
 		return
 	}
 	old := e.health
 	if e.healthURL != c.cfg.Health.URL {
-		old = nil
+		old, e.probedHealthy = nil, false
 	}
 	e.health, e.healthURL = make(map[string]*pairHealth, len(c.cfg.Kinds)), c.cfg.Health.URL
 	for _, k := range c.cfg.Kinds {
@@ -419,6 +422,8 @@ func (e *Endpoint) capacityLocked(pair string, now time.Time) (int, string) {
 		switch {
 		case h == nil:
 			return 0, fmt.Sprintf("endpoint %s does not serve %s", e.name, pair)
+		case !h.known && h.reason != "":
+			return 0, fmt.Sprintf("endpoint %s: %s", e.name, h.reason)
 		case !h.known:
 			return 0, fmt.Sprintf("endpoint %s: waiting for its first health probe", e.name)
 		case !h.ready:

@@ -250,3 +250,74 @@ func TestRefreshKeepsRuntimeState(t *testing.T) {
 	}
 	wantStatus(t, r, "leaf", false, "no endpoint is registered")
 }
+
+// TestProbeFailuresBeforeFirstHealthy: a new endpoint's first probes fail
+// while its provider is set up (it does not hold the secret yet). They
+// decided its pairs unready at once, so the first healthy answers were
+// then outvoted, and a failed probe taken as a half-open breaker's trial
+// re-opened it with a doubled cooldown. Until the endpoint first answers,
+// failures count for nothing.
+func TestProbeFailuresBeforeFirstHealthy(t *testing.T) {
+	t.Parallel()
+	signature := registry.ProbeResult{Err: errors.New("answered 401 Unauthorized: signature mismatch")}
+	ready := registry.ProbeResult{Ready: map[string]bool{"leaf/1": true}}
+
+	t.Run("Readiness", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.endpoint(t, "a", 4, true, "leaf")
+		r := b.registry(t, registry.Config{})
+		e := r.Probes()[0].Endpoint
+		for range 5 {
+			e.ReportProbe(signature)
+		}
+		wantStatus(t, r, "leaf", false, "not healthy yet: health probe failed: answered 401")
+		if st, _ := r.EndpointStatus("a"); st.Breaker != breaker.Closed {
+			t.Fatalf("breaker %s after early failures, want closed", st.BreakerState)
+		}
+		e.ReportProbe(ready) // the first healthy answer decides at once
+		wantStatus(t, r, "leaf", true, "")
+		// From now on failures count as before: three turn it unready.
+		e.ReportProbe(signature)
+		e.ReportProbe(signature)
+		wantStatus(t, r, "leaf", true, "")
+		e.ReportProbe(signature)
+		wantStatus(t, r, "leaf", false, "health probe failed: answered 401")
+	})
+
+	t.Run("HalfOpenBreaker", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.endpoint(t, "a", 4, false, "leaf") // no health URL yet
+		r := b.registry(t, registry.Config{Breaker: breaker.Config{Failures: 1, Cooldown: time.Nanosecond, MaxCooldown: time.Hour}})
+		slot, ok := r.Acquire("leaf/1")
+		if !ok {
+			t.Fatal("no slot")
+		}
+		slot.Done(registry.Failure) // opens the breaker; half-open a nanosecond later
+		// The operator adds a health URL; the provider does not serve it yet.
+		if _, _, _, err := b.st.PutEndpoint(b.ctx, b.box, store.PutEndpointParams{Name: "a", MaxConcurrency: 4,
+			Kinds:  []store.EndpointKind{{Kind: "leaf", KindVersion: 1}},
+			Target: store.EndpointTarget{Type: store.TargetHTTPS, URL: "http://127.0.0.1:9/a"},
+			Health: store.EndpointHealth{URL: "http://127.0.0.1:9/a/health"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Refresh(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		before, _ := r.EndpointStatus("a")
+		if before.BreakerUntil == nil {
+			t.Fatal("breaker not open")
+		}
+		e := r.Probes()[0].Endpoint
+		e.ReportProbe(signature)
+		after, _ := r.EndpointStatus("a")
+		if after.BreakerUntil == nil || !after.BreakerUntil.Equal(*before.BreakerUntil) || after.Breaker != breaker.HalfOpen {
+			t.Fatalf("an early failed probe moved the breaker: %s until %v, was until %v", after.BreakerState, after.BreakerUntil, before.BreakerUntil)
+		}
+		e.ReportProbe(ready) // a healthy probe is the trial that closes it
+		if st, _ := r.EndpointStatus("a"); st.Breaker != breaker.Closed {
+			t.Fatalf("breaker %s after a healthy probe, want closed", st.BreakerState)
+		}
+	})
+}

@@ -127,21 +127,38 @@ type ProbeResult struct {
 // after the configured run of agreeing results (the first result decides at
 // once). A probe is also the breaker's trial when it is half-open: a
 // healthy answer closes it, a failed probe re-opens it.
+//
+// Until the endpoint has first answered a probe properly (at its current
+// health URL), a failed probe counts for nothing: not against the breaker
+// (its trial is given back) and not as a first, deciding result. A provider
+// commonly fails its first probes while it is being set up — it does not
+// hold the signing secret yet — and that must not delay it once it answers.
+// Its pairs stay unready meanwhile, with the failure as the reason.
 func (e *Endpoint) ReportProbe(res ProbeResult) {
 	now := time.Now()
+	r := e.reg
+	r.mu.Lock()
+	early := res.Err != nil && !e.probedHealthy
+	if res.Err == nil {
+		e.probedHealthy = true
+	}
+	r.mu.Unlock()
+
 	switch e.breaker.State(now) {
 	case breaker.HalfOpen:
 		if ok, trial := e.breaker.Allow(now); ok && trial {
-			if res.Err == nil {
+			switch {
+			case res.Err == nil:
 				e.breaker.Success()
-			} else {
+			case early:
+				e.breaker.Abandon(trial)
+			default:
 				e.breaker.Failure(now, true)
 			}
 		}
 	case breaker.Closed, breaker.Open:
 	}
 
-	r := e.reg
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e.lastProbe = now
@@ -150,6 +167,12 @@ func (e *Endpoint) ReportProbe(res ProbeResult) {
 		e.probeErr = res.Err.Error()
 	}
 	if e.health == nil {
+		return
+	}
+	if early {
+		for _, h := range e.health {
+			h.reason = "not healthy yet: health probe failed: " + res.Err.Error()
+		}
 		return
 	}
 	c := e.conf.Load()

@@ -231,7 +231,8 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 // serveControl serves the API (and the UI's routes) on the main listener,
 // with /metrics, and the callback routes when this pod dispatches (d != nil).
 func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *dispatch.Dispatcher, callbackBase string) error {
-	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens}
+	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens,
+		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})}
 	if box != nil {
 		policy := egress.Policy{DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs}
 		acfg.Endpoints = &api.EndpointsConfig{Box: box,
@@ -241,6 +242,8 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	}
 	if d != nil {
 		acfg.PairStatus = d.Registry().PairStatus
+	}
+	if d != nil && acfg.Endpoints != nil {
 		acfg.Endpoints.Status = func(name string) any {
 			st, ok := d.Registry().EndpointStatus(name)
 			if !ok {
@@ -254,7 +257,6 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 		return fmt.Errorf("api: %w", err)
 	}
 	s.app = srv.App()
-	s.app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})))
 	if d != nil {
 		s.app.All("/v1/tasks/*", adaptor.HTTPHandler(d.Callbacks()))
 	}
@@ -268,7 +270,7 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 func (s *Server) serveDispatch(d *dispatch.Dispatcher, callbackBase string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/tasks/", d.Callbacks())
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", api.RequireReadToken(s.cfg.ReadTokens, s.cfg.AdminTokens, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})))
 	s.dispatchHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { s.served <- s.dispatchHTTP.Serve(s.ln) }()
 	s.log.Info("serving callbacks", "addr", s.ln.Addr().String(), "callbacks", callbackBase)

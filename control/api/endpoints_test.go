@@ -1,0 +1,97 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/convergeplane/converge/control/api"
+	"github.com/convergeplane/converge/control/store"
+)
+
+// TestEndpointSuppliedSecret: the signing secret existed only in the answer
+// that created an endpoint, so its provider could not hold it before the
+// first health probes, which failed their signature check. An operator may
+// now supply the secret on create; it is validated and never echoed.
+func TestEndpointSuppliedSecret(t *testing.T) {
+	t.Parallel()
+	box, err := store.NewSecretBox(bytes.Repeat([]byte{7}, store.SecretKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, api.Config{Endpoints: &api.EndpointsConfig{Box: box, ValidateURL: func(string) error { return nil }}})
+	secretOf := func(n int) string {
+		return "whsec_" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x5a}, n))
+	}
+	body := func(name, secret string) string {
+		s := `{"name":"` + name + `","kinds":[{"kind":"vpc","kind_version":1}],"target":{"type":"https","url":"https://p.example/"}`
+		if secret != "" {
+			s += `,"secret":"` + secret + `"`
+		}
+		return s + `}`
+	}
+	stored := func(t *testing.T, name string) string {
+		t.Helper()
+		ds, err := b.st.DispatchEndpoints(t.Context(), box)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if d.Name == name && d.SecretErr == nil && len(d.Secrets) > 0 {
+				return d.Secrets[0].Secret.Reveal()
+			}
+		}
+		t.Fatalf("no readable secret stored for %s", name)
+		return ""
+	}
+
+	t.Run("Supplied", func(t *testing.T) {
+		t.Parallel()
+		secret := secretOf(24)
+		r := b.do(http.MethodPost, "/api/v1/endpoints", body("supplied", secret)).wantApply(t, "created")
+		if strings.Contains(string(r.body), secret) || r.object(t)["secret"] != nil {
+			t.Fatalf("the supplied secret was echoed: %s", r.body)
+		}
+		if got := stored(t, "supplied"); got != secret {
+			t.Fatal("the stored secret is not the supplied one")
+		}
+		// Re-applying the same document changes nothing and echoes nothing.
+		r = b.do(http.MethodPost, "/api/v1/endpoints", body("supplied", secret)).wantApply(t, "unchanged")
+		if strings.Contains(string(r.body), "whsec_") {
+			t.Fatalf("re-apply shows a secret: %s", r.body)
+		}
+	})
+
+	t.Run("Generated", func(t *testing.T) {
+		t.Parallel()
+		r := b.do(http.MethodPost, "/api/v1/endpoints", body("generated", "")).wantApply(t, "created")
+		shown, _ := r.object(t)["secret"].(string)
+		if !strings.HasPrefix(shown, "whsec_") || stored(t, "generated") != shown {
+			t.Fatalf("generated secret %q not shown once or not stored", shown)
+		}
+	})
+
+	t.Run("Invalid", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct{ name, secret string }{
+			{"NoPrefix", base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))},
+			{"TooShort", secretOf(23)},
+			{"TooLong", secretOf(65)},
+			{"NotBase64", "whsec_not*base64*at*all*but*long*enough*to*pass"},
+			{"URLBase64", "whsec_" + base64.RawURLEncoding.EncodeToString(bytes.Repeat([]byte{0xfb}, 32))},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				r := b.do(http.MethodPost, "/api/v1/endpoints", body("bad-"+strings.ToLower(tc.name), tc.secret))
+				r.wantProblem(t, http.StatusUnprocessableEntity, "body.secret")
+				if strings.Contains(string(r.body), tc.secret) {
+					t.Fatalf("the refused secret was echoed: %s", r.body)
+				}
+			})
+		}
+		if n := b.count(`SELECT count(*) FROM endpoints WHERE name LIKE 'bad-%'`); n != 0 {
+			t.Fatalf("%d endpoints created with a refused secret", n)
+		}
+	})
+}
