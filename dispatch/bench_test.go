@@ -136,7 +136,7 @@ type benchDB struct {
 	stop []func()
 }
 
-var benchLog = slog.New(slog.DiscardHandler) //nolint:gochecknoglobals // a discarding logger
+var benchLog = slog.New(slog.DiscardHandler) // a discarding logger
 
 func newBenchDB(tb testing.TB) *benchDB {
 	tb.Helper()

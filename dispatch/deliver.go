@@ -86,7 +86,7 @@ func transient(msg string) *webhooksdk.Result {
 	return &webhooksdk.Result{Error: &webhooksdk.Error{Message: msg}}
 }
 
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }} //nolint:gochecknoglobals // a buffer pool
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }} // a buffer pool
 
 // encode builds the signed-to-be envelope for one endpoint: the task as the
 // store built it, and a callback URL and token bound to this claim and this

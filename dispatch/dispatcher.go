@@ -180,7 +180,7 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("CallbackBaseURL %q must be an absolute http(s) URL", c.CallbackBaseURL))
 	}
 	if c.Lease < 3*time.Second {
-		errs = append(errs, errors.New("Lease must be at least 3s (it is renewed every Lease/3)"))
+		errs = append(errs, errors.New("the Lease must be at least 3s (it is renewed every Lease/3)"))
 	}
 	if c.BatchSize < 1 {
 		errs = append(errs, errors.New("BatchSize must be positive"))

@@ -382,17 +382,6 @@ func verified(secret string, fn http.HandlerFunc) http.Handler {
 	})
 }
 
-// healthOK answers probes for the kinds, all ready.
-func healthOK(w http.ResponseWriter, kinds ...string) {
-	var hr webhooksdk.HealthResponse
-	for _, k := range kinds {
-		hr.Kinds = append(hr.Kinds, webhooksdk.KindReadiness{Kind: k, KindVersion: 1, Ready: true})
-	}
-	b, _ := json.Marshal(hr)
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(b)
-}
-
 // resultBody is an inline 200 answer for env with status.
 func resultBody(env webhooksdk.Envelope, status string) []byte {
 	b, _ := json.Marshal(webhooksdk.Result{TaskID: env.TaskID, ClaimEpoch: env.ClaimEpoch,

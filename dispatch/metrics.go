@@ -64,7 +64,7 @@ func (m *metrics) setPending(counts []store.PendingCount) {
 }
 
 // The endpoint gauges' descriptors: immutable, built once.
-var ( //nolint:gochecknoglobals // immutable descriptors
+var ( // immutable descriptors
 	inflightDesc = prometheus.NewDesc("converge_dispatch_endpoint_inflight",
 		"Deliveries in flight per endpoint on this pod.", []string{"endpoint"}, nil)
 	limitDesc = prometheus.NewDesc("converge_dispatch_endpoint_limit",

@@ -32,7 +32,7 @@ func TestProfileEngine(t *testing.T) {
 	must(t, execAll(ctx, e.db.Pool, `INSERT INTO resources (kind, kind_version, name, spec) SELECT 'leaf', 1, 'w-' || i, '{}' FROM generate_series(1, 2000) i`,
 		`SELECT schedule_eligible(array_agg(id)) FROM resources`))
 	waitSettled(t, e)
-	start := time.Now()
+	var start time.Time
 	if os.Getenv("PROFILE") == "composite" {
 		// PROFILE=composite: one composite root with 10,000 children.
 		var spec, warm compSpec

@@ -180,9 +180,9 @@ func Status(ctx context.Context, dsn string, w io.Writer) error {
 		}
 
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "VERSION\tSTATE\tAPPLIED AT\tFILE") //nolint:errcheck // checked at Flush
+		fmt.Fprintln(tw, "VERSION\tSTATE\tAPPLIED AT\tFILE") // checked at Flush
 		for _, h := range history {
-			fmt.Fprintf(tw, "%d\tapplied\t%s\t(released; collapsed into %s)\n", //nolint:errcheck
+			fmt.Fprintf(tw, "%d\tapplied\t%s\t(released; collapsed into %s)\n",
 				h.version, h.appliedAt.UTC().Format(time.RFC3339), collapseFile)
 		}
 		for _, s := range statuses {
@@ -190,19 +190,19 @@ func Status(ctx context.Context, dsn string, w io.Writer) error {
 			if s.State == goose.StateApplied {
 				applied = s.AppliedAt.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Source.Version, s.State, applied, s.Source.Path) //nolint:errcheck
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Source.Version, s.State, applied, s.Source.Path)
 		}
 		if err := tw.Flush(); err != nil {
 			return fmt.Errorf("migrations: status: cannot write: %w", err)
 		}
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "\nENGINE FILE\tSTATE\tAPPLIED AT") //nolint:errcheck
+		fmt.Fprintln(tw, "\nENGINE FILE\tSTATE\tAPPLIED AT")
 		for _, e := range engine {
 			applied := "-"
 			if !e.appliedAt.IsZero() {
 				applied = e.appliedAt.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", e.file, e.state, applied) //nolint:errcheck
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", e.file, e.state, applied)
 		}
 		if err := tw.Flush(); err != nil {
 			return fmt.Errorf("migrations: status: cannot write: %w", err)
@@ -264,7 +264,7 @@ func withLock(ctx context.Context, dsn string, fn func(db *sql.DB, conn *sql.Con
 	if err != nil {
 		return fmt.Errorf("migrations: cannot connect: %w", err)
 	}
-	defer conn.Close() //nolint:errcheck // db.Close reports; closing the session releases the lock anyway
+	defer conn.Close() // db.Close reports; closing the session releases the lock anyway
 
 	wait, cancel := context.WithTimeout(ctx, LockWaitDefault)
 	defer cancel()

@@ -37,7 +37,7 @@ func releasedFS(t *testing.T) fstest.MapFS {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close() //nolint:errcheck // read-only
+	defer f.Close() // read-only
 	gz, err := gzip.NewReader(f)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func applyReleased(t *testing.T, db *pgtest.Database, to int64) {
 		t.Fatal(err)
 	}
 	sqlDB := stdlib.OpenDB(*cfg)
-	defer sqlDB.Close() //nolint:errcheck // test cleanup
+	defer sqlDB.Close() // test cleanup
 	released := releasedFS(t)
 	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, released, goose.WithDisableGlobalRegistry(true))
 	if err != nil {

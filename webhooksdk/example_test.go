@@ -86,7 +86,8 @@ func ExampleHandler() {
 		webhooksdk.WithSecrets("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), // from a secret store, not code
 	)
 	if err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		return
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /converge", ep)        // the endpoint's target URL

@@ -301,20 +301,6 @@ func (b *testBundle) putManifest(kind string, body any) response {
 	return b.do(http.MethodPut, "/api/v1/kinds/"+kind+"/manifest", body)
 }
 
-// waitFor polls cond until it holds or within passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		<-tick.C
-	}
-}
-
 // Small manifests used across tests.
 const (
 	// widgetKind validates replicas (1..10) and a required image.

@@ -119,7 +119,7 @@ func requireJSONBody(c *fiber.Ctx) error {
 		return c.Next()
 	}
 	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil || !(mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+	if err != nil || mt != "application/json" && !strings.HasSuffix(mt, "+json") {
 		p := newProblem(http.StatusUnsupportedMediaType, typeUnsupportedMediaType,
 			"request bodies must be JSON (Content-Type: application/json)")
 		p.Errors = []ProblemError{{Location: "header.Content-Type", Message: "must be application/json", Value: ct}}

@@ -355,16 +355,16 @@ func pointerLocation(base, pointer string, doc any) (string, any) {
 // shortValue echoes scalars and small composites; large ones are omitted
 // rather than mirrored back at the client.
 func shortValue(v any) any {
-	switch v.(type) {
+	switch x := v.(type) {
 	case nil:
 		return nil
 	case map[string]any, []any:
-		b, err := json.Marshal(v)
+		b, err := json.Marshal(x)
 		if err != nil || len(b) > 256 {
 			return nil
 		}
 	case string:
-		if len(v.(string)) > 256 {
+		if len(x) > 256 {
 			return nil
 		}
 	}

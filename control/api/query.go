@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -31,7 +32,7 @@ type queryRule struct {
 }
 
 // queryRules are the parameters with their own rule.
-var queryRules = map[string]queryRule{ //nolint:gochecknoglobals // a constant table
+var queryRules = map[string]queryRule{ // a constant table
 	"label_selector": {max: MaxSelectorBytes, allowSpace: true},
 	"cursor":         {check: cursorFormat},
 }
@@ -44,41 +45,33 @@ var queryRules = map[string]queryRule{ //nolint:gochecknoglobals // a constant t
 // A refused parameter is a 400 naming it (query.cursor). The handlers' own
 // rules (limit ranges, a phase name, an owner id) come after, as 422s.
 func checkQuery(c *fiber.Ctx) error {
-	var p *Problem
-	c.Request().URI().QueryArgs().VisitAll(func(k, v []byte) {
-		if p != nil {
-			return
+	for k, v := range c.Request().URI().QueryArgs().All() {
+		if p := checkParam(string(k), string(v)); p != nil {
+			return writeProblem(c, p)
 		}
-		name := string(k)
-		if why := badText(name, false); why != "" {
-			p = malformed("query", "has a parameter name that "+why, strings.ToValidUTF8(name, "\uFFFD"))
-			return
-		}
-		rule := queryRules[name]
-		value := string(v)
-		loc := "query." + name
-		switch {
-		case len(value) > cmpInt(rule.max, MaxQueryValueBytes):
-			p = malformed(loc, fmt.Sprintf("must be at most %d bytes (got %d)", cmpInt(rule.max, MaxQueryValueBytes), len(value)), nil)
-		case badText(value, rule.allowSpace) != "":
-			p = malformed(loc, badText(value, rule.allowSpace), strings.ToValidUTF8(value, "\uFFFD"))
-		case rule.check != nil:
-			if why := rule.check(value); why != "" {
-				p = malformed(loc, why, value)
-			}
-		}
-	})
-	if p != nil {
-		return writeProblem(c, p)
 	}
 	return c.Next()
 }
 
-func cmpInt(a, b int) int {
-	if a != 0 {
-		return a
+// checkParam says what is wrong with one query parameter, or nil.
+func checkParam(name, value string) *Problem {
+	if why := badText(name, false); why != "" {
+		return malformed("query", "has a parameter name that "+why, strings.ToValidUTF8(name, "\uFFFD"))
 	}
-	return b
+	rule := queryRules[name]
+	loc := "query." + name
+	limit := cmp.Or(rule.max, MaxQueryValueBytes)
+	switch {
+	case len(value) > limit:
+		return malformed(loc, fmt.Sprintf("must be at most %d bytes (got %d)", limit, len(value)), nil)
+	case badText(value, rule.allowSpace) != "":
+		return malformed(loc, badText(value, rule.allowSpace), strings.ToValidUTF8(value, "\uFFFD"))
+	case rule.check != nil:
+		if why := rule.check(value); why != "" {
+			return malformed(loc, why, value)
+		}
+	}
+	return nil
 }
 
 // badText says why s cannot be a parameter, or "".

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	. "github.com/convergeplane/converge/control/model" //nolint:revive // the model's own tests read best unqualified
+	. "github.com/convergeplane/converge/control/model" // the model's own tests read best unqualified
 	"github.com/convergeplane/converge/control/model/modeltest"
 	"github.com/convergeplane/converge/webhooksdk"
 )

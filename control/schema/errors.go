@@ -72,9 +72,7 @@ func newValidationError(verr *jsonschema.ValidationError, doc any) *ValidationEr
 	for _, l := range fl.leaves {
 		out = append(out, l.Violation)
 	}
-	slices.SortFunc(out, func(a, b Violation) int {
-		return cmpViolation(a, b)
-	})
+	slices.SortFunc(out, cmpViolation)
 	out = slices.Compact(out)
 	return &ValidationError{Violations: out}
 }

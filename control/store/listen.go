@@ -80,7 +80,7 @@ func (l *Listener) listenOnce(ctx context.Context, bo backoff.BackOff) error {
 	}
 	// The connection carries LISTEN state; never hand it back to the pool.
 	pc := conn.Hijack()
-	defer pc.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a dead conn
+	defer pc.Close(context.WithoutCancel(ctx)) // closing a dead conn
 	l.mu.Lock()
 	channels := make([]string, 0, len(l.subs))
 	for ch := range l.subs {

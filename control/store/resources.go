@@ -197,7 +197,7 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 	b.Queue(resourceApplySQL, p.Kind, p.KindVersion, p.Name, labels, p.Spec, ref)
 	b.Queue(resourceScheduleSQL, p.Kind, p.Name)
 	br := s.pool.SendBatch(ctx, b)
-	defer br.Close() //nolint:errcheck // the error is read from the results below
+	defer br.Close() // the error is read from the results below
 
 	rows, err := br.Query()
 	if err != nil {

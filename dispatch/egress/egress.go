@@ -80,13 +80,13 @@ type blockedRange struct {
 
 // metadata addresses get their own reason, and an allowlist must name them
 // exactly to permit them: a broad allowlisted range never exposes them.
-var metadataAddrs = map[netip.Addr]bool{ //nolint:gochecknoglobals // immutable table
+var metadataAddrs = map[netip.Addr]bool{ // immutable table
 	netip.MustParseAddr("169.254.169.254"): true, // AWS, GCP, Azure, OpenStack IMDS
 	netip.MustParseAddr("169.254.170.2"):   true, // ECS task metadata
 	netip.MustParseAddr("fd00:ec2::254"):   true, // AWS IMDS over IPv6
 }
 
-var blockedRanges = []blockedRange{ //nolint:gochecknoglobals // immutable table
+var blockedRanges = []blockedRange{ // immutable table
 	{netip.MustParsePrefix("0.0.0.0/8"), "an unspecified address"},
 	{netip.MustParsePrefix("10.0.0.0/8"), "a private (RFC 1918) address"},
 	{netip.MustParsePrefix("100.64.0.0/10"), "a carrier-grade NAT address"},
@@ -110,8 +110,8 @@ var blockedRanges = []blockedRange{ //nolint:gochecknoglobals // immutable table
 }
 
 var (
-	nat64Prefix   = netip.MustParsePrefix("64:ff9b::/96") //nolint:gochecknoglobals // immutable
-	sixToFourPref = netip.MustParsePrefix("2002::/16")    //nolint:gochecknoglobals // immutable
+	nat64Prefix   = netip.MustParsePrefix("64:ff9b::/96") // immutable
+	sixToFourPref = netip.MustParsePrefix("2002::/16")    // immutable
 )
 
 // CheckAddr returns nil if the policy lets a connection reach a, else a

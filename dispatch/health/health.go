@@ -150,11 +150,11 @@ func minTime(a, b time.Time) time.Time {
 }
 
 func (p *Prober) jitter(d time.Duration) time.Duration {
-	f := 1 + p.cfg.Jitter*(2*rand.Float64()-1) //nolint:gosec // jitter, not security
+	f := 1 + p.cfg.Jitter*(2*rand.Float64()-1) // jitter, not security
 	return time.Duration(float64(d) * f)
 }
 
-var probeBody = []byte(`{"type":"health"}`) //nolint:gochecknoglobals // constant bytes
+var probeBody = []byte(`{"type":"health"}`) // constant bytes
 
 // Probe sends one signed health probe and reads the answer.
 func (p *Prober) Probe(ctx context.Context, pr registry.Probe) registry.ProbeResult {

@@ -10,10 +10,10 @@ import "embed"
 // Files holds manifests/*.json and resources/*.json.
 //
 //go:embed manifests/*.json resources/*.json
-var Files embed.FS //nolint:gochecknoglobals // read-only embedded data
+var Files embed.FS // read-only embedded data
 
 // Manifests lists the manifest files in the order they should be applied.
-var Manifests = []string{"manifests/bucket.json", "manifests/cdn.json", "manifests/site.json"} //nolint:gochecknoglobals // constant list
+var Manifests = []string{"manifests/bucket.json", "manifests/cdn.json", "manifests/site.json"} // constant list
 
 // Resources lists the sample resources.
-var Resources = []string{"resources/shop.json"} //nolint:gochecknoglobals // constant list
+var Resources = []string{"resources/shop.json"} // constant list

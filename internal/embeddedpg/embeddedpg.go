@@ -614,7 +614,7 @@ func ping(ctx context.Context, dsn string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // nothing to do about a failed goodbye
+	defer conn.Close(context.WithoutCancel(ctx)) // nothing to do about a failed goodbye
 	var one int
 	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
 }
@@ -644,7 +644,7 @@ func (s *Server) logTail(offset int64) string {
 	if err != nil {
 		return fmt.Sprintf("(cannot read server log: %v)", err)
 	}
-	defer f.Close() //nolint:errcheck // read-only
+	defer f.Close() // read-only
 	if fi, err := f.Stat(); err == nil && fi.Size()-offset > logTailBytes {
 		offset = fi.Size() - logTailBytes
 	}

@@ -64,7 +64,7 @@ func exec1(t *testing.T, dsn, sql string, args ...any) {
 	if err != nil {
 		t.Fatalf("connect %s: %v", dsn, err)
 	}
-	defer conn.Close(ctx) //nolint:errcheck
+	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
@@ -78,7 +78,7 @@ func queryString(t *testing.T, dsn, sql string) string {
 	if err != nil {
 		t.Fatalf("connect %s: %v", dsn, err)
 	}
-	defer conn.Close(ctx) //nolint:errcheck
+	defer conn.Close(ctx)
 	var s string
 	if err := conn.QueryRow(ctx, sql).Scan(&s); err != nil {
 		t.Fatalf("%s: %v", sql, err)
@@ -285,7 +285,7 @@ func TestSweepAbandoned(t *testing.T) {
 	if err != nil {
 		t.Fatalf("lockOwner: %v", err)
 	}
-	defer held.Close() //nolint:errcheck
+	defer held.Close()
 
 	// No lock file yet: its process is between MkdirTemp and lockOwner.
 	settingUp := mk("settingup")

@@ -31,7 +31,7 @@ func TestStartContainer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connect %s: %v", dsn, err)
 	}
-	defer conn.Close(ctx) //nolint:errcheck
+	defer conn.Close(ctx)
 	var one int
 	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
 		t.Fatalf("SELECT 1 = %d, %v", one, err)

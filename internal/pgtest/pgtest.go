@@ -94,7 +94,7 @@ type Database struct {
 // share and the template built on it. It is this package's only mutable
 // global, and has to be one: the server must be started once per test binary
 // and stopped by Main after the last test.
-var proc struct { //nolint:gochecknoglobals // see above
+var proc struct { // see above
 	mainCalled atomic.Bool
 
 	serverOnce sync.Once
@@ -235,7 +235,7 @@ Get one of these:
     (or run scripts/ensure-postgres.sh; macOS: brew install postgresql);
   - or point DATABASE_URL at a server where the role may create databases, e.g.
     DATABASE_URL='postgres://postgres:postgres@localhost:5432/postgres?sslmode=disable';
-  - or start a Docker engine and run: go test -tags testcontainers ./...`, embeddedErr, containerErr)
+  - or start a Docker engine and run the tests with -tags testcontainers`, embeddedErr, containerErr)
 }
 
 func newServer(ctx context.Context, source, adminDSN string, stop func(context.Context) error,
@@ -454,5 +454,5 @@ func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
 func lockKey(name string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("pgtest:" + name))
-	return int64(h.Sum64()) //nolint:gosec // wrap-around is fine for a lock key
+	return int64(h.Sum64()) // wrap-around is fine for a lock key
 }

@@ -187,7 +187,7 @@ func TestCleanup(t *testing.T) {
 		if err != nil {
 			t.Fatalf("connect: %v", err)
 		}
-		defer conn.Close(context.Background()) //nolint:errcheck // already terminated by the forced drop
+		defer conn.Close(context.Background()) // already terminated by the forced drop
 		r.runCleanups()
 		if len(r.errors) != 1 || !strings.Contains(r.errors[0], "still open") {
 			t.Errorf("errors = %q, want one report of an open connection", r.errors)

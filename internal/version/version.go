@@ -3,4 +3,4 @@
 package version
 
 // Version is the build version; "dev" for an unstamped build.
-var Version = "dev" //nolint:gochecknoglobals // set by the linker
+var Version = "dev" // set by the linker

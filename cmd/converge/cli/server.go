@@ -296,7 +296,7 @@ func (s *Server) listen(addr string) (net.Listener, error) {
 // serveHealth serves /livez and /readyz for a pod without the API.
 func (s *Server) serveHealth() error {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -304,7 +304,7 @@ func (s *Server) serveHealth() error {
 			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n") // a client gone mid-answer needs nothing more
 	})
 	ln, err := net.Listen("tcp", s.cfg.HealthAddr)
 	if err != nil {

@@ -43,13 +43,18 @@ func main() {
 			"       quickstart-provider objects  print the manifests and sample resources as JSON")
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(ctx, log); err != nil {
+	if err := serve(log); err != nil {
 		log.Error("quickstart provider failed", "err", err)
 		os.Exit(1)
 	}
+}
+
+// serve runs the provider until SIGINT or SIGTERM.
+func serve(log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, log)
 }
 
 func run(ctx context.Context, log *slog.Logger) error {
