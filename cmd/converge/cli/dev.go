@@ -27,16 +27,17 @@ func newDev(stdout io.Writer, getenv func(string) string) *cobra.Command {
 		Short: "run everything on an embedded Postgres (kept in CONVERGE_DATA_DIR across restarts)",
 		Long: `dev starts a PostgreSQL from this machine's server binaries in
 CONVERGE_DATA_DIR (default ~/.cache/converge), migrates it, and runs the whole
-control plane against it with dev-mode settings: plain-http loopback provider
-endpoints are allowed and keys are generated and kept in the data dir.
+control plane against it with dev-mode settings: the API listens on
+127.0.0.1:8080 unless LISTEN_ADDR says otherwise, provider endpoints may be
+loopback addresses (plain http allowed there; every other address is checked
+as in production) and keys are generated and kept in the data dir.
 With DATABASE_URL set it uses that database instead. --demo also starts the
 example provider, registers it and applies the example kinds and resources.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := LoadConfig(getenv)
+			cfg, err := loadDevConfig(getenv)
 			if err != nil {
 				return usageError{fmt.Errorf("bad configuration:\n%w", err)}
 			}
-			cfg.Dev = true
 			log := cfg.NewLogger(os.Stderr)
 			ctx := cmd.Context()
 			if reset {
@@ -95,6 +96,24 @@ example provider, registers it and applies the example kinds and resources.`,
 	cmd.Flags().BoolVar(&demo, "demo", false, "start the example provider and apply the example kinds and resources")
 	cmd.Flags().IntVar(&pgPort, "pg-port", 0, "port for the embedded Postgres (0 picks a free one)")
 	return cmd
+}
+
+// DevListenAddrDefault is where `converge dev` serves when LISTEN_ADDR is
+// unset: loopback only, since a dev server's API is open (no tokens).
+const DevListenAddrDefault = "127.0.0.1:8080"
+
+// loadDevConfig is LoadConfig with dev mode's settings: Dev set, and the API
+// bound to loopback unless LISTEN_ADDR says otherwise.
+func loadDevConfig(getenv func(string) string) (Config, error) {
+	cfg, err := LoadConfig(getenv)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Dev = true
+	if getenv("LISTEN_ADDR") == "" {
+		cfg.ListenAddr = DevListenAddrDefault
+	}
+	return cfg, nil
 }
 
 // devKeys fills missing dispatch keys from files in the data dir, creating
