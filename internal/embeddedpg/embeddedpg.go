@@ -25,12 +25,22 @@
 // failures quote the log's tail.
 //
 // PostgreSQL refuses to run as root. When this process is root, the cluster is
-// initialised and run as the `postgres` user (or `nobody`): the data dir is
-// chowned to it and its ancestors gain the search bit where it lacks them.
+// initialised and run as the `postgres` user (or `nobody`), which must own the
+// cluster's directory and be able to walk down to it. Start never changes the
+// permissions of anything outside the directories it creates for the cluster:
+// when every ancestor of DataDir already lets that user through, the cluster
+// stays in DataDir (chowned to the user); otherwise (a data dir under /root,
+// say) it is kept in RootBaseDir/<name>-<hash of DataDir> instead (default
+// /var/lib/converge-embeddedpg, created 0755 and owned by root; the cluster's
+// directory is 0700 and owned by the user), the same place on every start.
+// ClusterDir says where; Server.DataDir says where a running cluster is.
 package embeddedpg
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -63,6 +73,10 @@ const (
 	// Superuser is the role initdb creates; DSN connects as it, with trust
 	// authentication (the server listens on loopback only).
 	Superuser = "postgres"
+
+	// DefaultRootBaseDir is where a root process keeps clusters the
+	// unprivileged user cannot reach at their DataDir (Config.RootBaseDir).
+	DefaultRootBaseDir = "/var/lib/converge-embeddedpg"
 
 	logFileName = "embeddedpg.log"
 	// A throwaway cluster without a DataDir lives in os.TempDir()/embeddedpg-*/data,
@@ -102,6 +116,13 @@ type Config struct {
 	// fsync, synchronous_commit and full_page_writes off, and Stop deletes
 	// DataDir.
 	Persistent bool
+	// RootBaseDir matters only when this process is root and the PostgreSQL
+	// user cannot walk down to DataDir: the cluster is then kept in a
+	// directory of its own under RootBaseDir (see the package doc). Its
+	// parent must exist; Start creates it (0755, root's) if missing and
+	// refuses one that is not root's or that others may write to. Defaults
+	// to DefaultRootBaseDir.
+	RootBaseDir string
 	// Log receives start and stop events. Nil discards them. The server's own
 	// log always goes to embeddedpg.log in DataDir.
 	Log *slog.Logger
@@ -124,6 +145,83 @@ func (c Config) validate() error {
 		if _, ok := c.Settings[k]; ok {
 			return fmt.Errorf("settings must not set %s: Start manages it", k)
 		}
+	}
+	return nil
+}
+
+// ClusterDir returns the directory Start keeps the cluster of c.DataDir in:
+// DataDir itself, unless this process is root and the PostgreSQL user cannot
+// walk down to DataDir (then a directory under RootBaseDir). It changes
+// nothing. For a throwaway cluster without a DataDir it returns "".
+func (c Config) ClusterDir() (string, error) {
+	if c.DataDir == "" {
+		return "", nil
+	}
+	dir, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return "", fmt.Errorf("embeddedpg: bad DataDir %q: %w", c.DataDir, err)
+	}
+	ra, err := lookupRunAs()
+	if err != nil {
+		return "", fmt.Errorf("embeddedpg: %w", err)
+	}
+	where, _, err := c.clusterDir(dir, ra)
+	return where, err
+}
+
+// clusterDir is ClusterDir for an absolute dir; relocated reports that the
+// cluster lives under RootBaseDir. A cluster already initialised in dir that
+// the user cannot reach is an error, not a reason to start an empty one
+// elsewhere.
+func (c Config) clusterDir(dir string, ra *runAs) (where string, relocated bool, err error) {
+	if ra == nil {
+		return dir, false, nil
+	}
+	blocker, err := searchBlocker(filepath.Dir(dir), ra)
+	if err != nil {
+		return "", false, err
+	}
+	if blocker == "" {
+		return dir, false, nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err == nil {
+		return "", false, fmt.Errorf("the cluster in %s cannot be reached by user %s (%s is not searchable by it), "+
+			"and embeddedpg does not change permissions outside the cluster's directory: move the cluster "+
+			"to a directory the user can reach, or give %s the search bit yourself", dir, ra.name, blocker, blocker)
+	}
+	base := cmp.Or(c.RootBaseDir, DefaultRootBaseDir)
+	sum := sha256.Sum256([]byte(dir))
+	return filepath.Join(base, filepath.Base(dir)+"-"+hex.EncodeToString(sum[:8])), true, nil
+}
+
+// prepareRelocated creates the base directory (root's, 0755) and the
+// cluster's directory under it (0700; prepareDirs hands it to the user).
+func prepareRelocated(where string, ra *runAs) error {
+	base := filepath.Dir(where)
+	if p, err := searchBlocker(filepath.Dir(base), ra); err != nil {
+		return err
+	} else if p != "" {
+		return fmt.Errorf("user %s cannot reach %s: %s is missing or not searchable by it; set another RootBaseDir",
+			ra.name, base, p)
+	}
+	switch err := os.Mkdir(base, 0o755); {
+	case err == nil:
+		if err := os.Chmod(base, 0o755); err != nil { // whatever the umask
+			return fmt.Errorf("cannot set the mode of %s: %w", base, err)
+		}
+	case !errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("cannot create %s: %w", base, err)
+	}
+	if err := checkOwnedBase(base); err != nil {
+		return err
+	}
+	if p, err := searchBlocker(base, ra); err != nil {
+		return err
+	} else if p != "" {
+		return fmt.Errorf("user %s cannot search %s; remove it or fix its mode", ra.name, p)
+	}
+	if err := os.Mkdir(where, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("cannot create %s: %w", where, err)
 	}
 	return nil
 }
@@ -227,7 +325,18 @@ func Start(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		if err != nil {
 			return nil, fmt.Errorf("embeddedpg: bad DataDir %q: %w", cfg.DataDir, err)
 		}
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		where, relocated, err := cfg.clusterDir(dir, ra)
+		if err != nil {
+			return nil, fmt.Errorf("embeddedpg: %w", err)
+		}
+		if relocated {
+			if err := prepareRelocated(where, ra); err != nil {
+				return nil, fmt.Errorf("embeddedpg: %w", err)
+			}
+			log.Info("the PostgreSQL user cannot reach the data dir; keeping the cluster in a directory of its own",
+				"data_dir", dir, "cluster_dir", where, "user", ra.name)
+			dir = where
+		} else if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("embeddedpg: cannot create data dir: %w", err)
 		}
 		s.dataDir = dir
@@ -265,6 +374,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		"reused", initialised, "persistent", cfg.Persistent, "duration", time.Since(begin))
 	return s, nil
 }
+
+// DataDir returns the directory the cluster lives in (see ClusterDir).
+func (s *Server) DataDir() string { return s.dataDir }
 
 // DSN returns a connection URL for dbname as the superuser over TCP.
 func (s *Server) DSN(dbname string) string {

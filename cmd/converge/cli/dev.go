@@ -40,18 +40,26 @@ example provider, registers it and applies the example kinds and resources.`,
 			}
 			log := cfg.NewLogger(os.Stderr)
 			ctx := cmd.Context()
+			pgCfg := embeddedpg.Config{DataDir: filepath.Join(cfg.DataDir, "pg"), Port: pgPort, Persistent: true, Log: log}
 			if reset {
-				if err := os.RemoveAll(cfg.DataDir); err != nil {
-					return fmt.Errorf("reset %s: %w", cfg.DataDir, err)
+				// As root the cluster may live outside the data dir (see
+				// embeddedpg.Config.ClusterDir); wipe it too.
+				wipe := []string{cfg.DataDir}
+				if dir, err := pgCfg.ClusterDir(); err == nil && dir != "" && dir != pgCfg.DataDir {
+					wipe = append(wipe, dir)
 				}
-				fmt.Fprintf(stdout, "wiped %s\n", cfg.DataDir)
+				for _, dir := range wipe {
+					if err := os.RemoveAll(dir); err != nil {
+						return fmt.Errorf("reset %s: %w", dir, err)
+					}
+					fmt.Fprintf(stdout, "wiped %s\n", dir)
+				}
 			}
 			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 				return fmt.Errorf("data dir: %w", err)
 			}
 			if cfg.DatabaseURL == "" {
-				pgDir := filepath.Join(cfg.DataDir, "pg")
-				pg, err := embeddedpg.Start(ctx, embeddedpg.Config{DataDir: pgDir, Port: pgPort, Persistent: true, Log: log})
+				pg, err := embeddedpg.Start(ctx, pgCfg)
 				if err != nil {
 					return fmt.Errorf("embedded postgres: %w", err)
 				}
@@ -63,7 +71,7 @@ example provider, registers it and applies the example kinds and resources.`,
 					}
 				}()
 				cfg.DatabaseURL = pg.DSN("postgres")
-				fmt.Fprintf(stdout, "embedded postgres: %s (data in %s)\n", cfg.DatabaseURL, pgDir)
+				fmt.Fprintf(stdout, "embedded postgres: %s (data in %s)\n", cfg.DatabaseURL, pg.DataDir())
 			}
 			if err := devKeys(&cfg); err != nil {
 				return err
