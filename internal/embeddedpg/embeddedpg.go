@@ -242,7 +242,14 @@ type Server struct {
 	port       int
 	logFile    *os.File
 
-	proc *process
+	// mu guards proc and stopping: Watch swaps proc when it restarts the
+	// server, and holds mu while it does, so Stop shuts down whichever
+	// postmaster is current.
+	mu       sync.Mutex
+	proc     *process
+	stopping bool
+	stopCh   chan struct{} // closed when Stop begins
+	watching chan struct{} // closed when Watch's goroutine ends; nil without Watch
 
 	stopOnce sync.Once
 	stopErr  error
@@ -281,7 +288,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("embeddedpg: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, bins: bins, runAs: ra}
+	s := &Server{cfg: cfg, log: log, bins: bins, runAs: ra, stopCh: make(chan struct{})}
 	createdTemp := false
 	defer func() {
 		if retErr == nil {
@@ -375,6 +382,110 @@ func Start(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	return s, nil
 }
 
+// WatchConfig bounds Watch's restarts.
+type WatchConfig struct {
+	// Attempts is how many restarts Watch tries after the server exits
+	// before it gives up. The budget refills once a restarted server has
+	// stayed up for Healthy. Defaults to 5.
+	Attempts int
+	// Backoff is the wait before the second attempt, doubling up to 10s
+	// (the first attempt is immediate). Defaults to 1s.
+	Backoff time.Duration
+	// Healthy is how long a server must stay up to refill the budget.
+	// Defaults to 1 minute.
+	Healthy time.Duration
+}
+
+// Watch supervises the postmaster: when it exits without Stop (killed,
+// crashed, shut down by someone else) Watch logs it and starts it again on
+// the same port and data dir, so DSN stays valid and clients reconnect,
+// logging every attempt. When WatchConfig.Attempts restarts in a row fail,
+// the returned channel receives the error and closes: the caller should
+// exit loudly. It also closes, without a value, when ctx ends or Stop is
+// called. Call Watch at most once.
+func (s *Server) Watch(ctx context.Context, cfg WatchConfig) <-chan error {
+	cfg.Attempts = cmp.Or(cfg.Attempts, 5)
+	cfg.Backoff = cmp.Or(cfg.Backoff, time.Second)
+	cfg.Healthy = cmp.Or(cfg.Healthy, time.Minute)
+	errc := make(chan error, 1)
+	s.watching = make(chan struct{})
+	go func() {
+		defer close(s.watching)
+		defer close(errc)
+		if err := s.watch(ctx, cfg); err != nil {
+			errc <- err
+		}
+	}()
+	return errc
+}
+
+func (s *Server) watch(ctx context.Context, cfg WatchConfig) error {
+	budget, upSince := cfg.Attempts, time.Now()
+	for {
+		s.mu.Lock()
+		p := s.proc
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.stopCh:
+			return nil
+		case <-p.exited:
+		}
+		if time.Since(upSince) >= cfg.Healthy {
+			budget = cfg.Attempts
+		}
+		s.log.Error("embedded postgres exited unexpectedly; restarting it",
+			"pid", p.cmd.Process.Pid, "err", p.err, "data_dir", s.dataDir, "log", filepath.Join(s.dataDir, logFileName))
+		var lastErr error
+		wait := time.Duration(0)
+		for attempt := 1; ; attempt++ {
+			if budget == 0 {
+				return fmt.Errorf("embeddedpg: the server exited and %d restarts failed; last error: %w", cfg.Attempts, lastErr)
+			}
+			budget--
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-s.stopCh:
+				return nil
+			case <-time.After(wait):
+			}
+			wait = min(max(2*wait, cfg.Backoff), 10*time.Second)
+			restarted, err := s.restart(ctx)
+			if !restarted && err == nil {
+				return nil // Stop began
+			}
+			if err == nil {
+				s.log.Warn("embedded postgres restarted", "attempt", attempt, "port", s.port, "data_dir", s.dataDir)
+				upSince = time.Now()
+				break
+			}
+			lastErr = err
+			s.log.Error("embedded postgres restart failed", "attempt", attempt, "attempts_left", budget, "err", err)
+		}
+	}
+}
+
+// restart starts the postmaster again on the same port, unless Stop has
+// begun (restarted false, err nil).
+func (s *Server) restart(ctx context.Context) (restarted bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, StartTimeoutDefault)
+	defer cancel()
+	if err := s.clearLeftover(ctx); err != nil {
+		return false, err
+	}
+	if err := s.startProcess(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // DataDir returns the directory the cluster lives in (see ClusterDir).
 func (s *Server) DataDir() string { return s.dataDir }
 
@@ -401,6 +512,13 @@ func (s *Server) stop(ctx context.Context) error {
 		defer cancel()
 	}
 	begin := time.Now()
+	s.mu.Lock() // waits for a restart in progress
+	s.stopping = true
+	close(s.stopCh)
+	s.mu.Unlock()
+	if s.watching != nil {
+		<-s.watching
+	}
 	var errs []error
 	if err := s.shutdown(ctx); err != nil {
 		errs = append(errs, err)
@@ -432,7 +550,9 @@ func (s *Server) stop(ctx context.Context) error {
 }
 
 func (s *Server) shutdown(ctx context.Context) error {
+	s.mu.Lock()
 	p := s.proc
+	s.mu.Unlock()
 	select {
 	case <-p.exited:
 		return fmt.Errorf("server had already exited (%v); log tail:\n%s", p.err, s.logTail(0))
@@ -677,7 +797,7 @@ func (s *Server) startProcess(ctx context.Context) error {
 
 	err = waitReady(ctx, s.DSN("postgres"), p.exited)
 	if err == nil {
-		s.proc = p
+		s.proc = p // Start has no Watch yet; Watch's restart holds mu
 		return nil
 	}
 	select {

@@ -30,7 +30,8 @@ CONVERGE_DATA_DIR (default ~/.cache/converge), migrates it, and runs the whole
 control plane against it with dev-mode settings: the API listens on
 127.0.0.1:8080 unless LISTEN_ADDR says otherwise, provider endpoints may be
 loopback addresses (plain http allowed there; every other address is checked
-as in production) and keys are generated and kept in the data dir.
+as in production) and keys are generated and kept in the data dir. A
+Postgres that dies is restarted (5 attempts); if it cannot be, dev exits 1.
 With DATABASE_URL set it uses that database instead. --demo also starts the
 example provider, registers it and applies the example kinds and resources.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -58,6 +59,7 @@ example provider, registers it and applies the example kinds and resources.`,
 			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 				return fmt.Errorf("data dir: %w", err)
 			}
+			var pgDied <-chan error // nil (never ready) without an embedded Postgres
 			if cfg.DatabaseURL == "" {
 				pg, err := embeddedpg.Start(ctx, pgCfg)
 				if err != nil {
@@ -70,6 +72,10 @@ example provider, registers it and applies the example kinds and resources.`,
 						log.Error("stopping embedded postgres", "err", err)
 					}
 				}()
+				// A postmaster that dies (OOM killer, kill -9) is restarted on
+				// the same port, with bounded retries; meanwhile the API
+				// answers 503 and the pool reconnects by itself.
+				pgDied = pg.Watch(ctx, embeddedpg.WatchConfig{})
 				cfg.DatabaseURL = pg.DSN("postgres")
 				fmt.Fprintf(stdout, "embedded postgres: %s (data in %s)\n", cfg.DatabaseURL, pg.DataDir())
 			}
@@ -90,14 +96,24 @@ example provider, registers it and applies the example kinds and resources.`,
 				}
 			}
 			fmt.Fprintln(stdout, "press Ctrl+C to stop")
-			select {
-			case <-ctx.Done():
-			case err := <-s.served:
-				if err != nil {
-					log.Error("http server stopped", "err", err)
+			for {
+				select {
+				case <-ctx.Done():
+				case err := <-s.served:
+					if err != nil {
+						log.Error("http server stopped", "err", err)
+					}
+				case err, ok := <-pgDied:
+					if !ok {
+						pgDied = nil // Watch ended with ctx; keep waiting for it
+						continue
+					}
+					log.Error("embedded postgres died and could not be restarted; stopping", "err", err)
+					s.Stop() //nolint:errcheck // reporting the database error instead
+					return fmt.Errorf("embedded postgres: %w", err)
 				}
+				return s.Stop()
 			}
-			return s.Stop()
 		},
 	}
 	cmd.Flags().BoolVar(&reset, "reset", false, "wipe the data dir (database and dev keys) first")
