@@ -88,7 +88,7 @@ type Config struct {
 
 	// SecretBox opens endpoint signing secrets. Required.
 	SecretBox *store.SecretBox
-	// DevMode permits plain-http and loopback/private endpoints. Never in
+	// DevMode also permits loopback endpoints, over plain http too. Never in
 	// production.
 	DevMode bool
 	// AllowHTTP permits plain-http endpoints outside dev mode.

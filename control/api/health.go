@@ -42,7 +42,7 @@ func (s *Server) readyz(ctx context.Context, _ *struct{}) (*bodyOutput[HealthSta
 	defer cancel()
 	if err := s.store.Ping(ctx); err != nil {
 		s.log.Warn("api: readiness ping failed", "err", err)
-		return nil, newProblem(http.StatusServiceUnavailable, typeUnavailable, "the database does not answer")
+		return nil, newProblem(http.StatusServiceUnavailable, typeUnavailable, "the database does not answer").retryAfter(RetryAfterUnreachable)
 	}
 	return &bodyOutput[HealthStatus]{Body: HealthStatus{Status: "ok"}}, nil
 }

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/gofiber/fiber/v2"
@@ -47,6 +50,9 @@ type Problem struct {
 	Detail   string         `json:"detail" doc:"What went wrong this time."`
 	Instance string         `json:"instance,omitempty" doc:"The request path."`
 	Errors   []ProblemError `json:"errors" doc:"Each offending field."`
+
+	// headers are sent with the problem (Retry-After on a 503).
+	headers http.Header
 }
 
 // ProblemError is one offending field of a request.
@@ -61,6 +67,57 @@ type ProblemError struct {
 }
 
 func (p *Problem) Error() string { return p.Detail }
+
+// GetHeaders makes huma send the problem's headers (huma.HeadersError).
+func (p *Problem) GetHeaders() http.Header { return p.headers }
+
+// Retry-After hints, in seconds, on the 503 problems: a database that does
+// not answer at all (down, restarting) is given longer than a busy one.
+const (
+	RetryAfterUnreachable = 5
+	RetryAfterBusy        = 1
+)
+
+// retryAfter sets the problem's Retry-After header.
+func (p *Problem) retryAfter(secs int) *Problem {
+	if p.headers == nil {
+		p.headers = http.Header{}
+	}
+	p.headers.Set("Retry-After", strconv.Itoa(secs))
+	return p
+}
+
+// unavailableProblem is the answer when the database cannot be reached.
+func unavailableProblem() *Problem {
+	return newProblem(http.StatusServiceUnavailable, typeUnavailable,
+		"the database is unreachable; retry the request later").retryAfter(RetryAfterUnreachable)
+}
+
+// databaseUnreachable reports whether err says the database could not be
+// reached or went away, rather than refusing the request: a failed connect
+// or pool acquire (connection refused, DNS, TLS, authentication of the
+// connection), a connection that broke mid-request (reset, closed, cut
+// off in the middle of a message), or the server's own shutdown and
+// start-up answers (SQLSTATE class 08, 57P01 admin_shutdown, 57P02
+// crash_shutdown, 57P03 cannot_connect_now). Only the pgx/pgconn error
+// types, the net and syscall errors they wrap, and SQLSTATEs decide.
+func databaseUnreachable(err error) bool {
+	var (
+		ce *pgconn.ConnectError
+		pe *pgconn.PgError
+		ne *net.OpError
+	)
+	switch {
+	case errors.As(err, &pe):
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	case errors.As(err, &ce), errors.As(err, &ne):
+		return true
+	case errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	return false
+}
 
 // GetStatus makes a Problem a huma.StatusError.
 func (p *Problem) GetStatus() int { return p.Status }
@@ -83,6 +140,11 @@ func writeProblem(c *fiber.Ctx, p *Problem) error {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return fmt.Errorf("encode problem: %w", err)
+	}
+	for k, vs := range p.headers {
+		for _, v := range vs {
+			c.Set(k, v)
+		}
 	}
 	c.Set(fiber.HeaderContentType, ProblemContentType)
 	return c.Status(p.Status).Send(b)
@@ -179,6 +241,10 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 		}
 		return writeProblem(c, p)
 	}
+	if databaseUnreachable(err) {
+		s.log.Warn("api: database unreachable", "method", c.Method(), "path", c.Path(), "err", err)
+		return writeProblem(c, unavailableProblem())
+	}
 	s.log.Error("api: request failed", "method", c.Method(), "path", c.Path(), "err", err)
 	return writeProblem(c, newProblem(http.StatusInternalServerError, typeInternal, "internal error"))
 }
@@ -271,9 +337,14 @@ func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Prob
 		return p
 	case errors.Is(err, store.ErrNotFound):
 		return newProblem(http.StatusNotFound, typeNotFound, "not found")
+	case databaseUnreachable(err):
+		// Before the deadline check: a connect that timed out is the
+		// database not answering, not a slow request.
+		s.log.Warn("api: database unreachable", "err", err)
+		return unavailableProblem()
 	case errors.Is(err, context.DeadlineExceeded):
 		s.log.Warn("api: request timed out", "err", err)
-		return newProblem(http.StatusServiceUnavailable, typeTimeout, "the request did not finish in time; retry it")
+		return newProblem(http.StatusServiceUnavailable, typeTimeout, "the request did not finish in time; retry it").retryAfter(RetryAfterBusy)
 	case errors.As(err, &pe):
 		// The store maps the violations it expects; these are backstops.
 		// The SQLSTATE decides the status, and no SQL text leaves.
@@ -288,7 +359,7 @@ func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Prob
 			return newProblem(http.StatusBadRequest, typeMalformed, "a value cannot be stored as sent")
 		case "40001", "40P01", "55P03", "57014", "53300":
 			s.log.Warn("api: database busy", "code", pe.Code, "err", err)
-			return newProblem(http.StatusServiceUnavailable, typeUnavailable, "the database is busy; retry the request")
+			return newProblem(http.StatusServiceUnavailable, typeUnavailable, "the database is busy; retry the request").retryAfter(RetryAfterBusy)
 		}
 	}
 	s.log.Error("api: request failed", "err", err)

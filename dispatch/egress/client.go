@@ -92,12 +92,18 @@ func NewTransport(cfg ClientConfig) (*Transport, error) {
 		Resolver:  cfg.Resolver,
 		// ControlContext runs after resolution, once per connection attempt,
 		// with the literal address: the check DNS cannot dodge.
-		ControlContext: func(_ context.Context, _, address string, _ syscall.RawConn) error {
+		ControlContext: func(ctx context.Context, _, address string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)
 			if err != nil {
 				return &BlockedError{Reason: fmt.Sprintf("unparsable dial address %q", address)}
 			}
-			return policy.CheckAddr(ap.Addr())
+			if err := policy.CheckAddr(ap.Addr()); err != nil {
+				return err
+			}
+			if plain, _ := ctx.Value(plainHTTPKey{}).(bool); plain {
+				return policy.checkPlainHTTP(ap.Addr())
+			}
+			return nil
 		},
 	}
 	per := cmp.Or(cfg.MaxIdleConnsPerHost, 256)
@@ -116,6 +122,12 @@ func NewTransport(cfg ClientConfig) (*Transport, error) {
 	return &Transport{policy: policy, base: base}, nil
 }
 
+// plainHTTPKey marks the context of a plain-http request, so the dialer can
+// hold it to dev mode's loopback-only rule. The dial context carries the
+// request's values, and connections are pooled per scheme, so a plain-http
+// connection is only ever dialed (and reused) under that rule.
+type plainHTTPKey struct{}
+
 // RoundTrip refuses a scheme the policy does not allow, then sends.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := t.policy.checkScheme(req.URL.Scheme); err != nil {
@@ -123,6 +135,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			_ = req.Body.Close() // RoundTrip must close the body, even on error
 		}
 		return nil, err
+	}
+	if req.URL.Scheme == "http" {
+		req = req.WithContext(context.WithValue(req.Context(), plainHTTPKey{}, true))
 	}
 	return t.base.RoundTrip(req)
 }

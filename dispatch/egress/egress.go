@@ -26,9 +26,12 @@
 // IETF/benchmarking/reserved IPv4 (192.0.0.0/24, 198.18.0.0/15,
 // 240.0.0.0/4), multicast (224.0.0.0/4, ff00::/8), unique-local (fc00::/7),
 // deprecated site-local (fec0::/10), IPv4-mapped IPv6 (::ffff:0:0/96), and
-// NAT64 / 6to4 addresses that embed a blocked IPv4 address. Policy.DevMode
-// permits everything (and plain http); Policy.AllowCIDRs permits the listed
-// prefixes (a metadata address only when listed exactly, as a /32 or /128).
+// NAT64 / 6to4 addresses that embed a blocked IPv4 address.
+// Policy.AllowCIDRs permits the listed prefixes (a metadata address only when
+// listed exactly, as a /32 or /128). Policy.DevMode permits loopback
+// (127.0.0.0/8, ::1, their IPv4-mapped forms, localhost) and plain http to
+// loopback or an allowlisted prefix, and nothing more: private, link-local,
+// metadata and unspecified addresses stay blocked in dev mode too.
 package egress
 
 import (
@@ -41,8 +44,9 @@ import (
 
 // Policy says which targets outbound requests may reach.
 type Policy struct {
-	// DevMode permits plain http and every address, loopback included. It is
-	// for `converge dev` and tests; never set it in production.
+	// DevMode permits loopback addresses, and plain http to loopback (or to
+	// an AllowCIDRs prefix), for `converge dev` and tests. Every other
+	// address is checked as in production. Never set it in production.
 	DevMode bool
 	// AllowHTTP permits plain-http targets outside dev mode, e.g. a sidecar
 	// or a mesh that terminates TLS. Addresses are still checked.
@@ -117,12 +121,12 @@ var (
 // CheckAddr returns nil if the policy lets a connection reach a, else a
 // *BlockedError.
 func (p Policy) CheckAddr(a netip.Addr) error {
-	if p.DevMode {
-		return nil
-	}
 	a = a.WithZone("")
 	if !a.IsValid() {
 		return &BlockedError{Reason: "an invalid address"}
+	}
+	if p.DevMode && isLoopback(a) {
+		return nil
 	}
 	if metadataAddrs[a] || metadataAddrs[a.Unmap()] {
 		if p.allowsExactly(a) || p.allowsExactly(a.Unmap()) {
@@ -146,6 +150,20 @@ func (p Policy) CheckAddr(a netip.Addr) error {
 	}
 	return nil
 }
+
+// checkPlainHTTP is the dial-time rule for a plain-http connection that only
+// dev mode permits: it must go to loopback or an allowlisted prefix. With
+// AllowHTTP (an operator's choice) the address rules alone apply.
+func (p Policy) checkPlainHTTP(a netip.Addr) error {
+	a = a.WithZone("")
+	if !p.DevMode || p.AllowHTTP || isLoopback(a) || p.allows(a) || p.allows(a.Unmap()) {
+		return nil
+	}
+	return &BlockedError{Addr: a, Reason: "not a loopback address, and dev mode permits plain http only to loopback"}
+}
+
+// isLoopback holds for 127.0.0.0/8, ::1 and IPv4-mapped 127.0.0.0/8.
+func isLoopback(a netip.Addr) bool { return a.Unmap().IsLoopback() }
 
 func embeddedV4(a netip.Addr) (netip.Addr, bool) {
 	if !a.Is6() || a.Is4In6() {
@@ -217,19 +235,29 @@ func ValidateTargetURL(raw string, p Policy) error {
 	if err := p.checkScheme(u.Scheme); err != nil {
 		return err
 	}
+	plainHTTP := u.Scheme == "http"
+	check := func(a netip.Addr) error {
+		if err := p.CheckAddr(a); err != nil {
+			return err
+		}
+		if plainHTTP {
+			return p.checkPlainHTTP(a)
+		}
+		return nil
+	}
 	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
 	if a, err := netip.ParseAddr(host); err == nil {
-		return p.CheckAddr(a)
+		return check(a)
 	}
 	switch {
 	case host == "localhost" || strings.HasSuffix(host, ".localhost"):
-		return p.CheckAddr(netip.MustParseAddr("127.0.0.1"))
+		return check(netip.MustParseAddr("127.0.0.1"))
 	case host == "metadata.google.internal" || host == "metadata":
-		return p.CheckAddr(netip.MustParseAddr("169.254.169.254"))
+		return check(netip.MustParseAddr("169.254.169.254"))
 	}
 	// Some resolvers read "2130706433" or "0x7f.1" as an address; a real DNS
 	// name never has an all-digit top-level label or a 0x label.
-	if !p.DevMode && numericLooking(host) {
+	if numericLooking(host) {
 		return &BlockedError{Reason: fmt.Sprintf("host %q looks like an address in a non-standard form", host)}
 	}
 	return nil

@@ -71,7 +71,11 @@ func TestCheckAddr(t *testing.T) {
 		{"169.254.169.254", allow, true, "metadata needs an exact allowlist entry"},
 		{"fd00:ec2::254", allow, true, "IPv6 metadata needs an exact entry"},
 		{"169.254.169.254", exactMeta, false, "metadata listed exactly"},
-		{"127.0.0.1", egress.Policy{DevMode: true}, false, "dev mode allows everything"},
+		{"127.0.0.1", egress.Policy{DevMode: true}, false, "dev mode allows loopback"},
+		{"::1", egress.Policy{DevMode: true}, false, "dev mode allows IPv6 loopback"},
+		{"169.254.169.254", egress.Policy{DevMode: true}, true, "dev mode still blocks metadata"},
+		{"10.0.0.5", egress.Policy{DevMode: true}, true, "dev mode still blocks private"},
+		{"0.0.0.0", egress.Policy{DevMode: true}, true, "dev mode still blocks unspecified"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.addr+"/"+tc.why, func(t *testing.T) {
@@ -121,6 +125,72 @@ func TestValidateTargetURL(t *testing.T) {
 				t.Errorf("ValidateTargetURL(%q) = %v, want error=%v", tc.url, err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestDevModeAllowsLoopbackOnly: dev mode adds loopback (and plain http to
+// it) to what production reaches, and nothing more, both when an endpoint is
+// registered and when the dispatcher dials.
+func TestDevModeAllowsLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	dev := egress.Policy{DevMode: true}
+	devAllow := egress.Policy{DevMode: true, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}}
+	for _, tc := range []struct {
+		url     string
+		policy  egress.Policy
+		wantErr bool
+	}{
+		{"http://127.0.0.1:8080/x", dev, false},
+		{"http://[::1]:8080/x", dev, false},
+		{"http://localhost:8080/x", dev, false},
+		{"https://provider.example.com/x", dev, false},
+		{"http://169.254.169.254/latest/meta-data/", dev, true},
+		{"https://169.254.169.254/latest/meta-data/", dev, true},
+		{"http://10.0.0.5/x", dev, true},
+		{"http://192.168.1.1/x", dev, true},
+		{"http://[fd00:ec2::254]/x", dev, true},
+		{"http://metadata.google.internal/computeMetadata/v1/", dev, true},
+		{"http://0.0.0.0:8080/x", dev, true},
+		{"http://2130706433/x", dev, true},
+		{"http://203.0.113.7/x", dev, true}, // plain http off loopback
+		{"https://203.0.113.7/x", dev, false},
+		{"http://10.1.2.3/x", devAllow, false}, // the operator allowlist still works
+		{"http://10.2.0.1/x", devAllow, true},
+	} {
+		err := egress.ValidateTargetURL(tc.url, tc.policy)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("ValidateTargetURL(%q, dev) = %v, want error=%v", tc.url, err, tc.wantErr)
+		}
+	}
+
+	// At dial time: a name that passes registration but resolves elsewhere.
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	for _, tc := range []struct {
+		addr, scheme string
+		blocked      bool
+	}{
+		{"127.0.0.1", "http", false},
+		{"169.254.169.254", "http", true},
+		{"10.0.0.5", "http", true},
+		{"192.168.1.1", "https", true},
+		{"0.0.0.0", "http", true},
+		{"203.0.113.7", "http", true}, // plain http only to loopback
+	} {
+		resolver, queries := egresstest.Resolver(netip.MustParseAddr(tc.addr))
+		c := mustClient(t, egress.ClientConfig{Policy: dev, Resolver: resolver, DialTimeout: 5 * time.Second})
+		_, err := get(t, c, tc.scheme+"://provider.example.net:"+port+"/")
+		if got := errors.Is(err, egress.ErrBlocked); got != tc.blocked {
+			t.Errorf("dev-mode dial of %s over %s: err = %v, want blocked=%v", tc.addr, tc.scheme, err, tc.blocked)
+		}
+		if queries.Load() == 0 {
+			t.Errorf("%s: the fake resolver was never asked: the case proves nothing", tc.addr)
+		}
+	}
+	if hits.Load() != 1 {
+		t.Errorf("server saw %d requests, want only the loopback one", hits.Load())
 	}
 }
 

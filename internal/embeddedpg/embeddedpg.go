@@ -25,12 +25,22 @@
 // failures quote the log's tail.
 //
 // PostgreSQL refuses to run as root. When this process is root, the cluster is
-// initialised and run as the `postgres` user (or `nobody`): the data dir is
-// chowned to it and its ancestors gain the search bit where it lacks them.
+// initialised and run as the `postgres` user (or `nobody`), which must own the
+// cluster's directory and be able to walk down to it. Start never changes the
+// permissions of anything outside the directories it creates for the cluster:
+// when every ancestor of DataDir already lets that user through, the cluster
+// stays in DataDir (chowned to the user); otherwise (a data dir under /root,
+// say) it is kept in RootBaseDir/<name>-<hash of DataDir> instead (default
+// /var/lib/converge-embeddedpg, created 0755 and owned by root; the cluster's
+// directory is 0700 and owned by the user), the same place on every start.
+// ClusterDir says where; Server.DataDir says where a running cluster is.
 package embeddedpg
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -63,6 +73,10 @@ const (
 	// Superuser is the role initdb creates; DSN connects as it, with trust
 	// authentication (the server listens on loopback only).
 	Superuser = "postgres"
+
+	// DefaultRootBaseDir is where a root process keeps clusters the
+	// unprivileged user cannot reach at their DataDir (Config.RootBaseDir).
+	DefaultRootBaseDir = "/var/lib/converge-embeddedpg"
 
 	logFileName = "embeddedpg.log"
 	// A throwaway cluster without a DataDir lives in os.TempDir()/embeddedpg-*/data,
@@ -102,6 +116,13 @@ type Config struct {
 	// fsync, synchronous_commit and full_page_writes off, and Stop deletes
 	// DataDir.
 	Persistent bool
+	// RootBaseDir matters only when this process is root and the PostgreSQL
+	// user cannot walk down to DataDir: the cluster is then kept in a
+	// directory of its own under RootBaseDir (see the package doc). Its
+	// parent must exist; Start creates it (0755, root's) if missing and
+	// refuses one that is not root's or that others may write to. Defaults
+	// to DefaultRootBaseDir.
+	RootBaseDir string
 	// Log receives start and stop events. Nil discards them. The server's own
 	// log always goes to embeddedpg.log in DataDir.
 	Log *slog.Logger
@@ -128,6 +149,83 @@ func (c Config) validate() error {
 	return nil
 }
 
+// ClusterDir returns the directory Start keeps the cluster of c.DataDir in:
+// DataDir itself, unless this process is root and the PostgreSQL user cannot
+// walk down to DataDir (then a directory under RootBaseDir). It changes
+// nothing. For a throwaway cluster without a DataDir it returns "".
+func (c Config) ClusterDir() (string, error) {
+	if c.DataDir == "" {
+		return "", nil
+	}
+	dir, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return "", fmt.Errorf("embeddedpg: bad DataDir %q: %w", c.DataDir, err)
+	}
+	ra, err := lookupRunAs()
+	if err != nil {
+		return "", fmt.Errorf("embeddedpg: %w", err)
+	}
+	where, _, err := c.clusterDir(dir, ra)
+	return where, err
+}
+
+// clusterDir is ClusterDir for an absolute dir; relocated reports that the
+// cluster lives under RootBaseDir. A cluster already initialised in dir that
+// the user cannot reach is an error, not a reason to start an empty one
+// elsewhere.
+func (c Config) clusterDir(dir string, ra *runAs) (where string, relocated bool, err error) {
+	if ra == nil {
+		return dir, false, nil
+	}
+	blocker, err := searchBlocker(filepath.Dir(dir), ra)
+	if err != nil {
+		return "", false, err
+	}
+	if blocker == "" {
+		return dir, false, nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err == nil {
+		return "", false, fmt.Errorf("the cluster in %s cannot be reached by user %s (%s is not searchable by it), "+
+			"and embeddedpg does not change permissions outside the cluster's directory: move the cluster "+
+			"to a directory the user can reach, or give %s the search bit yourself", dir, ra.name, blocker, blocker)
+	}
+	base := cmp.Or(c.RootBaseDir, DefaultRootBaseDir)
+	sum := sha256.Sum256([]byte(dir))
+	return filepath.Join(base, filepath.Base(dir)+"-"+hex.EncodeToString(sum[:8])), true, nil
+}
+
+// prepareRelocated creates the base directory (root's, 0755) and the
+// cluster's directory under it (0700; prepareDirs hands it to the user).
+func prepareRelocated(where string, ra *runAs) error {
+	base := filepath.Dir(where)
+	if p, err := searchBlocker(filepath.Dir(base), ra); err != nil {
+		return err
+	} else if p != "" {
+		return fmt.Errorf("user %s cannot reach %s: %s is missing or not searchable by it; set another RootBaseDir",
+			ra.name, base, p)
+	}
+	switch err := os.Mkdir(base, 0o755); {
+	case err == nil:
+		if err := os.Chmod(base, 0o755); err != nil { // whatever the umask
+			return fmt.Errorf("cannot set the mode of %s: %w", base, err)
+		}
+	case !errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("cannot create %s: %w", base, err)
+	}
+	if err := checkOwnedBase(base); err != nil {
+		return err
+	}
+	if p, err := searchBlocker(base, ra); err != nil {
+		return err
+	} else if p != "" {
+		return fmt.Errorf("user %s cannot search %s; remove it or fix its mode", ra.name, p)
+	}
+	if err := os.Mkdir(where, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("cannot create %s: %w", where, err)
+	}
+	return nil
+}
+
 // Server is a running PostgreSQL cluster started by Start. Stop it exactly
 // once; DSN is safe for concurrent use.
 type Server struct {
@@ -144,7 +242,14 @@ type Server struct {
 	port       int
 	logFile    *os.File
 
-	proc *process
+	// mu guards proc and stopping: Watch swaps proc when it restarts the
+	// server, and holds mu while it does, so Stop shuts down whichever
+	// postmaster is current.
+	mu       sync.Mutex
+	proc     *process
+	stopping bool
+	stopCh   chan struct{} // closed when Stop begins
+	watching chan struct{} // closed when Watch's goroutine ends; nil without Watch
 
 	stopOnce sync.Once
 	stopErr  error
@@ -183,7 +288,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("embeddedpg: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, bins: bins, runAs: ra}
+	s := &Server{cfg: cfg, log: log, bins: bins, runAs: ra, stopCh: make(chan struct{})}
 	createdTemp := false
 	defer func() {
 		if retErr == nil {
@@ -227,7 +332,18 @@ func Start(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 		if err != nil {
 			return nil, fmt.Errorf("embeddedpg: bad DataDir %q: %w", cfg.DataDir, err)
 		}
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		where, relocated, err := cfg.clusterDir(dir, ra)
+		if err != nil {
+			return nil, fmt.Errorf("embeddedpg: %w", err)
+		}
+		if relocated {
+			if err := prepareRelocated(where, ra); err != nil {
+				return nil, fmt.Errorf("embeddedpg: %w", err)
+			}
+			log.Info("the PostgreSQL user cannot reach the data dir; keeping the cluster in a directory of its own",
+				"data_dir", dir, "cluster_dir", where, "user", ra.name)
+			dir = where
+		} else if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("embeddedpg: cannot create data dir: %w", err)
 		}
 		s.dataDir = dir
@@ -266,6 +382,113 @@ func Start(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 	return s, nil
 }
 
+// WatchConfig bounds Watch's restarts.
+type WatchConfig struct {
+	// Attempts is how many restarts Watch tries after the server exits
+	// before it gives up. The budget refills once a restarted server has
+	// stayed up for Healthy. Defaults to 5.
+	Attempts int
+	// Backoff is the wait before the second attempt, doubling up to 10s
+	// (the first attempt is immediate). Defaults to 1s.
+	Backoff time.Duration
+	// Healthy is how long a server must stay up to refill the budget.
+	// Defaults to 1 minute.
+	Healthy time.Duration
+}
+
+// Watch supervises the postmaster: when it exits without Stop (killed,
+// crashed, shut down by someone else) Watch logs it and starts it again on
+// the same port and data dir, so DSN stays valid and clients reconnect,
+// logging every attempt. When WatchConfig.Attempts restarts in a row fail,
+// the returned channel receives the error and closes: the caller should
+// exit loudly. It also closes, without a value, when ctx ends or Stop is
+// called. Call Watch at most once.
+func (s *Server) Watch(ctx context.Context, cfg WatchConfig) <-chan error {
+	cfg.Attempts = cmp.Or(cfg.Attempts, 5)
+	cfg.Backoff = cmp.Or(cfg.Backoff, time.Second)
+	cfg.Healthy = cmp.Or(cfg.Healthy, time.Minute)
+	errc := make(chan error, 1)
+	s.watching = make(chan struct{})
+	go func() {
+		defer close(s.watching)
+		defer close(errc)
+		if err := s.watch(ctx, cfg); err != nil {
+			errc <- err
+		}
+	}()
+	return errc
+}
+
+func (s *Server) watch(ctx context.Context, cfg WatchConfig) error {
+	budget, upSince := cfg.Attempts, time.Now()
+	for {
+		s.mu.Lock()
+		p := s.proc
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.stopCh:
+			return nil
+		case <-p.exited:
+		}
+		if time.Since(upSince) >= cfg.Healthy {
+			budget = cfg.Attempts
+		}
+		s.log.Error("embedded postgres exited unexpectedly; restarting it",
+			"pid", p.cmd.Process.Pid, "err", p.err, "data_dir", s.dataDir, "log", filepath.Join(s.dataDir, logFileName))
+		var lastErr error
+		wait := time.Duration(0)
+		for attempt := 1; ; attempt++ {
+			if budget == 0 {
+				return fmt.Errorf("embeddedpg: the server exited and %d restarts failed; last error: %w", cfg.Attempts, lastErr)
+			}
+			budget--
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-s.stopCh:
+				return nil
+			case <-time.After(wait):
+			}
+			wait = min(max(2*wait, cfg.Backoff), 10*time.Second)
+			restarted, err := s.restart(ctx)
+			if !restarted && err == nil {
+				return nil // Stop began
+			}
+			if err == nil {
+				s.log.Warn("embedded postgres restarted", "attempt", attempt, "port", s.port, "data_dir", s.dataDir)
+				upSince = time.Now()
+				break
+			}
+			lastErr = err
+			s.log.Error("embedded postgres restart failed", "attempt", attempt, "attempts_left", budget, "err", err)
+		}
+	}
+}
+
+// restart starts the postmaster again on the same port, unless Stop has
+// begun (restarted false, err nil).
+func (s *Server) restart(ctx context.Context) (restarted bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, StartTimeoutDefault)
+	defer cancel()
+	if err := s.clearLeftover(ctx); err != nil {
+		return false, err
+	}
+	if err := s.startProcess(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// DataDir returns the directory the cluster lives in (see ClusterDir).
+func (s *Server) DataDir() string { return s.dataDir }
+
 // DSN returns a connection URL for dbname as the superuser over TCP.
 func (s *Server) DSN(dbname string) string {
 	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", Superuser, s.port, url.PathEscape(dbname))
@@ -289,6 +512,13 @@ func (s *Server) stop(ctx context.Context) error {
 		defer cancel()
 	}
 	begin := time.Now()
+	s.mu.Lock() // waits for a restart in progress
+	s.stopping = true
+	close(s.stopCh)
+	s.mu.Unlock()
+	if s.watching != nil {
+		<-s.watching
+	}
 	var errs []error
 	if err := s.shutdown(ctx); err != nil {
 		errs = append(errs, err)
@@ -320,7 +550,9 @@ func (s *Server) stop(ctx context.Context) error {
 }
 
 func (s *Server) shutdown(ctx context.Context) error {
+	s.mu.Lock()
 	p := s.proc
+	s.mu.Unlock()
 	select {
 	case <-p.exited:
 		return fmt.Errorf("server had already exited (%v); log tail:\n%s", p.err, s.logTail(0))
@@ -565,7 +797,7 @@ func (s *Server) startProcess(ctx context.Context) error {
 
 	err = waitReady(ctx, s.DSN("postgres"), p.exited)
 	if err == nil {
-		s.proc = p
+		s.proc = p // Start has no Watch yet; Watch's restart holds mu
 		return nil
 	}
 	select {

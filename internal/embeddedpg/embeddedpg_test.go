@@ -37,6 +37,9 @@ func start(t *testing.T, cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = testLogger(t)
 	}
+	if cfg.RootBaseDir == "" {
+		cfg.RootBaseDir = testRootBase
+	}
 	s, err := Start(ctx, cfg)
 	if errors.Is(err, ErrNoBinaries) {
 		t.Skipf("no PostgreSQL server binaries: %v", err)
@@ -136,7 +139,7 @@ func TestStart(t *testing.T) {
 			t.Errorf("persistent cluster has fsync=%s, want on", got)
 		}
 		stop(t, s)
-		if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err != nil {
+		if _, err := os.Stat(filepath.Join(s.DataDir(), "PG_VERSION")); err != nil {
 			t.Fatalf("persistent data dir gone after Stop: %v", err)
 		}
 
@@ -154,6 +157,7 @@ func TestStart(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "pg")
 		s := start(t, Config{DataDir: dir, Persistent: true})
 		stop(t, s)
+		clusterDir := s.DataDir() // dir itself, or where root keeps it
 
 		// A pid that has certainly exited, and a live one that is not a
 		// postmaster (this test process: a recycled pid after a crash).
@@ -163,8 +167,8 @@ func TestStart(t *testing.T) {
 		}
 		for _, pid := range []int{dead.Process.Pid, os.Getpid()} {
 			t.Run("pid"+strconv.Itoa(pid), func(t *testing.T) {
-				pidFile := filepath.Join(dir, pidFileName)
-				content := strconv.Itoa(pid) + "\n" + dir + "\n1700000000\n5432\n/tmp\n127.0.0.1\n  1234  5678\nready\n"
+				pidFile := filepath.Join(clusterDir, pidFileName)
+				content := strconv.Itoa(pid) + "\n" + clusterDir + "\n1700000000\n5432\n/tmp\n127.0.0.1\n  1234  5678\nready\n"
 				if err := os.WriteFile(pidFile, []byte(content), 0o600); err != nil {
 					t.Fatalf("write pid file: %v", err)
 				}

@@ -23,6 +23,10 @@ func handOver(string, *runAs, *slog.Logger) error { return errUnsupported }
 
 func chownFile(string, *runAs) error { return errUnsupported }
 
+func searchBlocker(string, *runAs) (string, error) { return "", nil }
+
+func checkOwnedBase(string) error { return errUnsupported }
+
 func processAlive(int) bool { return false }
 
 func postmasterOf(int, string) (ours, ok bool) { return false, false }

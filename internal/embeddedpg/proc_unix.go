@@ -65,32 +65,19 @@ func sysProcAttr(ra *runAs, deathSignal syscall.Signal) *syscall.SysProcAttr {
 	return attr
 }
 
-// handOver gives the data directory to the unprivileged user and makes every
-// ancestor searchable by it, since postgres must own its data dir and reach it.
-// Ancestors only gain the search (x) bit for others, never read, and each
-// change is logged.
-func handOver(dir string, ra *runAs, log *slog.Logger) error {
+// handOver gives the data directory to the unprivileged user: postgres must
+// own its data dir. It changes nothing outside dir: every ancestor must
+// already let the user through (Start keeps the cluster elsewhere when they
+// do not, see clusterDir).
+func handOver(dir string, ra *runAs, _ *slog.Logger) error {
 	if ra == nil {
 		return nil
 	}
-	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return fmt.Errorf("cannot stat %s: %w", p, err)
-		}
-		if !canSearch(fi, ra) {
-			mode := fi.Mode().Perm() | 0o001
-			if err := os.Chmod(p, mode); err != nil {
-				return fmt.Errorf("cannot make %s traversable for user %s: %w", p, ra.name, err)
-			}
-			log.Warn("made directory traversable for the PostgreSQL user",
-				"dir", p, "user", ra.name, "mode", fmt.Sprintf("%#o", mode))
-		}
-		if p == filepath.Dir(p) {
-			break
-		}
+	if p, err := searchBlocker(filepath.Dir(dir), ra); err != nil {
+		return err
+	} else if p != "" {
+		return fmt.Errorf("user %s cannot reach %s: %s is not searchable by it", ra.name, dir, p)
 	}
-
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return fmt.Errorf("cannot stat %s: %w", dir, err)
@@ -107,6 +94,49 @@ func handOver(dir string, ra *runAs, log *slog.Logger) error {
 		}
 		return nil
 	})
+}
+
+// searchBlocker returns the first of dir and its ancestors that ra cannot
+// search (or that does not exist: whatever Start created there would be
+// root's, 0700), or "" when ra can walk down to dir. It only looks.
+func searchBlocker(dir string, ra *runAs) (string, error) {
+	if ra == nil {
+		return "", nil
+	}
+	for p := dir; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return p, nil
+		case err != nil:
+			return "", fmt.Errorf("cannot stat %s: %w", p, err)
+		case !canSearch(fi, ra):
+			return p, nil
+		}
+		if p == filepath.Dir(p) {
+			return "", nil
+		}
+	}
+}
+
+// checkOwnedBase checks that dir, the base under which a root process keeps
+// relocated clusters, is a real directory owned by root that nobody else
+// may write to, so no other user can plant or swap a cluster there.
+func checkOwnedBase(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("cannot stat %s: %w", dir, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	case ok && st.Uid != 0:
+		return fmt.Errorf("%s is not owned by root (uid %d); remove it or fix its owner", dir, st.Uid)
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("%s is writable by group or others (mode %#o); remove it or fix its mode", dir, fi.Mode().Perm())
+	}
+	return nil
 }
 
 func canSearch(fi os.FileInfo, ra *runAs) bool {

@@ -1,5 +1,5 @@
-// Package cli is the converge server's command line: serve (the default),
-// migrate, dev and version. main only calls Run and exits with its status.
+// Package cli is the converge server's command line: with no subcommand it
+// serves; the subcommands are migrate, dev and version. main only calls Run and exits with its status.
 package cli
 
 import (

@@ -67,3 +67,23 @@ func TestParseListen(t *testing.T) {
 		}
 	}
 }
+
+// TestDevConfigBindsLoopback: `converge dev` serves an open API, so without
+// LISTEN_ADDR it must listen on loopback only, not on every interface.
+func TestDevConfigBindsLoopback(t *testing.T) {
+	t.Parallel()
+	c, err := loadDevConfig(env(map[string]string{"CONVERGE_DATA_DIR": "/tmp/x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Dev || c.ListenAddr != "127.0.0.1:8080" {
+		t.Errorf("dev config: Dev=%v ListenAddr=%q, want dev mode on 127.0.0.1:8080", c.Dev, c.ListenAddr)
+	}
+	c, err = loadDevConfig(env(map[string]string{"CONVERGE_DATA_DIR": "/tmp/x", "LISTEN_ADDR": "0.0.0.0:9000"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ListenAddr != "0.0.0.0:9000" {
+		t.Errorf("dev config with LISTEN_ADDR=0.0.0.0:9000 listens on %q", c.ListenAddr)
+	}
+}

@@ -27,18 +27,20 @@ func newDev(stdout io.Writer, getenv func(string) string) *cobra.Command {
 		Short: "run everything on an embedded Postgres (kept in CONVERGE_DATA_DIR across restarts)",
 		Long: `dev starts a PostgreSQL from this machine's server binaries in
 CONVERGE_DATA_DIR (default ~/.cache/converge), migrates it, and runs the whole
-control plane against it with dev-mode settings: plain-http loopback provider
-endpoints are allowed and keys are generated and kept in the data dir.
+control plane against it with dev-mode settings: the API listens on
+127.0.0.1:8080 unless LISTEN_ADDR says otherwise, provider endpoints may be
+loopback addresses (plain http allowed there; every other address is checked
+as in production) and keys are generated and kept in the data dir. A
+Postgres that dies is restarted (5 attempts); if it cannot be, dev exits 1.
 With DATABASE_URL set it uses that database instead. --demo also starts the
 example provider (quickstart-provider, found next to converge or on PATH;
 make build puts it in bin/), registers it and applies the kinds and the
 sample resources it prints with its objects command.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := LoadConfig(getenv)
+			cfg, err := loadDevConfig(getenv)
 			if err != nil {
 				return usageError{fmt.Errorf("bad configuration:\n%w", err)}
 			}
-			cfg.Dev = true
 			log := cfg.NewLogger(os.Stderr)
 			ctx := cmd.Context()
 			if demo { // fail before starting anything
@@ -46,18 +48,27 @@ sample resources it prints with its objects command.`,
 					return fmt.Errorf("demo: %w", err)
 				}
 			}
+			pgCfg := embeddedpg.Config{DataDir: filepath.Join(cfg.DataDir, "pg"), Port: pgPort, Persistent: true, Log: log}
 			if reset {
-				if err := os.RemoveAll(cfg.DataDir); err != nil {
-					return fmt.Errorf("reset %s: %w", cfg.DataDir, err)
+				// As root the cluster may live outside the data dir (see
+				// embeddedpg.Config.ClusterDir); wipe it too.
+				wipe := []string{cfg.DataDir}
+				if dir, err := pgCfg.ClusterDir(); err == nil && dir != "" && dir != pgCfg.DataDir {
+					wipe = append(wipe, dir)
 				}
-				fmt.Fprintf(stdout, "wiped %s\n", cfg.DataDir)
+				for _, dir := range wipe {
+					if err := os.RemoveAll(dir); err != nil {
+						return fmt.Errorf("reset %s: %w", dir, err)
+					}
+					fmt.Fprintf(stdout, "wiped %s\n", dir)
+				}
 			}
 			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 				return fmt.Errorf("data dir: %w", err)
 			}
+			var pgDied <-chan error // nil (never ready) without an embedded Postgres
 			if cfg.DatabaseURL == "" {
-				pgDir := filepath.Join(cfg.DataDir, "pg")
-				pg, err := embeddedpg.Start(ctx, embeddedpg.Config{DataDir: pgDir, Port: pgPort, Persistent: true, Log: log})
+				pg, err := embeddedpg.Start(ctx, pgCfg)
 				if err != nil {
 					return fmt.Errorf("embedded postgres: %w", err)
 				}
@@ -68,8 +79,12 @@ sample resources it prints with its objects command.`,
 						log.Error("stopping embedded postgres", "err", err)
 					}
 				}()
+				// A postmaster that dies (OOM killer, kill -9) is restarted on
+				// the same port, with bounded retries; meanwhile the API
+				// answers 503 and the pool reconnects by itself.
+				pgDied = pg.Watch(ctx, embeddedpg.WatchConfig{})
 				cfg.DatabaseURL = pg.DSN("postgres")
-				fmt.Fprintf(stdout, "embedded postgres: %s (data in %s)\n", cfg.DatabaseURL, pgDir)
+				fmt.Fprintf(stdout, "embedded postgres: %s (data in %s)\n", cfg.DatabaseURL, pg.DataDir())
 			}
 			if err := devKeys(&cfg); err != nil {
 				return err
@@ -88,20 +103,48 @@ sample resources it prints with its objects command.`,
 				}
 			}
 			fmt.Fprintln(stdout, "press Ctrl+C to stop")
-			select {
-			case <-ctx.Done():
-			case err := <-s.served:
-				if err != nil {
-					log.Error("http server stopped", "err", err)
+			for {
+				select {
+				case <-ctx.Done():
+				case err := <-s.served:
+					if err != nil {
+						log.Error("http server stopped", "err", err)
+					}
+				case err, ok := <-pgDied:
+					if !ok {
+						pgDied = nil // Watch ended with ctx; keep waiting for it
+						continue
+					}
+					log.Error("embedded postgres died and could not be restarted; stopping", "err", err)
+					s.Stop() //nolint:errcheck // reporting the database error instead
+					return fmt.Errorf("embedded postgres: %w", err)
 				}
+				return s.Stop()
 			}
-			return s.Stop()
 		},
 	}
 	cmd.Flags().BoolVar(&reset, "reset", false, "wipe the data dir (database and dev keys) first")
 	cmd.Flags().BoolVar(&demo, "demo", false, "start the example provider and apply the example kinds and resources")
 	cmd.Flags().IntVar(&pgPort, "pg-port", 0, "port for the embedded Postgres (0 picks a free one)")
 	return cmd
+}
+
+// DevListenAddrDefault is where `converge dev` serves when LISTEN_ADDR is
+// unset: loopback only, since a dev server's API is open (no tokens).
+const DevListenAddrDefault = "127.0.0.1:8080"
+
+// loadDevConfig is LoadConfig with dev mode's settings: Dev set, and the API
+// bound to loopback unless LISTEN_ADDR says otherwise.
+func loadDevConfig(getenv func(string) string) (Config, error) {
+	cfg, err := LoadConfig(getenv)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Dev = true
+	if getenv("LISTEN_ADDR") == "" {
+		cfg.ListenAddr = DevListenAddrDefault
+	}
+	return cfg, nil
 }
 
 // devKeys fills missing dispatch keys from files in the data dir, creating
