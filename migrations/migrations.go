@@ -131,9 +131,10 @@ func Up(ctx context.Context, dsn string, log *slog.Logger) error {
 }
 
 // Down rolls back the most recently applied numbered migration, one step. It
-// fails if nothing is applied. The engine is not touched: it is always this
-// release's (a migration's Down drops what its Up created, functions
-// included).
+// fails if nothing is applied. It does not apply the engine, but forgets the
+// engine's checksums: a migration's Down may drop engine objects (a function
+// and its triggers), and the next Up, of this release or an older one,
+// applies every engine file again.
 func Down(ctx context.Context, dsn string) error {
 	return withLock(ctx, dsn, func(db *sql.DB, conn *sql.Conn) error {
 		p, err := newProvider(db)
@@ -149,6 +150,15 @@ func Down(ctx context.Context, dsn string) error {
 		}
 		if _, err := conn.ExecContext(ctx, `DELETE FROM converge_migration_checksums WHERE version = $1`, r.Source.Version); err != nil {
 			return fmt.Errorf("migrations: down: forget the checksum of %s: %w", r.Source.Path, err)
+		}
+		// The rolled-back migration may have dropped what an engine file
+		// defines (a function, a trigger): forget every engine file's
+		// checksum, so the next Up applies the whole engine.
+		if ok, err := exists(ctx, conn, "converge_engine_checksums"); err != nil || !ok {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, `DELETE FROM converge_engine_checksums`); err != nil {
+			return fmt.Errorf("migrations: down: forget the engine's checksums: %w", err)
 		}
 		return nil
 	})

@@ -152,6 +152,7 @@ func TestDown(t *testing.T) {
 		if err := migrations.Up(ctx, b.db.DSN, b.log); err != nil {
 			t.Fatalf("Up: %v", err)
 		}
+		want := catalogue(t, b.db.Pool)
 		if err := migrations.Down(ctx, b.db.DSN); err != nil {
 			t.Fatalf("Down: %v", err)
 		}
@@ -184,6 +185,11 @@ func TestDown(t *testing.T) {
 		}
 		if latest != last {
 			t.Errorf("after Down+Up latest applied = %d, want %d", latest, last)
+		}
+		// Whatever the Down dropped of the engine (a function and its
+		// triggers) is back: Down forgot the engine's checksums.
+		if diff := cmp.Diff(want, catalogue(t, b.db.Pool)); diff != "" {
+			t.Errorf("schema after Down+Up (-before +after):\n%s", diff)
 		}
 	})
 

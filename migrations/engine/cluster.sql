@@ -1,5 +1,5 @@
--- Cluster membership: each member's shard range, and the wake on a join or a
--- leave.
+-- Cluster membership: each member's shard range. (The wake on a join or a
+-- leave is a notify_wake trigger, in wake.sql.)
 
 -- assign_member_shards ranks a member among the live members of its role and
 -- tiles [0, p_total) into contiguous ranges by (rank, count); it returns the
@@ -22,19 +22,3 @@ BEGIN
     hi := ((v_rank + 1) * p_total) / v_count - 1;
 END
 $$;
-
--- cluster_members_changed wakes every member to re-tile the shards.
-CREATE OR REPLACE FUNCTION cluster_members_changed() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('cluster_changed', '');
-    RETURN NULL;
-END
-$$;
--- A row trigger, not a statement one: a heartbeat is an INSERT ... ON
--- CONFLICT DO UPDATE, which fires INSERT statement triggers even when it only
--- updates the member's row, and every member re-beats on cluster_changed (an
--- idle single server beat ~2,400 times a second). A row trigger fires for
--- rows really inserted or deleted: a join, a leave, a dead member forgotten.
-CREATE OR REPLACE TRIGGER cluster_members_changed AFTER INSERT OR DELETE ON cluster_members
-    FOR EACH ROW EXECUTE FUNCTION cluster_members_changed();
