@@ -102,10 +102,20 @@ func applyReleased(t *testing.T, db *pgtest.Database, to int64) {
 	}
 }
 
+// changedSinceRelease names the functions whose engine text has changed
+// since the release the fixture holds, each with the change. The collapse
+// into 00012 moved every function's text without changing it, and the
+// upgrade test holds every function not listed here to that; a later change
+// to a function's body lists it here.
+var changedSinceRelease = map[string]string{
+	"claim_tasks": "capped kinds' budgets are read first (cae2d7e)",
+}
+
 // TestUpgradeFromRelease: a database built by the last release, holding
 // data, upgrades in place to exactly the schema a fresh database gets; its
 // data survives, and every function it had keeps its definition (the engine
-// holds the live text) but for the manifest-legality CHECK turned trigger.
+// holds the live text) but for the manifest-legality CHECK turned trigger
+// and the functions changed since (changedSinceRelease).
 func TestUpgradeFromRelease(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
@@ -178,6 +188,12 @@ func TestUpgradeFromRelease(t *testing.T) {
 
 	after := functionDefs(t, upgraded.Pool)
 	for name, def := range before {
+		if why, ok := changedSinceRelease[name]; ok {
+			if after[name] == def {
+				t.Errorf("function %s is listed as changed since the release (%s) but kept its definition: unlist it", name, why)
+			}
+			continue
+		}
 		if after[name] != def {
 			t.Errorf("function %s changed in the upgrade:\n%s", name, cmp.Diff(def, after[name]))
 		}
