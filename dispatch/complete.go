@@ -68,7 +68,7 @@ func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
 			}
 			switch o.kind {
 			case opComplete:
-				completes = append(completes, store.Completion{Task: o.task, Result: o.result})
+				completes = append(completes, store.Completion{Task: o.task, Result: o.result, Abandoned: o.abandoned})
 			case opRelease:
 				k := relKey{o.delay.Round(100 * time.Millisecond), o.reason}
 				releases[k] = append(releases[k], o.task)

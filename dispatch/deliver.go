@@ -53,12 +53,15 @@ const (
 )
 
 type op struct {
-	kind    opKind
-	task    model.Task
-	result  webhooksdk.Result
-	delay   time.Duration
-	reason  string
-	failure store.EndpointDelivery
+	kind   opKind
+	task   model.Task
+	result webhooksdk.Result
+	// abandoned: result is a failure the dispatcher records in the
+	// provider's place (store.Completion.Abandoned).
+	abandoned bool
+	delay     time.Duration
+	reason    string
+	failure   store.EndpointDelivery
 }
 
 // verdict is one attempt's classification.
@@ -73,6 +76,12 @@ type verdict struct {
 
 	// What to do with the task; exactly one applies.
 	complete *webhooksdk.Result
+	// provided: complete is the provider's own Result (a 200 with one, or
+	// a 204). Otherwise complete is the dispatcher's failure in its place,
+	// recorded abandoned: the provider's answer for this claim, if it ever
+	// comes by callback, is then superseded, not a duplicate. Unset is the
+	// safe side: a new failure path is abandoned unless it says otherwise.
+	provided bool
 	release  bool
 	hold     bool
 	drop     bool // the claim is lost: nothing to do
@@ -130,7 +139,8 @@ func (d *Dispatcher) deliver(it *item, slot *registry.Slot, ops chan<- op) {
 		buf.Reset()
 		if err := d.encode(it, ep.Name(), buf); err != nil {
 			slot.Done(registry.Neutral)
-			ops <- op{kind: opComplete, task: it.task, result: *transient("dispatcher could not build the envelope: " + err.Error())}
+			ops <- op{kind: opComplete, task: it.task, abandoned: true,
+				result: *transient("dispatcher could not build the envelope: " + err.Error())}
 			return
 		}
 		start := time.Now()
@@ -161,7 +171,7 @@ func (d *Dispatcher) deliver(it *item, slot *registry.Slot, ops chan<- op) {
 		switch {
 		case v.drop:
 		case v.complete != nil:
-			ops <- op{kind: opComplete, task: it.task, result: *v.complete}
+			ops <- op{kind: opComplete, task: it.task, result: *v.complete, abandoned: !v.provided}
 		case v.release:
 			ops <- op{kind: opRelease, task: it.task, delay: v.delay, reason: v.detail}
 		case v.hold:
@@ -269,7 +279,7 @@ func (d *Dispatcher) classifyResponse(it *item, ep *registry.Endpoint, resp *tar
 		if err != nil {
 			return fail(resultMalformed, registry.Success, fmt.Sprintf("endpoint %s answered 200 with an unusable body: %v", ep.Name(), err))
 		}
-		v.result, v.breaker, v.complete, v.excerpt = resultOK, registry.Success, &res, nil
+		v.result, v.breaker, v.complete, v.provided, v.excerpt = resultOK, registry.Success, &res, true, nil
 		if res.Error != nil {
 			// The delivery worked; the task failed. It is still a failed
 			// attempt of the resource, so it is recorded.
@@ -280,7 +290,7 @@ func (d *Dispatcher) classifyResponse(it *item, ep *registry.Endpoint, resp *tar
 		}
 		return v
 	case st == http.StatusNoContent:
-		v.result, v.breaker, v.complete, v.excerpt = resultOK, registry.Success, &webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}, nil
+		v.result, v.breaker, v.complete, v.provided, v.excerpt = resultOK, registry.Success, &webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}, true, nil
 		return v
 	case st == http.StatusAccepted:
 		v.result, v.breaker, v.hold, v.excerpt = resultAccepted, registry.Success, true, nil

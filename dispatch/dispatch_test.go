@@ -1,12 +1,14 @@
 package dispatch_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -205,6 +207,121 @@ func TestAsyncTimeout(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND reason = 'async_timeout' AND endpoint = 'leaves'`, id); n != 1 {
 		t.Errorf("%d async timeouts recorded in endpoint_deliveries, want 1", n)
 	}
+}
+
+// TestLateCallbackOfAbandonedClaimIsSuperseded: the issue's reproduction
+// over real HTTP. An endpoint with request_timeout_secs 1 holds epoch 1's
+// request past the timeout; the dispatcher records the timeout in the
+// provider's place and the task is claimed again at epoch 2 (answered 202).
+// Epoch 1's Result, posted late to its callback, was never applied: 409,
+// not 200 duplicate, before and after epoch 2's outcome is applied. A
+// provider repeating a Result that was applied — here a transient failure
+// it reported itself, which re-pends the task just as the timeout did —
+// still gets 200 duplicate, from the outbox and from the resource.
+func TestLateCallbackOfAbandonedClaimIsSuperseded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.kind("leaf", model.Policy{})
+	s := e.endpoint("leaves", endpointOpts{kinds: []string{"leaf"}, timeoutSecs: 1})
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	rec := &recorder{next: verified(s.secret, func(w http.ResponseWriter, r *http.Request) {
+		if decodeEnvelope(r).ClaimEpoch == 1 {
+			select { // past the request timeout: the dispatcher gives up
+			case <-r.Context().Done():
+			case <-done:
+			}
+			return
+		}
+		w.WriteHeader(http.StatusAccepted) // the Result comes by callback, when the test posts it
+	})}
+	s.set(rec)
+	e.dispatcher(dispatch.Config{})
+	e.listen()
+	id := e.apply("leaf", "a", map[string]any{})
+
+	// delivery waits for the delivery of claim epoch.
+	delivery := func(epoch int64) webhooksdk.Envelope {
+		t.Helper()
+		var env webhooksdk.Envelope
+		waitFor(t, 20*time.Second, fmt.Sprintf("the delivery of claim %d", epoch), func() bool {
+			for _, d := range rec.seen() {
+				if d.env.ClaimEpoch == epoch {
+					env = d.env
+					return true
+				}
+			}
+			return false
+		})
+		return env
+	}
+	first := delivery(1)
+	second := delivery(2)
+	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND claim_epoch = 1 AND reason = 'timeout'`, id); n != 1 {
+		t.Fatalf("%d timeouts recorded for claim 1, want 1", n)
+	}
+
+	late := webhooksdk.Result{TaskID: first.TaskID, ClaimEpoch: 1, Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"late":true}`)}}
+	expect := func(env webhooksdk.Envelope, res webhooksdk.Result, wantCode int, wantResult, why string) {
+		t.Helper()
+		code, result := postCallback(t, env, res)
+		if code != wantCode || result != wantResult {
+			t.Errorf("%s: callback answered %d %q, want %d %q", why, code, result, wantCode, wantResult)
+		}
+	}
+	expect(first, late, http.StatusConflict, "", "claim 1's late Result while claim 2 runs")
+	if code := postHeartbeat(t, first); code != http.StatusConflict {
+		t.Errorf("claim 1's heartbeat answered %d, want 409", code)
+	}
+
+	// The provider of claim 2 reports a transient failure of its own.
+	quota := webhooksdk.Result{TaskID: second.TaskID, ClaimEpoch: 2, Error: &webhooksdk.Error{Message: "quota exhausted"}}
+	expect(second, quota, http.StatusOK, "applied", "claim 2's Result")
+	expect(second, quota, http.StatusOK, "duplicate", "claim 2's Result again, at once")
+	waitFor(t, 20*time.Second, "claim 2's failure to be applied", func() bool {
+		return e.count(`SELECT count(*) FROM resource_events WHERE resource_id = $1 AND type = 'failed' AND message LIKE '%quota exhausted%'`, id) == 1
+	})
+	expect(second, quota, http.StatusOK, "duplicate", "claim 2's Result again, once applied")
+	expect(first, late, http.StatusConflict, "", "claim 1's late Result once claim 2's is applied")
+	e.checkNoDoubleApply()
+}
+
+// postCallback posts res to env's callback as a provider does, and returns
+// the status and, for a 200, its "result".
+func postCallback(t *testing.T, env webhooksdk.Envelope, res webhooksdk.Result) (int, string) {
+	t.Helper()
+	body, err := json.Marshal(res)
+	must(t, err)
+	resp := postWithToken(t, env.Callback.URL, env.Callback.Token, body)
+	defer resp.Body.Close()
+	var out struct {
+		Result string `json:"result"`
+	}
+	if resp.StatusCode == http.StatusOK {
+		must(t, json.NewDecoder(resp.Body).Decode(&out))
+	}
+	return resp.StatusCode, out.Result
+}
+
+// postHeartbeat posts a heartbeat for env's claim and returns the status.
+func postHeartbeat(t *testing.T, env webhooksdk.Envelope) int {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"task_id": env.TaskID, "claim_epoch": env.ClaimEpoch})
+	must(t, err)
+	resp := postWithToken(t, strings.TrimSuffix(env.Callback.URL, "/outcome")+"/heartbeat", env.Callback.Token, body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func postWithToken(t *testing.T, url, token string, body []byte) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
+	must(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	return resp
 }
 
 // TestTerminalOnlyFromTheBody: an error result pins the resource Failed only

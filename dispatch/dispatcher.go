@@ -485,7 +485,9 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	now := time.Now()
 	for i, t := range tasks {
 		if !ok[i] {
-			ops <- op{kind: opComplete, task: t, result: webhooksdk.Result{Error: &webhooksdk.Error{Message: "resource vanished", Terminal: true}}}
+			// Never sent: no provider answer exists for this claim.
+			ops <- op{kind: opComplete, task: t, abandoned: true,
+				result: webhooksdk.Result{Error: &webhooksdk.Error{Message: "resource vanished", Terminal: true}}}
 			continue
 		}
 		it := &item{task: t, env: envs[i], pair: fmt.Sprintf("%s/%d", t.Kind, t.KindVersion), queuedAt: now}

@@ -48,7 +48,11 @@
 // epoch, so a result from a claim that lapsed and was re-claimed — a slow
 // provider, a late callback, a partitioned pod — is refused ("superseded",
 // 409 to a callback) and can never be applied twice; a repeat of the
-// accepted outcome is a no-op ("duplicate", 200).
+// accepted outcome is a no-op ("duplicate", 200). When the dispatcher gives
+// up on a claim (a timeout, a broken connection, a 202 with no callback) it
+// records a failure in the provider's place, marked abandoned: the
+// provider's own Result for that claim, if it still comes, was not applied,
+// so it is superseded too, never a duplicate.
 //
 // # Asynchronous outcomes
 //

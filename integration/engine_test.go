@@ -458,6 +458,70 @@ func TestCrashedClaimIsReclaimedAndFenced(t *testing.T) {
 	e.checkInvariants()
 }
 
+// TestAbandonedClaimIsSuperseded: a failure the dispatcher records in the
+// provider's place (Abandoned: it gave up on the provider's answer) makes
+// the provider's own late Result for that claim superseded, not a
+// duplicate, both while the failure waits in the outbox and once the drain
+// has applied it; a provider's repeat of a failure it reported itself is
+// still a duplicate in both places.
+func TestAbandonedClaimIsSuperseded(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{noDrain: true})
+	e.defineKinds(model.Policy{})
+	e.listen()
+	ctx := t.Context()
+
+	gaveUp := e.apply("leaf", "gave-up", map[string]any{})
+	reported := e.apply("leaf", "reported", map[string]any{})
+	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	must(t, err)
+	if len(tasks) != 2 {
+		t.Fatalf("claimed %d tasks, want 2", len(tasks))
+	}
+	if tasks[0].ResourceID != gaveUp {
+		tasks[0], tasks[1] = tasks[1], tasks[0]
+	}
+	timeout := webhooksdk.Result{Error: &webhooksdk.Error{Message: "endpoint leaves gave no answer within its request timeout (1s)"}}
+	quota := webhooksdk.Result{Error: &webhooksdk.Error{Message: "quota exhausted"}}
+	late := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"late":true}`)}}
+	st, err := e.st.CompleteBatch(ctx, []store.Completion{
+		{Task: tasks[0], Result: timeout, Abandoned: true},
+		{Task: tasks[1], Result: quota},
+	})
+	must(t, err)
+	if st[0] != store.Applied || st[1] != store.Applied {
+		t.Fatalf("completions = %v, want both applied", st)
+	}
+
+	check := func(where string) {
+		t.Helper()
+		if st, err := e.st.Complete(ctx, tasks[0], late); st != store.Superseded || !errors.Is(err, store.ErrSuperseded) {
+			t.Errorf("%s: the provider's late Result for the abandoned claim = %v, %v; want superseded", where, st, err)
+		}
+		if st, err := e.st.Complete(ctx, tasks[1], quota); st != store.Duplicate || err != nil {
+			t.Errorf("%s: the provider's repeat of its own failure = %v, %v; want duplicate", where, st, err)
+		}
+	}
+	check("in the outbox")
+
+	must(t, drainer.New(drainer.Config{}, e.st, nil, e.log).DrainOnce(ctx))
+	for _, r := range []struct {
+		id        string
+		epoch     int64
+		abandoned bool
+	}{{gaveUp, tasks[0].Epoch, true}, {reported, tasks[1].Epoch, false}} {
+		if n := e.count(`SELECT count(*) FROM resources WHERE id = $1 AND last_task_epoch = $2 AND last_task_abandoned = $3
+			AND last_error IS NOT NULL`, r.id, r.epoch, r.abandoned); n != 1 {
+			t.Fatalf("resource %s: its failure was not drained onto it with last_task_abandoned = %v", r.id, r.abandoned)
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM work_outbox`); n != 0 {
+		t.Fatalf("%d outcomes left in the outbox after the drain", n)
+	}
+	check("after the drain")
+	e.checkInvariants()
+}
+
 func TestOversizedStatusFailsTerminally(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t, engineOpts{})

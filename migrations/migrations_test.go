@@ -235,15 +235,21 @@ func TestStatus(t *testing.T) {
 	engineStates[0] = "changed"
 	checkStatus(t, b, len(b.versions), engineStates)
 
-	if err := migrations.Down(ctx, b.db.DSN); err != nil {
-		t.Fatalf("Down: %v", err)
-	}
-	// Rolling back 00012 drops converge_engine_checksums with the rest:
-	// the engine is pending again.
+	// A Down forgets the engine's checksums (the next Up applies the whole
+	// engine again): every engine file is pending after it, down to 00012
+	// and with 00012 rolled back too (its Down drops the table).
 	for i := range engineStates {
 		engineStates[i] = "pending"
 	}
-	checkStatus(t, b, len(b.versions)-1, engineStates)
+	for applied := len(b.versions) - 1; applied >= 0; applied-- {
+		if err := migrations.Down(ctx, b.db.DSN); err != nil {
+			t.Fatalf("Down from version %d: %v", b.versions[applied], err)
+		}
+		checkStatus(t, b, applied, engineStates)
+		if b.versions[applied] == 12 {
+			break
+		}
+	}
 }
 
 // checkStatus runs Status and checks that its first applied versions are

@@ -476,15 +476,22 @@ func TestEndpointExpireAsync(t *testing.T) {
 		t.Errorf("held lease ends in %s, want ~1m", time.Until(got[1].LeaseUntil))
 	}
 	var errText string
-	if err := b.db.Pool.QueryRow(b.ctx, `SELECT coalesce(error, '') FROM work_outbox WHERE task_id = $1`, tasks[0].ID).Scan(&errText); err != nil {
+	var abandoned bool
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT coalesce(error, ''), abandoned FROM work_outbox WHERE task_id = $1`, tasks[0].ID).Scan(&errText, &abandoned); err != nil {
 		t.Fatal(err)
 	}
-	if errText != "async task timed out without a callback" {
-		t.Errorf("outbox error = %q", errText)
+	if errText != "async task timed out without a callback" || !abandoned {
+		t.Errorf("outbox error = %q, abandoned = %v; want the message, abandoned", errText, abandoned)
 	}
-	// A late callback for the expired claim is now a duplicate of the expiry,
-	// never a second outcome.
-	if st, err := b.st.Complete(b.ctx, tasks[0], webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); err != nil || st != store.Duplicate {
-		t.Errorf("late callback = %q, %v; want duplicate", st, err)
+	// A late callback for the expired claim is never a second outcome; nor
+	// is it a duplicate: its Result was not applied, the dispatcher's expiry
+	// was. It is superseded.
+	if st, err := b.st.Complete(b.ctx, tasks[0], webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); !errors.Is(err, store.ErrSuperseded) || st != store.Superseded {
+		t.Errorf("late callback = %q, %v; want superseded", st, err)
+	}
+	// The callback that landed before is the provider's own: its repeat is
+	// a duplicate.
+	if st, err := b.st.Complete(b.ctx, tasks[2], webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); err != nil || st != store.Duplicate {
+		t.Errorf("repeated callback = %q, %v; want duplicate", st, err)
 	}
 }

@@ -12,13 +12,21 @@ import (
 
 // ErrSuperseded means a completion arrived for a claim that no longer holds
 // the task: it was reclaimed after its lease lapsed, re-pended, or its
-// resource is gone. The outcome was not applied.
+// resource is gone, or the dispatcher gave up on it and recorded a failure
+// in its place (Completion.Abandoned). The outcome was not applied.
 var ErrSuperseded = errors.New("task superseded: the claim_epoch no longer holds it")
 
 // Completion is one task's result, addressed by its claim.
 type Completion struct {
 	Task   model.Task
 	Result webhooksdk.Result
+	// Abandoned marks a failure the dispatcher records in the provider's
+	// place because it gave up on the provider's answer (the request timed
+	// out or broke, the task deadline passed first, a 202's callback never
+	// came, the answer was not a Result): the provider's own Result for
+	// this claim, should it still come by callback, was not applied, so it
+	// is Superseded rather than Duplicate.
+	Abandoned bool
 }
 
 // CompleteStatus says what became of a completion.
@@ -29,12 +37,14 @@ const (
 	// Applied: the outcome was accepted and queued for the drainer.
 	Applied CompleteStatus = "applied"
 	// Duplicate: this claim's outcome was already accepted; nothing changed.
+	// Never said of a claim whose accepted outcome was Abandoned.
 	Duplicate CompleteStatus = "duplicate"
-	// Superseded: the claim no longer holds the task; nothing changed.
+	// Superseded: the claim no longer holds the task, or the dispatcher
+	// abandoned it; nothing changed.
 	Superseded CompleteStatus = "superseded"
 )
 
-const completeSQL = `SELECT task_id, result FROM complete_tasks($1, $2, $3, $4, $5, $6, $7)`
+const completeSQL = `SELECT task_id, result FROM complete_tasks($1, $2, $3, $4, $5, $6, $7, $8)`
 
 // CompleteBatch records results for claimed tasks in one round trip. Each
 // result is checked first (size, children, conditions; see checkOutcome): a
@@ -49,8 +59,9 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 	outcomes := make([][]byte, n)
 	errs := make([]*string, n)
 	terms := make([]bool, n)
+	abandoned := make([]bool, n)
 	for i, c := range cs {
-		ids[i], shards[i], epochs[i] = c.Task.ID, c.Task.Shard, c.Task.Epoch
+		ids[i], shards[i], epochs[i], abandoned[i] = c.Task.ID, c.Task.Shard, c.Task.Epoch, c.Abandoned
 		if c.Task.ResourceID != "" {
 			rids[i] = &c.Task.ResourceID
 		}
@@ -76,7 +87,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 			outcomes[i] = b
 		}
 	}
-	rows, err := s.pool.Query(ctx, completeSQL, ids, shards, epochs, rids, outcomes, errs, terms)
+	rows, err := s.pool.Query(ctx, completeSQL, ids, shards, epochs, rids, outcomes, errs, terms, abandoned)
 	if err != nil {
 		return nil, fmt.Errorf("complete tasks: %w", err)
 	}
@@ -103,8 +114,9 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 	return out, nil
 }
 
-// Complete records one task's result. It returns ErrSuperseded if the claim
-// no longer holds the task; a repeat of an accepted completion returns
+// Complete records one task's result (the provider's: not Abandoned). It
+// returns ErrSuperseded if the claim no longer holds the task or the
+// dispatcher abandoned it; a repeat of an accepted completion returns
 // (Duplicate, nil).
 func (s *Store) Complete(ctx context.Context, t model.Task, r webhooksdk.Result) (CompleteStatus, error) {
 	st, err := s.CompleteBatch(ctx, []Completion{{Task: t, Result: r}})

@@ -13,8 +13,10 @@
 //
 // Outcome answers: 200 applied; 200 duplicate (the same claim's outcome was
 // already accepted: a no-op, so providers may retry freely); 409 superseded
-// (the claim lapsed and the task was re-claimed, re-pended or removed: the
-// result is dropped and the provider should stop); 401 bad, expired or
+// (the claim lapsed and the task was re-claimed, re-pended or removed, or
+// the dispatcher gave up on the claim — a request timeout, an accepted task
+// that never called back — and recorded a failure in its place: the result
+// is dropped and the provider should stop); 401 bad, expired or
 // other-task token; 413 body over the cap; 415 not JSON; 400 malformed,
 // or a task_id or claim_epoch in the body that is not the token's (an
 // explicit 0 included; absent means the token's) — the task stays claimed

@@ -74,7 +74,8 @@ const (
 	), r AS (
 		UPDATE resources r SET status = o.outcome->'status', spec_gen = o.generation, synced_gen = o.generation,
 			health_ok = true, failure_gen = 0, failure_terminal = false, last_error = NULL,
-			last_task_id = o.task_id, last_task_epoch = o.claim_epoch, last_claimed_at = o.claimed_at, updated_at = now()
+			last_task_id = o.task_id, last_task_epoch = o.claim_epoch, last_task_abandoned = o.abandoned,
+			last_claimed_at = o.claimed_at, updated_at = now()
 		  FROM o WHERE r.id = o.resource_id
 	)
 	INSERT INTO resource_events (resource_id, type, generation, message)

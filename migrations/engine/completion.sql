@@ -10,8 +10,16 @@
 -- once drained, from the resource's last_task_id/last_task_epoch; anything
 -- else is 'superseded' (the claim was reclaimed or re-pended, or its resource
 -- is gone).
+--
+-- p_abandoned marks a failure the dispatcher records in the provider's place
+-- because it gave up on the provider's answer (a request timeout, a broken
+-- connection, an accepted task whose callback never came, ...). The
+-- provider's own Result for that claim may still arrive by callback; it was
+-- not applied, so it is 'superseded', never 'duplicate': 'duplicate' tells a
+-- provider that its Result took effect. Only an accepted outcome that was
+-- not abandoned makes a repeat a duplicate. (A NULL mark is false.)
 CREATE OR REPLACE FUNCTION complete_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_resource_ids uuid[],
-                               p_outcomes jsonb[], p_errors text[], p_terminals boolean[])
+                               p_outcomes jsonb[], p_errors text[], p_terminals boolean[], p_abandoned boolean[])
 RETURNS TABLE (task_id uuid, result text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
@@ -19,11 +27,11 @@ DECLARE
     v_applied uuid[];
 BEGIN
     WITH ins AS (
-        INSERT INTO work_outbox (shard_id, resource_id, task_id, task_type, kind, kind_version, trigger, claim_epoch, claimed_at, generation, emits, outcome, error, terminal)
+        INSERT INTO work_outbox (shard_id, resource_id, task_id, task_type, kind, kind_version, trigger, claim_epoch, claimed_at, generation, emits, outcome, error, terminal, abandoned)
         SELECT w.shard_id, w.resource_id, w.task_id, w.task_type, w.kind, w.kind_version, w.trigger, w.claim_epoch, w.claimed_at, w.claimed_gen, w.emits,
-               i.outcome, i.error, coalesce(i.terminal, false)
-          FROM unnest(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals)
-                 AS i(task_id, shard_id, epoch, outcome, error, terminal)
+               i.outcome, i.error, coalesce(i.terminal, false), coalesce(i.abandoned, false)
+          FROM unnest(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals, p_abandoned)
+                 AS i(task_id, shard_id, epoch, outcome, error, terminal, abandoned)
           JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id
          WHERE w.claim_epoch = i.epoch AND w.state = 'claimed'
            -- A repeat while the drain is finishing the task sees its outbox
@@ -38,13 +46,16 @@ BEGIN
         PERFORM notify_gated('outbox_ready');
     END IF;
     -- Only the tasks not applied are answered; the caller takes silence for
-    -- 'applied', so the common case costs no second probe per task.
+    -- 'applied', so the common case costs no second probe per task. An
+    -- abandoned outcome found by either probe makes the answer 'superseded'.
     RETURN QUERY
     SELECT i.task_id,
            CASE WHEN EXISTS (SELECT 1 FROM work_outbox o
-                              WHERE o.shard_id = i.shard_id AND o.task_id = i.task_id AND o.claim_epoch = i.epoch)
+                              WHERE o.shard_id = i.shard_id AND o.task_id = i.task_id AND o.claim_epoch = i.epoch
+                                AND NOT o.abandoned)
                   OR EXISTS (SELECT 1 FROM resources r
-                              WHERE r.id = i.resource_id AND r.last_task_id = i.task_id AND r.last_task_epoch = i.epoch)
+                              WHERE r.id = i.resource_id AND r.last_task_id = i.task_id AND r.last_task_epoch = i.epoch
+                                AND NOT r.last_task_abandoned)
                 THEN 'duplicate' ELSE 'superseded' END
       FROM unnest(p_task_ids, p_shards, p_epochs, p_resource_ids) AS i(task_id, shard_id, epoch, resource_id)
       LEFT JOIN unnest(v_applied) AS a(task_id) ON a.task_id = i.task_id
@@ -54,8 +65,9 @@ $$;
 
 -- expire_async_tasks ends asynchronous deliveries (the provider answered 202)
 -- whose lease lapsed without a callback: each task still claimed at its epoch
--- with lease_until <= now() is completed with a transient error (an attempt
--- is burnt and the drain backs it off), under a row lock so a heartbeat that
+-- with lease_until <= now() is completed with a transient error, abandoned
+-- (an attempt is burnt and the drain backs it off; a late callback is
+-- superseded), under a row lock so a heartbeat that
 -- races it either lands first (the lease moved: 'held') or finds the task
 -- completed. It returns one row per input: 'expired' (completed now), 'held'
 -- (still claimed; lease_until says until when) or 'gone' (completed by a
@@ -88,7 +100,8 @@ BEGIN
         -- the expiry is then not applied and the task reads as gone.
         SELECT array_agg(x.task_id) INTO v_lost
           FROM complete_tasks(v_ids, v_shards, v_epochs, v_rids,
-                 array_fill(NULL::jsonb, ARRAY[n]), array_fill(p_message, ARRAY[n]), array_fill(false, ARRAY[n])) x;
+                 array_fill(NULL::jsonb, ARRAY[n]), array_fill(p_message, ARRAY[n]), array_fill(false, ARRAY[n]),
+                 array_fill(true, ARRAY[n])) x;
     END IF;
     RETURN QUERY
     SELECT i.task_id,

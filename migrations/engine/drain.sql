@@ -9,7 +9,9 @@
 -- backoff, and past max_transient_attempts turns terminal; anything else
 -- deletes the row), then one coalesced resources UPDATE (status,
 -- spec_gen/synced_gen, health_ok, failure_gen — only the parts the reaction's
--- emits mask allows — and last_task_*), conditions on transition with stale
+-- emits mask allows — and last_task_*, by which complete_tasks recognises a
+-- repeat: last_task_abandoned says the outcome was a failure the dispatcher
+-- recorded in the provider's place), conditions on transition with stale
 -- False rows cleared on recovery, events, value flows, re-scheduling.
 CREATE OR REPLACE FUNCTION drain_outbox_batch(p_lo int, p_hi int, p_limit int, p_retry_base_ms int, p_retry_max_ms int)
 RETURNS int
@@ -93,7 +95,7 @@ BEGIN
            AND s.err IS NOT NULL AND NOT s.term0 AND w.generation = w.claimed_gen
            AND NOT (s.max_attempts > 0 AND w.attempts + 1 >= s.max_attempts)
         RETURNING ROW(w.resource_id, s.task_id, s.claim_epoch, s.claimed_at, s.trigger, s.generation, s.emits, s.outcome,
-            s.err, false, false, w.rollup_dirty, s.has_rollup)::drain_item AS item, w.kind, w.kind_version, w.claim_lo
+            s.err, false, false, w.rollup_dirty, s.has_rollup, s.abandoned)::drain_item AS item, w.kind, w.kind_version, w.claim_lo
     ), fin AS (
         DELETE FROM work_queue w
          USING src s
@@ -110,7 +112,8 @@ BEGIN
             s.term0 OR (s.err IS NOT NULL AND w.generation = w.claimed_gen),
             w.generation > w.claimed_gen,
             w.rollup_dirty,
-            s.has_rollup)::drain_item AS item, w.kind, w.kind_version, w.claim_lo
+            s.has_rollup,
+            s.abandoned)::drain_item AS item, w.kind, w.kind_version, w.claim_lo
     )
     SELECT array_agg(item), array_agg((item).resource_id), array_agg(kind), array_agg(kind_version), array_agg(claim_lo)
       INTO v_items, v_rids, v_kinds, v_vers, v_los
@@ -139,6 +142,7 @@ BEGIN
         last_error = i.error,
         last_task_id = i.task_id,
         last_task_epoch = i.claim_epoch,
+        last_task_abandoned = i.abandoned,
         last_claimed_at = i.claimed_at,
         updated_at = now()
       FROM unnest(v_items) i
