@@ -162,7 +162,7 @@ func TestEngineOverTheAPI(t *testing.T) {
 	waitFor(t, 20*time.Second, "root Ready through the API", func() bool {
 		_, body := s.call("GET", "/resources/comp/root", nil)
 		_ = json.Unmarshal(body, &root)
-		return root.Phase == model.PhaseReady
+		return root.PhaseOf() == model.PhaseReady
 	})
 	var page struct {
 		Items []model.Resource `json:"items"`

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/convergeplane/converge/webhooksdk"
@@ -27,27 +26,25 @@ const (
 var Phases = []Phase{PhaseDeleting, PhaseQuarantined, PhaseFailed, PhaseOrphaned,
 	PhaseDegraded, PhaseReady, PhaseReconciling}
 
-// Resource is one row of the resources table as the engine and API see it.
-// A provider sees the part of it the protocol carries: see Wire.
+// Resource is one row of the resources table as the engine and API see it:
+// the protocol's resource (what a provider sees of it: the subject of a task,
+// or an entry of its observed children or descendants) and the row's own
+// columns. The embedded webhooksdk.Resource's omitempty tags apply to the
+// API too: an unlabelled resource has no "labels" (docs/api.md).
 type Resource struct {
-	ID                string            `json:"id"`
-	Kind              string            `json:"kind"`
-	KindVersion       int               `json:"kind_version"`
-	Name              string            `json:"name"`
-	Labels            map[string]string `json:"labels"`
-	Spec              json.RawMessage   `json:"spec"`
-	Status            json.RawMessage   `json:"status,omitempty"`
-	OwnerID           string            `json:"owner_id,omitempty"`
-	ProviderConfigRef string            `json:"provider_config_ref,omitempty"`
-	Generation        int64             `json:"generation"`
-	SyncedGen         int64             `json:"synced_gen"`
-	HealthOK          bool              `json:"health_ok"`
-	FailureGen        int64             `json:"failure_gen"`
-	Phase             Phase             `json:"phase"`
-	LastError         string            `json:"last_error,omitempty"`
-	CreatedAt         time.Time         `json:"created_at"`
-	UpdatedAt         time.Time         `json:"updated_at"`
+	webhooksdk.Resource
+	OwnerID           string    `json:"owner_id,omitempty"`
+	ProviderConfigRef string    `json:"provider_config_ref,omitempty"`
+	SyncedGen         int64     `json:"synced_gen"`
+	HealthOK          bool      `json:"health_ok"`
+	FailureGen        int64     `json:"failure_gen"`
+	LastError         string    `json:"last_error,omitempty"`
+	CreatedAt         time.Time `json:"created_at"`
+	UpdatedAt         time.Time `json:"updated_at"`
 }
+
+// PhaseOf is the resource's phase, typed.
+func (r Resource) PhaseOf() Phase { return Phase(r.Phase) }
 
 // StoredCondition is a condition as the control plane keeps it: what a
 // reaction reported (the protocol's webhooksdk.Condition) and when its status
@@ -75,23 +72,14 @@ type Task struct {
 	Deadline    time.Time // zero = no deadline
 }
 
-// Wire returns the resource as the protocol carries it to a provider: the
-// subject of a task, or an entry of its observed children or descendants.
-func (r *Resource) Wire() webhooksdk.Resource {
-	return webhooksdk.Resource{
-		ID: r.ID, Kind: r.Kind, KindVersion: r.KindVersion, Name: r.Name, Labels: r.Labels,
-		Spec: r.Spec, Status: r.Status, Generation: r.Generation, Phase: string(r.Phase),
-	}
-}
-
-// WireResources converts rs with Wire; nil for none.
+// WireResources returns the protocol's part of each of rs; nil for none.
 func WireResources(rs []Resource) []webhooksdk.Resource {
 	if len(rs) == 0 {
 		return nil
 	}
 	out := make([]webhooksdk.Resource, len(rs))
 	for i := range rs {
-		out[i] = rs[i].Wire()
+		out[i] = rs[i].Resource
 	}
 	return out
 }

@@ -113,7 +113,7 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]webhoo
 		req := webhooksdk.Envelope{
 			TaskID: t.ID, ClaimEpoch: t.Epoch, Attempt: t.Attempts + 1, TaskType: t.Type,
 			Reaction: t.Reaction, Trigger: t.Trigger, Kind: t.Kind, KindVersion: t.KindVersion,
-			Resource: new(r.Wire()), Status: r.Status,
+			Resource: &r.Resource, Status: r.Status,
 		}
 		if !t.Deadline.IsZero() {
 			d := t.Deadline.UTC().Truncate(time.Millisecond)
@@ -125,8 +125,8 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]webhoo
 				// grace window: it neither counts toward nor degrades the
 				// rollup (the composer still observes it, to re-adopt it).
 				for _, c := range children[t.ResourceID] {
-					if c.Phase != model.PhaseOrphaned {
-						req.Descendants = append(req.Descendants, c.Wire())
+					if c.PhaseOf() != model.PhaseOrphaned {
+						req.Descendants = append(req.Descendants, c.Resource)
 					}
 				}
 			} else {
