@@ -74,8 +74,8 @@ func TestInlineSuccess(t *testing.T) {
 	want := webhooksdk.Envelope{
 		Type: "task", TaskID: taskID, ClaimEpoch: 1, Attempt: 1, TaskType: "reconcile", Reaction: "work",
 		Trigger: "specChange", Kind: "leaf", KindVersion: 1,
-		Resource: &webhooksdk.Resource{ID: id, Kind: "leaf", KindVersion: 1, Name: "a", Spec: json.RawMessage(`{"x":1}`),
-			Generation: 1, Phase: "Reconciling"},
+		Resource: &webhooksdk.Resource{ID: id, Kind: "leaf", KindVersion: 1, Name: "a", Labels: map[string]string{},
+			Spec: json.RawMessage(`{"x":1}`), Generation: 1, Phase: "Reconciling"},
 		Config: json.RawMessage(`{"region":"eu","size":2}`), Bundle: []byte{1, 2},
 	}
 	got := env

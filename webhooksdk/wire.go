@@ -105,10 +105,11 @@ type Envelope struct {
 }
 
 // Resource is a resource as the dispatcher sends it: the subject of a task, or an entry
-// of Observed / Descendants.
+// of Observed / Descendants. Every field but status is always present; the control
+// plane's REST API shows the same fields for a resource (its row embeds this type).
 type Resource struct {
 	// ID is the resource's stable UUID.
-	ID string `json:"id,omitempty"`
+	ID string `json:"id"`
 	// Kind is the resource's kind.
 	Kind string `json:"kind"`
 	// KindVersion is the resource's kind version, 1..32767.
@@ -116,18 +117,18 @@ type Resource struct {
 	// Name is unique per kind.
 	Name string `json:"name"`
 	// Labels are the resource's labels.
-	Labels map[string]string `json:"labels,omitempty"`
+	Labels map[string]string `json:"labels"`
 	// Spec is the desired state, validated against the kind's spec schema, with value
 	// flows substituted.
-	Spec json.RawMessage `json:"spec,omitempty"`
+	Spec json.RawMessage `json:"spec"`
 	// Status is the last applied status.
 	Status json.RawMessage `json:"status,omitempty"`
 	// Generation bumps on every spec change.
-	Generation int64 `json:"generation,omitempty"`
+	Generation int64 `json:"generation"`
 	// Phase is the resource's readiness (Ready, Reconciling, Degraded,
 	// Failed, Orphaned, Quarantined, Deleting); a rollup reads it from each
 	// descendant to aggregate.
-	Phase string `json:"phase,omitempty"`
+	Phase string `json:"phase"`
 }
 
 // Operation is the subresource verb an operate task runs, with its input.
