@@ -474,7 +474,7 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	if len(tasks) == 0 {
 		return 0, limit
 	}
-	envs, ok, err := d.st.BuildRequests(ctx, tasks)
+	envs, failed, err := d.st.BuildRequests(ctx, tasks)
 	if err != nil {
 		d.log.Error("build requests failed; releasing the claims", "err", err, "tasks", len(tasks))
 		for _, t := range tasks {
@@ -484,10 +484,10 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	}
 	now := time.Now()
 	for i, t := range tasks {
-		if !ok[i] {
+		if failed[i] != nil {
 			// Never sent: no provider answer exists for this claim.
 			ops <- op{kind: opComplete, task: t, abandoned: true,
-				result: webhooksdk.Result{Error: &webhooksdk.Error{Message: "resource vanished", Terminal: true}}}
+				result: webhooksdk.Result{Error: &webhooksdk.Error{Message: failed[i].Error(), Terminal: true}}}
 			continue
 		}
 		it := &item{task: t, env: envs[i], pair: fmt.Sprintf("%s/%d", t.Kind, t.KindVersion), queuedAt: now}

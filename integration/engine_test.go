@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -365,6 +366,47 @@ func TestKindAtCapDoesNotStarveOthers(t *testing.T) {
 	}
 	if got, want := claim(e2), (map[string]int{"leaf": 2, "free": 6}); !maps.Equal(got, want) {
 		t.Errorf("claim behind uncapped work took %v, want %v", got, want)
+	}
+}
+
+// TestUnbuildableRequestFailsOnlyItsTask: a resource whose effective
+// provider config cannot be built (an override stored before the API and the
+// drain refused non-object specs, or written around them) fails its own task
+// terminally, naming the config, and the rest of its batch is delivered. The
+// whole batch used to be released, so every task claimed with that resource
+// was held back, claim after claim.
+func TestUnbuildableRequestFailsOnlyItsTask(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{noDrain: true})
+	e.manifest("leaf", 1, leafReactions, model.Policy{})
+	ctx := t.Context()
+	_, err := e.db.Pool.Exec(ctx, `INSERT INTO providerconfigs (name, kind, kind_version, spec) VALUES ('bad', 'leaf', 1, '[1, 2]')`)
+	must(t, err)
+	good := e.apply("leaf", "good", map[string]any{})
+	bad := e.apply("leaf", "bad", map[string]any{})
+	_, err = e.db.Pool.Exec(ctx, `UPDATE resources SET provider_config_ref = 'bad' WHERE id = $1`, bad)
+	must(t, err)
+
+	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "c", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	must(t, err)
+	if len(tasks) != 2 {
+		t.Fatalf("claimed %d tasks, want 2", len(tasks))
+	}
+	envs, failed, err := e.st.BuildRequests(ctx, tasks)
+	if err != nil {
+		t.Fatalf("BuildRequests failed the whole batch: %v", err)
+	}
+	for i, tk := range tasks {
+		switch tk.ResourceID {
+		case good:
+			if failed[i] != nil || envs[i].Resource == nil || envs[i].Resource.Name != "good" {
+				t.Errorf("good: failed %v, envelope %+v; want its request built", failed[i], envs[i].Resource)
+			}
+		case bad:
+			if failed[i] == nil || !strings.Contains(failed[i].Error(), "provider config bad") {
+				t.Errorf("bad: failed = %v, want an error naming provider config bad", failed[i])
+			}
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,9 +16,14 @@ import (
 // BuildRequests assembles the request each claimed task carries: the
 // resource, its children for a composer (observed) or rollup (descendants),
 // and the effective provider config (the kind default deep-merged with the
-// resource's own override; the override's bundle replaces the default's). A
-// task whose resource vanished since the claim gets no request (ok=false).
-func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]webhooksdk.Envelope, []bool, error) {
+// resource's own override; the override's bundle replaces the default's).
+//
+// failed is parallel to tasks: a task that gets no request has its reason
+// there — its resource vanished since the claim, or its effective config
+// cannot be built (a stored override that is not a JSON object) — and only
+// that task fails: one bad row must not hold back the batch it was claimed
+// with. The error is for the batch as a whole (the database).
+func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []webhooksdk.Envelope, failed []error, err error) {
 	ids := make([]string, len(tasks))
 	for i, t := range tasks {
 		ids[i] = t.ResourceID
@@ -103,13 +109,13 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]webhoo
 	}
 
 	out := make([]webhooksdk.Envelope, len(tasks))
-	ok := make([]bool, len(tasks))
+	failed = make([]error, len(tasks))
 	for i, t := range tasks {
 		r, found := byID[t.ResourceID]
 		if !found {
+			failed[i] = errResourceVanished
 			continue
 		}
-		ok[i] = true
 		req := webhooksdk.Envelope{
 			TaskID: t.ID, ClaimEpoch: t.Epoch, Attempt: t.Attempts + 1, TaskType: t.Type,
 			Reaction: t.Reaction, Trigger: t.Trigger, Kind: t.Kind, KindVersion: t.KindVersion,
@@ -139,7 +145,8 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]webhoo
 			o := overrides[r.ProviderConfigRef]
 			merged, err := webhooksdk.MergeConfig(def.spec, o.spec)
 			if err != nil {
-				return nil, nil, fmt.Errorf("effective config for %s/%s: %w", r.Kind, r.Name, err)
+				failed[i] = fmt.Errorf("cannot build the effective provider config (provider config %s): %w", r.ProviderConfigRef, err)
+				continue
 			}
 			req.Config = merged
 			if len(o.data) > 0 {
@@ -148,8 +155,11 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) ([]webhoo
 		}
 		out[i] = req
 	}
-	return out, ok, nil
+	return out, failed, nil
 }
+
+// errResourceVanished: the task's resource was deleted after the claim.
+var errResourceVanished = errors.New("resource vanished")
 
 func needsChildren(t model.Task) bool {
 	return t.Trigger == webhooksdk.TriggerChildrenSettled ||

@@ -187,7 +187,7 @@ func (e *Executor) claimAndRun(ctx context.Context, limit int, slots chan struct
 	if err != nil || len(tasks) == 0 {
 		return 0, err
 	}
-	envs, ok, err := e.store.BuildRequests(ctx, tasks)
+	envs, failed, err := e.store.BuildRequests(ctx, tasks)
 	if err != nil {
 		// Give the claims back so another pass (or the reaper) retries them.
 		if rerr := e.store.Release(context.WithoutCancel(ctx), tasks, 0, "request build failed"); rerr != nil {
@@ -196,8 +196,8 @@ func (e *Executor) claimAndRun(ctx context.Context, limit int, slots chan struct
 		return 0, err
 	}
 	for i, t := range tasks {
-		if !ok[i] {
-			results <- done{task: t, res: webhooksdk.Result{Error: &webhooksdk.Error{Message: "resource vanished", Terminal: true}}}
+		if failed[i] != nil {
+			results <- done{task: t, res: webhooksdk.Result{Error: &webhooksdk.Error{Message: failed[i].Error(), Terminal: true}}}
 			continue
 		}
 		slots <- struct{}{}
