@@ -241,7 +241,9 @@ func (a *app) printError(cmd *cobra.Command, err error) {
 }
 
 // writeError prints "Error: [what: ]<err>" and, for an API error, each field
-// error on its own line as "  - <location>: <message>".
+// error on its own line as "  - <location>: <message>" — unless the detail
+// already says the only one (location and message), which would print the
+// same words twice.
 func writeError(w io.Writer, what string, err error) {
 	prefix := "Error: "
 	if what != "" {
@@ -252,7 +254,11 @@ func writeError(w io.Writer, what string, err error) {
 	if !errors.As(err, &ae) {
 		return
 	}
-	for _, fe := range ae.Errors {
+	errs := ae.Errors
+	if len(errs) == 1 && strings.Contains(ae.Detail, errs[0].Location) && strings.Contains(ae.Detail, errs[0].Message) {
+		errs = nil
+	}
+	for _, fe := range errs {
 		switch {
 		case fe.Location != "" && fe.Message != "":
 			fmt.Fprintf(w, "  - %s: %s\n", fe.Location, fe.Message)
