@@ -203,9 +203,6 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := wire.DecodeResult(body, c.TaskID, c.Epoch)
-	if err == nil {
-		err = checkEcho(body, c)
-	}
 	if err != nil {
 		// The claim stays as it is: its lease or deadline lapses and the task
 		// is retried, rather than a garbled body deciding anything.
@@ -232,10 +229,9 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// checkEcho refuses a body whose claim_epoch is not the token's. The
-// decoder reads an absent claim_epoch and an explicit 0 alike, so a body
-// saying 0 for a claim at epoch 1 was applied; only an absent (or null)
-// one means "the token's". Epochs start at 1, so 0 never matches.
+// checkEcho refuses a heartbeat body whose claim_epoch is not the token's:
+// only an absent (or null) one means "the token's"; epochs start at 1, so an
+// explicit 0 never matches (wire.DecodeResult holds outcomes to the same).
 func checkEcho(body []byte, c Claim) error {
 	var echo struct {
 		ClaimEpoch *json.RawMessage `json:"claim_epoch"`

@@ -32,14 +32,20 @@ func MessageID(t model.Task) string {
 // {"error": …}.
 var ErrMalformedResult = errors.New("malformed result")
 
-// DecodeResult decodes a result body: exactly one of outcome and error must
-// be present, and a task_id or claim_epoch it names must be the expected
-// claim's (a provider answering for another claim is a bug, not an
-// outcome). Errors match ErrMalformedResult. What the outcome itself may
-// hold is the store's to check (store.CompleteBatch), against the
-// reaction's emits mask.
+// DecodeResult decodes a result body, inline or by callback alike: exactly
+// one of outcome and error must be present, and a task_id or claim_epoch it
+// names must be the expected claim's (a provider answering for another claim
+// is a bug, not an outcome). An absent or null claim_epoch means this
+// claim's; an explicit 0 is another's (epochs start at 1). Errors match
+// ErrMalformedResult. What the outcome itself may hold is the store's to
+// check (store.CompleteBatch), against the reaction's emits mask.
 func DecodeResult(body []byte, taskID string, epoch int64) (webhooksdk.Result, error) {
-	var r webhooksdk.Result
+	// The outer claim_epoch shadows the embedded one, so it is read once,
+	// through a pointer that tells absent from 0.
+	var r struct {
+		webhooksdk.Result
+		ClaimEpoch *int64 `json:"claim_epoch"`
+	}
 	if err := json.Unmarshal(body, &r); err != nil {
 		return webhooksdk.Result{}, fmt.Errorf("%w: %v", ErrMalformedResult, err)
 	}
@@ -48,8 +54,11 @@ func DecodeResult(body []byte, taskID string, epoch int64) (webhooksdk.Result, e
 		return webhooksdk.Result{}, fmt.Errorf(`%w: need exactly one of "outcome" and "error"`, ErrMalformedResult)
 	case r.TaskID != "" && r.TaskID != taskID:
 		return webhooksdk.Result{}, fmt.Errorf("%w: task_id %q is not this task (%s)", ErrMalformedResult, r.TaskID, taskID)
-	case r.ClaimEpoch != 0 && r.ClaimEpoch != epoch:
-		return webhooksdk.Result{}, fmt.Errorf("%w: claim_epoch %d is not this claim's (%d)", ErrMalformedResult, r.ClaimEpoch, epoch)
+	case r.ClaimEpoch != nil && *r.ClaimEpoch != epoch:
+		return webhooksdk.Result{}, fmt.Errorf("%w: claim_epoch %d is not this claim's (%d)", ErrMalformedResult, *r.ClaimEpoch, epoch)
 	}
-	return r, nil
+	if r.ClaimEpoch != nil {
+		r.Result.ClaimEpoch = *r.ClaimEpoch
+	}
+	return r.Result, nil
 }

@@ -52,6 +52,8 @@ func TestDecodeResult(t *testing.T) {
 		{"null outcome", `{"outcome":null}`, webhooksdk.Result{}, true},
 		{"another task", `{"task_id":"other","outcome":{}}`, webhooksdk.Result{}, true},
 		{"another claim", `{"claim_epoch":6,"outcome":{}}`, webhooksdk.Result{}, true},
+		{"claim 0 is another claim", `{"claim_epoch":0,"outcome":{}}`, webhooksdk.Result{}, true},
+		{"a null claim_epoch is this claim's", `{"claim_epoch":null,"outcome":{}}`, webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}, false},
 		{"not json", `<html>`, webhooksdk.Result{}, true},
 		{"empty", ``, webhooksdk.Result{}, true},
 	}
