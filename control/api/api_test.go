@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,9 +15,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/convergeplane/converge/control/api"
+	"github.com/convergeplane/converge/control/api/apitest"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/pgtest"
 )
@@ -62,7 +61,7 @@ func setupWith(t *testing.T, cfg api.Config, register func(*api.Server, *store.S
 	if register != nil {
 		register(srv, st)
 	}
-	b := &testBundle{t: t, db: db, st: st, kinds: kinds, srv: srv, base: serve(t, srv)}
+	b := &testBundle{t: t, db: db, st: st, kinds: kinds, srv: srv, base: apitest.Serve(t, srv)}
 	t.Cleanup(func() {
 		if t.Failed() {
 			b.mu.Lock()
@@ -73,27 +72,6 @@ func setupWith(t *testing.T, cfg api.Config, register func(*api.Server, *store.S
 		}
 	})
 	return b
-}
-
-// serve runs the app on a loopback listener until the test ends, so tests
-// exercise the real HTTP stack (fasthttp's body limit included).
-func serve(t testing.TB, srv *api.Server) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.App().Listener(ln) }()
-	t.Cleanup(func() {
-		if err := srv.App().ShutdownWithTimeout(5 * time.Second); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return "http://" + ln.Addr().String()
 }
 
 // response is one answer of the API.

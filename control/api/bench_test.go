@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/control/api"
+	"github.com/convergeplane/converge/control/api/apitest"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/pgtest"
 )
@@ -56,7 +57,7 @@ func BenchmarkApply(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	base := serve(b, srv)
+	base := apitest.Serve(b, srv)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchClients}}
 	b.Cleanup(client.CloseIdleConnections)
 

@@ -114,17 +114,8 @@ func (s *jsonScan) object(loc string) (*Problem, bool) {
 		if p, ok := s.value(kloc); p != nil || !ok {
 			return p, ok
 		}
-		c, ok := s.peek()
-		if !ok {
-			return nil, false
-		}
-		s.i++
-		switch c {
-		case ',':
-		case '}':
-			return nil, true
-		default:
-			return nil, false
+		if more, ok := s.more('}'); !more || !ok {
+			return nil, ok
 		}
 	}
 }
@@ -141,18 +132,27 @@ func (s *jsonScan) array(loc string) (*Problem, bool) {
 		if p, ok := s.value(loc + "[" + strconv.Itoa(n) + "]"); p != nil || !ok {
 			return p, ok
 		}
-		c, ok := s.peek()
-		if !ok {
-			return nil, false
+		if more, ok := s.more(']'); !more || !ok {
+			return nil, ok
 		}
-		s.i++
-		switch c {
-		case ',':
-		case ']':
-			return nil, true
-		default:
-			return nil, false
-		}
+	}
+}
+
+// more reads the separator after an object member or an array element:
+// more=true after a ',', false at the container's close.
+func (s *jsonScan) more(close byte) (more, ok bool) {
+	c, ok := s.peek()
+	if !ok {
+		return false, false
+	}
+	s.i++
+	switch c {
+	case ',':
+		return true, true
+	case close:
+		return false, true
+	default:
+		return false, false
 	}
 }
 

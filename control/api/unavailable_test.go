@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/convergeplane/converge/control/api"
+	"github.com/convergeplane/converge/control/api/apitest"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/pgtest"
 )
@@ -45,7 +46,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &testBundle{t: t, db: db, kinds: kinds, srv: srv, base: serve(t, srv)}
+	b := &testBundle{t: t, db: db, kinds: kinds, srv: srv, base: apitest.Serve(t, srv)}
 
 	for _, req := range []struct {
 		method, path string

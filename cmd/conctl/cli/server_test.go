@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -14,9 +13,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/convergeplane/converge/control/api"
+	"github.com/convergeplane/converge/control/api/apitest"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/internal/pgtest"
@@ -36,7 +35,7 @@ const (
 )
 
 // realAPI is the real REST API (control/api over its own pgtest database,
-// wired the way `converge serve` wires it, endpoints included), served by
+// wired the way the converge server wires it, endpoints included), served by
 // Fiber on a loopback listener. conctl talks to it through a transparent
 // recording proxy, so tests can check both what conctl sent and what the
 // real server answered.
@@ -83,7 +82,7 @@ func startAPI(t *testing.T, opts apiOptions) *realAPI {
 	}
 	cfg := api.Config{
 		Version: testServerVersion,
-		// As `converge serve` outside dev mode: https targets, public hosts.
+		// As the converge server outside dev mode: https targets, public hosts.
 		Endpoints: &api.EndpointsConfig{Box: box,
 			ValidateURL: func(u string) error { return egress.ValidateTargetURL(u, egress.Policy{}) }},
 	}
@@ -94,22 +93,10 @@ func startAPI(t *testing.T, opts apiOptions) *realAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	target, err := url.Parse(apitest.Serve(t, srv))
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.App().Listener(ln) }()
-	t.Cleanup(func() {
-		if err := srv.App().ShutdownWithTimeout(5 * time.Second); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-
-	target := &url.URL{Scheme: "http", Host: ln.Addr().String()}
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections) // before the API shuts down (cleanups run last first)
 	proxy := &httputil.ReverseProxy{

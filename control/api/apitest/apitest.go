@@ -1,0 +1,33 @@
+// Package apitest serves the real API in tests: over a loopback listener,
+// so a test exercises the whole HTTP stack (fasthttp's body limit included),
+// stopped when the test ends.
+package apitest
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/convergeplane/converge/control/api"
+)
+
+// Serve runs srv on a loopback listener until the test ends and returns its
+// base URL. The test fails if the server does not shut down cleanly.
+func Serve(t testing.TB, srv *api.Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.App().Listener(ln) }()
+	t.Cleanup(func() {
+		if err := srv.App().ShutdownWithTimeout(5 * time.Second); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
