@@ -282,12 +282,15 @@ func (b *testBundle) putManifest(kind string, body any) response {
 // Small manifests used across tests.
 const (
 	// widgetKind validates replicas (1..10) and a required image.
+	// widgetKind has a finalizer: a deleted widget stays Deleting until its
+	// teardown runs, and no provider runs in these tests.
 	widgetKind = `{"kind":"widget","kind_version":1,
 	  "spec_schema":{"type":"object","properties":{
 	     "image":{"type":"string"},"replicas":{"type":"integer","minimum":1,"maximum":10},
 	     "note":{"type":"string"},"items":{"type":"array","items":{"type":"object","properties":{"n":{"type":"integer"}}}}},
 	   "required":["image"]},
-	  "reactions":[{"name":"work","trigger":"specChange","emits":["status"]}]}`
+	  "reactions":[{"name":"work","trigger":"specChange","emits":["status"]},
+	               {"name":"teardown","trigger":"deleteRequested","emits":["finalizer"],"finalizer":"widget.io/teardown"}]}`
 	// noopKind has no reactions: its resources are synced (Ready) on apply.
 	noopKind = `{"kind":"noop","kind_version":1,"reactions":[]}`
 )

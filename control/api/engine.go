@@ -47,11 +47,25 @@ func (s *Server) registerEngine() {
 		OperationID: "reconcile-resource", Method: http.MethodPost, Path: "/resources/{kind}/{name}/reconcile", Tags: []string{"Resources"},
 		Summary: "Reconcile a resource now",
 		Description: "Runs the resource's reaction again: a queued task runs at once with its attempts reset, a terminal failure is " +
-			"lifted and retried, a settled resource re-runs without a generation bump. 202; 409 if the resource is orphaned, " +
-			"quarantined or being deleted.",
+			"lifted and retried, a settled resource re-runs without a generation bump. On a resource being deleted it retries its " +
+			"teardown (a terminal teardown failure too). 202; 409 if the resource is orphaned or quarantined.",
 		DefaultStatus: http.StatusAccepted,
 		Errors:        []int{404, 409},
 	}, nil, s.reconcileResource)
+	register(s, huma.Operation{
+		OperationID: "quarantine-resource", Method: http.MethodPost, Path: "/resources/{kind}/{name}/quarantine", Tags: []string{"Resources"},
+		Summary: "Set a resource aside",
+		Description: "Phase Quarantined: frozen from every scheduler and value flow (a pending reconcile is dropped; a delete task is " +
+			"not), no longer holding up its root's rollup, never reaped. Spec edits persist but do not release it; only unquarantine " +
+			"does. Repeating it is a no-op. 409 while the resource is being deleted.",
+		Errors: []int{404, 409},
+	}, nil, s.quarantineResource)
+	register(s, huma.Operation{
+		OperationID: "unquarantine-resource", Method: http.MethodPost, Path: "/resources/{kind}/{name}/unquarantine", Tags: []string{"Resources"},
+		Summary:     "Release a quarantined resource",
+		Description: "Clears the quarantine and schedules the resource again (it reconciles to its latest spec). A no-op on a resource that is not quarantined. 409 while it is being deleted.",
+		Errors:      []int{404, 409},
+	}, nil, s.unquarantineResource)
 	register(s, huma.Operation{
 		OperationID: "list-resource-events", Method: http.MethodGet, Path: "/resources/{kind}/{name}/events", Tags: []string{"Resources"},
 		Summary:     "List a resource's events",
@@ -91,6 +105,26 @@ func (s *Server) reconcileResource(ctx context.Context, in *resourcePath) (*body
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
 	return &bodyOutput[Accepted]{Body: Accepted{Message: "reconcile requested"}}, nil
+}
+
+func (s *Server) quarantineResource(ctx context.Context, in *resourcePath) (*bodyOutput[model.Resource], error) {
+	return s.setQuarantine(ctx, in, true)
+}
+
+func (s *Server) unquarantineResource(ctx context.Context, in *resourcePath) (*bodyOutput[model.Resource], error) {
+	return s.setQuarantine(ctx, in, false)
+}
+
+func (s *Server) setQuarantine(ctx context.Context, in *resourcePath, on bool) (*bodyOutput[model.Resource], error) {
+	id, err := s.resolve(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.store.SetQuarantine(ctx, id, on)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return &bodyOutput[model.Resource]{Body: r}, nil
 }
 
 func (s *Server) listEvents(ctx context.Context, in *eventsInput) (*bodyOutput[EventList], error) {

@@ -73,6 +73,7 @@ type listResourcesInput struct {
 	Phase         []string `query:"phase,explode" doc:"Only these phases; repeat to union: ?phase=Failed&phase=Degraded. One of Deleting, Quarantined, Failed, Orphaned, Degraded, Ready, Reconciling."`
 	LabelSelector string   `query:"label_selector" doc:"Comma-separated key=value pairs the labels must all contain: team=a,env=prod." example:"team=payments"`
 	Owner         string   `query:"owner" doc:"Only the children of this resource id."`
+	Failure       string   `query:"failure" enum:"retrying,terminal" doc:"Only resources whose reconcile failed: retrying (transiently, still retried) or terminal (not retried). Both are phase Failed."`
 	Limit         int      `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
 	Cursor        string   `query:"cursor" doc:"The next_cursor of the previous page."`
 }
@@ -98,8 +99,11 @@ func (s *Server) registerResources() {
 	}, nil, s.listResources)
 	register(s, huma.Operation{
 		OperationID: "delete-resource", Method: http.MethodDelete, Path: "/resources/{kind}/{name}", Tags: []string{"Resources"},
-		Summary:       "Request a resource's deletion",
-		Description:   "Marks the resource for deletion (phase Deleting) and answers 202; the engine tears it down. Repeating it is a no-op.",
+		Summary: "Request a resource's deletion",
+		Description: "Marks the resource's teardown tree for deletion (phase Deleting): the resource, everything it owns, and every " +
+			"resource that depends on any of it. Each is removed once nothing beneath it remains, after its kind's deleteRequested " +
+			"reaction succeeds if the kind has a finalizer (a delete task); dependents go before their dependencies, the resource " +
+			"last. Answers 202 with the resource as marked; GET shows the teardown's progress and what blocks it. Repeating it is a no-op.",
 		DefaultStatus: http.StatusAccepted,
 		Errors:        []int{404},
 	}, nil, s.deleteResource)
@@ -147,7 +151,9 @@ func (s *Server) applyResource(ctx context.Context, in *applyResourceInput) (*ap
 // most recent failed deliveries.
 type ResourceView struct {
 	store.ResourceDetail
-	Task *store.TaskInfo `json:"task,omitempty" doc:"The resource's reconcile task: state, claim epoch, attempts, lease, last error."`
+	Task *store.TaskInfo `json:"task,omitempty" doc:"The resource's current task (its delete task while it is torn down, else its reconcile task): state, claim epoch, attempts, lease, last error."`
+	// Teardown says where its deletion stands, while it is Deleting.
+	Teardown *store.Teardown `json:"teardown,omitempty" doc:"While Deleting: its finalizers, how many resources beneath it remain, and which one's failing teardown blocks it."`
 	// Parked says why a queued task is not being claimed.
 	Parked string `json:"parked,omitempty" doc:"Why a queued task waits: no ready endpoint serves its (kind, kind_version)."`
 	// Deliveries are the newest failed delivery attempts for this resource.
@@ -165,6 +171,11 @@ func (s *Server) getResource(ctx context.Context, in *resourcePath) (*bodyOutput
 	v := ResourceView{ResourceDetail: r}
 	if v.Task, err = s.store.ResourceTask(ctx, r.ID); err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{})
+	}
+	if r.PhaseOf() == model.PhaseDeleting {
+		if v.Teardown, err = s.store.ResourceTeardown(ctx, r.ID); err != nil {
+			return nil, s.problemFor(ctx, err, problemOpts{})
+		}
 	}
 	if t := v.Task; t != nil && t.State == "pending" && s.cfg.PairStatus != nil {
 		if ok, why := s.cfg.PairStatus(t.Kind, t.KindVersion); !ok {
@@ -185,7 +196,7 @@ func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*li
 		return nil, p
 	}
 	params := store.ListResourcesParams{Kind: in.Kind, KindVersion: in.KindVersion, Labels: labels,
-		OwnerID: in.Owner, Limit: in.Limit, Cursor: in.Cursor}
+		OwnerID: in.Owner, Failure: in.Failure, Limit: in.Limit, Cursor: in.Cursor}
 	for _, ph := range in.Phase {
 		// ?phase=Failed,Degraded is accepted as well as repeated params.
 		for _, one := range strings.Split(ph, ",") {

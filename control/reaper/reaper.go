@@ -2,7 +2,8 @@
 // reclaims tasks whose lease lapsed (a dead dispatcher), re-schedules lagging
 // resources the reactive cascade missed (crash recovery), drops work nobody
 // claimed for a long window, recounts per-kind in-flight caps, sweeps
-// orphans whose grace expired, and bounds per-resource event logs. Every pass
+// orphans whose grace expired, re-pends resources of kinds that resync, and
+// bounds per-resource event logs. Every pass
 // is shard-range scoped, SKIP LOCKED, and probes an index that is empty on a
 // settled fleet, so an idle tick costs a few index lookups.
 package reaper
@@ -78,12 +79,15 @@ type Reaper struct {
 	loop    startstop.Loop
 	eventWM int64
 	swept   time.Time // the last lagging sweep
-	lag     prometheus.Gauge
+	// resynced is when each resync kind ("kind/version") was last scanned
+	// to the end.
+	resynced map[string]time.Time
+	lag      prometheus.Gauge
 }
 
 // New returns a Reaper. It fails only if cfg.Metrics refuses its gauge.
 func New(cfg Config, st *store.Store, log *slog.Logger) (*Reaper, error) {
-	r := &Reaper{cfg: cfg.withDefaults(), store: st, log: log, eventWM: store.PruneEventsFromEnd,
+	r := &Reaper{cfg: cfg.withDefaults(), store: st, log: log, eventWM: store.PruneEventsFromEnd, resynced: map[string]time.Time{},
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "converge", Subsystem: "reaper", Name: "event_prune_lag",
 			Help: "Event ids logged since this pod's event prune last looked (0 when caught up): a pod that falls behind a burst works it off over its next passes."})}
 	if cfg.Metrics != nil {
@@ -147,6 +151,10 @@ func (r *Reaper) RunOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	resyncs, err := r.resync(ctx, p)
+	if err != nil {
+		return err
+	}
 	if err := r.pruneEvents(ctx, lo, hi); err != nil {
 		return err
 	}
@@ -158,7 +166,38 @@ func (r *Reaper) RunOnce(ctx context.Context) error {
 		r.log.Info("reaper pass", "reclaimed", reclaimed, "requeued", requeued, "dropped", dropped, "orphans_swept", orphans,
 			"members_forgotten", forgotten)
 	}
+	if resyncs > 0 {
+		r.log.Debug("reaper pass", "resyncs", resyncs)
+	}
 	return nil
+}
+
+// resync re-pends the due resources of every kind that resyncs. The set
+// of kinds is read each pass, so enabling resync on a kind for the first
+// time needs no restart. A kind's resources are scanned (no index may
+// mention the columns the drain writes) at most every quarter interval,
+// unless the last scan hit the limit: then the rest is taken next pass.
+func (r *Reaper) resync(ctx context.Context, p store.ReapParams) (int, error) {
+	kinds, err := r.store.ResyncKinds(ctx)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, k := range kinds {
+		key := fmt.Sprintf("%s/%d", k.Kind, k.KindVersion)
+		if time.Since(r.resynced[key]) < k.Interval/4 {
+			continue
+		}
+		n, err := r.store.ScheduleResyncs(ctx, k, p)
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < p.Limit {
+			r.resynced[key] = time.Now()
+		}
+	}
+	return total, nil
 }
 
 // pruneEvents walks the event log from the watermark in windows of

@@ -128,10 +128,11 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []w
 		if needsChildren(t) {
 			if t.Trigger == webhooksdk.TriggerChildrenSettled {
 				// A child orphaned by the composer is ignored while in its
-				// grace window: it neither counts toward nor degrades the
-				// rollup (the composer still observes it, to re-adopt it).
+				// grace window, and one being torn down is on its way out:
+				// neither counts toward nor degrades the rollup (the
+				// composer still observes both, to re-adopt an orphan).
 				for _, c := range children[t.ResourceID] {
-					if c.PhaseOf() != model.PhaseOrphaned {
+					if ph := c.PhaseOf(); ph != model.PhaseOrphaned && ph != model.PhaseDeleting {
 						req.Descendants = append(req.Descendants, c.Resource)
 					}
 				}

@@ -13,7 +13,7 @@ func (s *Store) ReconcileNow(ctx context.Context, id string) error {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	if !ok {
-		return &ConflictError{Message: "the resource is orphaned, quarantined or being deleted; it cannot be reconciled now"}
+		return &ConflictError{Message: "the resource is orphaned or quarantined; it cannot be reconciled now"}
 	}
 	return nil
 }

@@ -13,7 +13,8 @@ import (
 // resource detail shows under "current claim".
 type TaskInfo struct {
 	TaskID      string     `json:"task_id" db:"task_id"`
-	State       string     `json:"state" db:"state"` // pending, claimed, or completed (its outcome awaits the drain)
+	TaskType    string     `json:"task_type" db:"task_type"` // reconcile, or delete while the resource is torn down
+	State       string     `json:"state" db:"state"`         // pending, claimed, or completed (its outcome awaits the drain)
 	Trigger     string     `json:"trigger" db:"trigger"`
 	Reaction    string     `json:"reaction,omitempty" db:"reaction"`
 	Generation  int64      `json:"generation" db:"generation"`
@@ -30,7 +31,7 @@ type TaskInfo struct {
 	KindVersion int        `json:"kind_version" db:"kind_version"`
 }
 
-const workQueueResourceTaskSQL = `SELECT w.task_id,
+const workQueueResourceTaskSQL = `SELECT w.task_id, w.task_type,
        CASE WHEN w.state = 'claimed' AND EXISTS (SELECT 1 FROM work_outbox o
                  WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
             THEN 'completed' ELSE w.state END AS state,
@@ -38,10 +39,13 @@ const workQueueResourceTaskSQL = `SELECT w.task_id,
        w.claim_epoch, coalesce(w.claimed_by, '') AS claimed_by, w.claimed_at, w.lease_until, w.deadline, w.not_before,
        w.enqueued_at, coalesce(w.last_error, '') AS last_error, w.kind, w.kind_version
   FROM work_queue w JOIN resources r ON r.shard_id = w.shard_id AND r.id = w.resource_id
- WHERE r.id = $1 AND w.task_type = 'reconcile'`
+ WHERE r.id = $1 AND w.task_type IN ('reconcile', 'delete')
+ ORDER BY w.task_type = 'delete' DESC
+ LIMIT 1`
 
-// ResourceTask returns the resource's reconcile task, or nil if none is
-// queued (the drain deletes a task once its outcome is applied).
+// ResourceTask returns the resource's delete task while it is torn down,
+// else its reconcile task, or nil if none is queued (the drain deletes a
+// task once its outcome is applied).
 func (s *Store) ResourceTask(ctx context.Context, resourceID string) (*TaskInfo, error) {
 	rows, err := s.pool.Query(ctx, workQueueResourceTaskSQL, resourceID)
 	if err != nil {

@@ -417,12 +417,23 @@ type ListResourcesParams struct {
 	Labels map[string]string
 	// OwnerID keeps the children of this resource (a UUID).
 	OwnerID string
+	// Failure keeps resources whose reconcile of their generation failed:
+	// FailureRetrying (transiently, still being retried) or
+	// FailureTerminal (not retried until the spec changes or an operator
+	// asks). Both are phase Failed.
+	Failure string
 	// Limit is the page size: ListLimitDefault when 0, at most ListLimitMax.
 	Limit int
 	// Cursor continues after the page that returned it; "" starts at the
 	// beginning.
 	Cursor string
 }
+
+// The values of ListResourcesParams.Failure.
+const (
+	FailureRetrying = "retrying"
+	FailureTerminal = "terminal"
+)
 
 // ResourcePage is one page of resources in creation order.
 type ResourcePage struct {
@@ -477,6 +488,15 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 			return ResourcePage{}, &InvalidError{Location: "owner", Message: "must be a resource id (a UUID)"}
 		}
 		q.WriteString(` AND r.owner_id = ` + arg(id))
+	}
+	switch p.Failure {
+	case "":
+	case FailureRetrying:
+		q.WriteString(` AND r.failure_gen = r.generation AND NOT r.failure_terminal`)
+	case FailureTerminal:
+		q.WriteString(` AND r.failure_gen = r.generation AND r.failure_terminal`)
+	default:
+		return ResourcePage{}, &InvalidError{Location: "failure", Message: fmt.Sprintf("must be %s or %s", FailureRetrying, FailureTerminal)}
 	}
 	if p.Cursor != "" {
 		at, id, err := decodeCursor(p.Cursor)
@@ -550,34 +570,64 @@ func decodeCursor(c string) (time.Time, uuid.UUID, error) {
 	return time.UnixMicro(n), u, nil
 }
 
-// resourceDeleteSQL marks a resource for deletion, once: a repeated delete
-// returns the row as it is. The cascade that tears it down reads
-// deletion_requested_at.
-const resourceDeleteSQL = `WITH d AS (
-    UPDATE resources r SET deletion_requested_at = now()
-     WHERE r.kind = $1 AND r.name = $2 AND r.deletion_requested_at IS NULL
-    RETURNING r.*
-), ev AS (
-    INSERT INTO resource_events (resource_id, type, generation, message)
-    SELECT id, 'deletion_requested', generation, 'deletion requested' FROM d
-)
-SELECT ` + resourceViewCols + ` FROM d r
-UNION ALL
-SELECT ` + resourceViewCols + ` FROM resources r
- WHERE r.kind = $1 AND r.name = $2 AND NOT EXISTS (SELECT 1 FROM d)`
-
-// DeleteResource requests the deletion of (kind, name): its phase becomes
-// Deleting and the engine tears it down. It returns the resource, or a
-// *NotFoundError. Requesting it again is a no-op.
+// DeleteResource requests the deletion of (kind, name) and returns the
+// resource as marked (phase Deleting), or a *NotFoundError. Its whole
+// teardown tree is marked: everything it owns and everything that depends
+// on any of it. Each node is removed once nothing beneath it remains, after
+// its kind's deleteRequested reaction succeeds if the kind has a finalizer
+// (request_deletion, engine/teardown.sql); a node with nothing beneath it
+// and no finalizer is removed before this returns. Requesting it again is a
+// no-op.
 func (s *Store) DeleteResource(ctx context.Context, kind, name string) (model.Resource, error) {
 	var r model.Resource
-	targets, finish := resourceScanTargets(&r)
-	err := s.pool.QueryRow(ctx, resourceDeleteSQL, kind, name).Scan(targets...)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		targets, finish := resourceScanTargets(&r)
+		if err := tx.QueryRow(ctx, `SELECT `+resourceViewCols+` FROM resources r WHERE r.kind = $1 AND r.name = $2 FOR UPDATE`,
+			kind, name).Scan(targets...); err != nil {
+			return err
+		}
+		finish()
+		if r.Phase == string(model.PhaseDeleting) {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `SELECT request_deletion(ARRAY[$1::uuid], 'deletion requested')`, r.ID); err != nil {
+			return err
+		}
+		r.Phase = string(model.PhaseDeleting)
+		return nil
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return model.Resource{}, resourceNotFound(kind, name)
 	}
 	if err != nil {
 		return model.Resource{}, fmt.Errorf("delete resource %s/%s: %w", kind, name, err)
+	}
+	return r, nil
+}
+
+// SetQuarantine quarantines (on) or releases the resource id and returns
+// it. A quarantined resource is frozen from every scheduler and value flow,
+// loses a pending reconcile (never a delete task), no longer holds up its
+// root's rollup and is never reaped; spec edits persist but do not release
+// it. Repeating either is a no-op. Errors: *ConflictError while the
+// resource is being deleted.
+func (s *Store) SetQuarantine(ctx context.Context, id string, on bool) (model.Resource, error) {
+	var (
+		r      model.Resource
+		result string
+	)
+	targets, finish := resourceScanTargets(&r)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT set_quarantine($1, $2)`, id, on).Scan(&result); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT `+resourceViewCols+` FROM resources r WHERE r.id = $1`, id).Scan(targets...)
+	})
+	if err != nil {
+		return model.Resource{}, fmt.Errorf("quarantine: %w", err)
+	}
+	if result == "deleting" {
+		return model.Resource{}, &ConflictError{Message: "the resource is being deleted; quarantine does not apply to a teardown"}
 	}
 	finish()
 	return r, nil

@@ -105,9 +105,16 @@ BEGIN
                             WHEN 'resync' THEN coalesce(m.resync_reaction, m.spec_reaction)
                             WHEN 'deleteRequested' THEN m.delete_reaction
                           END,
+            -- A resync runs the kind's resync reaction, else its spec
+            -- reaction, which recomposes only if the kind says so.
             emits       = CASE w.trigger
                             WHEN 'specChange' THEN m.spec_emits
                             WHEN 'childrenSettled' THEN m.rollup_emits
+                            WHEN 'resync' THEN CASE
+                                WHEN m.resync_reaction IS NOT NULL
+                                    THEN reaction_mask(jsonb_path_query_first(m.reactions, '$[*] ? (@.trigger == "resync")'))
+                                WHEN kc.resync_recomposes THEN m.spec_emits
+                                ELSE m.spec_emits & ~7 END
                             ELSE reaction_mask(jsonb_path_query_first(m.reactions, '$[*] ? (@.trigger == $t)', jsonb_build_object('t', w.trigger)))
                           END
           FROM sel

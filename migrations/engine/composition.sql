@@ -3,9 +3,10 @@
 
 -- apply_compose applies a composer's outcome for p_root: children, edges and
 -- provider configs are diffed against what the root owns — the changed are
--- upserted, the vanished pruned (or orphaned for a grace window when the child's
--- kind sets orphan_grace_secs). Bootstrap value flows are folded into each
--- child's spec before it is written, so a recompose does not churn
+-- upserted, the vanished pruned through the teardown protocol (or orphaned
+-- for a grace window when the child's kind sets orphan_grace_secs).
+-- Bootstrap value flows are folded into each child's spec before it is
+-- written, so a recompose does not churn
 -- generations; only an outcome with value flows pays for that lookup. A child
 -- the outcome created takes one plain queue insert unless an edge holds it
 -- back. Any inconsistency raises; the drain turns that into a terminal
@@ -16,6 +17,7 @@ DECLARE
     v_bad text;
     v_ids uuid[];
     v_pruned uuid[];
+    v_orphans int := 0;
     v_new int := 0;
     v_flows boolean := jsonb_path_exists(p_outcome, '$.edges[*].values[*]');
     v_new_ids uuid[];
@@ -24,7 +26,9 @@ DECLARE
     v_new_vers smallint[];
     v_queued uuid[];
 BEGIN
-    PERFORM 1 FROM resources WHERE id = p_root FOR UPDATE;
+    -- A root being torn down composes nothing more: its children are
+    -- already marked, and re-creating one would race the teardown.
+    PERFORM 1 FROM resources WHERE id = p_root AND deletion_requested_at IS NULL FOR UPDATE;
     IF NOT FOUND THEN RETURN; END IF;
 
     IF p_emits & 4 <> 0 AND jsonb_typeof(p_outcome->'configs') = 'array' THEN
@@ -76,7 +80,7 @@ BEGIN
                 labels = EXCLUDED.labels,
                 spec = EXCLUDED.spec,
                 frozen_until = CASE WHEN r.frozen_until = 'infinity' THEN r.frozen_until END
-            WHERE r.owner_id = p_root
+            WHERE r.owner_id = p_root AND r.deletion_requested_at IS NULL
               AND (r.kind_version, r.labels, r.spec, r.frozen_until IS NOT NULL AND r.frozen_until <> 'infinity')
                   IS DISTINCT FROM (EXCLUDED.kind_version, EXCLUDED.labels, EXCLUDED.spec, false)
             RETURNING r.id, r.shard_id, r.kind, r.kind_version, (r.generation = 1 AND r.synced_gen = 0 AND r.xmax = 0) AS inserted
@@ -86,27 +90,30 @@ BEGIN
                array_agg(kind_version) FILTER (WHERE inserted)
           INTO v_ids, v_new, v_new_ids, v_new_shards, v_new_kinds, v_new_vers FROM up;
 
-        -- Prune what the composer no longer emits.
+        -- Prune what the composer no longer emits: into orphan grace when
+        -- its kind has one, else through the teardown protocol (its
+        -- finalizer runs first; teardown.sql). A child already being torn
+        -- down is left to it.
         WITH gone AS (
             SELECT r.id, coalesce(kc.orphan_grace_secs, 0) AS grace
               FROM resources r
               LEFT JOIN kind_config kc ON kc.kind = r.kind AND kc.kind_version = r.kind_version
-             WHERE r.owner_id = p_root
+             WHERE r.owner_id = p_root AND r.deletion_requested_at IS NULL
                AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_outcome->'children') c
                                 WHERE c->>'kind' = r.kind AND c->>'name' = r.name)
         ), orphaned AS (
             UPDATE resources r SET frozen_until = now() + make_interval(secs => g.grace)
               FROM gone g WHERE r.id = g.id AND g.grace > 0 AND r.frozen_until IS NULL
             RETURNING r.id
-        ), deleted AS (
-            DELETE FROM resources r USING gone g WHERE r.id = g.id AND g.grace = 0
-            RETURNING r.id
         )
-        SELECT array_agg(id) INTO v_pruned FROM (SELECT id FROM orphaned UNION ALL SELECT id FROM deleted) x;
-        IF v_ids IS NOT NULL OR v_pruned IS NOT NULL THEN
+        SELECT array_agg(g.id) FILTER (WHERE g.grace = 0), (SELECT count(*) FROM orphaned)
+          INTO v_pruned, v_orphans FROM gone g;
+        PERFORM request_deletion(v_pruned, 'pruned: its composer no longer emits it');
+        IF v_ids IS NOT NULL OR v_pruned IS NOT NULL OR v_orphans > 0 THEN
             INSERT INTO resource_events (resource_id, type, generation, message)
             SELECT p_root, 'composed', r.generation,
-                   format('%s children upserted (%s new), %s pruned', coalesce(cardinality(v_ids), 0), v_new, coalesce(cardinality(v_pruned), 0))
+                   format('%s children upserted (%s new), %s pruned, %s orphaned', coalesce(cardinality(v_ids), 0), v_new,
+                          coalesce(cardinality(v_pruned), 0), v_orphans)
               FROM resources r WHERE r.id = p_root;
         END IF;
     END IF;

@@ -12,7 +12,8 @@
 -- emits mask allows — and last_task_*, by which complete_tasks recognises a
 -- repeat: last_task_abandoned says the outcome was a failure the dispatcher
 -- recorded in the provider's place), conditions on transition with stale
--- False rows cleared on recovery, events, value flows, re-scheduling.
+-- False rows cleared on recovery, events, value flows, re-scheduling, and
+-- the removal of nodes whose teardown succeeded.
 CREATE OR REPLACE FUNCTION drain_outbox_batch(p_lo int, p_hi int, p_limit int, p_retry_base_ms int, p_retry_max_ms int)
 RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
@@ -156,7 +157,9 @@ BEGIN
       FROM unnest(v_items) i CROSS JOIN LATERAL jsonb_array_elements(i.outcome->'conditions') x
      WHERE i.error IS NULL AND i.emits & 16 <> 0 AND jsonb_typeof(i.outcome->'conditions') = 'array'
     UNION ALL
-    SELECT i.resource_id, 'Synced', 'False', CASE WHEN i.terminal THEN 'TerminalError' ELSE 'ReconcileError' END, left(i.error, 4096)
+    SELECT i.resource_id, CASE WHEN i.trigger = 'deleteRequested' THEN 'Teardown' ELSE 'Synced' END, 'False',
+           CASE WHEN i.terminal THEN 'TerminalError' WHEN i.trigger = 'deleteRequested' THEN 'TeardownError' ELSE 'ReconcileError' END,
+           left(i.error, 4096)
       FROM unnest(v_items) i WHERE i.error IS NOT NULL
     ON CONFLICT (resource_id, type) DO UPDATE SET
         status = EXCLUDED.status, reason = EXCLUDED.reason, message = EXCLUDED.message,
@@ -189,6 +192,9 @@ BEGIN
       FROM unnest(v_items) i;
     PERFORM schedule_eligible(v_ids);
     PERFORM schedule_rollup(v_rollup);
+    -- A teardown that succeeded removes its node (teardown.sql).
+    PERFORM teardown_finish(array(SELECT i.resource_id FROM unnest(v_items) i
+                                   WHERE i.trigger = 'deleteRequested' AND i.error IS NULL));
     RETURN cardinality(v_items);
 END
 $$;

@@ -39,12 +39,15 @@ $$;
 
 -- requeue_lagging is the crash-recovery backstop: lagging live resources with
 -- no live task, untouched for p_window_secs (e.g. the UNLOGGED queue was lost,
--- or a wake was missed), go back through schedule_eligible.
+-- or a wake was missed), go back through schedule_eligible; stalled
+-- teardowns are advanced again (requeue_teardown).
 CREATE OR REPLACE FUNCTION requeue_lagging(p_lo int, p_hi int, p_window_secs int, p_limit int) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     v_ids uuid[];
+    n int;
 BEGIN
+    n := requeue_teardown(p_lo, p_hi, p_window_secs, p_limit);
     SELECT array_agg(id) INTO v_ids FROM (
         SELECT r.id FROM resources r
          WHERE r.shard_id BETWEEN p_lo AND p_hi
@@ -55,8 +58,8 @@ BEGIN
                             WHERE w.shard_id = r.shard_id AND w.resource_id = r.id
                               AND w.task_type = 'reconcile')
          LIMIT p_limit) x;
-    IF v_ids IS NULL THEN RETURN 0; END IF;
-    RETURN schedule_eligible(v_ids);
+    IF v_ids IS NULL THEN RETURN n; END IF;
+    RETURN n + schedule_eligible(v_ids);
 END
 $$;
 
@@ -103,19 +106,21 @@ BEGIN
 END
 $$;
 
--- sweep_expired_orphans removes composer-dropped children whose grace window
--- elapsed without a re-emit ('infinity' = quarantined never matches).
+-- sweep_expired_orphans tears down composer-dropped children whose grace
+-- window elapsed without a re-emit, through the teardown protocol (a
+-- finalizer kind's teardown runs first; teardown.sql). 'infinity'
+-- (quarantined) never matches.
 CREATE OR REPLACE FUNCTION sweep_expired_orphans(p_lo int, p_hi int, p_limit int) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
-    n int;
+    v_ids uuid[];
 BEGIN
-    WITH x AS (
+    SELECT array_agg(id) INTO v_ids FROM (
         SELECT id FROM resources
-         WHERE frozen_until < now() AND shard_id BETWEEN p_lo AND p_hi
-         LIMIT p_limit FOR UPDATE SKIP LOCKED)
-    DELETE FROM resources r USING x WHERE r.id = x.id;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN n;
+         WHERE frozen_until < now() AND shard_id BETWEEN p_lo AND p_hi AND deletion_requested_at IS NULL
+         LIMIT p_limit FOR UPDATE SKIP LOCKED) x;
+    IF v_ids IS NULL THEN RETURN 0; END IF;
+    PERFORM request_deletion(v_ids, 'orphan grace elapsed without a re-emit');
+    RETURN cardinality(v_ids);
 END
 $$;

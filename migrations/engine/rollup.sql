@@ -19,7 +19,7 @@ BEGIN
         SELECT r.id, r.shard_id, EXISTS (
                 SELECT 1 FROM resources ch
                 WHERE ch.owner_id = r.id AND ch.synced_gen < ch.generation
-                  AND ch.failure_gen <> ch.generation AND ch.frozen_until IS NULL) AS lagging
+                  AND ch.failure_gen <> ch.generation AND ch.frozen_until IS NULL AND ch.deletion_requested_at IS NULL) AS lagging
         FROM t r
         JOIN kind_manifest m ON m.kind = r.kind AND m.kind_version = r.kind_version
         WHERE m.rollup_reaction IS NOT NULL
@@ -63,7 +63,7 @@ BEGIN
           AND NOT EXISTS (
                 SELECT 1 FROM resources ch
                 WHERE ch.owner_id = r.id AND ch.synced_gen < ch.generation
-                  AND ch.failure_gen <> ch.generation AND ch.frozen_until IS NULL))
+                  AND ch.failure_gen <> ch.generation AND ch.frozen_until IS NULL AND ch.deletion_requested_at IS NULL))
     SELECT array_agg(id) INTO v_roots FROM c;
     IF v_roots IS NULL THEN RETURN 0; END IF;
     RETURN schedule_rollup(v_roots);

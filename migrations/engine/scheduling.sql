@@ -81,7 +81,7 @@ BEGIN
                     CASE WHEN NOT EXISTS (
                         SELECT 1 FROM resources ch
                         WHERE ch.owner_id = r.id AND ch.synced_gen < ch.generation
-                          AND ch.failure_gen <> ch.generation AND ch.frozen_until IS NULL)
+                          AND ch.failure_gen <> ch.generation AND ch.frozen_until IS NULL AND ch.deletion_requested_at IS NULL)
                     THEN 'childrenSettled' END
                 ELSE 'noop'
             END AS trig
@@ -180,15 +180,35 @@ CREATE OR REPLACE TRIGGER cascade_on_ready_change AFTER UPDATE ON resources
 -- reconcile_now is the operator's "run it again": a pending task runs at
 -- once with its attempts reset; a lagging resource is scheduled; a terminal
 -- failure is lifted and retried; a settled resource re-runs its reaction
--- without a generation bump (a resync). Returns false if the resource is
--- frozen (orphaned, quarantined) or being deleted.
+-- without a generation bump (a resync). On a resource being deleted it
+-- retries the teardown: a failed one (terminal too) runs again at once.
+-- Returns false if the resource is frozen (orphaned, quarantined) and not
+-- being deleted.
 CREATE OR REPLACE FUNCTION reconcile_now(p_id uuid) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     r resources;
 BEGIN
     SELECT * INTO r FROM resources WHERE id = p_id FOR UPDATE;
-    IF NOT FOUND OR r.deletion_requested_at IS NOT NULL OR r.frozen_until IS NOT NULL THEN
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF r.deletion_requested_at IS NOT NULL THEN
+        IF r.failure_terminal THEN
+            UPDATE resources SET failure_terminal = false, failure_gen = 0 WHERE id = r.id;
+        END IF;
+        INSERT INTO resource_events (resource_id, type, generation, message)
+        VALUES (r.id, 'reconcile_requested', r.generation, 'an operator asked to retry the teardown');
+        UPDATE work_queue SET not_before = now(), attempts = 0
+         WHERE shard_id = r.shard_id AND resource_id = r.id AND task_type = 'delete' AND state = 'pending';
+        IF FOUND THEN
+            PERFORM notify_gated('work_ready');
+        ELSE
+            PERFORM teardown_advance(ARRAY[r.id]);
+        END IF;
+        RETURN true;
+    END IF;
+    IF r.frozen_until IS NOT NULL THEN
         RETURN false;
     END IF;
     UPDATE work_queue SET not_before = now(), attempts = 0
