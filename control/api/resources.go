@@ -89,7 +89,10 @@ func (s *Server) registerResources() {
 	}, ResourceApply{}, s.applyResource)
 	register(s, huma.Operation{
 		OperationID: "get-resource", Method: http.MethodGet, Path: "/resources/{kind}/{name}", Tags: []string{"Resources"},
-		Summary: "Get a resource", Errors: []int{404},
+		Summary: "Get a resource",
+		Description: "The resource with its conditions, its reconcile task, why it waits (parked), its recent failed " +
+			"deliveries, and pending_reactions: the reactor deliveries its lifecycle transitions fired that are not acknowledged yet.",
+		Errors: []int{404},
 	}, nil, s.getResource)
 	register(s, huma.Operation{
 		OperationID: "list-resources", Method: http.MethodGet, Path: "/resources", Tags: []string{"Resources"},
@@ -147,8 +150,9 @@ func (s *Server) applyResource(ctx context.Context, in *applyResourceInput) (*ap
 
 // ResourceView is GET /resources/{kind}/{name}: the resource, its
 // conditions, and why it is where it is — its current task (claim,
-// attempts, last error), why it waits if no endpoint can take it, and its
-// most recent failed deliveries.
+// attempts, last error), why it waits if no endpoint can take it, its
+// most recent failed deliveries, and the reactor deliveries its lifecycle
+// transitions owe.
 type ResourceView struct {
 	store.ResourceDetail
 	Task *store.TaskInfo `json:"task,omitempty" doc:"The resource's current task (its delete task while it is torn down, else its reconcile task): state, claim epoch, attempts, lease, last error."`
@@ -158,6 +162,8 @@ type ResourceView struct {
 	Parked string `json:"parked,omitempty" doc:"Why a queued task waits: no ready endpoint serves its (kind, kind_version)."`
 	// Deliveries are the newest failed delivery attempts for this resource.
 	Deliveries []store.EndpointDelivery `json:"recent_failed_deliveries,omitempty"`
+	// PendingReactions are the reactor deliveries not acked yet.
+	PendingReactions []store.PendingReaction `json:"pending_reactions,omitempty" doc:"Reactor deliveries this resource's lifecycle transitions fired (one per matching reactor binding) that no reactor has acknowledged yet: binding, transition, generation, failed attempts, last error, and whether one is being delivered now. A delivery leaves the list once its reactor succeeds."`
 }
 
 // recentDeliveries bounds the deliveries a resource detail shows.
@@ -186,6 +192,9 @@ func (s *Server) getResource(ctx context.Context, in *resourcePath) (*bodyOutput
 		if v.Deliveries, err = s.store.ListDeliveriesForResource(ctx, r.ID, recentDeliveries); err != nil {
 			return nil, s.problemFor(ctx, err, problemOpts{})
 		}
+	}
+	if v.PendingReactions, err = s.store.PendingReactions(ctx, r.ID); err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{})
 	}
 	return &bodyOutput[ResourceView]{Body: v}, nil
 }

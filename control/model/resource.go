@@ -54,8 +54,10 @@ type StoredCondition struct {
 	LastTransitionTime *time.Time `json:"last_transition_time,omitempty"`
 }
 
-// Task is a claimed work_queue row. ID, Shard and Epoch together identify the
-// claim; a completion for any other epoch is refused.
+// Task is a claimed work_queue row, or a claimed reactor delivery (a
+// lifecycle_outbox row: Type react, with Transition and Binding set). ID,
+// Shard and Epoch together identify the claim; a completion for any other
+// epoch is refused.
 type Task struct {
 	ID          string
 	Shard       int16
@@ -70,6 +72,10 @@ type Task struct {
 	Epoch       int64
 	Attempts    int
 	Deadline    time.Time // zero = no deadline
+	// Transition and Binding are a react task's lifecycle edge and the
+	// reactor binding it fired.
+	Transition webhooksdk.Transition
+	Binding    string
 }
 
 // WireResources returns the protocol's part of each of rs; nil for none.

@@ -26,20 +26,24 @@ type ClaimParams struct {
 	Lease time.Duration
 }
 
-// claimSQL logs a `claimed` event per task in the claim's own statement
-// (no second round trip): who took it, at which epoch and attempt.
+// claimSQL logs a `claimed` event per work task in the claim's own
+// statement (no second round trip): who took it, at which epoch and attempt.
+// A react task logs none: it is not the watched resource's reconcile, and
+// its resource may be gone.
 const claimSQL = `WITH c AS (SELECT * FROM claim_tasks($1, $2, $3, $4, $5, $6)),
 ev AS (
     INSERT INTO resource_events (resource_id, type, generation, message)
     SELECT c.resource_id, 'claimed', c.generation,
            format('by %s, claim_epoch %s, attempt %s', $1::text, c.claim_epoch, c.attempts + 1)
-      FROM c)
+      FROM c WHERE c.task_type <> 'react')
 SELECT task_id, shard_id, resource_id, task_type, trigger, coalesce(reaction, ''), emits,
-       kind, kind_version, generation, claim_epoch, attempts, deadline
+       kind, kind_version, generation, claim_epoch, attempts, deadline,
+       coalesce(transition, ''), coalesce(binding, '')
   FROM c`
 
-// Claim claims up to p.Limit pending tasks, bumping each one's claim_epoch.
-// Per-kind caps (kind_config.max_inflight) hold across all claimers.
+// Claim claims up to p.Limit pending tasks, bumping each one's claim_epoch:
+// work first, then reactor deliveries if the batch has room. Per-kind caps
+// (kind_config.max_inflight) hold across all claimers.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]model.Task, error) {
 	lease := int(p.Lease / time.Second)
 	if lease < 1 {
@@ -65,7 +69,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]model.Task, error) 
 			deadline *time.Time
 		)
 		err := r.Scan(&t.ID, &t.Shard, &t.ResourceID, &t.Type, &t.Trigger, &t.Reaction, &emits,
-			&t.Kind, &kv, &t.Generation, &t.Epoch, &t.Attempts, &deadline)
+			&t.Kind, &kv, &t.Generation, &t.Epoch, &t.Attempts, &deadline, &t.Transition, &t.Binding)
 		t.Emits = model.OutcomeMask(emits)
 		t.KindVersion = int(kv)
 		if deadline != nil {

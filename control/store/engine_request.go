@@ -18,6 +18,11 @@ import (
 // and the effective provider config (the kind default deep-merged with the
 // resource's own override; the override's bundle replaces the default's).
 //
+// A react task carries the watched resource (its snapshot if the resource
+// was hard-deleted), the transition, a dedup token stable across
+// redeliveries, and the reactor kind's default config: the watched
+// resource's override configures the watched kind, not the reactor.
+//
 // failed is parallel to tasks: a task that gets no request has its reason
 // there — its resource vanished since the claim, or its effective config
 // cannot be built (a stored override that is not a JSON object) — and only
@@ -37,19 +42,22 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []w
 		return nil, nil, fmt.Errorf("load task resources: %w", err)
 	}
 	byID := make(map[string]model.Resource, len(res))
+	for _, r := range res {
+		byID[r.ID] = r
+	}
 	var (
 		parents []string
 		pairs   []string
 		refs    []string
+		reacts  []string
 	)
-	for _, r := range res {
-		byID[r.ID] = r
-		if r.ProviderConfigRef != "" {
-			refs = append(refs, r.ProviderConfigRef)
-		}
-	}
 	seenPair := map[string]bool{}
 	for _, t := range tasks {
+		if t.Type == webhooksdk.TaskReact {
+			reacts = append(reacts, t.ID)
+		} else if r := byID[t.ResourceID]; r.ProviderConfigRef != "" {
+			refs = append(refs, r.ProviderConfigRef)
+		}
 		if needsChildren(t) {
 			parents = append(parents, t.ResourceID)
 		}
@@ -58,6 +66,10 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []w
 			seenPair[p] = true
 			pairs = append(pairs, p)
 		}
+	}
+	snapshots, err := s.reactSnapshots(ctx, reacts)
+	if err != nil {
+		return nil, nil, err
 	}
 	children := map[string][]model.Resource{}
 	if len(parents) > 0 {
@@ -74,10 +86,6 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []w
 		for _, k := range kids {
 			children[k.OwnerID] = append(children[k.OwnerID], k)
 		}
-	}
-	type cfg struct {
-		spec json.RawMessage
-		data []byte
 	}
 	defaults := map[string]cfg{}
 	overrides := map[string]cfg{}
@@ -111,6 +119,10 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []w
 	out := make([]webhooksdk.Envelope, len(tasks))
 	failed = make([]error, len(tasks))
 	for i, t := range tasks {
+		if t.Type == webhooksdk.TaskReact {
+			out[i], failed[i] = reactRequest(t, byID, snapshots, defaults[fmt.Sprintf("%s/%d", t.Kind, t.KindVersion)])
+			continue
+		}
 		r, found := byID[t.ResourceID]
 		if !found {
 			failed[i] = errResourceVanished
@@ -161,6 +173,71 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []w
 
 // errResourceVanished: the task's resource was deleted after the claim.
 var errResourceVanished = errors.New("resource vanished")
+
+// cfg is a provider config's spec and bundle.
+type cfg struct {
+	spec json.RawMessage
+	data []byte
+}
+
+// reactSnapshots returns the snapshots of the react tasks ids whose
+// resource was hard-deleted, by task ID.
+func (s *Store) reactSnapshots(ctx context.Context, ids []string) (map[string]webhooksdk.Resource, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT task_id, snapshot FROM lifecycle_outbox
+		WHERE task_id = ANY ($1) AND snapshot IS NOT NULL`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load reactor snapshots: %w", err)
+	}
+	out := map[string]webhooksdk.Resource{}
+	for rows.Next() {
+		var (
+			id   string
+			snap webhooksdk.Resource
+		)
+		if err := rows.Scan(&id, &snap); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("load reactor snapshots: %w", err)
+		}
+		out[id] = snap
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load reactor snapshots: %w", err)
+	}
+	return out, nil
+}
+
+// reactRequest builds a react task's envelope. The snapshot wins over the
+// live row: a resource with one was hard-deleted.
+func reactRequest(t model.Task, live map[string]model.Resource, snapshots map[string]webhooksdk.Resource, def cfg) (webhooksdk.Envelope, error) {
+	res, ok := snapshots[t.ID]
+	if !ok {
+		r, found := live[t.ResourceID]
+		if !found {
+			return webhooksdk.Envelope{}, errResourceVanished
+		}
+		res = r.Resource
+	}
+	env := webhooksdk.Envelope{
+		TaskID: t.ID, ClaimEpoch: t.Epoch, Attempt: t.Attempts + 1, TaskType: t.Type,
+		Reaction: t.Reaction, Trigger: t.Trigger, Kind: t.Kind, KindVersion: t.KindVersion,
+		Resource: &res, Transition: t.Transition, DedupToken: DedupToken(t),
+		Config: def.spec, Bundle: def.data,
+	}
+	if !t.Deadline.IsZero() {
+		env.Deadline = t.Deadline.UTC().Truncate(time.Millisecond)
+	}
+	return env, nil
+}
+
+// DedupToken is a react task's stable identity across redeliveries:
+// <resource-id>:<transition>:<generation>:<binding>. Binding-scoped, so two
+// reactors bound to the same transition never share one.
+func DedupToken(t model.Task) string {
+	return fmt.Sprintf("%s:%s:%d:%s", t.ResourceID, t.Transition, t.Generation, t.Binding)
+}
 
 func needsChildren(t model.Task) bool {
 	return t.Trigger == webhooksdk.TriggerChildrenSettled ||

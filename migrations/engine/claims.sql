@@ -14,11 +14,22 @@
 -- pending rows regardless of kind and dropping those over the cap afterwards
 -- let a capped kind with a deep backlog fill every batch and starve every
 -- other kind (0 claimed while thousands waited).
+--
+-- Reactor deliveries (lifecycle_outbox rows) come after the work picks, only
+-- if the batch has room, and only when a probe finds a row in the range: a
+-- deployment without bindings pays one probe of empty partitions. A row is
+-- claimable when never claimed or when its lease lapsed (the claimer died
+-- or stalled: re-armed, at-least-once), and its backoff is over. It is
+-- routed to its binding's reactor kind: reactor_version if pinned, else the
+-- reactor kind's highest version, filtered by p_pairs like a work task, so
+-- it counts against its endpoint's concurrency and breaker. It returns
+-- task_type 'react' with the transition and the binding's name; resource_id
+-- and generation are the watched resource's and the transition's.
 -- Claims plan their statements once, as the scheduling functions do.
 CREATE OR REPLACE FUNCTION claim_tasks(p_claimer text, p_lo int, p_hi int, p_pairs text[], p_limit int, p_lease_secs int)
 RETURNS TABLE (task_id uuid, shard_id smallint, resource_id uuid, task_type text, trigger text,
                reaction text, emits int, kind text, kind_version smallint, generation bigint,
-               claim_epoch bigint, attempts int, deadline timestamptz)
+               claim_epoch bigint, attempts int, deadline timestamptz, transition text, binding text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
@@ -80,9 +91,9 @@ BEGIN
                    AND NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped))
                  LIMIT p_limit - v_taken
                    FOR UPDATE SKIP LOCKED) c;
+        v_taken := coalesce(cardinality(v_rids), 0);
     END IF;
-    IF v_rids IS NULL THEN RETURN; END IF;
-
+    IF v_rids IS NOT NULL THEN
     RETURN QUERY
     WITH sel AS (
         SELECT * FROM unnest(v_shards, v_rids, v_types, v_kinds, v_vers) AS c(shard_id, resource_id, task_type, kind, kind_version)
@@ -131,7 +142,52 @@ BEGIN
          GROUP BY b.kind, b.kind_version
         ON CONFLICT (kind, kind_version, range_lo) DO UPDATE SET in_flight = i.in_flight + EXCLUDED.in_flight
     )
-    SELECT * FROM claimed;
+    SELECT c.*, NULL::text, NULL::text FROM claimed c;
+    END IF;
+
+    IF v_taken >= p_limit OR NOT EXISTS (SELECT 1 FROM lifecycle_outbox l WHERE l.shard_id BETWEEN p_lo AND p_hi) THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH pick AS (
+        SELECT l.shard_id, l.resource_id, l.transition, l.generation, l.binding_name,
+               rk.kind, rk.kind_version, rk.reaction, rk.emits, rk.deadline_secs
+          FROM lifecycle_outbox l
+          JOIN reactor_bindings b ON b.name = l.binding_name AND b.enabled
+         CROSS JOIN LATERAL (
+               SELECT m.kind, m.kind_version, m.reactor_reaction AS reaction,
+                      reaction_mask(jsonb_path_query_first(m.reactions, '$[*] ? (@.trigger == "reactor")')) AS emits,
+                      coalesce(kc.task_deadline_secs, 0) AS deadline_secs
+                 FROM kind_manifest m
+                 LEFT JOIN kind_config kc ON kc.kind = m.kind AND kc.kind_version = m.kind_version
+                WHERE m.kind = b.reactor AND m.is_reactor
+                  AND (b.reactor_version IS NULL OR m.kind_version = b.reactor_version)
+                ORDER BY m.kind_version DESC
+                LIMIT 1) rk
+         WHERE l.shard_id BETWEEN p_lo AND p_hi
+           AND l.not_before <= now()
+           AND (l.claimed_by IS NULL OR l.lease_until <= now())
+           AND (p_pairs IS NULL OR (rk.kind || '/' || rk.kind_version) = ANY (p_pairs))
+         LIMIT p_limit - v_taken
+           FOR UPDATE OF l SKIP LOCKED
+    ), claimed AS (
+        UPDATE lifecycle_outbox l SET
+            claim_epoch = l.claim_epoch + 1,
+            claimed_by  = p_claimer,
+            claimed_at  = now(),
+            lease_until = now() + make_interval(secs => p_lease_secs)
+          FROM pick p
+         WHERE l.shard_id BETWEEN p_lo AND p_hi
+           AND l.shard_id = p.shard_id AND l.resource_id = p.resource_id AND l.transition = p.transition
+           AND l.generation = p.generation AND l.binding_name = p.binding_name
+        RETURNING l.task_id, l.shard_id, l.resource_id, p.reaction, p.emits, p.kind, p.kind_version, l.generation,
+                  l.claim_epoch, l.attempts, p.deadline_secs, l.transition, l.binding_name
+    )
+    SELECT c.task_id, c.shard_id, c.resource_id, 'react'::text, 'reactor'::text, c.reaction, c.emits,
+           c.kind, c.kind_version, c.generation, c.claim_epoch, c.attempts,
+           CASE WHEN c.deadline_secs > 0 THEN now() + make_interval(secs => c.deadline_secs) END,
+           c.transition, c.binding_name
+      FROM claimed c;
 END
 $$;
 
@@ -150,20 +206,42 @@ $$;
 
 -- extend_leases renews the leases of tasks still claimed at their epoch and
 -- returns the ones it renewed; a task missing from the result was superseded,
--- or its completion already waits in the outbox.
+-- or its completion already waits in the outbox. The tasks it did not find
+-- in work_queue are looked up as reactor deliveries (lifecycle_outbox), so a
+-- slow reactor that heartbeats is not re-claimed mid-run.
 CREATE OR REPLACE FUNCTION extend_leases(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_lease_secs int)
 RETURNS TABLE (task_id uuid)
-LANGUAGE sql AS $$
-    UPDATE work_queue w SET lease_until = now() + make_interval(secs => p_lease_secs)
-      FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
-     WHERE w.shard_id = i.shard_id AND w.task_id = i.task_id AND w.claim_epoch = i.epoch AND w.state = 'claimed'
-       AND NOT EXISTS (SELECT 1 FROM work_outbox o
-                        WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
-    RETURNING w.task_id
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_held uuid[];
+BEGIN
+    WITH w AS (
+        UPDATE work_queue w SET lease_until = now() + make_interval(secs => p_lease_secs)
+          FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
+         WHERE w.shard_id = i.shard_id AND w.task_id = i.task_id AND w.claim_epoch = i.epoch AND w.state = 'claimed'
+           AND NOT EXISTS (SELECT 1 FROM work_outbox o
+                            WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
+        RETURNING w.task_id)
+    SELECT array_agg(w.task_id) INTO v_held FROM w;
+    RETURN QUERY SELECT unnest(v_held);
+    IF coalesce(cardinality(v_held), 0) = cardinality(p_task_ids) THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH l AS (
+        UPDATE lifecycle_outbox l SET lease_until = now() + make_interval(secs => p_lease_secs)
+          FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
+         WHERE l.shard_id = i.shard_id AND l.task_id = i.task_id AND l.claim_epoch = i.epoch AND l.claimed_by IS NOT NULL
+           AND NOT i.task_id = ANY (coalesce(v_held, '{}'))
+        RETURNING l.task_id)
+    SELECT l.task_id FROM l;
+END
 $$;
 
 -- release_tasks gives claimed tasks back without burning an attempt (an
 -- endpoint said 429, or nothing could take it): pending again after p_delay_ms.
+-- Reactor deliveries are looked up only for the tasks work_queue lacked.
 CREATE OR REPLACE FUNCTION release_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_delay_ms int, p_reason text)
 RETURNS int
 LANGUAGE plpgsql AS $$
@@ -171,6 +249,8 @@ DECLARE
     v_kinds text[];
     v_vers smallint[];
     v_los smallint[];
+    n int := 0;
+    v_react int;
 BEGIN
     WITH r AS (
         UPDATE work_queue w SET state = 'pending', claimed_by = NULL, lease_until = NULL,
@@ -179,8 +259,20 @@ BEGIN
          WHERE w.shard_id = i.shard_id AND w.task_id = i.task_id AND w.claim_epoch = i.epoch AND w.state = 'claimed'
         RETURNING w.kind, w.kind_version, w.claim_lo)
     SELECT array_agg(kind), array_agg(kind_version), array_agg(claim_lo) INTO v_kinds, v_vers, v_los FROM r;
-    IF v_kinds IS NULL THEN RETURN 0; END IF;
-    PERFORM inflight_release(v_kinds, v_vers, v_los);
-    RETURN cardinality(v_kinds);
+    IF v_kinds IS NOT NULL THEN
+        PERFORM inflight_release(v_kinds, v_vers, v_los);
+        n := cardinality(v_kinds);
+    END IF;
+    IF n = cardinality(p_task_ids) THEN
+        RETURN n;
+    END IF;
+    -- The rest may be reactor deliveries: given back the same way, with no
+    -- attempt counted.
+    UPDATE lifecycle_outbox l SET claimed_by = NULL, lease_until = NULL,
+           not_before = now() + make_interval(secs => p_delay_ms / 1000.0), last_error = p_reason
+      FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
+     WHERE l.shard_id = i.shard_id AND l.task_id = i.task_id AND l.claim_epoch = i.epoch AND l.claimed_by IS NOT NULL;
+    GET DIAGNOSTICS v_react = ROW_COUNT;
+    RETURN n + v_react;
 END
 $$;

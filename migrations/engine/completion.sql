@@ -18,6 +18,9 @@
 -- not applied, so it is 'superseded', never 'duplicate': 'duplicate' tells a
 -- provider that its Result took effect. Only an accepted outcome that was
 -- not abandoned makes a repeat a duplicate. (A NULL mark is false.)
+--
+-- A reactor delivery (lifecycle_outbox) is completed by acking or backing
+-- it off, which ends its claim: a repeat is 'superseded'.
 CREATE OR REPLACE FUNCTION complete_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_resource_ids uuid[],
                                p_outcomes jsonb[], p_errors text[], p_terminals boolean[], p_abandoned boolean[])
 RETURNS TABLE (task_id uuid, result text)
@@ -45,6 +48,31 @@ BEGIN
     IF v_applied IS NOT NULL THEN
         PERFORM notify_gated('outbox_ready');
     END IF;
+    -- Only inputs that matched no claimed work row can be reactor
+    -- deliveries, so a batch of work pays nothing here. A success acks the
+    -- delivery (deletes its row; only now, so delivery is at least once); a
+    -- failure, transient or terminal alike (a reactor's sink may recover),
+    -- gives it back with jittered exponential backoff, capped at 5 minutes.
+    IF coalesce(cardinality(v_applied), 0) < cardinality(p_task_ids) THEN
+        WITH i AS (
+            SELECT * FROM unnest(p_task_ids, p_shards, p_epochs, p_errors) AS i(task_id, shard_id, epoch, error)
+             WHERE NOT i.task_id = ANY (coalesce(v_applied, '{}'))
+        ), acked AS (
+            DELETE FROM lifecycle_outbox l USING i
+             WHERE l.shard_id = i.shard_id AND l.task_id = i.task_id AND l.claim_epoch = i.epoch
+               AND l.claimed_by IS NOT NULL AND i.error IS NULL
+            RETURNING l.task_id
+        ), retried AS (
+            UPDATE lifecycle_outbox l SET claimed_by = NULL, lease_until = NULL, attempts = l.attempts + 1, last_error = i.error,
+                   not_before = now() + make_interval(secs => least(300, 2 ^ least(l.attempts, 9)) * (0.5 + random() / 2))
+              FROM i
+             WHERE l.shard_id = i.shard_id AND l.task_id = i.task_id AND l.claim_epoch = i.epoch
+               AND l.claimed_by IS NOT NULL AND i.error IS NOT NULL
+            RETURNING l.task_id
+        )
+        SELECT v_applied || array_agg(x.task_id) INTO v_applied
+          FROM (SELECT task_id FROM acked UNION ALL SELECT task_id FROM retried) x;
+    END IF;
     -- Only the tasks not applied are answered; the caller takes silence for
     -- 'applied', so the common case costs no second probe per task. An
     -- abandoned outcome found by either probe makes the answer 'superseded'.
@@ -71,7 +99,8 @@ $$;
 -- races it either lands first (the lease moved: 'held') or finds the task
 -- completed. It returns one row per input: 'expired' (completed now), 'held'
 -- (still claimed; lease_until says until when) or 'gone' (completed by a
--- callback, superseded, or removed).
+-- callback, superseded, or removed). A reactor delivery is expired the same
+-- way: complete_tasks backs it off for a retry.
 CREATE OR REPLACE FUNCTION expire_async_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_message text)
 RETURNS TABLE (task_id uuid, state text, lease_until timestamptz)
 LANGUAGE plpgsql AS $$
@@ -84,16 +113,27 @@ DECLARE
     v_lost uuid[];
     n int;
 BEGIN
+    WITH w AS (
+        SELECT w.task_id, w.shard_id, w.claim_epoch, w.resource_id
+          FROM work_queue w
+          JOIN unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
+            ON w.shard_id = i.shard_id AND w.task_id = i.task_id
+         WHERE w.claim_epoch = i.epoch AND w.state = 'claimed' AND w.lease_until <= now()
+           AND NOT EXISTS (SELECT 1 FROM work_outbox o
+                            WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
+           FOR UPDATE OF w
+    ), l AS (
+        -- Reactor deliveries: completed (backed off) the same way.
+        SELECT l.task_id, l.shard_id, l.claim_epoch, l.resource_id
+          FROM lifecycle_outbox l
+          JOIN unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
+            ON l.shard_id = i.shard_id AND l.task_id = i.task_id
+         WHERE l.claim_epoch = i.epoch AND l.claimed_by IS NOT NULL AND l.lease_until <= now()
+           FOR UPDATE OF l
+    )
     SELECT array_agg(c.task_id), array_agg(c.shard_id), array_agg(c.claim_epoch), array_agg(c.resource_id)
       INTO v_ids, v_shards, v_epochs, v_rids
-      FROM (SELECT w.task_id, w.shard_id, w.claim_epoch, w.resource_id
-              FROM work_queue w
-              JOIN unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
-                ON w.shard_id = i.shard_id AND w.task_id = i.task_id
-             WHERE w.claim_epoch = i.epoch AND w.state = 'claimed' AND w.lease_until <= now()
-               AND NOT EXISTS (SELECT 1 FROM work_outbox o
-                                WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
-               FOR UPDATE OF w) c;
+      FROM (SELECT * FROM w UNION ALL SELECT * FROM l) c;
     IF v_ids IS NOT NULL THEN
         n := cardinality(v_ids);
         -- A callback that lands between the probe and this insert wins:
@@ -109,9 +149,12 @@ BEGIN
                 WHEN w.state = 'claimed' AND w.claim_epoch = i.epoch AND NOT EXISTS (
                         SELECT 1 FROM work_outbox o WHERE o.shard_id = i.shard_id AND o.task_id = i.task_id AND o.claim_epoch = i.epoch)
                      THEN 'held'
+                WHEN l.claimed_by IS NOT NULL AND l.claim_epoch = i.epoch THEN 'held'
                 ELSE 'gone' END,
-           CASE WHEN w.state = 'claimed' AND w.claim_epoch = i.epoch THEN w.lease_until END
+           CASE WHEN w.state = 'claimed' AND w.claim_epoch = i.epoch THEN w.lease_until
+                WHEN l.claimed_by IS NOT NULL AND l.claim_epoch = i.epoch THEN l.lease_until END
       FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
-      LEFT JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id;
+      LEFT JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id
+      LEFT JOIN lifecycle_outbox l ON w.task_id IS NULL AND l.shard_id = i.shard_id AND l.task_id = i.task_id;
 END
 $$;

@@ -27,13 +27,49 @@ CREATE OR REPLACE TRIGGER resources_before_update BEFORE UPDATE ON resources
 -- A removed resource takes its queued work and its events with it (the queue
 -- is UNLOGGED and partitioned, and events are written on the hot path, so
 -- neither carries a foreign key).
+--
+-- It is also the 'deleted' lifecycle edge: any hard delete (the API's, a
+-- composer's prune, a cascade through owner_id) runs this statement trigger,
+-- so every one is seen. The row is gone by the time a reactor is called, so
+-- each undelivered lifecycle_outbox row of a removed resource (the new
+-- 'deleted' ones, and any 'synced' still waiting) keeps a snapshot of it in
+-- the wire shape of a resource (webhooksdk.Resource) and is delivered from
+-- that. Each part is behind a probe, so a delete costs nothing more when no
+-- binding watches deletes and no delivery waits.
 CREATE OR REPLACE FUNCTION resources_after_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    n int;
 BEGIN
     -- EXECUTE: planned for this statement's transition table (see
     -- cascade_on_ready_change).
     EXECUTE 'DELETE FROM work_queue w USING old_rows o WHERE w.shard_id = o.shard_id AND w.resource_id = o.id';
     EXECUTE 'DELETE FROM resource_events e USING old_rows o WHERE e.resource_id = o.id';
+    IF EXISTS (SELECT 1 FROM reactor_bindings WHERE enabled AND transition = 'deleted') THEN
+        EXECUTE $q$
+        INSERT INTO lifecycle_outbox (shard_id, resource_id, transition, generation, binding_name)
+        SELECT o.shard_id, o.id, 'deleted', o.generation, b.name
+          FROM old_rows o
+          JOIN reactor_bindings b ON b.watch_kind = o.kind AND b.transition = 'deleted' AND b.enabled
+         WHERE (b.watch_kind_version IS NULL OR b.watch_kind_version = o.kind_version)
+           AND o.labels @> b.label_match
+        ON CONFLICT DO NOTHING
+        $q$;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 THEN
+            PERFORM notify_gated('work_ready');
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM lifecycle_outbox) THEN
+        EXECUTE $q$
+        UPDATE lifecycle_outbox l SET snapshot =
+               jsonb_build_object('id', o.id, 'kind', o.kind, 'kind_version', o.kind_version, 'name', o.name,
+                                  'labels', o.labels, 'spec', o.spec, 'generation', o.generation, 'phase', o.phase)
+               || CASE WHEN o.status IS NULL THEN '{}' ELSE jsonb_build_object('status', o.status) END
+          FROM old_rows o
+         WHERE l.shard_id = o.shard_id AND l.resource_id = o.id AND l.snapshot IS NULL
+        $q$;
+    END IF;
     RETURN NULL;
 END
 $$;

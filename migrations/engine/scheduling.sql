@@ -108,7 +108,8 @@ $$;
 -- schedule_applied schedules the resource an API apply just wrote. A
 -- resource this transaction created has no dependencies and no task yet, so
 -- it takes one plain insert (the hot path of a bulk import); anything else
--- goes through schedule_eligible.
+-- goes through schedule_eligible. A created resource is also the 'created'
+-- lifecycle edge.
 CREATE OR REPLACE FUNCTION schedule_applied(p_kind text, p_name text) RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
@@ -124,6 +125,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
+    IF r.fresh THEN
+        PERFORM emit_lifecycle(ARRAY[r.id], 'created');
+    END IF;
     IF r.fresh AND r.spec_reaction IS NOT NULL THEN
         INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
         VALUES (r.shard_id, r.id, 'reconcile', r.kind, r.kind_version, r.generation, 'specChange');
@@ -137,11 +141,17 @@ $$;
 -- cascade_on_ready_change makes scheduling reactive: when a statement syncs a
 -- resource, its direct dependents are scheduled; when a child syncs, fails or
 -- flips health, its composite root's rollup re-runs (promotion and demotion).
+-- The same edges are the 'synced', 'failed' and 'degraded' lifecycle
+-- transitions reactor bindings watch; they are collected only when some
+-- enabled binding watches one of them (one probe otherwise).
 CREATE OR REPLACE FUNCTION cascade_on_ready_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     v_deps uuid[];
     v_roots uuid[];
+    v_synced uuid[];
+    v_failed uuid[];
+    v_degraded uuid[];
 BEGIN
     -- An upsert that only inserted still fires the UPDATE statement trigger.
     IF NOT EXISTS (SELECT 1 FROM new_rows) THEN
@@ -169,6 +179,17 @@ BEGIN
     END IF;
     IF v_roots IS NOT NULL THEN
         PERFORM schedule_rollup(v_roots);
+    END IF;
+    IF EXISTS (SELECT 1 FROM reactor_bindings WHERE enabled AND transition IN ('synced','failed','degraded')) THEN
+        EXECUTE $q$
+        SELECT array_agg(n.id) FILTER (WHERE n.synced_gen >= n.generation AND n.synced_gen > o.synced_gen),
+               array_agg(n.id) FILTER (WHERE n.failure_gen = n.generation AND o.failure_gen <> o.generation),
+               array_agg(n.id) FILTER (WHERE o.health_ok AND NOT n.health_ok)
+          FROM new_rows n JOIN old_rows o ON o.id = n.id
+        $q$ INTO v_synced, v_failed, v_degraded;
+        PERFORM emit_lifecycle(v_synced, 'synced');
+        PERFORM emit_lifecycle(v_failed, 'failed');
+        PERFORM emit_lifecycle(v_degraded, 'degraded');
     END IF;
     RETURN NULL;
 END
