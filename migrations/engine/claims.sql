@@ -104,10 +104,12 @@ BEGIN
                             WHEN 'childrenSettled' THEN m.rollup_reaction
                             WHEN 'resync' THEN coalesce(m.resync_reaction, m.spec_reaction)
                             WHEN 'deleteRequested' THEN m.delete_reaction
+                            WHEN 'operation' THEN w.reaction -- set at enqueue, by verb
                           END,
             emits       = CASE w.trigger
                             WHEN 'specChange' THEN m.spec_emits
                             WHEN 'childrenSettled' THEN m.rollup_emits
+                            WHEN 'operation' THEN w.emits
                             ELSE reaction_mask(jsonb_path_query_first(m.reactions, '$[*] ? (@.trigger == $t)', jsonb_build_object('t', w.trigger)))
                           END
           FROM sel

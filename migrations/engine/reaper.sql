@@ -39,12 +39,15 @@ $$;
 
 -- requeue_lagging is the crash-recovery backstop: lagging live resources with
 -- no live task, untouched for p_window_secs (e.g. the UNLOGGED queue was lost,
--- or a wake was missed), go back through schedule_eligible.
+-- or a wake was missed), go back through schedule_eligible; ops that lost
+-- their task go back through requeue_operations.
 CREATE OR REPLACE FUNCTION requeue_lagging(p_lo int, p_hi int, p_window_secs int, p_limit int) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     v_ids uuid[];
+    v_ops int;
 BEGIN
+    v_ops := requeue_operations(p_lo, p_hi, p_window_secs, p_limit);
     SELECT array_agg(id) INTO v_ids FROM (
         SELECT r.id FROM resources r
          WHERE r.shard_id BETWEEN p_lo AND p_hi
@@ -55,8 +58,8 @@ BEGIN
                             WHERE w.shard_id = r.shard_id AND w.resource_id = r.id
                               AND w.task_type = 'reconcile')
          LIMIT p_limit) x;
-    IF v_ids IS NULL THEN RETURN 0; END IF;
-    RETURN schedule_eligible(v_ids);
+    IF v_ids IS NULL THEN RETURN v_ops; END IF;
+    RETURN v_ops + schedule_eligible(v_ids);
 END
 $$;
 
