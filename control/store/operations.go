@@ -57,7 +57,7 @@ const operationInsertSQL = `WITH o AS (
 SELECT ` + operationCols + ` FROM o`
 
 // CreateOperation invokes verb on the resource (kind, name) with input (a
-// JSON object; empty means {}) and queues it behind the resource's earlier
+// JSON object; empty or null means {}) and queues it behind the resource's earlier
 // ops. Errors: *InvalidError for a missing verb or an input that is not an
 // object, *NotFoundError for an unknown resource or a verb its kind version
 // does not declare (Location "verb"), *DocumentError (Location "input") for
@@ -68,7 +68,7 @@ func (s *Store) CreateOperation(ctx context.Context, kind, name, verb string, in
 		return Operation{}, &InvalidError{Location: "verb", Message: "is required"}
 	}
 	input = bytes.TrimSpace(input)
-	if len(input) == 0 {
+	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage(`{}`)
 	}
 	if input[0] != '{' {
@@ -169,14 +169,17 @@ func (s *Store) CancelOperation(ctx context.Context, kind, name, id string) (Ope
 	if _, err := s.GetOperation(ctx, kind, name, id); err != nil {
 		return Operation{}, err
 	}
-	var state *string
-	if err := s.pool.QueryRow(ctx, `SELECT cancel_operation($1)`, id).Scan(&state); err != nil {
+	var (
+		cancelled bool
+		state     *string
+	)
+	if err := s.pool.QueryRow(ctx, `SELECT * FROM cancel_operation($1)`, id).Scan(&cancelled, &state); err != nil {
 		return Operation{}, fmt.Errorf("cancel operation %s: %w", id, err)
 	}
 	if state == nil {
 		return Operation{}, operationNotFound(kind, name, id)
 	}
-	if *state != "cancelled" {
+	if !cancelled {
 		return Operation{}, &ConflictError{Message: fmt.Sprintf("operation %s is %s; only a pending one can be cancelled", id, *state)}
 	}
 	return s.GetOperation(ctx, kind, name, id)

@@ -69,30 +69,31 @@ END
 $$;
 
 -- cancel_operation cancels op p_id if it is still pending, deleting its task
--- if not yet claimed, and enqueues the resource's next op. It returns the
--- op's state after the call ('running' for an op whose task is claimed), or
--- NULL when there is no such op. The task row is locked before the op, in
--- the drain's order.
-CREATE OR REPLACE FUNCTION cancel_operation(p_id uuid) RETURNS text
+-- if not yet claimed, and enqueues the resource's next op. It returns
+-- whether it cancelled it, and the op's state ('running' for an op whose task
+-- is claimed; NULL when there is no such op). The task row is locked before
+-- the op, in the drain's order.
+CREATE OR REPLACE FUNCTION cancel_operation(p_id uuid, OUT cancelled boolean, OUT state text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_rid uuid;
     v_task text;
-    v_state text;
 BEGIN
-    SELECT resource_id INTO v_rid FROM resource_operations WHERE id = p_id;
-    IF v_rid IS NULL THEN RETURN NULL; END IF;
+    cancelled := false;
+    SELECT o.resource_id INTO v_rid FROM resource_operations o WHERE o.id = p_id;
+    IF v_rid IS NULL THEN RETURN; END IF;
     SELECT w.state INTO v_task FROM work_queue w
      WHERE w.shard_id = shard_of(v_rid) AND w.resource_id = v_rid AND w.task_type = 'operate' AND w.task_id = p_id
        FOR UPDATE;
-    SELECT state INTO v_state FROM resource_operations WHERE id = p_id FOR UPDATE;
-    IF v_state IS DISTINCT FROM 'pending' THEN RETURN v_state; END IF;
-    IF v_task = 'claimed' THEN RETURN 'running'; END IF;
+    SELECT o.state INTO state FROM resource_operations o WHERE o.id = p_id FOR UPDATE;
+    IF state IS DISTINCT FROM 'pending' THEN RETURN; END IF;
+    IF v_task = 'claimed' THEN state := 'running'; RETURN; END IF;
     DELETE FROM work_queue w
      WHERE w.shard_id = shard_of(v_rid) AND w.resource_id = v_rid AND w.task_type = 'operate' AND w.task_id = p_id;
-    UPDATE resource_operations SET state = 'cancelled', updated_at = now(), finished_at = now() WHERE id = p_id;
+    UPDATE resource_operations o SET state = 'cancelled', updated_at = now(), finished_at = now() WHERE o.id = p_id;
     PERFORM enqueue_operations(ARRAY[v_rid]);
-    RETURN 'cancelled';
+    cancelled := true;
+    state := 'cancelled';
 END
 $$;
 
