@@ -39,13 +39,19 @@ func (p *echoProvider) Work(_ context.Context, req webhooksdk.Request) (webhooks
 
 // startAll starts the whole product in one process (ROLE all, dev mode) on
 // its own database.
-func startAll(t *testing.T) *server {
+func startAll(t *testing.T) *server { return startAllWith(t, nil) }
+
+// startAllWith is startAll with the server's config adjusted by tune.
+func startAllWith(t *testing.T, tune func(*convergecli.Config)) *server {
 	t.Helper()
 	e := newEngine(t, engineOpts{noDrain: true})
 	key := func() []byte { b := make([]byte, 32); _, _ = rand.Read(b); return b }
 	cfg := convergecli.Config{DatabaseURL: e.db.DSN, Role: convergecli.RoleAll, ListenAddr: "127.0.0.1:0",
 		HealthAddr: "127.0.0.1:0", ReaperRetryWindow: 30 * time.Second, MemberID: "e2e-all", Dev: true,
 		SecretKey: key(), CallbackKey: key()}
+	if tune != nil {
+		tune(&cfg)
+	}
 	srv, err := convergecli.Start(t.Context(), cfg, e.log)
 	must(t, err)
 	t.Cleanup(func() { must(t, srv.Stop()) })

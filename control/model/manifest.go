@@ -83,6 +83,9 @@ type ReactionDecl struct {
 	Emits     []string           `json:"emits"`
 	Verb      string             `json:"verb,omitempty"`
 	Finalizer string             `json:"finalizer,omitempty"`
+	// InputSchema is an operation reaction's JSON Schema (draft 2020-12)
+	// for the verb's input; absent = any input.
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 }
 
 // Mask returns the reaction's emits as a mask; unknown names are ignored
@@ -143,6 +146,16 @@ func (m *KindManifest) IsReactor() bool {
 		}
 	}
 	return true
+}
+
+// Operation returns the operation reaction handling verb, if any.
+func (m *KindManifest) Operation(verb string) (ReactionDecl, bool) {
+	for _, r := range m.Reactions {
+		if r.Trigger == webhooksdk.TriggerOperation && r.Verb == verb {
+			return r, true
+		}
+	}
+	return ReactionDecl{}, false
 }
 
 // Reaction returns the reaction declared for trigger t, if any.
@@ -226,6 +239,9 @@ func ValidateManifest(m *KindManifest) error {
 		mask := r.Mask()
 		if r.Verb != "" && r.Trigger != webhooksdk.TriggerOperation {
 			return &FieldError{loc + ".verb", "is only allowed on an operation reaction"}
+		}
+		if len(r.InputSchema) > 0 && r.Trigger != webhooksdk.TriggerOperation {
+			return &FieldError{loc + ".input_schema", "is only allowed on an operation reaction"}
 		}
 		if r.Finalizer != "" && r.Trigger != webhooksdk.TriggerDeleteRequested {
 			return &FieldError{loc + ".finalizer", "is only allowed on a deleteRequested reaction"}

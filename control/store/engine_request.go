@@ -15,7 +15,8 @@ import (
 
 // BuildRequests assembles the request each claimed task carries: the
 // resource, its children for a composer (observed) or rollup (descendants),
-// and the effective provider config (the kind default deep-merged with the
+// an operate task's verb and input (its op is marked running, the attempt
+// counted), and the effective provider config (the kind default deep-merged with the
 // resource's own override; the override's bundle replaces the default's).
 //
 // A react task carries the watched resource (its snapshot if the resource
@@ -116,6 +117,11 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []w
 		return nil, nil, fmt.Errorf("load provider configs: %w", err)
 	}
 
+	ops, err := s.operationsOf(ctx, tasks)
+	if err != nil {
+		return nil, nil, err
+	}
+
 	out := make([]webhooksdk.Envelope, len(tasks))
 	failed = make([]error, len(tasks))
 	for i, t := range tasks {
@@ -132,6 +138,14 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []w
 			TaskID: t.ID, ClaimEpoch: t.Epoch, Attempt: t.Attempts + 1, TaskType: t.Type,
 			Reaction: t.Reaction, Trigger: t.Trigger, Kind: t.Kind, KindVersion: t.KindVersion,
 			Resource: &r.Resource, Status: r.Status,
+		}
+		if t.Trigger == webhooksdk.TriggerOperation {
+			op, found := ops[t.ID]
+			if !found {
+				failed[i] = errOperationGone
+				continue
+			}
+			req.Operation = &webhooksdk.Operation{Verb: op.Verb, Input: op.Input}
 		}
 		if !t.Deadline.IsZero() {
 			d := t.Deadline.UTC().Truncate(time.Millisecond)
@@ -238,6 +252,9 @@ func reactRequest(t model.Task, live map[string]model.Resource, snapshots map[st
 func DedupToken(t model.Task) string {
 	return fmt.Sprintf("%s:%s:%d:%s", t.ResourceID, t.Transition, t.Generation, t.Binding)
 }
+
+// errOperationGone: an operate task's op is no longer pending or running.
+var errOperationGone = errors.New("operation no longer pending or running")
 
 func needsChildren(t model.Task) bool {
 	return t.Trigger == webhooksdk.TriggerChildrenSettled ||

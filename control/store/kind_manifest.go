@@ -104,6 +104,12 @@ func prepareManifest(m *model.KindManifest) (manifestRow, error) {
 			*f.sch = s
 		}
 	}
+	for i, r := range m.Reactions {
+		if _, err := schema.Compile(r.InputSchema); err != nil {
+			return manifestRow{}, &InvalidError{Location: fmt.Sprintf("reactions[%d].input_schema", i),
+				Message: strings.TrimPrefix(err.Error(), "schema: ")}
+		}
+	}
 	reactions := m.Reactions
 	if reactions == nil {
 		reactions = []model.ReactionDecl{}

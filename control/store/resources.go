@@ -108,6 +108,9 @@ func scanResource(row pgx.Row) (model.Resource, error) {
 //     by the BEFORE trigger on a spec or version change) stays put. xmax = 0
 //     tells an insert from an update.
 //   - ev appends the 'applied' event of a write.
+//   - hist records a root resource's new generation as its next spec
+//     revision, and cut keeps the newest $7 (composed children are written
+//     by the engine, not here, and a child applied here records none).
 //   - the result is the written row, or the stored one when nothing was
 //     written, together with the gate's findings.
 const resourceApplySQL = `WITH m AS (
@@ -130,6 +133,17 @@ const resourceApplySQL = `WITH m AS (
 ), ev AS (
     INSERT INTO resource_events (resource_id, type, generation, message)
     SELECT id, 'applied', generation, CASE WHEN inserted THEN 'created' ELSE 'configured' END FROM up
+), hist AS (
+    INSERT INTO resource_spec_history (resource_id, revision, generation, kind_version, spec, labels)
+    SELECT u.id, coalesce((SELECT max(h.revision) FROM resource_spec_history h WHERE h.resource_id = u.id), 0) + 1,
+           u.generation, u.kind_version, u.spec, u.labels
+      FROM up u
+     WHERE u.owner_id IS NULL
+       AND NOT EXISTS (SELECT 1 FROM resource_spec_history h WHERE h.resource_id = u.id AND h.generation = u.generation)
+    RETURNING resource_id, revision
+), cut AS (
+    DELETE FROM resource_spec_history h USING hist
+     WHERE h.resource_id = hist.resource_id AND h.revision <= hist.revision - $7::int
 ), res AS (
     SELECT ` + resourceViewCols + `, r.deletion_requested_at IS NOT NULL AS deleting,
            CASE WHEN r.inserted THEN 'created' ELSE 'configured' END AS result
@@ -194,7 +208,7 @@ func (s *Store) ApplyResource(ctx context.Context, p ApplyResourceParams) (model
 
 func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, labels map[string]string, ref any) (model.Resource, ApplyResult, error) {
 	b := &pgx.Batch{}
-	b.Queue(resourceApplySQL, p.Kind, p.KindVersion, p.Name, labels, p.Spec, ref)
+	b.Queue(resourceApplySQL, p.Kind, p.KindVersion, p.Name, labels, p.Spec, ref, s.cfg.SpecHistoryLimit)
 	b.Queue(resourceScheduleSQL, p.Kind, p.Name)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close() // the error is read from the results below
@@ -264,6 +278,11 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 func resourceWriteError(err error, p ApplyResourceParams) error {
 	code, pe := pgCode(err)
 	switch code {
+	case codeUniqueViolation:
+		// A concurrent apply took the same spec revision number: run again.
+		if pe.ConstraintName == "resource_spec_history_pkey" {
+			return errRetry
+		}
 	case codeForeignKeyViolation:
 		// The manifest or config vanished between the gate and the write.
 		if strings.Contains(pe.ConstraintName, "provider_config") {

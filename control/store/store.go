@@ -29,14 +29,23 @@ type Config struct {
 	// MaxStatusBytes caps a stored status document; a larger one fails its
 	// task terminally without being stored. Defaults to 16 MiB.
 	MaxStatusBytes int
+	// SpecHistoryLimit is how many spec revisions each root resource keeps
+	// (the newest). Defaults to 20.
+	SpecHistoryLimit int
 }
 
-// MaxStatusBytesDefault is the default MaxStatusBytes.
-const MaxStatusBytesDefault = 16 << 20
+// The Config defaults.
+const (
+	MaxStatusBytesDefault   = 16 << 20
+	SpecHistoryLimitDefault = 20
+)
 
 func (c Config) withDefaults() Config {
 	if c.MaxStatusBytes <= 0 {
 		c.MaxStatusBytes = MaxStatusBytesDefault
+	}
+	if c.SpecHistoryLimit <= 0 {
+		c.SpecHistoryLimit = SpecHistoryLimitDefault
 	}
 	return c
 }

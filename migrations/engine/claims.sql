@@ -115,6 +115,7 @@ BEGIN
                             WHEN 'childrenSettled' THEN m.rollup_reaction
                             WHEN 'resync' THEN coalesce(m.resync_reaction, m.spec_reaction)
                             WHEN 'deleteRequested' THEN m.delete_reaction
+                            WHEN 'operation' THEN w.reaction -- set at enqueue, by verb
                           END,
             -- A resync runs the kind's resync reaction, else its spec
             -- reaction, which recomposes only if the kind says so.
@@ -126,6 +127,7 @@ BEGIN
                                     THEN reaction_mask(jsonb_path_query_first(m.reactions, '$[*] ? (@.trigger == "resync")'))
                                 WHEN kc.resync_recomposes THEN m.spec_emits
                                 ELSE m.spec_emits & ~7 END
+                            WHEN 'operation' THEN w.emits
                             ELSE reaction_mask(jsonb_path_query_first(m.reactions, '$[*] ? (@.trigger == $t)', jsonb_build_object('t', w.trigger)))
                           END
           FROM sel

@@ -136,17 +136,25 @@ BEGIN
                         THEN GREATEST(r.spec_gen, LEAST(i.generation, r.generation)) ELSE r.spec_gen END,
         synced_gen = CASE WHEN i.error IS NULL AND (i.trigger IN ('childrenSettled','resync') OR (i.trigger = 'specChange' AND NOT i.has_rollup))
                           THEN GREATEST(r.synced_gen, LEAST(i.generation, r.generation)) ELSE r.synced_gen END,
-        health_ok = CASE WHEN i.error IS NOT NULL THEN r.health_ok
+        health_ok = CASE WHEN i.error IS NOT NULL OR i.trigger = 'operation' THEN r.health_ok
                          ELSE NOT (i.emits & 16 <> 0 AND coalesce(jsonb_path_exists(i.outcome, '$.conditions[*] ? (@.type == "Ready" && @.status == "False")'), false)) END,
-        failure_gen = CASE WHEN i.error IS NULL THEN 0 ELSE i.generation END,
-        failure_terminal = CASE WHEN i.error IS NULL THEN false ELSE i.terminal END,
-        last_error = i.error,
+        -- An operate task's failure fails its op (finish_operations), not
+        -- the resource.
+        failure_gen = CASE WHEN i.trigger = 'operation' THEN r.failure_gen WHEN i.error IS NULL THEN 0 ELSE i.generation END,
+        failure_terminal = CASE WHEN i.trigger = 'operation' THEN r.failure_terminal WHEN i.error IS NULL THEN false ELSE i.terminal END,
+        last_error = CASE WHEN i.trigger = 'operation' THEN r.last_error ELSE i.error END,
         last_task_id = i.task_id,
         last_task_epoch = i.claim_epoch,
         last_task_abandoned = i.abandoned,
         last_claimed_at = i.claimed_at,
         updated_at = now()
-      FROM unnest(v_items) i
+      -- One item per resource: an UPDATE ... FROM applies only one of a
+      -- row's matches, and an arbitrary one. A reconcile (or delete) and an
+      -- operate task of one resource may finish in one batch; the
+      -- reconcile's outcome is the one the resource's phase needs (the
+      -- op's own result is kept by finish_operations).
+      FROM (SELECT DISTINCT ON (x.resource_id) x.* FROM unnest(v_items) x
+             ORDER BY x.resource_id, x.trigger = 'operation') i
      WHERE r.id = i.resource_id
        AND r.id = ANY (v_rids); -- an index lookup, not a scan of every resource per batch
 
@@ -160,7 +168,7 @@ BEGIN
     SELECT i.resource_id, CASE WHEN i.trigger = 'deleteRequested' THEN 'Teardown' ELSE 'Synced' END, 'False',
            CASE WHEN i.terminal THEN 'TerminalError' WHEN i.trigger = 'deleteRequested' THEN 'TeardownError' ELSE 'ReconcileError' END,
            left(i.error, 4096)
-      FROM unnest(v_items) i WHERE i.error IS NOT NULL
+      FROM unnest(v_items) i WHERE i.error IS NOT NULL AND i.trigger <> 'operation'
     ON CONFLICT (resource_id, type) DO UPDATE SET
         status = EXCLUDED.status, reason = EXCLUDED.reason, message = EXCLUDED.message,
         last_transition_time = CASE WHEN c.status <> EXCLUDED.status THEN now() ELSE c.last_transition_time END
@@ -171,7 +179,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM resource_conditions c WHERE c.status = 'False' AND c.resource_id = ANY (v_rids)) THEN
         DELETE FROM resource_conditions c
          USING unnest(v_items) i
-         WHERE c.resource_id = i.resource_id AND i.error IS NULL AND c.status = 'False'
+         WHERE c.resource_id = i.resource_id AND i.error IS NULL AND c.status = 'False' AND i.trigger <> 'operation'
            AND NOT (i.emits & 16 <> 0 AND jsonb_typeof(i.outcome->'conditions') = 'array'
                     AND EXISTS (SELECT 1 FROM jsonb_array_elements(i.outcome->'conditions') x WHERE x->>'type' = c.type));
     END IF;
@@ -183,6 +191,7 @@ BEGIN
       FROM unnest(v_items) i;
 
     PERFORM substitute_values(v_status_ids);
+    PERFORM finish_operations(v_items);
 
     -- A leaf's success needs no re-scheduling (its dependents are scheduled
     -- by the cascade); a rerun, a composer's next step or a failure might.

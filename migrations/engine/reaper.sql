@@ -40,14 +40,16 @@ $$;
 -- requeue_lagging is the crash-recovery backstop: lagging live resources with
 -- no live task, untouched for p_window_secs (e.g. the UNLOGGED queue was lost,
 -- or a wake was missed), go back through schedule_eligible; stalled
--- teardowns are advanced again (requeue_teardown).
+-- teardowns are advanced again (requeue_teardown), and ops that lost their
+-- task go back through requeue_operations.
 CREATE OR REPLACE FUNCTION requeue_lagging(p_lo int, p_hi int, p_window_secs int, p_limit int) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     v_ids uuid[];
     n int;
 BEGIN
-    n := requeue_teardown(p_lo, p_hi, p_window_secs, p_limit);
+    n := requeue_teardown(p_lo, p_hi, p_window_secs, p_limit)
+       + requeue_operations(p_lo, p_hi, p_window_secs, p_limit);
     SELECT array_agg(id) INTO v_ids FROM (
         SELECT r.id FROM resources r
          WHERE r.shard_id BETWEEN p_lo AND p_hi

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/convergeplane/converge/control/store"
 )
 
 // Role selects the duties a process runs.
@@ -70,6 +72,9 @@ type Config struct {
 	// ReaperRetryWindow is how long a lagging resource with no live task
 	// waits before the reaper re-schedules it (REAPER_RETRY_WINDOW, 30s).
 	ReaperRetryWindow time.Duration
+	// SpecHistoryLimit is how many spec revisions each root resource keeps
+	// (SPEC_HISTORY_LIMIT, default 20).
+	SpecHistoryLimit int
 	// MemberID names this process in the cluster view (MEMBER_ID,
 	// default host-pid).
 	MemberID string
@@ -175,6 +180,15 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			bad("REAPER_RETRY_WINDOW", v, "must be a positive duration like 30s")
 		} else {
 			c.ReaperRetryWindow = d
+		}
+	}
+	c.SpecHistoryLimit = store.SpecHistoryLimitDefault
+	if v := getenv("SPEC_HISTORY_LIMIT"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			bad("SPEC_HISTORY_LIMIT", v, "must be a positive integer")
+		} else {
+			c.SpecHistoryLimit = n
 		}
 	}
 	c.MemberID = getenv("MEMBER_ID")

@@ -146,7 +146,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &Server{cfg: cfg, log: log, pool: pool, store: store.New(pool, store.Config{}), metrics: metrics,
+	return &Server{cfg: cfg, log: log, pool: pool, store: store.New(pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit}), metrics: metrics,
 		served: make(chan error, 2)}, nil
 }
 

@@ -1,0 +1,231 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/schema"
+	"github.com/convergeplane/converge/webhooksdk"
+)
+
+// Operation is one operator verb invoked on a resource. Its operate task
+// runs it; the ops of a resource run one at a time, oldest first.
+type Operation struct {
+	ID         string          `json:"id"`
+	ResourceID string          `json:"resource_id"`
+	Verb       string          `json:"verb"`
+	Input      json.RawMessage `json:"input"`
+	State      string          `json:"state" enum:"pending,running,succeeded,failed,cancelled"`
+	Output     json.RawMessage `json:"operation_output,omitempty" doc:"The provider's operation_output, when its reaction emits operationOutput."`
+	Error      string          `json:"error,omitempty" doc:"Why the last attempt failed."`
+	Attempts   int             `json:"attempts" doc:"Deliveries so far."`
+	CreatedAt  time.Time       `json:"created_at"`
+	UpdatedAt  time.Time       `json:"updated_at"`
+	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+}
+
+const operationCols = `o.id, o.resource_id, o.verb, o.input, o.state, o.output, coalesce(o.error, ''), o.attempts,
+       o.created_at, o.updated_at, o.finished_at`
+
+func scanOperation(row pgx.Row) (Operation, error) {
+	var op Operation
+	err := row.Scan(&op.ID, &op.ResourceID, &op.Verb, &op.Input, &op.State, &op.Output, &op.Error, &op.Attempts,
+		&op.CreatedAt, &op.UpdatedAt, &op.FinishedAt)
+	return op, err
+}
+
+// operationTargetSQL reads what invoking a verb on (kind, name) needs: the
+// resource, whether it is being deleted, and its kind version's reactions.
+const operationTargetSQL = `SELECT r.id, r.kind_version, r.deletion_requested_at IS NOT NULL, m.reactions
+  FROM resources r JOIN kind_manifest m ON m.kind = r.kind AND m.kind_version = r.kind_version
+ WHERE r.kind = $1 AND r.name = $2`
+
+// operationInsertSQL records the op unless the resource went into deletion
+// since it was read.
+const operationInsertSQL = `WITH o AS (
+    INSERT INTO resource_operations (resource_id, verb, input)
+    SELECT id, $2, $3 FROM resources WHERE id = $1 AND deletion_requested_at IS NULL
+    RETURNING *)
+SELECT ` + operationCols + ` FROM o`
+
+// CreateOperation invokes verb on the resource (kind, name) with input (a
+// JSON object; empty or null means {}) and queues it behind the resource's earlier
+// ops. Errors: *InvalidError for a missing verb or an input that is not an
+// object, *NotFoundError for an unknown resource or a verb its kind version
+// does not declare (Location "verb"), *DocumentError (Location "input") for
+// an input the verb's input_schema refuses, *ConflictError while the
+// resource is being deleted. A refused request writes nothing.
+func (s *Store) CreateOperation(ctx context.Context, kind, name, verb string, input json.RawMessage) (Operation, error) {
+	if verb == "" {
+		return Operation{}, &InvalidError{Location: "verb", Message: "is required"}
+	}
+	input = bytes.TrimSpace(input)
+	if len(input) == 0 || string(input) == "null" {
+		input = json.RawMessage(`{}`)
+	}
+	if input[0] != '{' {
+		return Operation{}, &InvalidError{Location: "input", Message: "must be a JSON object"}
+	}
+	var (
+		rid       string
+		version   int16
+		deleting  bool
+		reactions []model.ReactionDecl
+	)
+	err := s.pool.QueryRow(ctx, operationTargetSQL, kind, name).Scan(&rid, &version, &deleting, &reactions)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Operation{}, resourceNotFound(kind, name)
+	}
+	if err != nil {
+		return Operation{}, fmt.Errorf("read resource %s/%s: %w", kind, name, err)
+	}
+	if deleting {
+		return Operation{}, errDeleting(kind, name)
+	}
+	m := model.KindManifest{Kind: kind, KindVersion: int(version), Reactions: reactions}
+	decl, ok := m.Operation(verb)
+	if !ok {
+		return Operation{}, &NotFoundError{Location: "verb", Message: fmt.Sprintf("%s/%d declares no verb %q", kind, version, verb)}
+	}
+	sch, err := schema.Compile(decl.InputSchema)
+	if err != nil {
+		return Operation{}, fmt.Errorf("the stored input_schema of verb %q of %s/%d does not compile: %w", verb, kind, version, err)
+	}
+	var ve *schema.ValidationError
+	if err := sch.Validate(input); errors.As(err, &ve) {
+		return Operation{}, &DocumentError{Location: "input", Kind: kind, KindVersion: int(version), Violations: ve.Violations}
+	} else if err != nil {
+		return Operation{}, fmt.Errorf("validate input of verb %q: %w", verb, err)
+	}
+
+	var op Operation
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		op, err = scanOperation(tx.QueryRow(ctx, operationInsertSQL, rid, verb, input))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errDeleting(kind, name)
+		}
+		if err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT enqueue_operations(ARRAY[$1::uuid])`, rid); err != nil {
+			return fmt.Errorf("enqueue: %w", err)
+		}
+		return nil
+	})
+	return op, wrapUnlessTyped(err, "invoke %s on %s/%s", verb, kind, name)
+}
+
+func errDeleting(kind, name string) error {
+	return &ConflictError{Message: fmt.Sprintf("%s/%s is being deleted", kind, name)}
+}
+
+// ListOperations returns the newest limit ops of (kind, name), newest first.
+func (s *Store) ListOperations(ctx context.Context, kind, name string, limit int) ([]Operation, error) {
+	rid, err := s.ResourceID(ctx, kind, name)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+operationCols+` FROM resource_operations o
+		WHERE o.resource_id = $1 ORDER BY o.created_at DESC, o.id DESC LIMIT $2`, rid, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list operations of %s/%s: %w", kind, name, err)
+	}
+	ops, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Operation, error) { return scanOperation(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list operations of %s/%s: %w", kind, name, err)
+	}
+	return ops, nil
+}
+
+// GetOperation returns op id of (kind, name), or a *NotFoundError.
+func (s *Store) GetOperation(ctx context.Context, kind, name, id string) (Operation, error) {
+	rid, oid, err := s.operationKey(ctx, kind, name, id)
+	if err != nil {
+		return Operation{}, err
+	}
+	op, err := scanOperation(s.pool.QueryRow(ctx, `SELECT `+operationCols+` FROM resource_operations o
+		WHERE o.id = $1 AND o.resource_id = $2`, oid, rid))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Operation{}, operationNotFound(kind, name, id)
+	}
+	if err != nil {
+		return Operation{}, fmt.Errorf("get operation %s: %w", id, err)
+	}
+	return op, nil
+}
+
+// CancelOperation cancels op id of (kind, name) while it is pending (its
+// task not claimed), and returns it. A running or finished op is a
+// *ConflictError.
+func (s *Store) CancelOperation(ctx context.Context, kind, name, id string) (Operation, error) {
+	if _, err := s.GetOperation(ctx, kind, name, id); err != nil {
+		return Operation{}, err
+	}
+	var (
+		cancelled bool
+		state     *string
+	)
+	if err := s.pool.QueryRow(ctx, `SELECT * FROM cancel_operation($1)`, id).Scan(&cancelled, &state); err != nil {
+		return Operation{}, fmt.Errorf("cancel operation %s: %w", id, err)
+	}
+	if state == nil {
+		return Operation{}, operationNotFound(kind, name, id)
+	}
+	if !cancelled {
+		return Operation{}, &ConflictError{Message: fmt.Sprintf("operation %s is %s; only a pending one can be cancelled", id, *state)}
+	}
+	return s.GetOperation(ctx, kind, name, id)
+}
+
+// operationKey resolves the resource and parses the op id.
+func (s *Store) operationKey(ctx context.Context, kind, name, id string) (rid string, oid uuid.UUID, err error) {
+	if rid, err = s.ResourceID(ctx, kind, name); err != nil {
+		return "", uuid.UUID{}, err
+	}
+	if oid, err = uuid.Parse(id); err != nil {
+		return "", uuid.UUID{}, operationNotFound(kind, name, id)
+	}
+	return rid, oid, nil
+}
+
+func operationNotFound(kind, name, id string) error {
+	return &NotFoundError{Message: fmt.Sprintf("resource %s/%s has no operation %s", kind, name, id)}
+}
+
+// operationsOf marks the ops of the claimed operate tasks in tasks running,
+// counts the attempt, and returns each one's verb and input by task id.
+func (s *Store) operationsOf(ctx context.Context, tasks []model.Task) (map[string]Operation, error) {
+	var ids []string
+	for _, t := range tasks {
+		if t.Trigger == webhooksdk.TriggerOperation {
+			ids = append(ids, t.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `UPDATE resource_operations o
+		   SET state = 'running', attempts = o.attempts + 1, updated_at = now()
+		 WHERE o.id = ANY ($1) AND o.state IN ('pending','running')
+		RETURNING `+operationCols, ids)
+	if err != nil {
+		return nil, fmt.Errorf("start operations: %w", err)
+	}
+	ops, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Operation, error) { return scanOperation(r) })
+	if err != nil {
+		return nil, fmt.Errorf("start operations: %w", err)
+	}
+	out := make(map[string]Operation, len(ops))
+	for _, op := range ops {
+		out[op.ID] = op
+	}
+	return out, nil
+}
