@@ -24,7 +24,9 @@ $$;
 -- themselves, everything they own, and every resource that depends on any
 -- of it, transitively (UNION makes the walk cycle-safe). Each newly marked
 -- node takes its kind's finalizer, loses a pending reconcile (a claimed one
--- finishes; its outcome no longer matters), and leaves orphan grace (an
+-- finishes; its outcome no longer matters) and its pending operations
+-- (cancelled: a verb on something being torn down would act on nothing),
+-- and leaves orphan grace (an
 -- orphan's timer would otherwise sweep it again); a quarantine stays, as the
 -- phase shows Deleting first anyway. Returns how many it marked; the tree's
 -- ready nodes are advanced at once.
@@ -53,10 +55,13 @@ BEGIN
     ), dropped AS (
         DELETE FROM work_queue w USING marked k
          WHERE w.shard_id = k.shard_id AND w.resource_id = k.id
-           AND w.task_type = 'reconcile' AND w.state = 'pending'
+           AND w.task_type IN ('reconcile', 'operate') AND w.state = 'pending'
     )
     SELECT array_agg(id) INTO v_marked FROM marked;
     IF v_marked IS NULL THEN RETURN 0; END IF;
+    UPDATE resource_operations SET state = 'cancelled', error = 'the resource is being deleted',
+           updated_at = now(), finished_at = now()
+     WHERE resource_id = ANY (v_marked) AND state = 'pending';
     PERFORM log_events(v_marked, 'deletion_requested', p_message);
     PERFORM teardown_advance(v_marked);
     RETURN cardinality(v_marked);
