@@ -39,10 +39,10 @@ func (p *echoProvider) Work(_ context.Context, req webhooksdk.Request) (webhooks
 
 // startAll starts the whole product in one process (ROLE all, dev mode) on
 // its own database.
-func startAll(t *testing.T) *server { return startAllWith(t, nil) }
+func startAll(t testing.TB) *server { return startAllWith(t, nil) }
 
 // startAllWith is startAll with the server's config adjusted by tune.
-func startAllWith(t *testing.T, tune func(*convergecli.Config)) *server {
+func startAllWith(t testing.TB, tune func(*convergecli.Config)) *server {
 	t.Helper()
 	e := newEngine(t, engineOpts{noDrain: true})
 	key := func() []byte { b := make([]byte, 32); _, _ = rand.Read(b); return b }

@@ -20,8 +20,10 @@ func TestOperationsAPI(t *testing.T) {
 	b.putManifest("box", `{"kind":"box","kind_version":1,"reactions":[
 		{"name":"snap","trigger":"operation","verb":"snapshot","emits":["operationOutput"],"input_schema":{"type":"nope"}}]}`).
 		wantProblem(t, http.StatusUnprocessableEntity, "body.reactions[0].input_schema")
+	// A finalizer keeps a deleted box Deleting (no provider runs here).
 	b.putManifest("box", `{"kind":"box","kind_version":1,"reactions":[
 		{"name":"work","trigger":"specChange","emits":["status"]},
+		{"name":"teardown","trigger":"deleteRequested","emits":["finalizer"],"finalizer":"box.io/teardown"},
 		{"name":"snap","trigger":"operation","verb":"snapshot","emits":["operationOutput","status"],
 		 "input_schema":{"type":"object","properties":{"label":{"type":"string"}},"additionalProperties":false}}]}`).
 		wantApply(t, "created")
@@ -79,5 +81,9 @@ func TestOperationsAPI(t *testing.T) {
 	b.do(http.MethodPost, "/api/v1/resources/box/b1/rollback", `{"revision":2}`).wantProblem(t, http.StatusConflict, "")
 	if n := b.count(`SELECT count(*) FROM resource_operations`); n != 1 {
 		t.Errorf("%d ops, want 1", n)
+	}
+	// The deletion cancelled the op still pending.
+	if n := b.count(`SELECT count(*) FROM resource_operations WHERE state = 'cancelled' AND error = 'the resource is being deleted'`); n != 1 {
+		t.Errorf("%d ops cancelled by the deletion, want 1", n)
 	}
 }
