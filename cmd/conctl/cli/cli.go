@@ -164,9 +164,16 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		a.getCommand(),
 		a.listCommand(),
 		a.deleteCommand(),
+		a.waitCommand(),
+		a.reconcileCommand(),
+		a.opCommand(),
+		a.opsCommand(),
+		a.historyCommand(),
+		a.rollbackCommand(),
 		a.rotateSecretCommand(),
 		a.versionCommand(),
 	)
+	root.AddCommand(a.quarantineCommands()...)
 	return root
 }
 
