@@ -15,10 +15,10 @@ func (r *resourceArg) register(c *cobra.Command) {
 	c.Flags().StringVar(&r.kind, "kind", "", "the resource's kind (then NAME alone)")
 }
 
-func (r *resourceArg) parse(arg string) (deleteTarget, error) {
+func (r *resourceArg) parse(arg string) (target, error) {
 	t, err := resourceTargets(r.kind, []string{arg})
 	if err != nil {
-		return deleteTarget{}, err
+		return target{}, err
 	}
 	return t[0], nil
 }

@@ -47,11 +47,15 @@ deleted, with exit status 1.`)
 				if err != nil {
 					return err
 				}
+				c, err := a.api()
+				if err != nil {
+					return err
+				}
 				requested, err := a.delete(cmd.Context(), targets)
 				if !wait || len(requested) == 0 {
 					return err
 				}
-				werr := a.awaitResources(cmd.Context(), a.client, requested, timeout, condDeleted)
+				werr := a.awaitResources(cmd.Context(), c, requested, timeout, condDeleted)
 				if err == nil {
 					return werr
 				}
@@ -78,9 +82,9 @@ deleted, with exit status 1.`)
 				if err := kv.validate(true); err != nil {
 					return err
 				}
-				var targets []deleteTarget
+				var targets []target
 				for _, k := range args {
-					targets = append(targets, deleteTarget{
+					targets = append(targets, target{
 						id:   typeManifest.name + "/" + k + "/v" + kv.String(),
 						path: "/kinds/" + seg(k) + "/versions/" + kv.String() + "/manifest",
 					})
@@ -100,9 +104,9 @@ deleted, with exit status 1.`)
 			Short:   "Delete " + t.plural + " by name",
 			Args:    minArgs(1, "NAME"),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				var targets []deleteTarget
+				var targets []target
 				for _, n := range args {
-					targets = append(targets, deleteTarget{
+					targets = append(targets, target{
 						id:   t.name + "/" + n,
 						path: collectionPath(t) + "/" + seg(n),
 					})
@@ -115,14 +119,15 @@ deleted, with exit status 1.`)
 	return cmd
 }
 
-type deleteTarget struct {
+// target is one object a command addresses.
+type target struct {
 	id   string // for output: "resource/vpc/sample"
 	path string
 }
 
 // delete requests each target's deletion and returns those the server
 // accepted.
-func (a *app) delete(ctx context.Context, targets []deleteTarget) ([]deleteTarget, error) {
+func (a *app) delete(ctx context.Context, targets []target) ([]target, error) {
 	c, err := a.api()
 	if err != nil {
 		return nil, err
@@ -136,7 +141,7 @@ func (a *app) delete(ctx context.Context, targets []deleteTarget) ([]deleteTarge
 		fmt.Fprintf(a.stdout, "%s %s\n", targets[0].id, deleteResult(resp))
 		return targets, nil
 	}
-	var done []deleteTarget
+	var done []target
 	for _, t := range targets {
 		resp, err := c.Do(ctx, http.MethodDelete, t.path, nil, nil)
 		if err != nil {

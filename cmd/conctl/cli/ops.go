@@ -136,7 +136,7 @@ func readInput(stdin io.Reader, name string) (json.RawMessage, error) {
 // awaitOperation polls operation id of resource t until it reaches a final
 // state and prints the outcome: its operation_output, or the operation with
 // -o json|yaml. A failed or cancelled operation is an error.
-func (a *app) awaitOperation(ctx context.Context, c *Client, p *printer, t deleteTarget, id string, timeout time.Duration) error {
+func (a *app) awaitOperation(ctx context.Context, c *Client, p *printer, t target, id string, timeout time.Duration) error {
 	path := t.path + "/ops/" + seg(id)
 	name := "operation " + id
 	pr := a.newProgress()

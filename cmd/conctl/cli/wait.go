@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -161,16 +162,17 @@ var (
 // awaitResources polls each target until cond is met for it, printing
 // progress and "<id> <cond>" as each gets there. On timeout it returns an
 // error naming each resource still awaited and where it stands.
-func (a *app) awaitResources(ctx context.Context, c *Client, targets []deleteTarget, timeout time.Duration, cond condition) error {
+func (a *app) awaitResources(ctx context.Context, c *Client, targets []target, timeout time.Duration, cond condition) error {
 	pr := a.newProgress()
 	pending := slices.Clone(targets)
 	last := map[string]string{}
 	err := poll(ctx, timeout, func(ctx context.Context) (bool, error) {
 		var states []waitState
-		var left []deleteTarget
-		for _, t := range pending {
-			o, err := a.getResource(ctx, c, t.path, cond.mustExist)
+		var left []target
+		for i, t := range pending {
+			o, err := getResource(ctx, c, t.path, cond.mustExist)
 			if err != nil {
+				pending = append(left, pending[i:]...)
 				pr.clear()
 				return false, fmt.Errorf("%s: %w", t.id, err)
 			}
@@ -192,14 +194,14 @@ func (a *app) awaitResources(ctx context.Context, c *Client, targets []deleteTar
 	}
 	msgs := make([]string, len(pending))
 	for i, t := range pending {
-		msgs[i] = fmt.Sprintf("%s is still %s", t.id, last[t.id])
+		msgs[i] = fmt.Sprintf("%s is still %s", t.id, cmp.Or(last[t.id], "unknown (no answer in time)"))
 	}
 	return fmt.Errorf("not %s within %s: %s", cond.name, timeout, strings.Join(msgs, "; "))
 }
 
 // getResource fetches a resource's detail; nil once it is gone, unless
 // it must exist.
-func (a *app) getResource(ctx context.Context, c *Client, path string, mustExist bool) (obj, error) {
+func getResource(ctx context.Context, c *Client, path string, mustExist bool) (obj, error) {
 	body, err := c.Get(ctx, path, nil)
 	var ae *APIError
 	if !mustExist && errors.As(err, &ae) && ae.StatusCode == http.StatusNotFound {
@@ -312,14 +314,14 @@ its phase and why.`)
 }
 
 // resourceTargets parses KIND/NAME arguments (or NAMEs with --kind).
-func resourceTargets(kind string, args []string) ([]deleteTarget, error) {
-	var targets []deleteTarget
+func resourceTargets(kind string, args []string) ([]target, error) {
+	var targets []target
 	for _, arg := range args {
 		k, n, err := resourceRef(kind, arg)
 		if err != nil {
 			return nil, err
 		}
-		targets = append(targets, deleteTarget{
+		targets = append(targets, target{
 			id:   typeResource.name + "/" + k + "/" + n,
 			path: "/resources/" + seg(k) + "/" + seg(n),
 		})
