@@ -368,6 +368,8 @@ func TestOps(t *testing.T) {
 			_ = json.Unmarshal([]byte(b.run(t, "", "ops", "box/b1", "-o", "json").stdout), &list)
 			if len(list.Items) > 0 {
 				id = list.Items[0].ID
+			} else {
+				time.Sleep(50 * time.Millisecond)
 			}
 		}
 		if id == "" {

@@ -192,6 +192,9 @@ func (a *app) awaitOperation(ctx context.Context, c *Client, p *printer, t targe
 
 // opProgress says where an unfinished operation stands.
 func opProgress(op obj) string {
+	if op == nil {
+		return "unknown (no answer in time)"
+	}
 	s := op.str("state") + " (" + op.str("attempts") + " attempts)"
 	if e := op.str("error"); e != "" {
 		s += ": " + e
