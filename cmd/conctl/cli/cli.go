@@ -131,14 +131,17 @@ func (a *app) command() *cobra.Command {
 
 It applies kind manifests, resources, provider configs, reactor bindings,
 endpoints and per-version kind configs from JSON or YAML files, and gets,
-lists and deletes them.
+lists and deletes them. It operates resources: waits for them, quarantines,
+reconciles, invokes their verbs and rolls back their specs.
 
 Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		Example: `  conctl apply --type manifest -f account.kind.json
   conctl apply -f resources.yaml
   conctl get resource vpc/sample-vpc
   conctl get manifest vpc --kind-version 2
-  conctl list resources --kind vpc --phase Failed --phase Degraded`,
+  conctl list resources --kind vpc --phase Failed --phase Degraded
+  conctl delete resource vpc/sample-vpc --timeout 5m
+  conctl op vpc/sample-vpc snapshot --input '{"label": "nightly"}' --wait`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          cobra.ArbitraryArgs,
@@ -164,9 +167,16 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		a.getCommand(),
 		a.listCommand(),
 		a.deleteCommand(),
+		a.waitCommand(),
+		a.reconcileCommand(),
+		a.opCommand(),
+		a.opsCommand(),
+		a.historyCommand(),
+		a.rollbackCommand(),
 		a.rotateSecretCommand(),
 		a.versionCommand(),
 	)
+	root.AddCommand(a.quarantineCommands()...)
 	return root
 }
 

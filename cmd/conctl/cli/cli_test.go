@@ -921,7 +921,7 @@ func TestDelete(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"delete", "resource", "vpc/sample-vpc"}, "resource/vpc/sample-vpc deletion requested\n"},
+			{[]string{"delete", "resource", "vpc/sample-vpc", "--wait=false"}, "resource/vpc/sample-vpc deletion requested\n"},
 			{[]string{"delete", "manifest", "unused", "--kind-version", "1"}, "manifest/unused/v1 deleted\n"},
 			{[]string{"delete", "pc", "cfg"}, "providerconfig/cfg deleted\n"},
 			{[]string{"delete", "binding", "bind"}, "reactorbinding/bind deleted\n"},
@@ -971,7 +971,7 @@ func TestDelete(t *testing.T) {
 		b := setup(t)
 		b.seedKinds(t)
 		b.seed(t, "res", `[{"kind":"vpc","kind_version":1,"name":"a","spec":{}},{"kind":"vpc","kind_version":1,"name":"c","spec":{}}]`)
-		r := b.run(t, "", "delete", "res", "--kind", "vpc", "a", "b", "vpc/c")
+		r := b.run(t, "", "delete", "res", "--kind", "vpc", "a", "b", "vpc/c", "--wait=false")
 		wantCode(t, r, ExitFailure)
 		wantOutput(t, r.stdout, "resource/vpc/a deletion requested\nresource/vpc/c deletion requested\n")
 		wantOutput(t, r.stderr, "Error: resource/vpc/b: 404 Not Found: resource vpc/b does not exist\nError: 1 of 3 deletes failed\n")

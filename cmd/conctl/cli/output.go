@@ -209,6 +209,15 @@ func age(ts string, now time.Time) string {
 	}
 }
 
+// timestamp renders an RFC 3339 time in UTC to the second.
+func timestamp(ts string) string {
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return ts
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
 func truncate(s string, n int) string {
 	r := []rune(s)
 	if len(r) <= n {
@@ -289,6 +298,16 @@ func columnsFor(t *objectType) []column {
 			field("MAX_INFLIGHT", "max_inflight"), field("DEADLINE_SECS", "task_deadline_secs"),
 			field("RESYNC_SECS", "resync_interval_secs"), field("RESYNC_RECOMPOSES", "resync_recomposes"),
 			field("ORPHAN_GRACE_SECS", "orphan_grace_secs"), field("MAX_ATTEMPTS", "max_transient_attempts"),
+		}
+	case typeOperation:
+		return []column{
+			field("ID", "id"), field("VERB", "verb"), field("STATE", "state"), ageColumn(),
+			{"ERROR", func(o obj, _ time.Time) string { return truncate(o.str("error"), 60) }},
+		}
+	case typeRevision:
+		return []column{
+			field("REVISION", "revision"), field("GENERATION", "generation"), field("VERSION", "kind_version"),
+			{"APPLIED_AT", func(o obj, _ time.Time) string { return timestamp(o.str("applied_at")) }},
 		}
 	}
 	return []column{field("NAME", "name")}

@@ -33,6 +33,10 @@ var (
 	// `list` knows it.
 	typeClusterMember = &objectType{name: "clustermember", plural: "cluster members",
 		aliases: []string{"cluster", "members", "clustermembers"}}
+	// typeOperation is a resource's operation (`ops`).
+	typeOperation = &objectType{name: "operation", plural: "operations"}
+	// typeRevision is a resource's spec revision (`history`).
+	typeRevision = &objectType{name: "revision", plural: "spec revisions"}
 )
 
 // applyTypes are the types `apply --type` and a document's `type` field accept.

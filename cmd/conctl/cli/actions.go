@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/spf13/cobra"
+)
+
+// resourceArg is a command's one resource argument: KIND/NAME, or NAME
+// with --kind.
+type resourceArg struct{ kind string }
+
+func (r *resourceArg) register(c *cobra.Command) {
+	c.Flags().StringVar(&r.kind, "kind", "", "the resource's kind (then NAME alone)")
+}
+
+func (r *resourceArg) parse(arg string) (target, error) {
+	t, err := resourceTargets(r.kind, []string{arg})
+	if err != nil {
+		return target{}, err
+	}
+	return t[0], nil
+}
+
+// resourceAction is a POST to one resource's path+suffix with no body;
+// line renders the table-format result line from the answer.
+func (a *app) resourceAction(use, short, long, example, suffix string, line func(id string, o obj) string) *cobra.Command {
+	var ref resourceArg
+	c := &cobra.Command{
+		Use:     use + " KIND/NAME",
+		Short:   short,
+		Long:    long,
+		Example: example,
+		Args:    exactArgs(1, "KIND/NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, err := ref.parse(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := a.api()
+			if err != nil {
+				return err
+			}
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			resp, err := c.Do(cmd.Context(), http.MethodPost, t.path+suffix, nil, nil)
+			if err != nil {
+				return err
+			}
+			if p.format != outputTable {
+				return p.stream(resp.Body, true)
+			}
+			o, err := decodeObject(resp.Body)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, line(t.id, o))
+			return nil
+		},
+	}
+	ref.register(c)
+	return c
+}
+
+func (a *app) quarantineCommands() []*cobra.Command {
+	phase := func(verb string) func(string, obj) string {
+		return func(id string, o obj) string { return fmt.Sprintf("%s %s: phase %s", id, verb, o.str("phase")) }
+	}
+	return []*cobra.Command{
+		a.resourceAction("quarantine", "Set a resource aside (phase Quarantined)",
+			`Quarantine sets a resource aside (POST …/quarantine): no scheduler or
+value flow touches it until it is unquarantined. It prints the resulting
+phase; -o json or -o yaml prints the resource. A resource being deleted
+cannot be quarantined (409).`,
+			`  conctl quarantine vpc/sample-vpc
+  conctl quarantine --kind vpc sample-vpc -o json`,
+			"/quarantine", phase("quarantined")),
+		a.resourceAction("unquarantine", "Release a quarantined resource",
+			`Unquarantine releases a quarantined resource (POST …/unquarantine); it then
+reconciles to its latest spec. It prints the resulting phase; -o json or
+-o yaml prints the resource.`,
+			`  conctl unquarantine vpc/sample-vpc`,
+			"/unquarantine", phase("unquarantined")),
+	}
+}
+
+func (a *app) reconcileCommand() *cobra.Command {
+	return a.resourceAction("reconcile", "Run a resource's reaction again now",
+		`Reconcile asks the server to run a resource's reaction again now
+(POST …/reconcile, answered 202): a queued task runs at once with its
+attempts reset, a terminal failure is retried, a settled resource re-runs
+without a new generation, and a resource being deleted retries its
+teardown. An orphaned or quarantined resource is refused (409).`,
+		`  conctl reconcile vpc/sample-vpc`,
+		"/reconcile", func(id string, o obj) string { return id + " " + o.str("message") })
+}
