@@ -3,6 +3,8 @@
 //
 //   - bucket/1: a leaf that "creates" a storage bucket and reports its id.
 //   - cdn/1: a leaf whose origin flows in from a bucket's status.
+//   - both leaves have a teardown (a finalizer): deleting a site deletes the
+//     cdn before the bucket it depends on, then the site.
 //   - site/1: a composite that fans out N buckets and one cdn (the cdn
 //     depends on the first bucket and receives its bucket_id as origin),
 //     then rolls its children's readiness up into its own status.
@@ -50,6 +52,11 @@ func (l leaf) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outc
 		case <-ctx.Done():
 			return webhooksdk.Outcome{}, ctx.Err()
 		}
+	}
+	if req.TaskType == webhooksdk.TaskDelete {
+		// The simulated bucket or cdn is gone; a real provider deletes it
+		// and succeeds when it is already gone.
+		return webhooksdk.Outcome{}, nil
 	}
 	return l.work(req)
 }

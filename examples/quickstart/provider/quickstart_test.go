@@ -81,3 +81,16 @@ func TestLeafDelayHonoursCancellation(t *testing.T) {
 		t.Fatal("want the deadline to cut the simulated work short")
 	}
 }
+
+func TestLeafTeardownSucceeds(t *testing.T) {
+	t.Parallel()
+	for _, p := range New(0)[:2] {
+		env := sdktest.TaskEnvelope(p.Kind())
+		req := webhooksdk.NewRequest(&env)
+		req.TaskType, req.Reaction, req.Trigger = webhooksdk.TaskDelete, "teardown", webhooksdk.TriggerDeleteRequested
+		req.Resource.Spec = json.RawMessage(`{}`) // a cdn's work would refuse it terminally
+		if _, err := sdktest.Run(t, p, req); err != nil {
+			t.Errorf("%s teardown: %v", p.Kind(), err)
+		}
+	}
+}
