@@ -82,6 +82,8 @@ func (s *Store) ResourceTeardown(ctx context.Context, id string) (*Teardown, err
 	case t.BlockedBy != nil:
 		t.Reason = fmt.Sprintf("blocked: the teardown of %s/%s keeps failing and is retried with backoff: %s",
 			t.BlockedBy.Kind, t.BlockedBy.Name, t.BlockedBy.Error)
+	case t.Remaining == 1:
+		t.Reason = "waiting for 1 resource beneath it to be torn down first"
 	case t.Remaining > 0:
 		t.Reason = fmt.Sprintf("waiting for %d resources beneath it to be torn down first", t.Remaining)
 	case len(t.Finalizers) > 0:
