@@ -253,3 +253,30 @@ func TestVersionRouting(t *testing.T) {
 	}
 	s.checkInvariants()
 }
+
+// TestResyncRecomposes: a composer's resync applies its children only when
+// the kind's resync_recomposes says so, and both settings are live.
+func TestResyncRecomposes(t *testing.T) {
+	t.Parallel()
+	s, provs := startStacks(t, &teardownLog{})
+	if code, body := s.call("POST", "/resources", map[string]any{"kind": "stack", "kind_version": 1, "name": "r"}); code != 201 {
+		t.Fatalf("apply = %d %s", code, body)
+	}
+	s.waitReady("stack/r")
+	provs["stack"].extra.Store(true)
+	if code, body := s.call("PUT", "/kinds/stack/versions/1/config", map[string]any{"resync_interval_secs": 1}); code != 200 {
+		t.Fatalf("enable resync = %d %s", code, body)
+	}
+	waitFor(t, 30*time.Second, "two resyncs of the stack", func() bool { return provs["stack"].resyncs.Load() >= 2 })
+	if _, ok := s.detail("note/r-extra"); ok {
+		t.Fatal("a resync without resync_recomposes applied the composer's children")
+	}
+	if d, _ := s.detail("stack/r"); d.Generation != 1 || d.PhaseOf() != model.PhaseReady {
+		t.Errorf("stack/r after resyncs: generation %d, %s", d.Generation, d.Phase)
+	}
+	if code, body := s.call("PUT", "/kinds/stack/versions/1/config", map[string]any{"resync_interval_secs": 1, "resync_recomposes": true}); code != 200 {
+		t.Fatalf("enable recompose = %d %s", code, body)
+	}
+	s.waitReady("note/r-extra")
+	s.checkInvariants()
+}

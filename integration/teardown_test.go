@@ -46,6 +46,10 @@ type stackProvider struct {
 	broken  sync.Map // resource name -> struct{}: its reconcile fails (transiently)
 	deletes atomic.Int32
 	works   sync.Map // resource name -> *atomic.Int32: reconciles received
+	// extra makes the stack composer also emit <root>-extra (a note): a
+	// change of the world outside the spec, which only a recompose sees.
+	extra   atomic.Bool
+	resyncs atomic.Int32
 }
 
 func (p *stackProvider) worked(name string) int32 {
@@ -77,7 +81,10 @@ func (p *stackProvider) Work(_ context.Context, req webhooksdk.Request) (webhook
 			}
 		}
 		return webhooksdk.Outcome{Status: json.RawMessage(`{}`)}, nil
-	case p.kind == "stack" && req.Trigger == webhooksdk.TriggerSpecChange:
+	case p.kind == "stack" && (req.Trigger == webhooksdk.TriggerSpecChange || req.Trigger == webhooksdk.TriggerResync):
+		if req.Trigger == webhooksdk.TriggerResync {
+			p.resyncs.Add(1)
+		}
 		var spec struct {
 			DropVM bool `json:"drop_vm"`
 		}
@@ -92,6 +99,9 @@ func (p *stackProvider) Work(_ context.Context, req webhooksdk.Request) (webhook
 			Children: []webhooksdk.Child{child("vpc", "vpc"), child("subnet", "subnet")},
 			Edges: []webhooksdk.Edge{{Dependent: ref("subnet", "subnet"), Dependency: ref("vpc", "vpc"),
 				Values: []webhooksdk.ValueFlow{{DependentField: "/vpc_rev", SourceField: "/rev"}}}}}
+		if p.extra.Load() {
+			out.Children = append(out.Children, child("note", "extra"))
+		}
 		if !spec.DropVM {
 			out.Children = append(out.Children, child("vm", "vm"), child("note", "note"))
 			out.Edges = append(out.Edges,
