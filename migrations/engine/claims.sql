@@ -94,57 +94,57 @@ BEGIN
         v_taken := coalesce(cardinality(v_rids), 0);
     END IF;
     IF v_rids IS NOT NULL THEN
-    RETURN QUERY
-    WITH sel AS (
-        SELECT * FROM unnest(v_shards, v_rids, v_types, v_kinds, v_vers) AS c(shard_id, resource_id, task_type, kind, kind_version)
-    ), budget AS (
-        SELECT * FROM unnest(v_budget_kinds, v_budget_vers) AS b(kind, kind_version)
-    ), claimed AS (
-        UPDATE work_queue w SET
-            state       = 'claimed',
-            claim_epoch = w.claim_epoch + 1,
-            claimed_by  = p_claimer,
-            claim_lo    = p_lo,
-            claimed_at  = now(),
-            claimed_gen = w.generation,
-            rollup_dirty = false,
-            lease_until = now() + make_interval(secs => p_lease_secs),
-            deadline    = CASE WHEN kc.task_deadline_secs > 0 THEN now() + make_interval(secs => kc.task_deadline_secs) END,
-            reaction    = CASE w.trigger
-                            WHEN 'specChange' THEN m.spec_reaction
-                            WHEN 'childrenSettled' THEN m.rollup_reaction
-                            WHEN 'resync' THEN coalesce(m.resync_reaction, m.spec_reaction)
-                            WHEN 'deleteRequested' THEN m.delete_reaction
-                            WHEN 'operation' THEN w.reaction -- set at enqueue, by verb
-                          END,
-            -- A resync runs the kind's resync reaction, else its spec
-            -- reaction, which recomposes only if the kind says so.
-            emits       = CASE w.trigger
-                            WHEN 'specChange' THEN m.spec_emits
-                            WHEN 'childrenSettled' THEN m.rollup_emits
-                            WHEN 'resync' THEN CASE
-                                WHEN m.resync_reaction IS NOT NULL
-                                    THEN reaction_mask(jsonb_path_query_first(m.reactions, '$[*] ? (@.trigger == "resync")'))
-                                WHEN kc.resync_recomposes THEN m.spec_emits
-                                ELSE m.spec_emits & ~7 END
-                            WHEN 'operation' THEN w.emits
-                            ELSE reaction_mask(jsonb_path_query_first(m.reactions, '$[*] ? (@.trigger == $t)', jsonb_build_object('t', w.trigger)))
-                          END
-          FROM sel
-          JOIN kind_manifest m ON m.kind = sel.kind AND m.kind_version = sel.kind_version
-          JOIN kind_config kc ON kc.kind = sel.kind AND kc.kind_version = sel.kind_version
-         WHERE w.shard_id BETWEEN p_lo AND p_hi
-           AND w.shard_id = sel.shard_id AND w.resource_id = sel.resource_id AND w.task_type = sel.task_type
-        RETURNING w.task_id, w.shard_id, w.resource_id, w.task_type, w.trigger, w.reaction, w.emits,
-                  w.kind, w.kind_version, w.claimed_gen, w.claim_epoch, w.attempts, w.deadline
-    ), bump AS (
-        INSERT INTO kind_inflight AS i (kind, kind_version, range_lo, in_flight)
-        SELECT b.kind, b.kind_version, p_lo, count(*)
-          FROM claimed c JOIN budget b ON b.kind = c.kind AND b.kind_version = c.kind_version
-         GROUP BY b.kind, b.kind_version
-        ON CONFLICT (kind, kind_version, range_lo) DO UPDATE SET in_flight = i.in_flight + EXCLUDED.in_flight
-    )
-    SELECT c.*, NULL::text, NULL::text FROM claimed c;
+        RETURN QUERY
+        WITH sel AS (
+            SELECT * FROM unnest(v_shards, v_rids, v_types, v_kinds, v_vers) AS c(shard_id, resource_id, task_type, kind, kind_version)
+        ), budget AS (
+            SELECT * FROM unnest(v_budget_kinds, v_budget_vers) AS b(kind, kind_version)
+        ), claimed AS (
+            UPDATE work_queue w SET
+                state       = 'claimed',
+                claim_epoch = w.claim_epoch + 1,
+                claimed_by  = p_claimer,
+                claim_lo    = p_lo,
+                claimed_at  = now(),
+                claimed_gen = w.generation,
+                rollup_dirty = false,
+                lease_until = now() + make_interval(secs => p_lease_secs),
+                deadline    = CASE WHEN kc.task_deadline_secs > 0 THEN now() + make_interval(secs => kc.task_deadline_secs) END,
+                reaction    = CASE w.trigger
+                                WHEN 'specChange' THEN m.spec_reaction
+                                WHEN 'childrenSettled' THEN m.rollup_reaction
+                                WHEN 'resync' THEN coalesce(m.resync_reaction, m.spec_reaction)
+                                WHEN 'deleteRequested' THEN m.delete_reaction
+                                WHEN 'operation' THEN w.reaction -- set at enqueue, by verb
+                              END,
+                -- A resync runs the kind's resync reaction, else its spec
+                -- reaction, which recomposes only if the kind says so.
+                emits       = CASE w.trigger
+                                WHEN 'specChange' THEN m.spec_emits
+                                WHEN 'childrenSettled' THEN m.rollup_emits
+                                WHEN 'resync' THEN CASE
+                                    WHEN m.resync_reaction IS NOT NULL
+                                        THEN reaction_mask(jsonb_path_query_first(m.reactions, '$[*] ? (@.trigger == "resync")'))
+                                    WHEN kc.resync_recomposes THEN m.spec_emits
+                                    ELSE m.spec_emits & ~7 END
+                                WHEN 'operation' THEN w.emits
+                                ELSE reaction_mask(jsonb_path_query_first(m.reactions, '$[*] ? (@.trigger == $t)', jsonb_build_object('t', w.trigger)))
+                              END
+              FROM sel
+              JOIN kind_manifest m ON m.kind = sel.kind AND m.kind_version = sel.kind_version
+              JOIN kind_config kc ON kc.kind = sel.kind AND kc.kind_version = sel.kind_version
+             WHERE w.shard_id BETWEEN p_lo AND p_hi
+               AND w.shard_id = sel.shard_id AND w.resource_id = sel.resource_id AND w.task_type = sel.task_type
+            RETURNING w.task_id, w.shard_id, w.resource_id, w.task_type, w.trigger, w.reaction, w.emits,
+                      w.kind, w.kind_version, w.claimed_gen, w.claim_epoch, w.attempts, w.deadline
+        ), bump AS (
+            INSERT INTO kind_inflight AS i (kind, kind_version, range_lo, in_flight)
+            SELECT b.kind, b.kind_version, p_lo, count(*)
+              FROM claimed c JOIN budget b ON b.kind = c.kind AND b.kind_version = c.kind_version
+             GROUP BY b.kind, b.kind_version
+            ON CONFLICT (kind, kind_version, range_lo) DO UPDATE SET in_flight = i.in_flight + EXCLUDED.in_flight
+        )
+        SELECT c.*, NULL::text, NULL::text FROM claimed c;
     END IF;
 
     IF v_taken >= p_limit OR NOT EXISTS (SELECT 1 FROM lifecycle_outbox l WHERE l.shard_id BETWEEN p_lo AND p_hi) THEN
