@@ -324,7 +324,7 @@ func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelo
 		return
 	}
 	if rn, ok := e.inflight[id]; ok {
-		if m == modeEvent {
+		if m == modeEvent && rn.env.Callback != nil {
 			e.markAsyncLocked(rn)
 			e.mu.Unlock()
 			e.settle(w, r, rn)

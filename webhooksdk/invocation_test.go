@@ -105,6 +105,32 @@ func TestServeInvocationEvent(t *testing.T) {
 		}
 	})
 
+	t.Run("a repeat while the run is in flight waits for its callback", func(t *testing.T) {
+		t.Parallel()
+		g := newGate(t)
+		b := setup(t, func(ctx context.Context, _ webhooksdk.Request) (webhooksdk.Outcome, error) {
+			return webhooksdk.Outcome{}, g.wait(ctx)
+		})
+		env := b.envelope(true)
+		id := sdktest.NewMessageID()
+		first := make(chan int)
+		go func() { first <- b.invoke(t, webhooksdk.InvocationSync, id, env).Code }()
+		g.waitEntered(t)
+		time.AfterFunc(50*time.Millisecond, g.Open)
+		if w := b.invoke(t, webhooksdk.InvocationEvent, id, env); w.Code != http.StatusAccepted {
+			t.Fatalf("repeat answered %d, want 202", w.Code)
+		}
+		if n := len(b.cb.Outcomes()); n != 1 {
+			t.Errorf("%d outcome posts when the repeat returned, want 1", n)
+		}
+		if code := <-first; code != http.StatusOK {
+			t.Errorf("first answered %d, want 200", code)
+		}
+		if n := b.prov.calls.Load(); n != 1 {
+			t.Errorf("Work ran %d times, want 1", n)
+		}
+	})
+
 	t.Run("no callback is refused", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
