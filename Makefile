@@ -6,8 +6,12 @@ LDFLAGS := -X github.com/convergeplane/converge/internal/version.Version=$(VERSI
 # The default suite stays well under 20 minutes on 2 cores.
 TEST_TIMEOUT ?= 20m
 PKGS ?= ./...
+# The AWS Lambda Runtime Interface Emulator, pinned; installed into bin/tools by the
+# first `make test`, which hands it to the functions' end-to-end test.
+RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
+RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo dev test test-race build lint bench soak postgres clean
+.PHONY: help demo dev test test-race build functions lint bench soak postgres clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -21,15 +25,34 @@ demo: build postgres ## run the control plane on an embedded Postgres with the d
 dev: build postgres ## run the control plane on an embedded Postgres (no demo)
 	./bin/converge dev
 
-test: postgres ## run the whole test suite against real Postgres (installs it if missing)
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+test: postgres $(RIE) ## run the whole test suite against real Postgres and the Lambda emulator (installs them if missing)
+	AWS_LAMBDA_RIE="$(CURDIR)/$(RIE)" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-test-race: postgres ## the suite under the race detector (slower)
-	$(GO) test -race -count=1 -timeout 40m $(PKGS)
+test-race: postgres $(RIE) ## the suite under the race detector (slower)
+	AWS_LAMBDA_RIE="$(CURDIR)/$(RIE)" $(GO) test -race -count=1 -timeout 40m $(PKGS)
 
 build: ## build converge, conctl and the example provider into bin/
 	@mkdir -p bin
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/converge ./cmd/conctl ./examples/...
+
+# The Lambda functions in functions/: one zip per function and architecture for the
+# provided.al2023 runtime, the executable named bootstrap inside. lambda.norpc drops
+# aws-lambda-go's legacy RPC mode, which provided runtimes never use.
+FUNCTION_ARCHS ?= arm64 amd64
+
+functions: ## build each Lambda function in functions/ into bin/functions/<name>-<arch>.zip
+	@command -v zip >/dev/null || { echo "make functions: zip is missing (apt-get install zip)" >&2; exit 1; }
+	@set -e; for dir in functions/*/; do name=$$(basename "$$dir"); \
+	  for arch in $(FUNCTION_ARCHS); do out="bin/functions/$$name-$$arch"; \
+	    CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w" -o "$$out/bootstrap" "./$$dir"; \
+	    rm -f "$$out.zip"; (cd "$$out" && zip -q -X "../$$name-$$arch.zip" bootstrap); echo "$$out.zip"; \
+	  done; done
+
+# The AWS Lambda Runtime Interface Emulator (see RIE above).
+$(RIE):
+	@mkdir -p bin/tools
+	GOBIN="$(CURDIR)/bin/tools" $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
+	mv bin/tools/aws-lambda-rie $@
 
 # golangci-lint, pinned; installed into bin/tools by the first `make lint`.
 GOLANGCI_LINT_VERSION ?= v2.15.0

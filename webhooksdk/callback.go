@@ -95,6 +95,7 @@ func (e *Endpoint) deliver(rn *run, body []byte, log *slog.Logger) {
 // Work context with ErrSuperseded.
 func (e *Endpoint) heartbeat(ctx context.Context, rn *run) {
 	defer e.wg.Done()
+	defer rn.live.Done()
 	select {
 	case <-rn.asyncCh:
 	case <-rn.done:

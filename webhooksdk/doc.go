@@ -53,5 +53,12 @@
 //   - Readiness is advisory: an unready provider is answered 503 (transient), never a
 //     terminal failure.
 //
+// # Function platforms
+//
+// A host that freezes the process once a delivery is answered (AWS Lambda) serves
+// deliveries with [Endpoint.ServeInvocation] instead of ServeHTTP: it never answers 202
+// for work left running, and under [InvocationEvent] it delivers the Result to the
+// callback before returning. Package webhooksdk/lambda is that host for AWS Lambda.
+//
 // Test helpers live in package webhooksdk/sdktest.
 package webhooksdk

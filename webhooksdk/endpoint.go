@@ -68,9 +68,10 @@ type run struct {
 	slot      *providerSlot
 	cancel    context.CancelCauseFunc
 
-	done    chan struct{} // closed once body is set
-	asyncCh chan struct{} // closed when the result was promised to the callback
-	body    []byte        // the Result JSON; read only after done is closed
+	done    chan struct{}  // closed once body is set
+	asyncCh chan struct{}  // closed when the result was promised to the callback
+	body    []byte         // the Result JSON; read only after done is closed
+	live    sync.WaitGroup // execute and heartbeat, for hosts that must outwait them
 
 	// Guarded by Endpoint.mu.
 	async    bool
@@ -166,8 +167,56 @@ func (e *Endpoint) Shutdown(ctx context.Context) error {
 	}
 }
 
+// Invocation says how the caller of [Endpoint.ServeInvocation] waits for its answer.
+type Invocation int
+
+// The invocations a host that freezes after answering can serve.
+const (
+	// InvocationSync: the caller waits for the answer however long Work takes (an AWS
+	// Lambda RequestResponse invoke or Function URL request), so a task is answered
+	// inline, never 202 for work left to finish in the background.
+	InvocationSync Invocation = iota + 1
+	// InvocationEvent: nobody reads the answer (an AWS Lambda Event invoke). The Result
+	// goes to the envelope's callback, with heartbeats while Work runs, before
+	// ServeInvocation returns; the answer is then 202. A task without a callback is
+	// refused (400): its result would have nowhere to go.
+	InvocationEvent
+)
+
+// mode is how a delivery is served: over HTTP by ServeHTTP, or by ServeInvocation.
+type mode int
+
+const (
+	modeHTTP mode = iota
+	modeSync
+	modeEvent
+)
+
 // ServeHTTP serves one delivery from the dispatcher.
 func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e.serve(w, r, modeHTTP)
+}
+
+// ServeInvocation serves one delivery like ServeHTTP, for a host that freezes the
+// process once the answer is returned (a function platform such as AWS Lambda), where
+// work left running would stall until the next invocation. Verification, deduplication,
+// readiness and the Result are ServeHTTP's; what differs is that the sync budget never
+// applies. Under InvocationSync the answer waits for Work (until r's context ends);
+// under InvocationEvent it waits until the Result was delivered to the callback, and a
+// finished result answering a repeated webhook-id is POSTed to the callback again,
+// since nobody reads the answer.
+func (e *Endpoint) ServeInvocation(w http.ResponseWriter, r *http.Request, inv Invocation) {
+	switch inv {
+	case InvocationSync:
+		e.serve(w, r, modeSync)
+	case InvocationEvent:
+		e.serve(w, r, modeEvent)
+	default:
+		writeProblem(w, http.StatusInternalServerError, fmt.Sprintf("unknown invocation %d", inv))
+	}
+}
+
+func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request, m mode) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeProblem(w, http.StatusMethodNotAllowed, "only POST is served")
@@ -205,7 +254,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case EnvelopeHealth:
 		e.serveHealth(w)
 	case EnvelopeTask:
-		e.serveTask(w, r, &env)
+		e.serveTask(w, r, &env, m)
 	default:
 		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("malformed envelope: unknown type %q", env.Type))
 	}
@@ -232,7 +281,7 @@ func (e *Endpoint) serveHealth(w http.ResponseWriter) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelope) {
+func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelope, m mode) {
 	switch {
 	case env.TaskID == "":
 		writeProblem(w, http.StatusBadRequest, "malformed envelope: task_id is required")
@@ -245,6 +294,9 @@ func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelo
 		return
 	case env.Callback != nil && env.Callback.URL == "":
 		writeProblem(w, http.StatusBadRequest, "malformed envelope: callback.url is empty")
+		return
+	case env.Callback == nil && m == modeEvent:
+		writeProblem(w, http.StatusBadRequest, "malformed envelope: an event invocation needs a callback")
 		return
 	}
 	kv := KindVersion{Kind: env.Kind, Version: env.KindVersion}
@@ -260,11 +312,25 @@ func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelo
 	e.mu.Lock()
 	if body, ok := e.results.get(id, time.Now()); ok {
 		e.mu.Unlock()
+		if m == modeEvent {
+			// Nobody reads this answer: the result reaches the dispatcher only through
+			// the callback (a duplicate outcome is a no-op there).
+			again := &run{webhookID: webhookID, env: env, slot: slot}
+			e.deliver(again, body, e.taskLogger(again))
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
 		writeJSON(w, http.StatusOK, body)
 		return
 	}
 	if rn, ok := e.inflight[id]; ok {
-		if rn.env.Callback != nil {
+		if m == modeEvent && rn.env.Callback != nil {
+			e.markAsyncLocked(rn)
+			e.mu.Unlock()
+			e.settle(w, r, rn)
+			return
+		}
+		if rn.env.Callback != nil && m == modeHTTP {
 			// The promise of a callback is what the 202 means, even if the first request
 			// is still waiting inline: mark the run so its result is also delivered.
 			e.markAsyncLocked(rn)
@@ -273,7 +339,7 @@ func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelo
 			return
 		}
 		e.mu.Unlock()
-		e.await(w, r, rn)
+		e.awaitInline(w, r, rn)
 		return
 	}
 	if e.closing {
@@ -296,8 +362,12 @@ func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelo
 		done:      make(chan struct{}),
 		asyncCh:   make(chan struct{}),
 	}
+	if m == modeEvent {
+		e.markAsyncLocked(rn)
+	}
 	e.inflight[id] = rn
 	e.wg.Add(2)
+	rn.live.Add(2)
 	e.mu.Unlock()
 
 	ctx, cancel := context.WithCancelCause(e.baseCtx)
@@ -312,7 +382,14 @@ func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelo
 	}
 	go e.execute(ctx, rn)
 	go e.heartbeat(ctx, rn)
-	e.await(w, r, rn)
+	switch m {
+	case modeSync:
+		e.awaitInline(w, r, rn)
+	case modeEvent:
+		e.settle(w, r, rn)
+	default:
+		e.await(w, r, rn)
+	}
 }
 
 // deliveryKey identifies a delivery for deduplication: the webhook-id, qualified by the
@@ -326,12 +403,7 @@ func deliveryKey(webhookID string, env *Envelope) string {
 // budget (or at all, when there is no callback to fall back on), else 202.
 func (e *Endpoint) await(w http.ResponseWriter, r *http.Request, rn *run) {
 	if rn.env.Callback == nil {
-		select {
-		case <-rn.done:
-			writeJSON(w, http.StatusOK, rn.body)
-		case <-r.Context().Done():
-			// The dispatcher gave up; the result stays cached for its retry.
-		}
+		e.awaitInline(w, r, rn)
 		return
 	}
 	timer := time.NewTimer(e.cfg.syncBudget)
@@ -349,6 +421,32 @@ func (e *Endpoint) await(w http.ResponseWriter, r *http.Request, rn *run) {
 		// The dispatcher gave up waiting; it will not read an inline answer, so the
 		// result must reach it through the callback.
 		e.goAsync(rn)
+	}
+}
+
+// awaitInline answers the request for rn with its result, however long Work takes.
+func (e *Endpoint) awaitInline(w http.ResponseWriter, r *http.Request, rn *run) {
+	select {
+	case <-rn.done:
+		writeJSON(w, http.StatusOK, rn.body)
+	case <-r.Context().Done():
+		// The caller gave up; the result stays cached for its retry.
+	}
+}
+
+// settle answers 202 once rn, already promised to the callback, has finished: its
+// result delivered and its heartbeats stopped.
+func (e *Endpoint) settle(w http.ResponseWriter, r *http.Request, rn *run) {
+	settled := make(chan struct{})
+	go func() {
+		rn.live.Wait()
+		close(settled)
+	}()
+	select {
+	case <-settled:
+		w.WriteHeader(http.StatusAccepted)
+	case <-r.Context().Done():
+		// The host is out of time; the callback, if still pending, resumes with it.
 	}
 }
 
@@ -375,6 +473,7 @@ func (e *Endpoint) markAsyncLocked(rn *run) {
 // the callback.
 func (e *Endpoint) execute(ctx context.Context, rn *run) {
 	defer e.wg.Done()
+	defer rn.live.Done()
 	log := e.taskLogger(rn)
 	res := e.work(ctx, rn, log)
 	superseded := errors.Is(context.Cause(ctx), ErrSuperseded)

@@ -18,6 +18,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/convergeplane/converge/webhooksdk"
@@ -173,4 +175,23 @@ func status(v any) (webhooksdk.Outcome, error) {
 		return webhooksdk.Outcome{}, err
 	}
 	return webhooksdk.Outcome{Status: b}, nil
+}
+
+// FromEnv reads the configuration every host of these providers shares from the
+// environment: PROVIDER_SECRETS, the endpoint's signing secret(s), whsec_...,
+// comma-separated (required), and WORK_DELAY, the simulated work time per leaf
+// (default 0, e.g. 500ms).
+func FromEnv() (secrets []string, delay time.Duration, err error) {
+	secrets = strings.Split(os.Getenv("PROVIDER_SECRETS"), ",")
+	if secrets[0] == "" {
+		return nil, 0, errors.New("PROVIDER_SECRETS is required: the endpoint's signing secret (whsec_...)")
+	}
+	if v := os.Getenv("WORK_DELAY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return nil, 0, fmt.Errorf("WORK_DELAY=%q: want a duration like 500ms", v)
+		}
+		delay = d
+	}
+	return secrets, delay, nil
 }

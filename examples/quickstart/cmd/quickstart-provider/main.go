@@ -21,7 +21,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -62,17 +61,9 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if addr == "" {
 		addr = "127.0.0.1:9090"
 	}
-	secrets := strings.Split(os.Getenv("PROVIDER_SECRETS"), ",")
-	if secrets[0] == "" {
-		return errors.New("PROVIDER_SECRETS is required: the endpoint's signing secret (whsec_...)")
-	}
-	var delay time.Duration
-	if v := os.Getenv("WORK_DELAY"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return fmt.Errorf("WORK_DELAY=%q: want a duration like 500ms", v)
-		}
-		delay = d
+	secrets, delay, err := provider.FromEnv()
+	if err != nil {
+		return err
 	}
 	h, err := webhooksdk.Handler(provider.New(delay), webhooksdk.WithSecrets(secrets...), webhooksdk.WithLogger(log))
 	if err != nil {

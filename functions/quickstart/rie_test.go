@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/convergeplane/converge/webhooksdk"
+	"github.com/convergeplane/converge/webhooksdk/lambda"
+	"github.com/convergeplane/converge/webhooksdk/sdktest"
+)
+
+// rieEnv names the AWS Lambda Runtime Interface Emulator binary; `make test` sets it
+// after installing the pinned emulator into bin/tools.
+const rieEnv = "AWS_LAMBDA_RIE"
+
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// TestUnderEmulator runs this function's bootstrap, built as for Lambda, under the real
+// runtime emulator and invokes it the way the dispatcher does: a signed converge.v1
+// event POSTed to the Invoke API.
+func TestUnderEmulator(t *testing.T) {
+	rie := os.Getenv(rieEnv)
+	if rie == "" {
+		t.Skipf("%s is not set: run `make test`, which installs the Lambda emulator into bin/tools", rieEnv)
+	}
+	if _, err := os.Stat(rie); err != nil {
+		t.Skipf("the Lambda emulator is missing (%v): run `make test` to install it", err)
+	}
+	invokeURL := startEmulator(t, rie, buildBootstrap(t))
+
+	t.Run("leaf result", func(t *testing.T) {
+		env := sdktest.TaskEnvelope(webhooksdk.KindVersion{Kind: "bucket", Version: 1})
+		env.Resource.Spec = json.RawMessage(`{"region":"eu-west-1"}`)
+		res := okResult(t, invoke(t, invokeURL, signedEvent(t, secret, env, nil)))
+		if res.Outcome == nil || string(res.Outcome.Status) != `{"bucket_id":"bkt-r1","region":"eu-west-1"}` {
+			t.Errorf("result %+v, want the bucket's status", res)
+		}
+	})
+	t.Run("terminal error", func(t *testing.T) {
+		env := sdktest.TaskEnvelope(webhooksdk.KindVersion{Kind: "cdn", Version: 1})
+		res := okResult(t, invoke(t, invokeURL, signedEvent(t, secret, env, nil)))
+		if res.Error == nil || !res.Error.Terminal || !strings.Contains(res.Error.Message, "spec.origin is empty") {
+			t.Errorf("result %+v, want a terminal error", res)
+		}
+	})
+	t.Run("bad signature", func(t *testing.T) {
+		other, err := webhooksdk.GenerateSecret()
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := sdktest.TaskEnvelope(webhooksdk.KindVersion{Kind: "bucket", Version: 1})
+		if resp := invoke(t, invokeURL, signedEvent(t, other, env, nil)); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("statusCode %d, want 401", resp.StatusCode)
+		}
+	})
+	t.Run("event invocation completes through the callback", func(t *testing.T) {
+		cb := sdktest.NewCallbackReceiver(t)
+		env := sdktest.TaskEnvelope(webhooksdk.KindVersion{Kind: "bucket", Version: 1})
+		env.Callback = cb.Callback(env.TaskID)
+		hint := map[string]string{lambda.HeaderInvocation: lambda.InvocationEvent}
+		if resp := invoke(t, invokeURL, signedEvent(t, secret, env, hint)); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("statusCode %d, want 202", resp.StatusCode)
+		}
+		posts := cb.Outcomes()
+		if len(posts) != 1 {
+			t.Fatalf("%d outcome posts when the invocation returned, want 1", len(posts))
+		}
+		if res := posts[0].Result(t); res.Outcome == nil || res.TaskID != env.TaskID {
+			t.Errorf("callback result %+v", res)
+		}
+	})
+}
+
+// buildBootstrap builds this package for the host the way `make functions` builds it
+// for Lambda, and returns the binary's path.
+func buildBootstrap(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "bootstrap")
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-tags", "lambda.norpc", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build bootstrap: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startEmulator runs bootstrap under the emulator on a free loopback port until the
+// test ends, and returns the Invoke API URL of its one function.
+func startEmulator(t *testing.T, rie, bootstrap string) string {
+	t.Helper()
+	// Both of the emulator's listeners on free ports: its Runtime API defaults to a
+	// fixed one, which a concurrent run of this test would collide on.
+	addr, runtimeAddr := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(rie, "--runtime-interface-emulator-address", addr, "--runtime-api-address", runtimeAddr, bootstrap)
+	cmd.Env = append(os.Environ(), "PROVIDER_SECRETS="+secret, "AWS_LAMBDA_FUNCTION_TIMEOUT=30", "LOG_LEVEL=warn")
+	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start emulator: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // the emulator has no graceful stop; its exit status is moot
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("emulator not listening on %s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The emulator's one function is always named "function".
+	return "http://" + addr + "/2015-03-31/functions/function/invocations"
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// signedEvent returns the dispatcher's converge.v1 Invoke event carrying env, signed
+// with key, with extra headers.
+func signedEvent(t *testing.T, key string, env webhooksdk.Envelope, extra map[string]string) []byte {
+	t.Helper()
+	body, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := webhooksdk.NewSigner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	s.SetHeaders(h, sdktest.NewMessageID(), time.Now(), body)
+	headers := map[string]string{"content-type": "application/json"}
+	for k := range h {
+		headers[strings.ToLower(k)] = h.Get(k)
+	}
+	for k, v := range extra {
+		headers[k] = v
+	}
+	ev, err := json.Marshal(map[string]any{
+		"version": "converge.v1", "rawPath": "/", "headers": headers,
+		"body": string(body), "isBase64Encoded": false,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// response is the HTTP response object the function returns.
+type response struct {
+	StatusCode int               `json:"statusCode"`
+	Headers    map[string]string `json:"headers"`
+	Body       string            `json:"body"`
+}
+
+func invoke(t *testing.T, url string, event []byte) response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(event))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("invoke: %v", err)
+	}
+	defer resp.Body.Close()
+	payload, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read invoke response: %v", err)
+	}
+	t.Logf("invoke: %s %s", resp.Status, payload)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Amz-Function-Error") != "" {
+		t.Fatalf("invoke answered %s (function error %q)", resp.Status, resp.Header.Get("X-Amz-Function-Error"))
+	}
+	var r response
+	if err := json.Unmarshal(payload, &r); err != nil {
+		t.Fatalf("payload is not an HTTP response object: %v", err)
+	}
+	return r
+}
+
+func okResult(t *testing.T, resp response) webhooksdk.Result {
+	t.Helper()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("statusCode %d, want 200: %s", resp.StatusCode, resp.Body)
+	}
+	var res webhooksdk.Result
+	if err := json.Unmarshal([]byte(resp.Body), &res); err != nil {
+		t.Fatalf("body is not a Result: %v", err)
+	}
+	return res
+}
