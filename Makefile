@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/convergeplane/converge/internal/version.Version=$(VERSI
 TEST_TIMEOUT ?= 20m
 PKGS ?= ./...
 
-.PHONY: help demo dev test test-race build lint bench soak postgres clean
+.PHONY: help demo dev test test-race build lint bench soak postgres clean check-sam
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -47,6 +47,12 @@ bench: postgres ## benchmarks: engine, API apply, dispatch (figures are ratios t
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/ ./dispatch/...
 	$(GO) test -run '^$$' -bench BenchmarkApply -benchtime 5s -timeout 20m ./control/api/
 	$(GO) test -run '^$$' -bench . -benchmem ./webhooksdk/ ./control/schema/
+
+# cfn-lint (with aws-sam-translator, so it expands the SAM transform) checks
+# template.yaml against the CloudFormation schema; `make test` checks its IAM.
+check-sam: ## validate template.yaml with cfn-lint (skipped with a message where cfn-lint is absent)
+	@if command -v cfn-lint >/dev/null; then cfn-lint --non-zero-exit-code error template.yaml && echo "check-sam: template.yaml passes cfn-lint $$(cfn-lint --version | cut -d' ' -f2)"; \
+	else echo "check-sam: SKIPPED, cfn-lint is not installed (pip install cfn-lint)"; fi
 
 postgres: ## make sure PostgreSQL server binaries are installed (apt-get as root if not)
 	@./scripts/ensure-postgres.sh >/dev/null
