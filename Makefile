@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/convergeplane/converge/internal/version.Version=$(VERSI
 TEST_TIMEOUT ?= 20m
 PKGS ?= ./...
 
-.PHONY: help demo dev test test-race build lint bench soak postgres clean
+.PHONY: help demo dev test test-race test-docker build lint bench soak postgres clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -26,6 +26,16 @@ test: postgres ## run the whole test suite against real Postgres (installs it if
 
 test-race: postgres ## the suite under the race detector (slower)
 	$(GO) test -race -count=1 -timeout 40m $(PKGS)
+
+# Opt-in: the Docker client and testcontainers are compiled in only under
+# -tags testcontainers, so the default suite never needs Docker.
+DOCKER_PKGS ?= ./integration/ ./cmd/converge/...
+
+test-docker: ## the integration suite on Postgres and LocalStack containers (testcontainers-go); skipped where no Docker engine answers
+	@mkdir -p bin/tools && $(GO) build -tags testcontainers -o bin/tools/dockerping ./internal/awstest/dockerping
+	@if ! reason=$$(bin/tools/dockerping 2>&1); then \
+		echo "test-docker: skipped: $$reason"; exit 0; fi; \
+	CONVERGE_TEST_DOCKER=1 $(GO) test -tags testcontainers -count=1 -timeout $(TEST_TIMEOUT) $(DOCKER_PKGS)
 
 build: ## build converge, conctl and the example provider into bin/
 	@mkdir -p bin

@@ -2,36 +2,22 @@ package cli
 
 import (
 	"encoding/base64"
-	"fmt"
-	"net"
-	"net/http"
 	"net/url"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-)
 
-// staticAWS points the AWS default chain at static test credentials and
-// region, so nothing reaches AWS.
-func staticAWS(t *testing.T) {
-	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
-	t.Setenv("AWS_SESSION_TOKEN", "")
-	t.Setenv("AWS_REGION", "eu-west-1")
-	t.Setenv("AWS_CONFIG_FILE", "/nonexistent")
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-}
+	"github.com/convergeplane/converge/internal/awstest"
+)
 
 // TestDBIAMAuth: with DB_IAM_AUTH every new connection gets a fresh RDS
 // auth token, signed for its own host, port and user, as its password; a
 // DATABASE_URL that may connect without TLS is refused.
 func TestDBIAMAuth(t *testing.T) {
-	staticAWS(t)
+	awstest.StaticCredentials(t)
 	ctx := t.Context()
 	cfg := Config{DatabaseURL: "postgres://converge@db.example.internal:5433/converge?sslmode=require", DBIAMAuth: true}
 	pcfg, err := poolConfig(ctx, cfg)
@@ -60,7 +46,7 @@ func TestDBIAMAuth(t *testing.T) {
 			t.Fatal(err)
 		}
 		if q.Get("Action") != "connect" || q.Get("DBUser") != "converge" || q.Get("X-Amz-Signature") == "" ||
-			!strings.HasPrefix(q.Get("X-Amz-Credential"), "AKIDTEST/") || !strings.HasSuffix(q.Get("X-Amz-Credential"), "/eu-west-1/rds-db/aws4_request") {
+			!strings.HasPrefix(q.Get("X-Amz-Credential"), "AKIDTEST/") || !strings.HasSuffix(q.Get("X-Amz-Credential"), "/"+awstest.Region+"/rds-db/aws4_request") {
 			t.Errorf("token query = %v", q)
 		}
 	}
@@ -74,46 +60,11 @@ func TestDBIAMAuth(t *testing.T) {
 	}
 }
 
-// startMoto starts moto_server on a free loopback port and points the AWS
-// default chain at it, or skips the test where moto_server is absent.
-func startMoto(t *testing.T) {
-	t.Helper()
-	bin, err := exec.LookPath("moto_server")
-	if err != nil {
-		t.Skip("moto_server is not installed (pip install 'moto[server]'); skipping the Secrets Manager test")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", fmt.Sprint(port))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	endpoint := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(endpoint + "/moto-api/")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("moto_server did not answer at %s: %v", endpoint, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	staticAWS(t)
-	t.Setenv("AWS_ENDPOINT_URL", endpoint)
-}
-
-// TestKeysFromSecretsManager reads both keys by ARN from moto_server; a
+// TestKeysFromSecretsManager reads both keys by ARN from moto_server (or
+// LocalStack, make test-docker); a
 // missing or malformed secret fails with the variable's name.
 func TestKeysFromSecretsManager(t *testing.T) {
-	startMoto(t)
+	awstest.Start(t)
 	ctx := t.Context()
 	awsCfg, err := loadAWS(ctx)
 	if err != nil {
@@ -144,7 +95,7 @@ func TestKeysFromSecretsManager(t *testing.T) {
 	}
 
 	bad := Config{SecretKeyARN: create("converge/short", base64.StdEncoding.EncodeToString([]byte("short"))),
-		CallbackKeyARN: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:converge/missing-AbCdEf"}
+		CallbackKeyARN: "arn:aws:secretsmanager:us-east-1:123456789012:secret:converge/missing-AbCdEf"}
 	err = bad.fetchKeys(ctx)
 	if err == nil {
 		t.Fatal("want errors")
