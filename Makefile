@@ -11,7 +11,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo dev test test-race build functions lint bench soak postgres clean check-sam infra-synth test-infra
+.PHONY: help demo dev test test-race test-docker build functions lint bench soak postgres clean check-sam infra-synth test-infra
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -30,6 +30,16 @@ test: postgres $(RIE) ## run the whole test suite against real Postgres and the 
 
 test-race: postgres $(RIE) ## the suite under the race detector (slower)
 	AWS_LAMBDA_RIE="$(CURDIR)/$(RIE)" $(GO) test -race -count=1 -timeout 40m $(PKGS)
+
+# Opt-in: the Docker client and testcontainers are compiled in only under
+# -tags testcontainers, so the default suite never needs Docker.
+DOCKER_PKGS ?= ./integration/ ./cmd/converge/...
+
+test-docker: ## the integration suite on Postgres and LocalStack containers (testcontainers-go); skipped where no Docker engine answers
+	@mkdir -p bin/tools && $(GO) build -tags testcontainers -o bin/tools/dockerping ./internal/awstest/dockerping
+	@if ! reason=$$(bin/tools/dockerping 2>&1); then \
+		echo "test-docker: skipped: $$reason"; exit 0; fi; \
+	CONVERGE_TEST_DOCKER=1 $(GO) test -tags testcontainers -count=1 -timeout $(TEST_TIMEOUT) $(DOCKER_PKGS)
 
 build: ## build converge, conctl and the example provider into bin/
 	@mkdir -p bin

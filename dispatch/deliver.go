@@ -99,8 +99,8 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }} // a buffe
 
 // encode builds the signed-to-be envelope for one endpoint: the task as the
 // store built it, and a callback URL and token bound to this claim and this
-// delivery.
-func (d *Dispatcher) encode(it *item, endpoint string, buf *bytes.Buffer) error {
+// delivery. An envelope over limit (0: none) is sent thin.
+func (d *Dispatcher) encode(it *item, endpoint string, limit int, buf *bytes.Buffer) error {
 	t := it.task
 	now := time.Now()
 	exp := now.Add(d.cfg.TokenTTL)
@@ -120,6 +120,12 @@ func (d *Dispatcher) encode(it *item, endpoint string, buf *bytes.Buffer) error 
 	if err := enc.Encode(&env); err != nil {
 		return fmt.Errorf("encode envelope: %w", err)
 	}
+	if limit > 0 && buf.Len() > limit {
+		buf.Reset()
+		if err := enc.Encode(thin(env, d.cbBase+"/v1/tasks/"+t.ID)); err != nil {
+			return fmt.Errorf("encode thin envelope: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -137,7 +143,7 @@ func (d *Dispatcher) deliver(it *item, slot *registry.Slot, ops chan<- op) {
 		// Each endpoint gets its own token (it names the endpoint, so a
 		// failure reported by callback is recorded against the right one).
 		buf.Reset()
-		if err := d.encode(it, ep.Name(), buf); err != nil {
+		if err := d.encode(it, ep.Name(), ep.MaxRequestBytes(), buf); err != nil {
 			slot.Done(registry.Neutral)
 			ops <- op{kind: opComplete, task: it.task, abandoned: true,
 				result: *transient("dispatcher could not build the envelope: " + err.Error())}

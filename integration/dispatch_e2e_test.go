@@ -62,6 +62,13 @@ func startAllWith(t testing.TB, tune func(*convergecli.Config)) *server {
 // providers' kinds, and serves them there over real HTTP with webhooksdk,
 // signed with the secret the API returned (once).
 func (s *server) serveProvider(name string, providers ...webhooksdk.Provider) {
+	s.t.Helper()
+	s.serveProviderWith(name, nil, nil, providers...)
+}
+
+// serveProviderWith is serveProvider with extra target settings, and wrap
+// (if not nil) around the SDK's handler.
+func (s *server) serveProviderWith(name string, target map[string]any, wrap func(http.Handler) http.Handler, providers ...webhooksdk.Provider) {
 	t := s.t
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -71,8 +78,12 @@ func (s *server) serveProvider(name string, providers ...webhooksdk.Provider) {
 	for i, p := range providers {
 		kinds[i] = map[string]any{"kind": p.Kind().Kind, "kind_version": p.Kind().Version}
 	}
+	tgt := map[string]any{"type": "https", "url": url}
+	for k, v := range target {
+		tgt[k] = v
+	}
 	code, body := s.call("POST", "/endpoints", map[string]any{"name": name, "kinds": kinds,
-		"target": map[string]any{"type": "https", "url": url},
+		"target": tgt,
 		"health": map[string]any{"url": url, "interval_secs": 1, "healthy_threshold": 1, "unhealthy_threshold": 1}})
 	var created struct {
 		Secret string `json:"secret"`
@@ -85,7 +96,11 @@ func (s *server) serveProvider(name string, providers ...webhooksdk.Provider) {
 	}
 	h, err := webhooksdk.Handler(providers, webhooksdk.WithSecrets(created.Secret))
 	must(t, err)
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	var handler http.Handler = h
+	if wrap != nil {
+		handler = wrap(h)
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	t.Cleanup(func() { _ = hs.Close() })
 }

@@ -82,12 +82,14 @@ func FS() fs.FS { return files }
 // Up applies every pending numbered migration, then every engine file that
 // changed. log receives one line per migration and per engine file applied;
 // nil discards them. Concurrent callers against the same database are safe:
-// one applies, the rest wait and then no-op.
-func Up(ctx context.Context, dsn string, log *slog.Logger) error {
+// one applies, the rest wait and then no-op. opts configure the connection
+// (stdlib.OptionBeforeConnect sets a per-connection password, e.g. an RDS
+// IAM token).
+func Up(ctx context.Context, dsn string, log *slog.Logger, opts ...stdlib.OptionOpenDB) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return withLock(ctx, dsn, func(db *sql.DB, conn *sql.Conn) error {
+	return withLock(ctx, dsn, opts, func(db *sql.DB, conn *sql.Conn) error {
 		if err := refusePartialHistory(ctx, conn); err != nil {
 			return err
 		}
@@ -136,7 +138,7 @@ func Up(ctx context.Context, dsn string, log *slog.Logger) error {
 // and its triggers), and the next Up, of this release or an older one,
 // applies every engine file again.
 func Down(ctx context.Context, dsn string) error {
-	return withLock(ctx, dsn, func(db *sql.DB, conn *sql.Conn) error {
+	return withLock(ctx, dsn, nil, func(db *sql.DB, conn *sql.Conn) error {
 		p, err := newProvider(db)
 		if err != nil {
 			return err
@@ -171,7 +173,7 @@ func Down(ctx context.Context, dsn string) error {
 // embedded file's), changed (recorded, but the file differs: the next Up
 // re-applies it) or pending (never applied).
 func Status(ctx context.Context, dsn string, w io.Writer) error {
-	return withLock(ctx, dsn, func(db *sql.DB, conn *sql.Conn) error {
+	return withLock(ctx, dsn, nil, func(db *sql.DB, conn *sql.Conn) error {
 		p, err := newProvider(db)
 		if err != nil {
 			return err
@@ -257,14 +259,14 @@ func Hash() string {
 // withLock runs fn holding the migration lock: a session-level advisory lock
 // taken on conn, a connection pinned for the whole run. db is for goose,
 // which takes connections of its own.
-func withLock(ctx context.Context, dsn string, fn func(db *sql.DB, conn *sql.Conn) error) (retErr error) {
+func withLock(ctx context.Context, dsn string, opts []stdlib.OptionOpenDB, fn func(db *sql.DB, conn *sql.Conn) error) (retErr error) {
 	connConfig, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return fmt.Errorf("migrations: bad DSN: %w", err)
 	}
 	// stdlib.OpenDB rather than sql.Open("pgx"): no dependence on the
 	// driver registry that package's init populates.
-	db := stdlib.OpenDB(*connConfig)
+	db := stdlib.OpenDB(*connConfig, opts...)
 	defer func() {
 		if err := db.Close(); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("migrations: cannot close database: %w", err))

@@ -184,3 +184,46 @@ func retryAfter(v string) time.Duration {
 	}
 	return 0
 }
+
+// fetchPayload completes a thin envelope: it GETs env.PayloadURL with the callback
+// token and returns env with the fetched documents (Resource, Status, Observed,
+// Descendants, Operation, Config, Bundle). The answer must be for env's task and claim;
+// a 409 (the claim no longer holds the task) is ErrSuperseded. The body is capped like
+// a delivery's (WithMaxBody).
+func (e *Endpoint) fetchPayload(ctx context.Context, env *Envelope) (*Envelope, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.PayloadURL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("fetch task payload: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+env.Callback.Token)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "converge-webhooksdk")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch task payload: %w", err) // *url.Error names the URL, never the token
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, e.cfg.maxBody+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("fetch task payload: read: %w", err)
+	case resp.StatusCode == http.StatusConflict:
+		return nil, fmt.Errorf("fetch task payload: %w", ErrSuperseded)
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("fetch task payload: %s answered %d: %s", env.PayloadURL, resp.StatusCode, body[:min(len(body), 512)])
+	case int64(len(body)) > e.cfg.maxBody:
+		return nil, fmt.Errorf("fetch task payload: over %d bytes (WithMaxBody)", e.cfg.maxBody)
+	}
+	var full Envelope
+	if err := json.Unmarshal(body, &full); err != nil {
+		return nil, fmt.Errorf("fetch task payload: malformed: %w", err)
+	}
+	if full.TaskID != env.TaskID || full.ClaimEpoch != env.ClaimEpoch {
+		return nil, fmt.Errorf("fetch task payload: got task %s claim_epoch %d, want %s claim_epoch %d",
+			full.TaskID, full.ClaimEpoch, env.TaskID, env.ClaimEpoch)
+	}
+	out := *env
+	out.Resource, out.Status, out.Observed, out.Descendants = full.Resource, full.Status, full.Observed, full.Descendants
+	out.Operation, out.Config, out.Bundle = full.Operation, full.Config, full.Bundle
+	return &out, nil
+}

@@ -298,6 +298,9 @@ func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelo
 	case env.Callback == nil && m == modeEvent:
 		writeProblem(w, http.StatusBadRequest, "malformed envelope: an event invocation needs a callback")
 		return
+	case env.PayloadURL != "" && env.Callback == nil:
+		writeProblem(w, http.StatusBadRequest, "malformed envelope: payload_url without a callback token to fetch it with")
+		return
 	}
 	kv := KindVersion{Kind: env.Kind, Version: env.KindVersion}
 	slot, ok := e.byKind[kv]
@@ -511,7 +514,20 @@ func (e *Endpoint) execute(ctx context.Context, rn *run) {
 // transient error result.
 func (e *Endpoint) work(ctx context.Context, rn *run, log *slog.Logger) (res Result) {
 	res = Result{TaskID: rn.env.TaskID, ClaimEpoch: rn.env.ClaimEpoch}
-	req := NewRequest(rn.env)
+	env := rn.env
+	if env.PayloadURL != "" {
+		full, err := e.fetchPayload(ctx, env)
+		if err != nil {
+			if errors.Is(err, ErrSuperseded) {
+				rn.cancel(ErrSuperseded)
+			}
+			res.Error = &Error{Message: err.Error()}
+			log.Warn("cannot fetch the task payload", "err", err)
+			return res
+		}
+		env = full
+	}
+	req := NewRequest(env)
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("provider panicked", "panic", p, "stack", string(debug.Stack()))

@@ -102,6 +102,11 @@ type Envelope struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// Callback is where an asynchronous result (and heartbeats) go.
 	Callback *Callback `json:"callback,omitempty"`
+	// PayloadURL is set on a thin envelope, one that was over the target's request
+	// limit: the documents (Resource, Status, Observed, Descendants, Operation, Config,
+	// Bundle) are left out and are fetched with GET PayloadURL, authorized by the
+	// callback token. The SDK does this before calling Work.
+	PayloadURL string `json:"payload_url,omitempty"`
 }
 
 // Resource is a resource as the dispatcher sends it: the subject of a task, or an entry

@@ -66,6 +66,10 @@ type EndpointTarget struct {
 	// references, so key material never enters the database.
 	ClientCertFile string `json:"client_cert_file,omitempty" doc:"Path on each dispatch pod of the PEM client certificate for mutual TLS."`
 	ClientKeyFile  string `json:"client_key_file,omitempty" doc:"Path on each dispatch pod of the PEM client key for mutual TLS."`
+	// MaxRequestBytes is the largest envelope the target accepts; a larger
+	// one is sent thin, with a payload_url the provider fetches the rest
+	// from (docs/protocol.md §5.1).
+	MaxRequestBytes int `json:"max_request_bytes,omitempty" minimum:"0" doc:"Largest envelope POSTed whole; a larger one is sent thin with payload_url. 0 = no limit."`
 }
 
 // EndpointHealth configures readiness probing. Zero thresholds and interval
@@ -185,6 +189,9 @@ func (t *EndpointTarget) validate() error {
 	}
 	if t.CABundle != "" && !x509.NewCertPool().AppendCertsFromPEM([]byte(t.CABundle)) {
 		return &InvalidError{Location: "target.ca_bundle", Message: "holds no PEM certificate"}
+	}
+	if t.MaxRequestBytes < 0 {
+		return &InvalidError{Location: "target.max_request_bytes", Message: "must not be negative (0 = no limit)"}
 	}
 	if (t.ClientCertFile == "") != (t.ClientKeyFile == "") {
 		return &InvalidError{Location: "target.client_key_file", Message: "client_cert_file and client_key_file go together"}

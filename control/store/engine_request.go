@@ -30,6 +30,13 @@ import (
 // that task fails: one bad row must not hold back the batch it was claimed
 // with. The error is for the batch as a whole (the database).
 func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []webhooksdk.Envelope, failed []error, err error) {
+	return s.buildRequests(ctx, tasks, true)
+}
+
+// buildRequests is BuildRequests; start false reads an operate task's
+// operation without marking it running or counting an attempt, for a
+// request built again under the same claim (TaskPayload).
+func (s *Store) buildRequests(ctx context.Context, tasks []model.Task, start bool) (envs []webhooksdk.Envelope, failed []error, err error) {
 	ids := make([]string, len(tasks))
 	for i, t := range tasks {
 		ids[i] = t.ResourceID
@@ -117,7 +124,7 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []w
 		return nil, nil, fmt.Errorf("load provider configs: %w", err)
 	}
 
-	ops, err := s.operationsOf(ctx, tasks)
+	ops, err := s.operationsOf(ctx, tasks, start)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -131,7 +138,7 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []w
 		}
 		r, found := byID[t.ResourceID]
 		if !found {
-			failed[i] = errResourceVanished
+			failed[i] = ErrResourceVanished
 			continue
 		}
 		req := webhooksdk.Envelope{
@@ -142,7 +149,7 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []w
 		if t.Trigger == webhooksdk.TriggerOperation {
 			op, found := ops[t.ID]
 			if !found {
-				failed[i] = errOperationGone
+				failed[i] = ErrOperationGone
 				continue
 			}
 			req.Operation = &webhooksdk.Operation{Verb: op.Verb, Input: op.Input}
@@ -185,8 +192,8 @@ func (s *Store) BuildRequests(ctx context.Context, tasks []model.Task) (envs []w
 	return out, failed, nil
 }
 
-// errResourceVanished: the task's resource was deleted after the claim.
-var errResourceVanished = errors.New("resource vanished")
+// ErrResourceVanished: the task's resource was deleted after the claim.
+var ErrResourceVanished = errors.New("resource vanished")
 
 // cfg is a provider config's spec and bundle.
 type cfg struct {
@@ -230,7 +237,7 @@ func reactRequest(t model.Task, live map[string]model.Resource, snapshots map[st
 	if !ok {
 		r, found := live[t.ResourceID]
 		if !found {
-			return webhooksdk.Envelope{}, errResourceVanished
+			return webhooksdk.Envelope{}, ErrResourceVanished
 		}
 		res = r.Resource
 	}
@@ -253,8 +260,8 @@ func DedupToken(t model.Task) string {
 	return fmt.Sprintf("%s:%s:%d:%s", t.ResourceID, t.Transition, t.Generation, t.Binding)
 }
 
-// errOperationGone: an operate task's op is no longer pending or running.
-var errOperationGone = errors.New("operation no longer pending or running")
+// ErrOperationGone: an operate task's op is no longer pending or running.
+var ErrOperationGone = errors.New("operation no longer pending or running")
 
 func needsChildren(t model.Task) bool {
 	return t.Trigger == webhooksdk.TriggerChildrenSettled ||

@@ -202,7 +202,8 @@ func operationNotFound(kind, name, id string) error {
 
 // operationsOf marks the ops of the claimed operate tasks in tasks running,
 // counts the attempt, and returns each one's verb and input by task id.
-func (s *Store) operationsOf(ctx context.Context, tasks []model.Task) (map[string]Operation, error) {
+// With start false it only reads the running ones.
+func (s *Store) operationsOf(ctx context.Context, tasks []model.Task, start bool) (map[string]Operation, error) {
 	var ids []string
 	for _, t := range tasks {
 		if t.Trigger == webhooksdk.TriggerOperation {
@@ -212,10 +213,14 @@ func (s *Store) operationsOf(ctx context.Context, tasks []model.Task) (map[strin
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, `UPDATE resource_operations o
+	sql := `UPDATE resource_operations o
 		   SET state = 'running', attempts = o.attempts + 1, updated_at = now()
 		 WHERE o.id = ANY ($1) AND o.state IN ('pending','running')
-		RETURNING `+operationCols, ids)
+		RETURNING ` + operationCols
+	if !start {
+		sql = `SELECT ` + operationCols + ` FROM resource_operations o WHERE o.id = ANY ($1) AND o.state = 'running'`
+	}
+	rows, err := s.pool.Query(ctx, sql, ids)
 	if err != nil {
 		return nil, fmt.Errorf("start operations: %w", err)
 	}

@@ -3,6 +3,12 @@
 //
 //	POST /v1/tasks/{task_id}/outcome    Authorization: Bearer <token>
 //	POST /v1/tasks/{task_id}/heartbeat  Authorization: Bearer <token>
+//	GET  /v1/tasks/{task_id}            Authorization: Bearer <token>
+//
+// The GET serves the documents of a thin envelope (one sent with a
+// payload_url because it was over its target's request limit): the task's
+// request built again from the database, only while the token's claim
+// still holds the task (409 otherwise, 410 if its resource is gone).
 //
 // The bearer token ([Tokens]) is a stateless capability minted by the
 // dispatcher into the task envelope: any dispatch pod verifies it with the
@@ -47,6 +53,7 @@ import (
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/wire"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // Defaults shared by the dispatcher (which mints tokens and extends leases
@@ -100,6 +107,7 @@ type Handler struct {
 	mux        *http.ServeMux
 	callbacks  *prometheus.CounterVec
 	heartbeats *prometheus.CounterVec
+	payloads   *prometheus.CounterVec
 }
 
 // NewHandler returns the callback handler, routing /v1/tasks/{id}/outcome
@@ -131,9 +139,13 @@ func NewHandler(cfg Config) (*Handler, error) {
 			Namespace: "converge", Subsystem: "dispatch", Name: "heartbeats_total",
 			Help: "Task heartbeats received, by result: extended, superseded, unauthorized, malformed, error.",
 		}, []string{"result"}),
+		payloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "converge", Subsystem: "dispatch", Name: "payloads_total",
+			Help: "Thin envelopes' payloads fetched, by result: served, superseded, gone, unauthorized, error.",
+		}, []string{"result"}),
 	}
 	if cfg.Metrics != nil {
-		for _, c := range []prometheus.Collector{h.callbacks, h.heartbeats} {
+		for _, c := range []prometheus.Collector{h.callbacks, h.heartbeats, h.payloads} {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("callback handler: register metrics: %w", err)
 			}
@@ -141,6 +153,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 	}
 	h.mux.HandleFunc("POST /v1/tasks/{id}/outcome", h.outcome)
 	h.mux.HandleFunc("POST /v1/tasks/{id}/heartbeat", h.heartbeat)
+	h.mux.HandleFunc("GET /v1/tasks/{id}", h.payload)
 	return h, nil
 }
 
@@ -174,14 +187,15 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, stri
 			return nil, "unsupported_media_type"
 		}
 	}
+	tooLarge := fmt.Sprintf("body exceeds this route's cap of %d bytes and was not applied", limit)
 	if r.ContentLength > limit {
-		problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", limit))
+		problem(w, http.StatusRequestEntityTooLarge, tooLarge)
 		return nil, "too_large"
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", limit))
+			problem(w, http.StatusRequestEntityTooLarge, tooLarge)
 			return nil, "too_large"
 		}
 		problem(w, http.StatusBadRequest, "cannot read body")
@@ -311,6 +325,45 @@ func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.heartbeats.WithLabelValues("extended").Inc()
 		writeJSON(w, http.StatusOK, map[string]string{"lease_until": now.Add(lease).UTC().Format(time.RFC3339)})
+	}
+}
+
+// payload serves a thin envelope's documents: the task's request, built
+// again from the database while the token's claim still holds it. The
+// token reads its own task and nothing else.
+func (h *Handler) payload(w http.ResponseWriter, r *http.Request) {
+	c, err := h.authorize(r)
+	if err != nil {
+		h.payloads.WithLabelValues("unauthorized").Inc()
+		problem(w, http.StatusUnauthorized, "callback token refused: "+err.Error())
+		return
+	}
+	env, err := h.cfg.Store.TaskPayload(r.Context(), c.Task())
+	switch {
+	case errors.Is(err, store.ErrSuperseded):
+		h.payloads.WithLabelValues("superseded").Inc()
+		problem(w, http.StatusConflict, "task superseded: this claim no longer holds it; stop working on it")
+	case errors.Is(err, store.ErrResourceVanished), errors.Is(err, store.ErrOperationGone):
+		h.payloads.WithLabelValues("gone").Inc()
+		problem(w, http.StatusGone, "the task's request cannot be built: "+err.Error())
+	case err != nil:
+		h.payloads.WithLabelValues("error").Inc()
+		h.cfg.Logger.Error("callback: payload failed", "task_id", c.TaskID, "claim_epoch", c.Epoch, "err", err)
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "cannot read the task now; retry")
+	default:
+		h.payloads.WithLabelValues("served").Inc()
+		env.Type = webhooksdk.EnvelopeTask
+		body, err := json.Marshal(&env)
+		if err != nil {
+			problem(w, http.StatusInternalServerError, "cannot encode the task: "+err.Error())
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(body) // the client is gone if this fails
 	}
 }
 

@@ -479,3 +479,48 @@ func TestConcurrentCallbacksGroupCommit(t *testing.T) {
 		t.Errorf("applied+duplicate = %v, want %d", got, len(calls)-n/4)
 	}
 }
+
+// TestPayload: a callback token reads its own task's request while its
+// claim holds, and nothing else: another task's id is 401, a lapsed claim
+// is 409.
+func TestPayload(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	task := b.claimOne(t, "p1")
+	other := b.claimOne(t, "p2")
+	tok := b.token(t, task, time.Now().Add(time.Minute))
+	get := func(id, token string) (int, string) {
+		t.Helper()
+		req := httptest.NewRequestWithContext(b.ctx, http.MethodGet, "/v1/tasks/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		b.h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+
+	code, body := get(task.ID, tok)
+	var env webhooksdk.Envelope
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &env) != nil {
+		t.Fatalf("GET = %d %s", code, body)
+	}
+	if env.Type != webhooksdk.EnvelopeTask || env.TaskID != task.ID || env.ClaimEpoch != task.Epoch ||
+		env.Resource == nil || env.Resource.Name != "p1" || env.Callback != nil || env.PayloadURL != "" {
+		t.Errorf("payload = %s", body)
+	}
+	if code, body := get(other.ID, tok); code != http.StatusUnauthorized {
+		t.Errorf("another task's payload = %d %s, want 401", code, body)
+	}
+	if code, body := get(task.ID, "nonsense"); code != http.StatusUnauthorized {
+		t.Errorf("bad token = %d %s, want 401", code, body)
+	}
+	// The claim is given back: the old token reads nothing.
+	if err := b.st.Release(b.ctx, []model.Task{task}, 0, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(task.ID, tok); code != http.StatusConflict {
+		t.Errorf("superseded claim's payload = %d %s, want 409", code, body)
+	}
+	if got := counterValue(t, b.reg, "converge_dispatch_payloads_total", "served"); got != 1 {
+		t.Errorf("payloads_total{served} = %v, want 1", got)
+	}
+}

@@ -365,6 +365,18 @@ func (e *Endpoint) Name() string { return e.name }
 // RequestTimeout is the endpoint's per-request timeout.
 func (e *Endpoint) RequestTimeout() time.Duration { return e.conf.Load().timeout }
 
+// MaxRequestBytes is the largest envelope the endpoint takes whole: the
+// smaller of its configured max_request_bytes and its transport's cap
+// (target.Limited), 0 when neither limits it.
+func (e *Endpoint) MaxRequestBytes() int {
+	c := e.conf.Load()
+	n := c.cfg.Target.MaxRequestBytes
+	if l, ok := c.task.(target.Limited); ok && l.MaxRequestBytes() > 0 && (n == 0 || l.MaxRequestBytes() < n) {
+		n = l.MaxRequestBytes()
+	}
+	return n
+}
+
 // Deliver sends d to the endpoint's task target.
 func (e *Endpoint) Deliver(ctx context.Context, d *target.Delivery) (*target.Response, error) {
 	c := e.conf.Load()

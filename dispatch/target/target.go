@@ -59,6 +59,13 @@ type Target interface {
 	Deliver(ctx context.Context, d *Delivery) (*Response, error)
 }
 
+// Limited is a Target whose transport caps the request size (the Lambda
+// Invoke API: 6 MB synchronous, 1 MB asynchronous). The dispatcher sends an
+// envelope over the cap thin, with a payload_url. 0 means no cap.
+type Limited interface {
+	MaxRequestBytes() int
+}
+
 // Func adapts a function to Target (tests, decorators).
 type Func func(ctx context.Context, d *Delivery) (*Response, error)
 

@@ -21,7 +21,8 @@
 //     its own cluster; that costs a couple of seconds per package.
 //  3. With `go test -tags testcontainers` and a reachable Docker engine, a
 //     PostgreSQL container (testcontainers-go). The tag keeps the Docker
-//     client out of ordinary builds.
+//     client out of ordinary builds. CONVERGE_TEST_DOCKER=1 (make
+//     test-docker) takes the container before the embedded cluster.
 //
 // Otherwise New fails the test with instructions for getting one of these.
 //
@@ -213,6 +214,13 @@ func startServer(ctx context.Context) (*server, error) {
 		return newServer(ctx, "DATABASE_URL", dsn, nil, begin)
 	}
 
+	if os.Getenv("CONVERGE_TEST_DOCKER") != "" {
+		dsn, stop, err := startContainer(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("CONVERGE_TEST_DOCKER is set: %w", err)
+		}
+		return newServer(ctx, "testcontainers", dsn, stop, begin)
+	}
 	pg, embeddedErr := embeddedpg.Start(ctx, embeddedpg.Config{})
 	if embeddedErr == nil {
 		return newServer(ctx, "embedded", pg.DSN("postgres"), pg.Stop, begin)

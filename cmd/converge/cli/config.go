@@ -66,6 +66,14 @@ type Config struct {
 	// CallbackKey signs callback tokens, shared by all dispatch pods
 	// (CONVERGE_CALLBACK_KEY, base64 of >= 32 bytes). Required for dispatch.
 	CallbackKey []byte
+	// SecretKeyARN and CallbackKeyARN name Secrets Manager secrets holding
+	// SecretKey and CallbackKey instead (CONVERGE_SECRET_KEY_SECRET_ARN,
+	// CONVERGE_CALLBACK_KEY_SECRET_ARN), read once at start.
+	SecretKeyARN, CallbackKeyARN string
+	// DBIAMAuth authenticates to the database with an RDS IAM token minted
+	// per connection (DB_IAM_AUTH); DATABASE_URL then has no password and
+	// must require TLS.
+	DBIAMAuth bool
 	// AllowCIDRs lets endpoints reach these otherwise-blocked networks
 	// (DISPATCH_ALLOW_CIDRS, comma-separated), e.g. an internal VPC range.
 	AllowCIDRs []netip.Prefix
@@ -163,8 +171,22 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			bad("CALLBACK_BASE_URL", c.CallbackBaseURL, "must be an absolute http(s) URL")
 		}
 	}
-	c.SecretKey = decodeKey(getenv, "CONVERGE_SECRET_KEY", 32, 32, bad)
-	c.CallbackKey = decodeKey(getenv, "CONVERGE_CALLBACK_KEY", 32, 1024, bad)
+	c.SecretKey = decodeKey(getenv, secretKeyVar, 32, 32, bad)
+	c.CallbackKey = decodeKey(getenv, callbackKeyVar, 32, 1024, bad)
+	c.SecretKeyARN = getenv(secretKeyVar + "_SECRET_ARN")
+	c.CallbackKeyARN = getenv(callbackKeyVar + "_SECRET_ARN")
+	for name, arn := range map[string]string{secretKeyVar: c.SecretKeyARN, callbackKeyVar: c.CallbackKeyARN} {
+		if arn != "" && getenv(name) != "" {
+			bad(name+"_SECRET_ARN", arn, "is set together with "+name+"; set one")
+		}
+	}
+	if v := getenv("DB_IAM_AUTH"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			bad("DB_IAM_AUTH", v, "must be true or false")
+		}
+		c.DBIAMAuth = b
+	}
 	for _, s := range splitList(getenv("DISPATCH_ALLOW_CIDRS")) {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
@@ -222,25 +244,39 @@ func parseListen(s string) (addr string, tls bool, err error) {
 	return s, tls, nil
 }
 
+// The key variables; each may instead name a Secrets Manager secret with
+// <name>_SECRET_ARN.
+const (
+	secretKeyVar   = "CONVERGE_SECRET_KEY"
+	callbackKeyVar = "CONVERGE_CALLBACK_KEY"
+)
+
 func decodeKey(getenv func(string) string, name string, minLen, maxLen int, bad func(string, string, string)) []byte {
 	v := getenv(name)
 	if v == "" {
 		return nil
 	}
-	b, err := base64.StdEncoding.DecodeString(v)
+	b, why := parseKey(v, minLen, maxLen)
+	if why != "" {
+		bad(name, "(redacted)", why)
+	}
+	return b
+}
+
+// parseKey decodes a base64 key of minLen..maxLen bytes, or says why not
+// (without quoting it).
+func parseKey(v string, minLen, maxLen int) ([]byte, string) {
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v))
 	if err != nil {
-		bad(name, "(redacted)", "must be base64")
-		return nil
+		return nil, "must be base64"
 	}
 	if len(b) < minLen || len(b) > maxLen {
 		if minLen == maxLen {
-			bad(name, "(redacted)", fmt.Sprintf("must decode to exactly %d bytes (got %d)", minLen, len(b)))
-		} else {
-			bad(name, "(redacted)", fmt.Sprintf("must decode to at least %d bytes (got %d)", minLen, len(b)))
+			return nil, fmt.Sprintf("must decode to exactly %d bytes (got %d)", minLen, len(b))
 		}
-		return nil
+		return nil, fmt.Sprintf("must decode to at least %d bytes (got %d)", minLen, len(b))
 	}
-	return b
+	return b, ""
 }
 
 func splitList(s string) []string {

@@ -15,6 +15,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -63,6 +64,9 @@ type Server struct {
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err error) {
 	control := cfg.Role == RoleAll || cfg.Role == RoleControl
 	dispatching := cfg.Role == RoleAll || cfg.Role == RoleDispatch
+	if err := cfg.fetchKeys(ctx); err != nil {
+		return nil, err
+	}
 	if dispatching && (cfg.SecretKey == nil || cfg.CallbackKey == nil) {
 		return nil, errors.New("a dispatching role needs CONVERGE_SECRET_KEY and CONVERGE_CALLBACK_KEY (converge dev generates both)")
 	}
@@ -131,12 +135,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 
 // open migrates the database and opens the pool and the store.
 func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
-	if err := migrations.Up(ctx, cfg.DatabaseURL, log); err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
-	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pcfg, err := poolConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+		return nil, err
+	}
+	var opts []stdlib.OptionOpenDB
+	if pcfg.BeforeConnect != nil {
+		opts = append(opts, stdlib.OptionBeforeConnect(pcfg.BeforeConnect))
+	}
+	if err := migrations.Up(ctx, cfg.DatabaseURL, log, opts...); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	pcfg.MaxConnLifetime = 30 * time.Minute
 	pcfg.MaxConnLifetimeJitter = 5 * time.Minute
@@ -148,6 +156,28 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &Server{cfg: cfg, log: log, pool: pool, store: store.New(pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit}), metrics: metrics,
 		served: make(chan error, 2)}, nil
+}
+
+// poolConfig parses DATABASE_URL and, with DB_IAM_AUTH, mints an RDS IAM
+// token as each new connection's password (region and credentials from the
+// AWS default chain).
+func poolConfig(ctx context.Context, cfg Config) (*pgxpool.Config, error) {
+	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if !cfg.DBIAMAuth {
+		return pcfg, nil
+	}
+	if err := requireTLS(pcfg.ConnConfig); err != nil {
+		return nil, err
+	}
+	aws, err := loadAWS(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("DB_IAM_AUTH: %w", err)
+	}
+	pcfg.BeforeConnect = rdsIAMAuth(aws.Region, aws.Credentials)
+	return pcfg, nil
 }
 
 // callbackBase is the base URL envelopes send providers back to:
