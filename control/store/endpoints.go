@@ -351,9 +351,8 @@ func (t *EndpointTarget) validateLambdaURL() error {
 			return &InvalidError{Location: "target." + f.name, Message: "applies to lambda targets only"}
 		}
 	}
-	switch {
-	case t.httpsField() != "":
-		return &InvalidError{Location: "target." + t.httpsField(), Message: "applies to https targets only"}
+	if f := t.httpsField(); f != "" {
+		return &InvalidError{Location: "target." + f, Message: "applies to https targets only"}
 	}
 	if err := checkURL(t.URL); err != nil {
 		return &InvalidError{Location: "target.url", Message: err.Error()}
