@@ -12,8 +12,11 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/convergeplane/converge/control/drainer"
 	"github.com/convergeplane/converge/control/store"
@@ -22,6 +25,7 @@ import (
 	"github.com/convergeplane/converge/dispatch/inproc"
 	"github.com/convergeplane/converge/dispatch/target"
 	"github.com/convergeplane/converge/internal/benchq"
+	"github.com/convergeplane/converge/internal/lambdatest"
 	"github.com/convergeplane/converge/internal/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -344,6 +348,12 @@ type benchDispatch struct {
 }
 
 func newBenchDispatch(tb testing.TB, async bool) *benchDispatch {
+	return newBenchTarget(tb, async, false)
+}
+
+// newBenchTarget is newBenchDispatch with the provider behind a lambda
+// target (sync Invoke through the Invoke-API test server) when viaLambda.
+func newBenchTarget(tb testing.TB, async, viaLambda bool) *benchDispatch {
 	x := newBenchDB(tb)
 	key := make([]byte, store.SecretKeyBytes)
 	_, _ = rand.Read(key)
@@ -358,9 +368,22 @@ func newBenchDispatch(tb testing.TB, async bool) *benchDispatch {
 	var handler atomic.Pointer[http.Handler]
 	provSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
 	x.stop = append(x.stop, provSrv.Close)
+	tgt := store.EndpointTarget{Type: store.TargetHTTPS, URL: provSrv.URL + "/converge"}
+	var aws func(context.Context) (awssdk.Config, error)
+	if viaLambda {
+		ls := lambdatest.New(tb)
+		ls.Add("bench-fn", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
+		tgt = store.EndpointTarget{Type: store.TargetLambda, Function: "bench-fn", Region: lambdatest.Region, EndpointURL: ls.URL}
+		aws = lambdatest.AWSConfig
+		x.stop = append(x.stop, func() {
+			if ls.Invalid.Load() != 0 {
+				tb.Errorf("%d Invoke calls with an invalid signature", ls.Invalid.Load())
+			}
+		})
+	}
 	_, secret, err := x.st.CreateEndpoint(x.ctx, box, store.PutEndpointParams{Name: "bench",
 		Kinds:          []store.EndpointKind{{Kind: "leaf", KindVersion: 1}},
-		Target:         store.EndpointTarget{Type: store.TargetHTTPS, URL: provSrv.URL + "/converge"},
+		Target:         tgt,
 		MaxConcurrency: benchConcurrency})
 	must(tb, err)
 	work := noop
@@ -391,7 +414,7 @@ func newBenchDispatch(tb testing.TB, async bool) *benchDispatch {
 	})
 
 	d, err := dispatch.New(dispatch.Config{SecretBox: box, TokenKey: tokenKey, CallbackBaseURL: cbSrv.URL, DevMode: true,
-		Logger: benchLog}, x.st, dispatch.Wakeups{WorkReady: x.lis.Subscribe("work_ready"),
+		AWS: aws, Logger: benchLog}, x.st, dispatch.Wakeups{WorkReady: x.lis.Subscribe("work_ready"),
 		EndpointsChanged: x.lis.Subscribe("endpoints_changed")})
 	must(tb, err)
 	cb := d.Callbacks()
@@ -409,6 +432,57 @@ func benchHTTP(tb testing.TB, n int, async bool) float64 {
 	defer x.close()
 	x.seed(n)
 	return x.converge(n)
+}
+
+// benchLambda runs the engine with the push dispatcher, inline, through an
+// https target or (viaLambda) a sync lambda target, and returns
+// reconciles/s and this process's CPU time per task (the dispatcher, and
+// the in-process provider and test server: Postgres is not counted).
+func benchLambda(tb testing.TB, n int, viaLambda bool) (rate float64, cpuPerTask time.Duration) {
+	x := newBenchTarget(tb, false, viaLambda)
+	defer x.close()
+	x.seed(n)
+	before := processCPU(tb)
+	rate = x.converge(n)
+	return rate, (processCPU(tb) - before) / time.Duration(n)
+}
+
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	must(tb, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkLambdaTarget compares the lambda target path (sync Invoke
+// through the Invoke-API test server, SigV4-signed and verified, the
+// event wrapped and unwrapped) with the https target path in the same run:
+// medians of benchRounds interleaved rounds of N leaf resources (10,000;
+// 2,000 under -short), reconciles/s, the ratio, and process CPU per task.
+//
+// Run: go test ./dispatch -run '^$' -bench LambdaTarget -benchtime 1x
+func BenchmarkLambdaTarget(b *testing.B) {
+	n := 10_000
+	if testing.Short() {
+		n = 2_000
+	}
+	for range b.N {
+		var rates, cpus [2][]float64
+		for round := range benchRounds {
+			for i, viaLambda := range []bool{false, true} {
+				r, cpu := benchLambda(b, n, viaLambda)
+				rates[i], cpus[i] = append(rates[i], r), append(cpus[i], float64(cpu.Microseconds()))
+				b.Logf("round %d lambda=%v %8.0f /s, %.0f µs CPU/task", round+1, viaLambda, r, float64(cpu.Microseconds()))
+			}
+		}
+		https, lambda := median(rates[0]), median(rates[1])
+		b.ReportMetric(https, "https/s")
+		b.ReportMetric(lambda, "lambda/s")
+		b.ReportMetric(lambda/https, "lambda/https")
+		b.ReportMetric(median(cpus[0]), "https_cpu_us/task")
+		b.ReportMetric(median(cpus[1]), "lambda_cpu_us/task")
+		b.Logf("N=%d, medians of %d rounds: https %.0f/s (%.0f µs CPU/task), lambda %.0f/s (%.0f µs CPU/task), lambda/https %.3f",
+			n, benchRounds, https, median(cpus[0]), lambda, median(cpus[1]), lambda/https)
+	}
 }
 
 // benchLatency feeds leaf resources at rate/s for about n/rate seconds
@@ -459,6 +533,7 @@ func BenchmarkDispatchMode(b *testing.B) {
 		{"Q", benchQ}, {"F", benchFloor}, {"H", benchH}, {"inproc", benchInproc},
 		{"http", func(tb testing.TB, n int) float64 { return benchHTTP(tb, n, false) }},
 		{"async", func(tb testing.TB, n int) float64 { return benchHTTP(tb, n, true) }},
+		{"lambda", func(tb testing.TB, n int) float64 { r, _ := benchLambda(tb, n, true); return r }},
 	} {
 		b.Run(m.name, func(b *testing.B) {
 			for range b.N {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -253,6 +254,18 @@ func (d *Dispatcher) classifyError(it *item, ep *registry.Endpoint, err error, t
 	case errors.Is(err, context.DeadlineExceeded):
 		msg := fmt.Sprintf("endpoint %s gave no answer within its request timeout (%s)", ep.Name(), timeout)
 		return verdict{result: resultTimeout, breaker: registry.Failure, failed: true, detail: msg, complete: transient(msg)}
+	case errors.As(err, new(*target.UnavailableError)):
+		// No retry cures it until an operator acts: disable the endpoint
+		// (its tasks park, saying why) and release without an attempt, as
+		// for a 410.
+		reason := fmt.Sprintf("its target refused the delivery (%v) at %s", err, time.Now().UTC().Format(time.RFC3339))
+		return verdict{result: resultGone, breaker: registry.Neutral, failed: true, release: true, disable: reason,
+			detail: fmt.Sprintf("endpoint %s was disabled: %v", ep.Name(), err)}
+	case errors.Is(err, target.ErrTooLarge):
+		// Retrying cannot shrink it; another endpoint may take it.
+		msg := fmt.Sprintf("delivery to endpoint %s refused: %v", ep.Name(), err)
+		return verdict{result: resultTooLarge, breaker: registry.Neutral, failed: true, failover: true, detail: msg,
+			complete: &webhooksdk.Result{Error: &webhooksdk.Error{Message: msg, Terminal: true}}}
 	case errors.Is(err, egress.ErrBlocked):
 		msg := fmt.Sprintf("delivery to endpoint %s refused: %v", ep.Name(), err)
 		return verdict{result: resultBlocked, breaker: registry.Failure, failed: true, failover: true, detail: msg, complete: transient(msg)}
@@ -263,6 +276,9 @@ func (d *Dispatcher) classifyError(it *item, ep *registry.Endpoint, err error, t
 }
 
 func (d *Dispatcher) classifyResponse(it *item, ep *registry.Endpoint, resp *target.Response) verdict {
+	if resp.FunctionError != nil {
+		return functionFailure(ep, resp)
+	}
 	st := resp.Status
 	v := verdict{status: st, excerpt: resp.Body}
 	retryAfter := min(resp.RetryAfter, d.cfg.MaxRetryAfter)
@@ -304,7 +320,8 @@ func (d *Dispatcher) classifyResponse(it *item, ep *registry.Endpoint, resp *tar
 	case st == http.StatusTooManyRequests:
 		delay := retryAfter
 		if delay <= 0 {
-			delay = d.cfg.RateLimitBackoff
+			// Jittered, so pods throttled together do not return together.
+			delay = time.Duration(float64(d.cfg.RateLimitBackoff) * (0.8 + 0.4*rand.Float64())) // jitter, not security
 		}
 		v.result, v.breaker, v.failed, v.release, v.delay, v.backoff = resultRateLimited, registry.Neutral, true, true, delay, delay
 		v.detail = fmt.Sprintf("endpoint %s answered 429 Too Many Requests; retrying after %s without counting an attempt", ep.Name(), delay)
@@ -329,4 +346,25 @@ func (d *Dispatcher) classifyResponse(it *item, ep *registry.Endpoint, resp *tar
 	default:
 		return fail(resultUnexpected, registry.Success, fmt.Sprintf("endpoint %s answered an unexpected %s", ep.Name(), statusText))
 	}
+}
+
+// functionFailure classifies a Lambda function error as its HTTPS
+// counterpart: a Handled error is the task failing (task_error, like a 200
+// with an error), an Unhandled one the runtime failing (server_error, like
+// a 5xx: it counts toward the breaker). Either is transient unless its
+// errorType is "Terminal".
+func functionFailure(ep *registry.Endpoint, resp *target.Response) verdict {
+	fe := resp.FunctionError
+	msg := fmt.Sprintf("the function of endpoint %s failed (%s %s): %s", ep.Name(), fe.Kind, fe.Type, fe.Message)
+	v := verdict{status: resp.Status, excerpt: resp.Body, failed: true, detail: msg,
+		complete: &webhooksdk.Result{Error: &webhooksdk.Error{Message: msg, Terminal: fe.Terminal()}}}
+	if fe.Terminal() {
+		v.detail = "terminal: " + msg
+	}
+	if fe.Kind == "Handled" {
+		v.result, v.breaker, v.provided = resultTaskError, registry.Success, true
+	} else {
+		v.result, v.breaker = resultServerError, registry.Failure
+	}
+	return v
 }

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/convergeplane/converge/control/model"
@@ -97,6 +98,9 @@ type Config struct {
 	AllowCIDRs []netip.Prefix
 	// Resolver resolves endpoint names; nil uses the system resolver.
 	Resolver *net.Resolver
+	// AWS returns the base AWS configuration of Lambda targets; nil loads
+	// the default chain (config.LoadDefaultConfig).
+	AWS func(context.Context) (aws.Config, error)
 
 	// Version is sent in the User-Agent (converge-dispatch/<version>).
 	// Defaults to "dev".
@@ -235,6 +239,7 @@ func New(cfg Config, st *store.Store, wake Wakeups) (*Dispatcher, error) {
 		Box:                cfg.SecretBox,
 		Egress:             egress.Policy{DevMode: cfg.DevMode, AllowHTTP: cfg.AllowHTTP, AllowCIDRs: cfg.AllowCIDRs},
 		Resolver:           cfg.Resolver,
+		AWS:                cfg.AWS,
 		UserAgent:          "converge-dispatch/" + cfg.Version,
 		MaxResponseBytes:   cfg.MaxResponseBytes,
 		Refresh:            cfg.RegistryRefresh,

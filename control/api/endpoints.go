@@ -84,7 +84,8 @@ func (s *Server) registerEndpoints() {
 		OperationID: "apply-endpoint", Method: http.MethodPost, Path: "/endpoints", Tags: []string{"Endpoints"},
 		Summary: "Register or update a provider endpoint",
 		Description: "Creates (201, with the signing secret shown once) or updates (200) the endpoint by name. " +
-			"Target and health URLs must pass the dispatcher's egress policy (https; no private, loopback or metadata " +
+			"Targets are https URLs, Lambda functions (type lambda) or Function URLs (type lambda_url). " +
+			"Target, custom AWS endpoint and health URLs must pass the dispatcher's egress policy (https; no private, loopback or metadata " +
 			"addresses unless allowlisted or in dev mode).",
 		Errors: []int{400, 409, 422},
 	}, EndpointApply{}, s.applyEndpoint)
@@ -128,7 +129,7 @@ func (s *Server) applyEndpoint(ctx context.Context, in *rawBodyInput) (*applyOut
 		}
 	}
 	ec := s.cfg.Endpoints
-	for loc, u := range map[string]string{"target.url": b.Target.URL, "health.url": b.Health.URL} {
+	for loc, u := range map[string]string{"target.url": b.Target.URL, "target.endpoint_url": b.Target.EndpointURL, "health.url": b.Health.URL} {
 		if u == "" {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"time"
@@ -51,13 +52,39 @@ const (
 	// TargetHTTPS delivers over HTTPS (any HTTPS server, including a Lambda
 	// Function URL with auth NONE).
 	TargetHTTPS = "https"
+	// TargetLambda invokes an AWS Lambda function through the Invoke API.
+	TargetLambda = "lambda"
+	// TargetLambdaURL POSTs to a Lambda Function URL, SigV4-signed when its
+	// auth is AWS_IAM.
+	TargetLambdaURL = "lambda_url"
 )
 
-// EndpointTarget says where deliveries go. Only Type "https" exists today;
-// the Lambda types add their own fields.
+// Lambda invocation types and Function URL auth modes.
+const (
+	InvocationSync  = "sync"  // RequestResponse: the outcome is the function's answer
+	InvocationAsync = "async" // Event: accepted, the outcome comes by callback
+	AuthAWSIAM      = "aws_iam"
+	AuthNone        = "none"
+)
+
+// EndpointTarget says where deliveries go: an https URL, a Lambda function
+// (type lambda), or a Lambda Function URL (type lambda_url).
 type EndpointTarget struct {
-	Type string `json:"type" enum:"https" doc:"The transport."`
-	URL  string `json:"url,omitempty" doc:"The https URL every task is POSTed to."`
+	Type string `json:"type" enum:"https,lambda,lambda_url" doc:"The transport."`
+	URL  string `json:"url,omitempty" doc:"https and lambda_url: the URL every task is POSTed to."`
+	// Function is a function name or ARN (lambda); with an ARN, region may
+	// be omitted.
+	Function   string `json:"function,omitempty" doc:"lambda: the function name or ARN (a qualified ARN names the version or alias)."`
+	Region     string `json:"region,omitempty" doc:"lambda: the function's region (taken from an ARN when omitted). lambda_url: the signing region (taken from the Function URL when omitted)."`
+	Invocation string `json:"invocation,omitempty" enum:"sync,async" doc:"lambda: sync (RequestResponse, the default) or async (Event: the outcome comes by callback)."`
+	Qualifier  string `json:"qualifier,omitempty" doc:"lambda: a version or alias to invoke."`
+	// RoleARN is assumed through STS for this endpoint's calls; without it
+	// the dispatcher's own credentials (the default chain) sign them.
+	RoleARN string `json:"role_arn,omitempty" doc:"lambda, lambda_url: an IAM role assumed (STS AssumeRole) to invoke; omitted = the dispatcher's own credentials."`
+	// EndpointURL replaces the AWS regional endpoint (a VPC endpoint, a
+	// test server); it must pass the egress policy like any target URL.
+	EndpointURL string `json:"endpoint_url,omitempty" doc:"lambda: a custom Lambda API endpoint; it must pass the egress policy (allowlist it)."`
+	Auth        string `json:"auth,omitempty" enum:"aws_iam,none" doc:"lambda_url: aws_iam (SigV4-signed, the default) or none (the webhook signature only)."`
 	// CABundle replaces the system roots for verifying the target's
 	// certificate (a private CA).
 	CABundle string `json:"ca_bundle,omitempty" doc:"PEM CA certificates that verify the target's certificate instead of the system roots."`
@@ -72,9 +99,20 @@ type EndpointTarget struct {
 	MaxRequestBytes int `json:"max_request_bytes,omitempty" minimum:"0" doc:"Largest envelope POSTed whole; a larger one is sent thin with payload_url. 0 = no limit."`
 }
 
+// Health probe types (EndpointHealth.Type).
+const (
+	// HealthInvoke probes a Lambda target by invoking it synchronously with
+	// the health request.
+	HealthInvoke = "invoke"
+	// HealthNone probes nothing: the endpoint is ready while its circuit
+	// breaker is closed (the same as no health URL).
+	HealthNone = "none"
+)
+
 // EndpointHealth configures readiness probing. Zero thresholds and interval
 // take the dispatcher's defaults.
 type EndpointHealth struct {
+	Type               string `json:"type,omitempty" enum:"invoke,none" doc:"Lambda targets: invoke (a sync invoke of the health request, default interval 60) or none. Omitted: probe url if set."`
 	URL                string `json:"url,omitempty" doc:"URL probed with a signed POST {\"type\":\"health\"}; empty disables probing."`
 	IntervalSecs       int    `json:"interval_secs,omitempty" doc:"Probe interval (jittered); 0 = the dispatcher default (10)."`
 	HealthyThreshold   int    `json:"healthy_threshold,omitempty" doc:"Consecutive ready answers that make a kind ready; 0 = default (2)."`
@@ -177,12 +215,22 @@ func (p *PutEndpointParams) normalize() error {
 	if err := p.Target.validate(); err != nil {
 		return err
 	}
-	return p.Health.validate()
+	return p.Health.validate(p.Target)
 }
 
 func (t *EndpointTarget) validate() error {
-	if t.Type != TargetHTTPS {
-		return &InvalidError{Location: "target.type", Message: fmt.Sprintf("%q is not a supported target type (supported: %s)", t.Type, TargetHTTPS)}
+	switch t.Type {
+	case TargetHTTPS:
+		if f := t.lambdaField(); f != "" {
+			return &InvalidError{Location: "target." + f, Message: "applies to lambda and lambda_url targets only"}
+		}
+	case TargetLambda:
+		return t.validateLambda()
+	case TargetLambdaURL:
+		return t.validateLambdaURL()
+	default:
+		return &InvalidError{Location: "target.type", Message: fmt.Sprintf("%q is not a supported target type (supported: %s, %s, %s)",
+			t.Type, TargetHTTPS, TargetLambda, TargetLambdaURL)}
 	}
 	if err := checkURL(t.URL); err != nil {
 		return &InvalidError{Location: "target.url", Message: err.Error()}
@@ -199,7 +247,178 @@ func (t *EndpointTarget) validate() error {
 	return nil
 }
 
-func (h *EndpointHealth) validate() error {
+// lambdaField names the first Lambda-only field set, or "".
+func (t *EndpointTarget) lambdaField() string {
+	for _, f := range []struct{ name, v string }{{"function", t.Function}, {"region", t.Region}, {"invocation", t.Invocation},
+		{"qualifier", t.Qualifier}, {"role_arn", t.RoleARN}, {"endpoint_url", t.EndpointURL}, {"auth", t.Auth}} {
+		if f.v != "" {
+			return f.name
+		}
+	}
+	return ""
+}
+
+// httpsField names the first https-only field set, or "".
+func (t *EndpointTarget) httpsField() string {
+	switch {
+	case t.CABundle != "":
+		return "ca_bundle"
+	case t.ClientCertFile != "":
+		return "client_cert_file"
+	case t.ClientKeyFile != "":
+		return "client_key_file"
+	}
+	return ""
+}
+
+var (
+	// A function name, or a full ARN: arn:partition:lambda:region:account:function:name[:qualifier].
+	lambdaNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	lambdaARNRE  = regexp.MustCompile(`^arn:aws[a-z-]*:lambda:([a-z0-9-]+):\d{12}:function:[A-Za-z0-9_-]{1,64}(:[A-Za-z0-9$_-]{1,128})?$`)
+	regionRE     = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-\d{1,2}$`)
+	qualifierRE  = regexp.MustCompile(`^[A-Za-z0-9$_-]{1,128}$`)
+	roleARNRE    = regexp.MustCompile(`^arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}$`)
+	// A Function URL: https://<url-id>.lambda-url.<region>.on.aws/
+	functionURLRE = regexp.MustCompile(`^[a-z0-9]{1,63}\.lambda-url\.([a-z]{2}(-[a-z]+)+-\d{1,2})\.on\.aws$`)
+)
+
+// FunctionURLRegion returns the region of a Function URL's host, or "" if
+// the host is not a Function URL's.
+func FunctionURLRegion(host string) string {
+	if m := functionURLRE.FindStringSubmatch(host); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+func (t *EndpointTarget) validateLambda() error {
+	switch {
+	case t.URL != "":
+		return &InvalidError{Location: "target.url", Message: "does not apply to lambda targets: name the function in target.function"}
+	case t.Auth != "":
+		return &InvalidError{Location: "target.auth", Message: "applies to lambda_url targets only: the Invoke API is always SigV4-signed"}
+	case t.httpsField() != "":
+		return &InvalidError{Location: "target." + t.httpsField(), Message: "applies to https targets only"}
+	case t.Function == "":
+		return &InvalidError{Location: "target.function", Message: "is required: a function name or ARN"}
+	}
+	arnRegion := ""
+	if m := lambdaARNRE.FindStringSubmatch(t.Function); m != nil {
+		arnRegion = m[1]
+	} else if !lambdaNameRE.MatchString(t.Function) {
+		return &InvalidError{Location: "target.function", Message: "must be a function name (1-64 letters, digits, '-' or '_') or a function ARN (arn:aws:lambda:<region>:<account>:function:<name>[:<qualifier>])"}
+	}
+	switch {
+	case t.Region == "" && arnRegion == "":
+		return &InvalidError{Location: "target.region", Message: "is required with a function name (or give the function's ARN)"}
+	case t.Region == "":
+		t.Region = arnRegion
+	case !regionRE.MatchString(t.Region):
+		return &InvalidError{Location: "target.region", Message: "must be an AWS region, like us-east-1"}
+	case arnRegion != "" && t.Region != arnRegion:
+		return &InvalidError{Location: "target.region", Message: fmt.Sprintf("is %s but the function ARN is in %s", t.Region, arnRegion)}
+	}
+	switch t.Invocation {
+	case "":
+		t.Invocation = InvocationSync
+	case InvocationSync, InvocationAsync:
+	default:
+		return &InvalidError{Location: "target.invocation", Message: "must be sync or async"}
+	}
+	if t.Qualifier != "" && !qualifierRE.MatchString(t.Qualifier) {
+		return &InvalidError{Location: "target.qualifier", Message: "must be a version or alias: 1-128 letters, digits, '$', '-' or '_'"}
+	}
+	if err := t.validateRole(); err != nil {
+		return err
+	}
+	if t.EndpointURL != "" {
+		if err := checkURL(t.EndpointURL); err != nil {
+			return &InvalidError{Location: "target.endpoint_url", Message: err.Error()}
+		}
+	}
+	return nil
+}
+
+func (t *EndpointTarget) validateRole() error {
+	if t.RoleARN != "" && !roleARNRE.MatchString(t.RoleARN) {
+		return &InvalidError{Location: "target.role_arn", Message: "must be an IAM role ARN: arn:aws:iam::<account>:role/<name>"}
+	}
+	return nil
+}
+
+// validateLambdaURL accepts a Function URL
+// (https://<id>.lambda-url.<region>.on.aws/), or a URL whose host is a
+// literal address or localhost: an operator-allowlisted stand-in (a test
+// server), which the egress policy refuses unless allowlisted or in dev
+// mode, and which needs an explicit region to sign for.
+func (t *EndpointTarget) validateLambdaURL() error {
+	for _, f := range []struct{ name, v string }{{"function", t.Function}, {"invocation", t.Invocation},
+		{"qualifier", t.Qualifier}, {"endpoint_url", t.EndpointURL}} {
+		if f.v != "" {
+			return &InvalidError{Location: "target." + f.name, Message: "applies to lambda targets only"}
+		}
+	}
+	if f := t.httpsField(); f != "" {
+		return &InvalidError{Location: "target." + f, Message: "applies to https targets only"}
+	}
+	if err := checkURL(t.URL); err != nil {
+		return &InvalidError{Location: "target.url", Message: err.Error()}
+	}
+	u, _ := url.Parse(t.URL) // checkURL parsed it
+	host := u.Hostname()
+	urlRegion := FunctionURLRegion(host)
+	switch {
+	case urlRegion != "" && u.Scheme != "https":
+		return &InvalidError{Location: "target.url", Message: "a Function URL is https"}
+	case urlRegion == "" && !literalHost(host):
+		return &InvalidError{Location: "target.url", Message: "must be a Function URL: https://<url-id>.lambda-url.<region>.on.aws/"}
+	case t.Region == "" && urlRegion == "":
+		return &InvalidError{Location: "target.region", Message: "is required when the URL is not a Function URL"}
+	case t.Region == "":
+		t.Region = urlRegion
+	case !regionRE.MatchString(t.Region):
+		return &InvalidError{Location: "target.region", Message: "must be an AWS region, like us-east-1"}
+	case urlRegion != "" && t.Region != urlRegion:
+		return &InvalidError{Location: "target.region", Message: fmt.Sprintf("is %s but the Function URL is in %s", t.Region, urlRegion)}
+	}
+	switch t.Auth {
+	case "":
+		t.Auth = AuthAWSIAM
+	case AuthAWSIAM, AuthNone:
+	default:
+		return &InvalidError{Location: "target.auth", Message: "must be aws_iam or none"}
+	}
+	if t.Auth == AuthNone && t.RoleARN != "" {
+		return &InvalidError{Location: "target.role_arn", Message: "signs requests, so it needs auth aws_iam"}
+	}
+	return t.validateRole()
+}
+
+// literalHost holds for an IP address or localhost.
+func literalHost(host string) bool {
+	_, err := netip.ParseAddr(host)
+	return err == nil || host == "localhost"
+}
+
+// IsLambda holds for the targets invoked through AWS (lambda, lambda_url).
+func (t EndpointTarget) IsLambda() bool { return t.Type == TargetLambda || t.Type == TargetLambdaURL }
+
+func (h *EndpointHealth) validate(t EndpointTarget) error {
+	switch h.Type {
+	case "", HealthNone:
+	case HealthInvoke:
+		if !t.IsLambda() {
+			return &InvalidError{Location: "health.type", Message: "invoke applies to lambda and lambda_url targets only"}
+		}
+	default:
+		return &InvalidError{Location: "health.type", Message: "must be invoke or none (or omitted: probe health.url)"}
+	}
+	switch {
+	case h.URL != "" && t.IsLambda():
+		return &InvalidError{Location: "health.url", Message: "does not apply to Lambda targets: use health.type invoke"}
+	case h.URL != "" && h.Type != "":
+		return &InvalidError{Location: "health.type", Message: "goes without health.url"}
+	}
 	if h.URL != "" {
 		if err := checkURL(h.URL); err != nil {
 			return &InvalidError{Location: "health.url", Message: err.Error()}

@@ -495,3 +495,87 @@ func TestEndpointExpireAsync(t *testing.T) {
 		t.Errorf("repeated callback = %q, %v; want duplicate", st, err)
 	}
 }
+
+func lambdaParams(name string, target store.EndpointTarget) store.PutEndpointParams {
+	return store.PutEndpointParams{Name: name, Kinds: []store.EndpointKind{{Kind: "vpc", KindVersion: 1}}, Target: target}
+}
+
+// TestEndpointLambdaValidation: the Lambda target types are checked field by
+// field, each problem naming its field, and their defaults are stored.
+func TestEndpointLambdaValidation(t *testing.T) {
+	t.Parallel()
+	b := endpointSetup(t)
+	const arn = "arn:aws:lambda:eu-west-1:123456789012:function:vpc-provider"
+	fn := store.EndpointTarget{Type: store.TargetLambda, Function: "vpc-provider", Region: "eu-west-1"}
+	furl := store.EndpointTarget{Type: store.TargetLambdaURL, URL: "https://abcdef123.lambda-url.eu-west-1.on.aws/"}
+	tests := []struct {
+		name   string
+		target store.EndpointTarget
+		health store.EndpointHealth
+		loc    string
+	}{
+		{"no function", store.EndpointTarget{Type: store.TargetLambda, Region: "eu-west-1"}, store.EndpointHealth{}, "target.function"},
+		{"bad function", with(fn, func(t *store.EndpointTarget) { t.Function = "a b" }), store.EndpointHealth{}, "target.function"},
+		{"name without region", with(fn, func(t *store.EndpointTarget) { t.Region = "" }), store.EndpointHealth{}, "target.region"},
+		{"bad region", with(fn, func(t *store.EndpointTarget) { t.Region = "Europe" }), store.EndpointHealth{}, "target.region"},
+		{"region against arn", with(fn, func(t *store.EndpointTarget) { t.Function = arn; t.Region = "us-east-1" }), store.EndpointHealth{}, "target.region"},
+		{"bad invocation", with(fn, func(t *store.EndpointTarget) { t.Invocation = "later" }), store.EndpointHealth{}, "target.invocation"},
+		{"bad qualifier", with(fn, func(t *store.EndpointTarget) { t.Qualifier = "v 1" }), store.EndpointHealth{}, "target.qualifier"},
+		{"bad role", with(fn, func(t *store.EndpointTarget) { t.RoleARN = "admin" }), store.EndpointHealth{}, "target.role_arn"},
+		{"bad endpoint url", with(fn, func(t *store.EndpointTarget) { t.EndpointURL = "lambda" }), store.EndpointHealth{}, "target.endpoint_url"},
+		{"url on lambda", with(fn, func(t *store.EndpointTarget) { t.URL = "https://x.example/" }), store.EndpointHealth{}, "target.url"},
+		{"auth on lambda", with(fn, func(t *store.EndpointTarget) { t.Auth = "none" }), store.EndpointHealth{}, "target.auth"},
+		{"health url on lambda", fn, store.EndpointHealth{URL: "https://x.example/"}, "health.url"},
+		{"bad health type", fn, store.EndpointHealth{Type: "ping"}, "health.type"},
+		{"invoke on https", store.EndpointTarget{Type: store.TargetHTTPS, URL: "https://x.example/"}, store.EndpointHealth{Type: "invoke"}, "health.type"},
+		{"region on https", store.EndpointTarget{Type: store.TargetHTTPS, URL: "https://x.example/", Region: "eu-west-1"}, store.EndpointHealth{}, "target.region"},
+		{"no url", with(furl, func(t *store.EndpointTarget) { t.URL = "" }), store.EndpointHealth{}, "target.url"},
+		{"not a function url", with(furl, func(t *store.EndpointTarget) { t.URL = "https://x.example/" }), store.EndpointHealth{}, "target.url"},
+		{"plain http function url", with(furl, func(t *store.EndpointTarget) { t.URL = "http://abcdef123.lambda-url.eu-west-1.on.aws/" }), store.EndpointHealth{}, "target.url"},
+		{"region against url", with(furl, func(t *store.EndpointTarget) { t.Region = "us-east-1" }), store.EndpointHealth{}, "target.region"},
+		{"custom url without region", with(furl, func(t *store.EndpointTarget) { t.URL = "http://127.0.0.1:9000/" }), store.EndpointHealth{}, "target.region"},
+		{"bad auth", with(furl, func(t *store.EndpointTarget) { t.Auth = "iam" }), store.EndpointHealth{}, "target.auth"},
+		{"role without iam", with(furl, func(t *store.EndpointTarget) { t.Auth = "none"; t.RoleARN = "arn:aws:iam::123456789012:role/r" }), store.EndpointHealth{}, "target.role_arn"},
+		{"function on url", with(furl, func(t *store.EndpointTarget) { t.Function = "f" }), store.EndpointHealth{}, "target.function"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := lambdaParams("l", tc.target)
+			p.Health = tc.health
+			_, _, err := b.st.CreateEndpoint(b.ctx, b.box, p)
+			var ie *store.InvalidError
+			if !errors.As(err, &ie) {
+				t.Fatalf("err = %v, want *InvalidError", err)
+			}
+			if ie.Location != tc.loc {
+				t.Errorf("location = %q, want %q (%s)", ie.Location, tc.loc, ie.Message)
+			}
+		})
+	}
+
+	// Defaults are stored: sync, the ARN's region, the URL's region, aws_iam.
+	e, _, err := b.st.CreateEndpoint(b.ctx, b.box, lambdaParams("by-arn", store.EndpointTarget{Type: store.TargetLambda, Function: arn}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Target.Region != "eu-west-1" || e.Target.Invocation != store.InvocationSync {
+		t.Errorf("lambda target = %+v, want region eu-west-1, invocation sync", e.Target)
+	}
+	e, _, err = b.st.CreateEndpoint(b.ctx, b.box, lambdaParams("by-url", furl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Target.Region != "eu-west-1" || e.Target.Auth != store.AuthAWSIAM {
+		t.Errorf("lambda_url target = %+v, want region eu-west-1, auth aws_iam", e.Target)
+	}
+	// Re-applying the same document without the defaults changes nothing.
+	_, res, _, err := b.st.PutEndpoint(b.ctx, b.box, lambdaParams("by-url", furl))
+	if err != nil || res != store.ApplyUnchanged {
+		t.Errorf("re-apply = %v, %v; want unchanged", res, err)
+	}
+}
+
+func with(t store.EndpointTarget, f func(*store.EndpointTarget)) store.EndpointTarget {
+	f(&t)
+	return t
+}

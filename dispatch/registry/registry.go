@@ -32,6 +32,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
+
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/breaker"
 	"github.com/convergeplane/converge/dispatch/egress"
@@ -69,6 +75,10 @@ type Config struct {
 	Share func() float64
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
+	// AWS returns the base AWS configuration of the Lambda targets
+	// (credentials, their chain). Defaults to config.LoadDefaultConfig,
+	// called once, when the first Lambda endpoint is seen.
+	AWS func(context.Context) (aws.Config, error)
 }
 
 // Defaults for Config.
@@ -79,6 +89,9 @@ const (
 	HealthyThresholdDefault   = 2
 	UnhealthyThresholdDefault = 3
 	HealthIntervalDefault     = 10 * time.Second
+	// InvokeHealthIntervalDefault is the probe interval of Lambda targets
+	// (health type invoke): each probe is a billed invocation.
+	InvokeHealthIntervalDefault = 60 * time.Second
 	// probeMaxBody caps a health answer.
 	probeMaxBody = 64 << 10
 )
@@ -96,6 +109,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.AWS == nil {
+		c.AWS = func(ctx context.Context) (aws.Config, error) { return config.LoadDefaultConfig(ctx) }
 	}
 	return c
 }
@@ -116,6 +132,7 @@ type Registry struct {
 	byPair map[string][]*Endpoint
 	subs   []chan struct{}
 	rr     int
+	aws    *aws.Config // loaded with the first Lambda endpoint
 }
 
 // New returns a Registry reading endpoints through st, woken by wake (an
@@ -252,7 +269,8 @@ type conf struct {
 	all         *webhooksdk.Signer // current + previous, until allUntil
 	allUntil    time.Time
 	task        target.Target
-	probe       target.Target // nil: no health URL
+	probe       target.Target // nil: no health probe
+	probeKey    string        // what is probed: health state survives a refresh while it is the same
 	client      *http.Client  // a dedicated client (custom TLS), to close; nil for the shared one
 	timeout     time.Duration
 }
@@ -283,6 +301,12 @@ func (r *Registry) buildConf(d store.DispatchEndpoint) *conf {
 		c.allUntil = d.Secrets[1].Until
 	}
 	t := d.Target
+	if t.IsLambda() {
+		if err := r.buildLambda(c, d); err != nil {
+			return fail("%v", err)
+		}
+		return c
+	}
 	if t.Type != store.TargetHTTPS {
 		return fail("target type %q is not supported by this dispatcher", t.Type)
 	}
@@ -304,9 +328,82 @@ func (r *Registry) buildConf(d store.DispatchEndpoint) *conf {
 		if err := egress.ValidateTargetURL(h, r.cfg.Egress); err != nil {
 			return fail("health URL %s is refused: %v", h, err)
 		}
-		c.probe = target.NewHTTPS(client, h, r.cfg.UserAgent, probeMaxBody)
+		c.probe, c.probeKey = target.NewHTTPS(client, h, r.cfg.UserAgent, probeMaxBody), h
 	}
 	return c
+}
+
+// awsConfigLocked returns the base AWS configuration, loading it once.
+func (r *Registry) awsConfigLocked() (aws.Config, error) {
+	if r.aws != nil {
+		return *r.aws, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := r.cfg.AWS(ctx)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("the AWS configuration cannot be loaded: %w", err)
+	}
+	r.aws = &cfg
+	return cfg, nil
+}
+
+// buildLambda sets c's task and probe targets for a lambda or lambda_url
+// endpoint. Its clients and credentials (an assumed role's, cached) live as
+// long as the endpoint's configuration.
+func (r *Registry) buildLambda(c *conf, d store.DispatchEndpoint) error {
+	t := d.Target
+	base, err := r.awsConfigLocked()
+	if err != nil {
+		return err
+	}
+	for _, u := range []string{t.URL, t.EndpointURL} {
+		if u == "" {
+			continue
+		}
+		if err := egress.ValidateTargetURL(u, r.cfg.Egress); err != nil {
+			return fmt.Errorf("target %s is refused: %w", u, err)
+		}
+	}
+	creds := base.Credentials
+	if t.RoleARN != "" {
+		stsc := sts.NewFromConfig(base, func(o *sts.Options) {
+			o.Region, o.HTTPClient = t.Region, r.shared
+		})
+		creds = aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(stsc, t.RoleARN, func(o *stscreds.AssumeRoleOptions) {
+			o.RoleSessionName = "converge-" + d.Name
+		}))
+	}
+	if t.Type == store.TargetLambdaURL {
+		if t.Auth == store.AuthNone {
+			creds = nil
+		} else if creds == nil {
+			return errors.New("auth aws_iam needs AWS credentials, and none are configured")
+		}
+		c.task = target.NewLambdaURL(r.shared, t.URL, r.cfg.UserAgent, r.cfg.MaxResponseBytes, creds, t.Region)
+		if d.Health.Type == store.HealthInvoke {
+			c.probe = target.NewLambdaURL(r.shared, t.URL, r.cfg.UserAgent, probeMaxBody, creds, t.Region)
+		}
+	} else {
+		// The dispatcher owns retry: one Invoke per attempt, and no timeout
+		// but the attempt's (request_timeout_secs), so a slow function is
+		// never invoked twice for one claim.
+		client := lambda.NewFromConfig(base, func(o *lambda.Options) {
+			o.Region, o.HTTPClient, o.Retryer, o.Credentials = t.Region, r.shared, aws.NopRetryer{}, creds
+			if t.EndpointURL != "" {
+				o.BaseEndpoint = aws.String(t.EndpointURL)
+			}
+		})
+		async := t.Invocation == store.InvocationAsync
+		c.task = target.NewLambda(client, t.Function, t.Qualifier, async, r.cfg.MaxResponseBytes)
+		if d.Health.Type == store.HealthInvoke {
+			c.probe = target.NewLambda(client, t.Function, t.Qualifier, false, probeMaxBody) // a probe's answer is needed: sync
+		}
+	}
+	if c.probe != nil {
+		c.probeKey = "invoke " + t.Type + " " + t.Function + t.URL
+	}
+	return nil
 }
 
 // Endpoint is one endpoint's runtime state.
@@ -325,8 +422,8 @@ type Endpoint struct {
 	health       map[string]*pairHealth // nil: no health URL
 	lastProbe    time.Time
 	probeErr     string
-	healthURL    string
-	// probedHealthy: a probe at healthURL has been answered properly at
+	healthURL    string // the conf's probeKey
+	// probedHealthy: a probe of healthURL has been answered properly at
 	// least once; until then failed probes do not count (ReportProbe).
 	probedHealthy bool
 }
@@ -346,10 +443,10 @@ func (e *Endpoint) resetHealthLocked(c *conf) {
 		return
 	}
 	old := e.health
-	if e.healthURL != c.cfg.Health.URL {
+	if e.healthURL != c.probeKey {
 		old, e.probedHealthy = nil, false
 	}
-	e.health, e.healthURL = make(map[string]*pairHealth, len(c.cfg.Kinds)), c.cfg.Health.URL
+	e.health, e.healthURL = make(map[string]*pairHealth, len(c.cfg.Kinds)), c.probeKey
 	for _, k := range c.cfg.Kinds {
 		if h, ok := old[k.Pair()]; ok {
 			e.health[k.Pair()] = h

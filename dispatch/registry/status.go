@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/breaker"
 	"github.com/convergeplane/converge/dispatch/target"
 )
@@ -106,6 +107,9 @@ func (r *Registry) Probes() []Probe {
 			continue
 		}
 		iv := r.cfg.HealthInterval
+		if c.cfg.Health.Type == store.HealthInvoke {
+			iv = InvokeHealthIntervalDefault
+		}
 		if c.cfg.Health.IntervalSecs > 0 {
 			iv = time.Duration(c.cfg.Health.IntervalSecs) * time.Second
 		}

@@ -45,6 +45,9 @@ type Response struct {
 	Body []byte
 	// Truncated reports that the body exceeded the cap and was cut.
 	Truncated bool
+	// FunctionError is set when a Lambda function failed instead of
+	// answering (X-Amz-Function-Error); Body is then its error payload.
+	FunctionError *FunctionError
 }
 
 // Target delivers to one endpoint.
@@ -60,11 +63,44 @@ type Target interface {
 }
 
 // Limited is a Target whose transport caps the request size (the Lambda
-// Invoke API: 6 MB synchronous, 1 MB asynchronous). The dispatcher sends an
-// envelope over the cap thin, with a payload_url. 0 means no cap.
+// Invoke API: 6 MB synchronous, 1 MB asynchronous); 0 means no cap. The
+// dispatcher sends an envelope over the cap thin, with a payload_url; a
+// delivery still over it fails with a *TooLargeError before anything is
+// sent.
 type Limited interface {
 	MaxRequestBytes() int
 }
+
+// ErrTooLarge matches every *TooLargeError (errors.Is).
+var ErrTooLarge = errors.New("request exceeds the target's size limit")
+
+// TooLargeError is a delivery refused for its size.
+type TooLargeError struct {
+	Size, Limit int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the request is %d bytes, over the target's limit of %d", e.Size, e.Limit)
+}
+
+// Is makes errors.Is(err, ErrTooLarge) hold.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+
+// ErrUnavailable matches every *UnavailableError (errors.Is).
+var ErrUnavailable = errors.New("target unavailable")
+
+// UnavailableError is a refusal no retry cures until an operator acts: the
+// function does not exist, or the credentials may not invoke it.
+type UnavailableError struct {
+	// Code is the AWS error code, e.g. ResourceNotFoundException.
+	Code    string
+	Message string
+}
+
+func (e *UnavailableError) Error() string { return e.Code + ": " + e.Message }
+
+// Is makes errors.Is(err, ErrUnavailable) hold.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
 
 // Func adapts a function to Target (tests, decorators).
 type Func func(ctx context.Context, d *Delivery) (*Response, error)
@@ -91,6 +127,16 @@ func (h *HTTPS) URL() string { return h.url }
 
 // Deliver POSTs the envelope with the Standard Webhooks headers.
 func (h *HTTPS) Deliver(ctx context.Context, d *Delivery) (*Response, error) {
+	req, err := h.request(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	resp, _, err := h.send(req)
+	return resp, err
+}
+
+// request builds the POST of d with the Standard Webhooks headers.
+func (h *HTTPS) request(ctx context.Context, d *Delivery) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(d.Body))
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
@@ -103,9 +149,14 @@ func (h *HTTPS) Deliver(ctx context.Context, d *Delivery) (*Response, error) {
 		"Webhook-Timestamp": {strconv.FormatInt(d.Timestamp.Unix(), 10)},
 		"Webhook-Signature": {d.Signature},
 	}
+	return req, nil
+}
+
+// send sends req and reads the answer, capped, returning its headers too.
+func (h *HTTPS) send(req *http.Request) (*Response, http.Header, error) {
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return nil, err // *url.Error: names the URL, carries the cause
+		return nil, nil, err // *url.Error: names the URL, carries the cause
 	}
 	defer resp.Body.Close()
 	out := &Response{
@@ -115,9 +166,9 @@ func (h *HTTPS) Deliver(ctx context.Context, d *Delivery) (*Response, error) {
 	}
 	out.Body, out.Truncated, err = readCapped(resp.Body, resp.ContentLength, h.maxBody)
 	if err != nil {
-		return nil, fmt.Errorf("read response: %w", err)
+		return nil, nil, fmt.Errorf("read response: %w", err)
 	}
-	return out, nil
+	return out, resp.Header, nil
 }
 
 // readCapped reads at most limit bytes, reporting whether more followed. It

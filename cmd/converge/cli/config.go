@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/convergeplane/converge/control/store"
 )
@@ -77,6 +80,9 @@ type Config struct {
 	// AllowCIDRs lets endpoints reach these otherwise-blocked networks
 	// (DISPATCH_ALLOW_CIDRS, comma-separated), e.g. an internal VPC range.
 	AllowCIDRs []netip.Prefix
+	// AWS returns the base AWS configuration of Lambda targets; nil loads
+	// the default credential chain. Not from the environment: tests set it.
+	AWS func(context.Context) (aws.Config, error)
 	// ReaperRetryWindow is how long a lagging resource with no live task
 	// waits before the reaper re-schedules it (REAPER_RETRY_WINDOW, 30s).
 	ReaperRetryWindow time.Duration

@@ -246,7 +246,7 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 	callbackBase string) (*dispatch.Dispatcher, error) {
 	d, err := dispatch.New(dispatch.Config{Claimer: member.ID(), Range: member.Range,
 		CallbackBaseURL: callbackBase, TokenKey: s.cfg.CallbackKey, SecretBox: box,
-		DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs, Version: version.Version, Metrics: s.metrics, Logger: s.log},
+		DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs, AWS: s.cfg.AWS, Version: version.Version, Metrics: s.metrics, Logger: s.log},
 		s.store, dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,306 @@
+package target
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
+	"github.com/aws/smithy-go"
+)
+
+// Lambda payload limits (the Invoke API's quotas).
+const (
+	MaxSyncRequestBytes  = 6 << 20 // RequestResponse
+	MaxAsyncRequestBytes = 1 << 20 // Event
+)
+
+// EventVersion tags the Invoke payload: a Function URL event, so one
+// adapter serves both the Invoke API and a Function URL.
+const EventVersion = "converge.v1"
+
+// TerminalErrorType is the errorType of a function error that fails the
+// task terminally; any other function error is transient.
+const TerminalErrorType = "Terminal"
+
+// Event is the Invoke payload: the signed delivery shaped like a Function
+// URL event.
+type Event struct {
+	Version         string       `json:"version"`
+	RawPath         string       `json:"rawPath"`
+	Headers         EventHeaders `json:"headers"`
+	Body            string       `json:"body"`
+	IsBase64Encoded bool         `json:"isBase64Encoded"`
+}
+
+// EventHeaders are the Standard Webhooks headers of an Event.
+type EventHeaders struct {
+	ContentType      string `json:"content-type"`
+	WebhookID        string `json:"webhook-id"`
+	WebhookTimestamp string `json:"webhook-timestamp"`
+	WebhookSignature string `json:"webhook-signature"`
+	// Invocation is "event" on an Event invocation, whose answer nobody
+	// reads: the function must post its Result to the callback before it
+	// returns (webhooksdk/lambda). Absent on a sync invocation.
+	Invocation string `json:"x-converge-invocation,omitempty"`
+}
+
+// EventResponse is a sync function's answer, shaped like a Function URL
+// response: the status and body classified as an HTTPS answer's.
+type EventResponse struct {
+	StatusCode      *int              `json:"statusCode"`
+	Headers         map[string]string `json:"headers"`
+	Body            string            `json:"body"`
+	IsBase64Encoded bool              `json:"isBase64Encoded"`
+}
+
+// FunctionError is a function's failure (X-Amz-Function-Error) and its
+// error payload's fields.
+type FunctionError struct {
+	// Kind is Handled (the function returned an error) or Unhandled (the
+	// runtime failed: a crash, a timeout, out of memory).
+	Kind    string
+	Type    string
+	Message string
+}
+
+// Terminal reports whether the error fails the task terminally: its
+// errorType is TerminalErrorType.
+func (e *FunctionError) Terminal() bool { return e.Type == TerminalErrorType }
+
+// Lambda invokes a function through the Invoke API.
+type Lambda struct {
+	client    *lambda.Client
+	function  string
+	qualifier *string
+	async     bool
+	maxBody   int64
+}
+
+// NewLambda returns a Target invoking function (a name or ARN) with client,
+// synchronously (RequestResponse) unless async (Event). The client must
+// not retry: the dispatcher owns retry.
+func NewLambda(client *lambda.Client, function, qualifier string, async bool, maxBody int64) *Lambda {
+	l := &Lambda{client: client, function: function, async: async, maxBody: maxBody}
+	if qualifier != "" {
+		l.qualifier = aws.String(qualifier)
+	}
+	return l
+}
+
+// payloadLimit is the Invoke payload limit of the invocation type.
+func (l *Lambda) payloadLimit() int {
+	if l.async {
+		return MaxAsyncRequestBytes
+	}
+	return MaxSyncRequestBytes
+}
+
+// eventFrame bounds what the event adds around the envelope: its fields,
+// the headers and the signature.
+const eventFrame = 4 << 10
+
+// MaxRequestBytes is the largest envelope sure to fit the Invoke payload:
+// the event carries the envelope as a JSON string, whose escaping can double
+// it (every '"' and '\' takes two bytes), so half the payload limit less
+// the event's frame. A larger envelope is sent thin (payload_url).
+func (l *Lambda) MaxRequestBytes() int { return (l.payloadLimit() - eventFrame) / 2 }
+
+// EncodeEvent returns d as an Invoke payload; event marks an Event
+// invocation.
+func EncodeEvent(d *Delivery, event bool) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, len(d.Body)+len(d.Body)/4+256))
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	h := EventHeaders{ContentType: "application/json", WebhookID: d.MsgID,
+		WebhookTimestamp: strconv.FormatInt(d.Timestamp.Unix(), 10), WebhookSignature: d.Signature}
+	if event {
+		h.Invocation = "event"
+	}
+	err := enc.Encode(Event{Version: EventVersion, RawPath: "/", Body: string(d.Body), Headers: h})
+	if err != nil {
+		return nil, fmt.Errorf("encode invoke event: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Deliver invokes the function with d as an Event and maps the answer onto
+// an HTTPS-like Response.
+func (l *Lambda) Deliver(ctx context.Context, d *Delivery) (*Response, error) {
+	payload, err := EncodeEvent(d, l.async)
+	if err != nil {
+		return nil, err
+	}
+	if limit := l.payloadLimit(); len(payload) > limit {
+		return nil, &TooLargeError{Size: len(payload), Limit: limit}
+	}
+	in := &lambda.InvokeInput{FunctionName: &l.function, Qualifier: l.qualifier, Payload: payload,
+		InvocationType: types.InvocationTypeRequestResponse}
+	if l.async {
+		in.InvocationType = types.InvocationTypeEvent
+	}
+	out, err := l.client.Invoke(ctx, in)
+	if err != nil {
+		return invokeError(err)
+	}
+	switch {
+	case out.FunctionError != nil:
+		return functionError(*out.FunctionError, out.Payload), nil
+	case l.async:
+		return &Response{Status: int(out.StatusCode)}, nil
+	}
+	return l.decodeAnswer(out.Payload), nil
+}
+
+// decodeAnswer reads a sync function's EventResponse. A payload without
+// statusCode is taken as the body of a 200, so a function may return a
+// Result as is.
+func (l *Lambda) decodeAnswer(payload []byte) *Response {
+	var er EventResponse
+	if err := json.Unmarshal(payload, &er); err != nil || er.StatusCode == nil {
+		return l.capped(&Response{Status: http.StatusOK}, payload)
+	}
+	resp := &Response{Status: *er.StatusCode}
+	for k, v := range er.Headers {
+		switch {
+		case strings.EqualFold(k, "Retry-After"):
+			resp.RetryAfter = RetryAfter(v, time.Now())
+		case strings.EqualFold(k, "Location"):
+			resp.Location = v
+		}
+	}
+	body := []byte(er.Body)
+	if er.IsBase64Encoded {
+		b, err := base64.StdEncoding.DecodeString(er.Body)
+		if err != nil {
+			return l.capped(&Response{Status: http.StatusOK}, payload) // unusable: the classifier says so
+		}
+		body = b
+	}
+	return l.capped(resp, body)
+}
+
+func (l *Lambda) capped(r *Response, body []byte) *Response {
+	if int64(len(body)) > l.maxBody {
+		body, r.Truncated = body[:l.maxBody], true
+	}
+	r.Body = body
+	return r
+}
+
+// functionError maps X-Amz-Function-Error and its payload
+// ({"errorMessage", "errorType"}) to a 502-like Response, so a reader that
+// does not look at FunctionError still sees a failure.
+func functionError(kind string, payload []byte) *Response {
+	var p struct {
+		Message string `json:"errorMessage"`
+		Type    string `json:"errorType"`
+	}
+	fe := &FunctionError{Kind: kind}
+	if json.Unmarshal(payload, &p) == nil {
+		fe.Type, fe.Message = p.Type, p.Message
+	}
+	if fe.Message == "" {
+		fe.Message = strings.TrimSpace(string(payload[:min(len(payload), 512)]))
+	}
+	return &Response{Status: http.StatusBadGateway, FunctionError: fe, Body: payload}
+}
+
+// invokeError maps an Invoke API error. A throttle is a 429 (not
+// executed); a missing function or a permission error an
+// *UnavailableError; another AWS answer its HTTP status; anything else (no
+// answer: network, timeout, the egress guard) stays an error.
+func invokeError(err error) (*Response, error) {
+	var throttled *types.TooManyRequestsException
+	if errors.As(err, &throttled) {
+		r := &Response{Status: http.StatusTooManyRequests, Body: []byte(throttled.ErrorMessage())}
+		if s := throttled.RetryAfterSeconds; s != nil {
+			r.RetryAfter = RetryAfter(*s, time.Now())
+		}
+		return r, nil
+	}
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return nil, err
+	}
+	if unavailable(api.ErrorCode()) {
+		return nil, &UnavailableError{Code: api.ErrorCode(), Message: api.ErrorMessage()}
+	}
+	var status interface{ HTTPStatusCode() int }
+	if errors.As(err, &status) {
+		return &Response{Status: status.HTTPStatusCode(), Body: []byte(api.ErrorCode() + ": " + api.ErrorMessage())}, nil
+	}
+	return nil, err
+}
+
+// unavailable holds for the AWS error codes no retry cures: the function
+// is missing, or the credentials may not invoke it.
+func unavailable(code string) bool {
+	switch code {
+	case "ResourceNotFoundException", "AccessDeniedException", "AccessDenied", "UnrecognizedClientException":
+		return true
+	}
+	return false
+}
+
+// LambdaURL POSTs deliveries to a Function URL, SigV4-signed when it has
+// credentials (auth aws_iam).
+type LambdaURL struct {
+	https  *HTTPS
+	creds  aws.CredentialsProvider // nil: auth none
+	region string
+	signer *v4.Signer
+}
+
+// NewLambdaURL returns a Target POSTing to the Function URL url through
+// client (an egress client); with creds, each request is SigV4-signed for
+// service lambda in region.
+func NewLambdaURL(client *http.Client, url, userAgent string, maxBody int64, creds aws.CredentialsProvider, region string) *LambdaURL {
+	return &LambdaURL{https: NewHTTPS(client, url, userAgent, maxBody), creds: creds, region: region, signer: v4.NewSigner()}
+}
+
+// MaxRequestBytes is the Function URL's request limit (a sync invoke's).
+func (l *LambdaURL) MaxRequestBytes() int { return MaxSyncRequestBytes }
+
+// Deliver POSTs the envelope with the Standard Webhooks headers, signed.
+func (l *LambdaURL) Deliver(ctx context.Context, d *Delivery) (*Response, error) {
+	if len(d.Body) > MaxSyncRequestBytes {
+		return nil, &TooLargeError{Size: len(d.Body), Limit: MaxSyncRequestBytes}
+	}
+	req, err := l.https.request(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	if l.creds != nil {
+		creds, err := l.creds.Retrieve(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("retrieve AWS credentials: %w", err)
+		}
+		sum := sha256.Sum256(d.Body)
+		if err := l.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "lambda", l.region, time.Now()); err != nil {
+			return nil, fmt.Errorf("sign request: %w", err)
+		}
+	}
+	resp, h, err := l.https.send(req)
+	if err != nil {
+		return nil, err
+	}
+	// AWS's own refusal (it names its error type), not the function's 403.
+	if code := h.Get("X-Amzn-Errortype"); resp.Status == http.StatusForbidden && code != "" {
+		code, _, _ = strings.Cut(code, ":")
+		return nil, &UnavailableError{Code: code, Message: "the Function URL refused the request: " + strings.TrimSpace(string(resp.Body))}
+	}
+	return resp, nil
+}
