@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/convergeplane/converge/control/drainer"
@@ -28,6 +29,7 @@ import (
 	"github.com/convergeplane/converge/internal/lambdatest"
 	"github.com/convergeplane/converge/internal/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
+	sdklambda "github.com/convergeplane/converge/webhooksdk/lambda"
 )
 
 // Benchmark parameters: the concurrency every mode gets (the endpoint's
@@ -365,14 +367,19 @@ func newBenchTarget(tb testing.TB, async, viaLambda bool) *benchDispatch {
 	cbSrv := httptest.NewServer(&cbh)
 	x.stop = append(x.stop, cbSrv.Close)
 
-	var handler atomic.Pointer[http.Handler]
+	var (
+		handler atomic.Pointer[http.Handler]
+		fn      atomic.Pointer[sdklambda.Handler] // the Lambda adapter, serving the same providers
+	)
 	provSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
 	x.stop = append(x.stop, provSrv.Close)
 	tgt := store.EndpointTarget{Type: store.TargetHTTPS, URL: provSrv.URL + "/converge"}
 	var aws func(context.Context) (awssdk.Config, error)
 	if viaLambda {
 		ls := lambdatest.New(tb)
-		ls.Add("bench-fn", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
+		ls.Add("bench-fn", func(ctx context.Context, ev events.LambdaFunctionURLRequest) (events.LambdaFunctionURLResponse, error) {
+			return fn.Load().Serve(ctx, ev)
+		})
 		tgt = store.EndpointTarget{Type: store.TargetLambda, Function: "bench-fn", Region: lambdatest.Region, EndpointURL: ls.URL}
 		aws = lambdatest.AWSConfig
 		x.stop = append(x.stop, func() {
@@ -407,6 +414,11 @@ func newBenchTarget(tb testing.TB, async, viaLambda bool) *benchDispatch {
 	must(tb, err)
 	var hh http.Handler = h
 	handler.Store(&hh)
+	if viaLambda {
+		lh, err := sdklambda.New([]webhooksdk.Provider{newProvider("leaf", work)}, opts...)
+		must(tb, err)
+		fn.Store(lh)
+	}
 	x.stop = append(x.stop, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

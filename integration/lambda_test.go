@@ -15,6 +15,7 @@ import (
 	"github.com/convergeplane/converge/dispatch/target"
 	"github.com/convergeplane/converge/internal/lambdatest"
 	"github.com/convergeplane/converge/webhooksdk"
+	sdklambda "github.com/convergeplane/converge/webhooksdk/lambda"
 )
 
 // lambdaProvider serves one kind; with children > 0 it composes that many
@@ -41,12 +42,19 @@ func (p *lambdaProvider) Work(_ context.Context, req webhooksdk.Request) (webhoo
 
 var lambdaSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("lambda-integration-secret-0123456789"))
 
-// lambdaHandler is the webhooksdk endpoint a test function runs.
+// lambdaHandler is the webhooksdk endpoint behind a test Function URL.
 func lambdaHandler(t testing.TB, providers ...webhooksdk.Provider) *webhooksdk.Endpoint {
 	h, err := webhooksdk.Handler(providers, webhooksdk.WithSecrets(lambdaSecret))
 	must(t, err)
 	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
 	return h
+}
+
+// lambdaFunc is a test function's handler: the real Lambda adapter.
+func lambdaFunc(t testing.TB, providers ...webhooksdk.Provider) lambdatest.Handler {
+	h, err := sdklambda.New(providers, webhooksdk.WithSecrets(lambdaSecret))
+	must(t, err)
+	return h.Serve
 }
 
 // registerLambda registers endpoint name for kinds with target through the
@@ -121,15 +129,15 @@ func TestLambdaTargets(t *testing.T) {
 	none := map[string]any{"type": "none"}
 
 	leaf, comp := &lambdaProvider{kind: "leaf"}, &lambdaProvider{kind: "comp", children: 3}
-	ls.Add("sync-fn", lambdaHandler(t, leaf, comp))
+	ls.Add("sync-fn", lambdaFunc(t, leaf, comp))
 	s.registerLambda("lam-sync", fn("arn:aws:lambda:eu-west-1:123456789012:function:sync-fn", "sync"), invoke, "leaf", "comp")
 
 	evt := &lambdaProvider{kind: "evt"}
-	async := ls.Add("async-fn", lambdaHandler(t, evt))
+	async := ls.Add("async-fn", lambdaFunc(t, evt))
 	s.registerLambda("lam-async", fn("async-fn", "async"), none, "evt")
 
 	var flakyCalls atomic.Int32
-	flaky := ls.Add("flaky-fn", lambdaHandler(t, &lambdaProvider{kind: "flaky"}))
+	flaky := ls.Add("flaky-fn", lambdaFunc(t, &lambdaProvider{kind: "flaky"}))
 	flaky.FailWith(func() *target.FunctionError {
 		if flakyCalls.Add(1) <= 2 {
 			return &target.FunctionError{Kind: "Handled", Type: "errorString", Message: "boom: the database is down"}
@@ -138,13 +146,13 @@ func TestLambdaTargets(t *testing.T) {
 	})
 	s.registerLambda("lam-flaky", fn("flaky-fn", ""), none, "flaky")
 
-	doomed := ls.Add("doomed-fn", lambdaHandler(t, &lambdaProvider{kind: "doomed"}))
+	doomed := ls.Add("doomed-fn", lambdaFunc(t, &lambdaProvider{kind: "doomed"}))
 	doomed.FailWith(func() *target.FunctionError {
 		return &target.FunctionError{Kind: "Handled", Type: target.TerminalErrorType, Message: "the spec can never work"}
 	})
 	s.registerLambda("lam-doomed", fn("doomed-fn", ""), none, "doomed")
 
-	busy := ls.Add("busy-fn", lambdaHandler(t, &lambdaProvider{kind: "busy"}))
+	busy := ls.Add("busy-fn", lambdaFunc(t, &lambdaProvider{kind: "busy"}))
 	busy.Throttle.Store(3)
 	s.registerLambda("lam-busy", fn("busy-fn", ""), none, "busy")
 

@@ -4,23 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/convergeplane/converge/internal/lambdatest"
 	"github.com/convergeplane/converge/webhooksdk"
 	"github.com/convergeplane/converge/webhooksdk/lambda"
 	"github.com/convergeplane/converge/webhooksdk/sdktest"
 )
-
-// rieEnv names the AWS Lambda Runtime Interface Emulator binary; `make test` sets it
-// after installing the pinned emulator into bin/tools.
-const rieEnv = "AWS_LAMBDA_RIE"
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -28,14 +21,9 @@ const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // runtime emulator and invokes it the way the dispatcher does: a signed converge.v1
 // event POSTed to the Invoke API.
 func TestUnderEmulator(t *testing.T) {
-	rie := os.Getenv(rieEnv)
-	if rie == "" {
-		t.Skipf("%s is not set: run `make test`, which installs the Lambda emulator into bin/tools", rieEnv)
-	}
-	if _, err := os.Stat(rie); err != nil {
-		t.Skipf("the Lambda emulator is missing (%v): run `make test` to install it", err)
-	}
-	invokeURL := startEmulator(t, rie, buildBootstrap(t))
+	addr := lambdatest.StartEmulator(t, lambdatest.Emulator(t), lambdatest.BuildBootstrap(t, "."), "PROVIDER_SECRETS="+secret)
+	// The emulator's one function is always named "function".
+	invokeURL := "http://" + addr + "/2015-03-31/functions/function/invocations"
 
 	t.Run("leaf result", func(t *testing.T) {
 		env := sdktest.TaskEnvelope(webhooksdk.KindVersion{Kind: "bucket", Version: 1})
@@ -78,63 +66,6 @@ func TestUnderEmulator(t *testing.T) {
 			t.Errorf("callback result %+v", res)
 		}
 	})
-}
-
-// buildBootstrap builds this package for the host the way `make functions` builds it
-// for Lambda, and returns the binary's path.
-func buildBootstrap(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "bootstrap")
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-tags", "lambda.norpc", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build bootstrap: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// startEmulator runs bootstrap under the emulator on a free loopback port until the
-// test ends, and returns the Invoke API URL of its one function.
-func startEmulator(t *testing.T, rie, bootstrap string) string {
-	t.Helper()
-	// Both of the emulator's listeners on free ports: its Runtime API defaults to a
-	// fixed one, which a concurrent run of this test would collide on.
-	addr, runtimeAddr := freeAddr(t), freeAddr(t)
-	cmd := exec.Command(rie, "--runtime-interface-emulator-address", addr, "--runtime-api-address", runtimeAddr, bootstrap)
-	cmd.Env = append(os.Environ(), "PROVIDER_SECRETS="+secret, "AWS_LAMBDA_FUNCTION_TIMEOUT=30", "LOG_LEVEL=warn")
-	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start emulator: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill() // the emulator has no graceful stop; its exit status is moot
-		_ = cmd.Wait()
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			_ = c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("emulator not listening on %s: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// The emulator's one function is always named "function".
-	return "http://" + addr + "/2015-03-31/functions/function/invocations"
-}
-
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // signedEvent returns the dispatcher's converge.v1 Invoke event carrying env, signed

@@ -4,8 +4,9 @@
 // X-Amz-Function-Error, 429 TooManyRequestsException, 404
 // ResourceNotFoundException), with every request's SigV4 signature
 // recomputed with aws-sdk-go-v2's signer and compared. Behind it, each
-// function is an http.Handler (a webhooksdk endpoint) fed by decoding the
-// converge.v1 event: a minimal adapter, not the real one.
+// function is a Lambda handler, normally webhooksdk/lambda's, run the way
+// the Lambda service runs it: a RequestResponse invoke returns its answer,
+// an Event invoke runs it after the 202 (its answer discarded).
 package lambdatest
 
 import (
@@ -24,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -52,9 +54,13 @@ type Server struct {
 	functions map[string]*Function
 }
 
+// Handler is a Lambda function's handler for Function URL shaped events
+// (the converge.v1 event is one): webhooksdk/lambda's Handler.Serve.
+type Handler func(context.Context, events.LambdaFunctionURLRequest) (events.LambdaFunctionURLResponse, error)
+
 // Function is one function: its handler and the faults it injects.
 type Function struct {
-	handler http.Handler
+	handler Handler
 	// Throttle answers the next n invocations 429 TooManyRequestsException
 	// without running them.
 	Throttle atomic.Int32
@@ -99,7 +105,7 @@ func AWSConfig(context.Context) (aws.Config, error) {
 }
 
 // Add registers function name served by h.
-func (s *Server) Add(name string, h http.Handler) *Function {
+func (s *Server) Add(name string, h Handler) *Function {
 	f := &Function{handler: h}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -149,7 +155,7 @@ func (s *Server) serveInvoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.Throttle.Store(0)
-	var ev target.Event
+	var ev events.LambdaFunctionURLRequest
 	if err := json.Unmarshal(body, &ev); err != nil || ev.Version != target.EventVersion {
 		awsError(w, http.StatusBadRequest, "InvalidRequestContentException", "not a converge.v1 event")
 		return
@@ -159,66 +165,29 @@ func (s *Server) serveInvoke(w http.ResponseWriter, r *http.Request) {
 	case "Event":
 		f.Events.Add(1)
 		w.WriteHeader(http.StatusAccepted)
-		s.wg.Go(func() { f.runEvent(&ev) })
+		// The service runs the function after accepting the event; its
+		// answer, and its error, go nowhere.
+		s.wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, _ = f.handler(ctx, ev)
+		})
 	case "", "RequestResponse":
 		w.Header().Set("X-Amz-Executed-Version", "$LATEST")
-		if fe := f.failure(); fe != nil {
-			w.Header().Set("X-Amz-Function-Error", fe.Kind)
-			w.WriteHeader(http.StatusOK)
-			_ = json.NewEncoder(w).Encode(map[string]any{"errorMessage": fe.Message, "errorType": fe.Type})
-			return
+		fe := f.failure()
+		if fe == nil {
+			resp, err := f.handler(r.Context(), ev)
+			if err == nil {
+				_ = json.NewEncoder(w).Encode(resp)
+				return
+			}
+			fe = &target.FunctionError{Kind: "Unhandled", Type: "errorString", Message: err.Error()}
 		}
-		rec := f.run(r.Context(), &ev)
-		headers := map[string]string{"content-type": rec.Header().Get("Content-Type")}
-		if ra := rec.Header().Get("Retry-After"); ra != "" {
-			headers["retry-after"] = ra
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"statusCode": rec.Code, "headers": headers, "body": rec.Body.String()})
+		w.Header().Set("X-Amz-Function-Error", fe.Kind)
+		w.WriteHeader(http.StatusOK)
+		_ = json.NewEncoder(w).Encode(map[string]any{"errorMessage": fe.Message, "errorType": fe.Type})
 	default:
 		awsError(w, http.StatusBadRequest, "InvalidParameterValueException", "unsupported invocation type")
-	}
-}
-
-// run decodes the event into the HTTP request a Function URL would make
-// and serves it.
-func (f *Function) run(ctx context.Context, ev *target.Event) *httptest.ResponseRecorder {
-	req := httptest.NewRequestWithContext(ctx, http.MethodPost, ev.RawPath, strings.NewReader(ev.Body))
-	req.Header = http.Header{
-		"Content-Type":      {ev.Headers.ContentType},
-		"Webhook-Id":        {ev.Headers.WebhookID},
-		"Webhook-Timestamp": {ev.Headers.WebhookTimestamp},
-		"Webhook-Signature": {ev.Headers.WebhookSignature},
-	}
-	rec := httptest.NewRecorder()
-	f.handler.ServeHTTP(rec, req)
-	return rec
-}
-
-// runEvent serves an Event invocation: an answer given inline (200) goes
-// to the envelope's callback, as the adapter does; a 202 means the
-// handler calls back itself.
-func (f *Function) runEvent(ev *target.Event) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rec := f.run(ctx, ev)
-	if rec.Code != http.StatusOK {
-		return
-	}
-	var env struct {
-		Callback *struct{ URL, Token string } `json:"callback"`
-	}
-	if json.Unmarshal([]byte(ev.Body), &env) != nil || env.Callback == nil {
-		return
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.Callback.URL, bytes.NewReader(rec.Body.Bytes()))
-	if err != nil {
-		return
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+env.Callback.Token)
-	if resp, err := http.DefaultClient.Do(req); err == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
 	}
 }
 

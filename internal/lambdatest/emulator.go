@@ -1,0 +1,85 @@
+package lambdatest
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// EmulatorEnv names the AWS Lambda Runtime Interface Emulator binary;
+// `make test` sets it after installing the pinned emulator into bin/tools.
+const EmulatorEnv = "AWS_LAMBDA_RIE"
+
+// Emulator returns the emulator's path, or skips t saying how to get it.
+func Emulator(t testing.TB) string {
+	t.Helper()
+	rie := os.Getenv(EmulatorEnv)
+	if rie == "" {
+		t.Skipf("%s is not set: run `make test`, which installs the Lambda emulator into bin/tools", EmulatorEnv)
+	}
+	if _, err := os.Stat(rie); err != nil {
+		t.Skipf("the Lambda emulator is missing (%v): run `make test` to install it", err)
+	}
+	return rie
+}
+
+// BuildBootstrap builds the function main in pkg (a package path or a
+// directory) for this host, the way `make functions` builds it for Lambda
+// (-tags lambda.norpc, no cgo), and returns the binary's path.
+func BuildBootstrap(t testing.TB, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "bootstrap")
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-tags", "lambda.norpc", "-o", bin, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build bootstrap: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// StartEmulator runs bootstrap under the emulator rie, with env added to
+// the function's environment, until the test ends, and returns the address
+// of its Invoke API. Its one function is named "function"; it serves one
+// invocation at a time and has no Event mode.
+func StartEmulator(t testing.TB, rie, bootstrap string, env ...string) string {
+	t.Helper()
+	// Both of the emulator's listeners on free ports: its Runtime API
+	// defaults to a fixed one, which a concurrent run would collide on.
+	addr, runtimeAddr := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(rie, "--runtime-interface-emulator-address", addr, "--runtime-api-address", runtimeAddr, bootstrap)
+	cmd.Env = append(append(os.Environ(), "AWS_LAMBDA_FUNCTION_TIMEOUT=30", "LOG_LEVEL=warn"), env...)
+	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start emulator: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // the emulator has no graceful stop; its exit status is moot
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("emulator not listening on %s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
