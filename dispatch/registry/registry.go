@@ -35,7 +35,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 
 	"github.com/convergeplane/converge/control/store"
@@ -385,19 +384,18 @@ func (r *Registry) buildLambda(c *conf, d store.DispatchEndpoint) error {
 			c.probe = target.NewLambdaURL(r.shared, t.URL, r.cfg.UserAgent, probeMaxBody, creds, t.Region)
 		}
 	} else {
-		// The dispatcher owns retry: one Invoke per attempt, and no timeout
-		// but the attempt's (request_timeout_secs), so a slow function is
-		// never invoked twice for one claim.
-		client := lambda.NewFromConfig(base, func(o *lambda.Options) {
-			o.Region, o.HTTPClient, o.Retryer, o.Credentials = t.Region, r.shared, aws.NopRetryer{}, creds
-			if t.EndpointURL != "" {
-				o.BaseEndpoint = aws.String(t.EndpointURL)
-			}
-		})
-		async := t.Invocation == store.InvocationAsync
-		c.task = target.NewLambda(client, t.Function, t.Qualifier, async, r.cfg.MaxResponseBytes)
+		// The dispatcher owns retry (the egress client makes one request per
+		// attempt), and no timeout but the attempt's (request_timeout_secs),
+		// so a slow function is never invoked twice for one claim.
+		if creds == nil {
+			return errors.New("a lambda target needs AWS credentials, and none are configured")
+		}
+		lc := target.LambdaConfig{Function: t.Function, Qualifier: t.Qualifier, Region: t.Region, Endpoint: t.EndpointURL,
+			Async: t.Invocation == store.InvocationAsync}
+		c.task = target.NewLambda(r.shared, lc, r.cfg.UserAgent, creds, r.cfg.MaxResponseBytes)
 		if d.Health.Type == store.HealthInvoke {
-			c.probe = target.NewLambda(client, t.Function, t.Qualifier, false, probeMaxBody) // a probe's answer is needed: sync
+			lc.Async = false // a probe's answer is needed: sync
+			c.probe = target.NewLambda(r.shared, lc, r.cfg.UserAgent, creds, probeMaxBody)
 		}
 	}
 	if c.probe != nil {

@@ -2,23 +2,21 @@ package target
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
-	"github.com/aws/smithy-go"
 )
 
 // Lambda payload limits (the Invoke API's quotas).
@@ -80,24 +78,49 @@ type FunctionError struct {
 // errorType is TerminalErrorType.
 func (e *FunctionError) Terminal() bool { return e.Type == TerminalErrorType }
 
-// Lambda invokes a function through the Invoke API.
+// Lambda invokes a function through the Invoke API: a SigV4-signed POST
+// of the event to /2015-03-31/functions/{function}/invocations, made here
+// with the SDK's signer and credentials over the egress client rather than
+// through service/lambda's client: that client's middleware stack cost the
+// dispatcher about 160 µs of CPU per Invoke (measured, BenchmarkLambdaTarget:
+// 280 µs per Lambda delivery against 52 µs per HTTPS one), most of the gap
+// between the two paths.
 type Lambda struct {
-	client    *lambda.Client
-	function  string
-	qualifier *string
+	client    *http.Client
+	url       string // the function's invocations URL, qualifier included
+	userAgent string
+	creds     aws.CredentialsProvider
+	region    string
+	signer    *v4.Signer
 	async     bool
 	maxBody   int64
 }
 
-// NewLambda returns a Target invoking function (a name or ARN) with client,
-// synchronously (RequestResponse) unless async (Event). The client must
-// not retry: the dispatcher owns retry.
-func NewLambda(client *lambda.Client, function, qualifier string, async bool, maxBody int64) *Lambda {
-	l := &Lambda{client: client, function: function, async: async, maxBody: maxBody}
-	if qualifier != "" {
-		l.qualifier = aws.String(qualifier)
+// LambdaConfig says which function a Lambda target invokes, and how.
+type LambdaConfig struct {
+	// Function is a name or an ARN; Qualifier a version or alias, or "".
+	Function, Qualifier string
+	// Region signs the requests; Endpoint replaces the region's Invoke API
+	// endpoint (https://lambda.<region>.amazonaws.com) when set.
+	Region, Endpoint string
+	// Async invokes with Event rather than RequestResponse.
+	Async bool
+}
+
+// NewLambda returns a Target invoking c's function through client (an
+// egress client, which must not retry: the dispatcher owns retry), signed
+// with creds. maxBody caps the answer's body the dispatcher keeps.
+func NewLambda(client *http.Client, c LambdaConfig, userAgent string, creds aws.CredentialsProvider, maxBody int64) *Lambda {
+	base := c.Endpoint
+	if base == "" {
+		base = "https://lambda." + c.Region + ".amazonaws.com"
 	}
-	return l
+	u := strings.TrimSuffix(base, "/") + "/2015-03-31/functions/" + url.PathEscape(c.Function) + "/invocations"
+	if c.Qualifier != "" {
+		u += "?Qualifier=" + url.QueryEscape(c.Qualifier)
+	}
+	return &Lambda{client: client, url: u, userAgent: userAgent, creds: creds, region: c.Region, signer: v4.NewSigner(),
+		async: c.Async, maxBody: maxBody}
 }
 
 // payloadLimit is the Invoke payload limit of the invocation type.
@@ -146,22 +169,47 @@ func (l *Lambda) Deliver(ctx context.Context, d *Delivery) (*Response, error) {
 	if limit := l.payloadLimit(); len(payload) > limit {
 		return nil, &TooLargeError{Size: len(payload), Limit: limit}
 	}
-	in := &lambda.InvokeInput{FunctionName: &l.function, Qualifier: l.qualifier, Payload: payload,
-		InvocationType: types.InvocationTypeRequestResponse}
-	if l.async {
-		in.InvocationType = types.InvocationTypeEvent
-	}
-	out, err := l.client.Invoke(ctx, in)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.url, bytes.NewReader(payload))
 	if err != nil {
-		return invokeError(err)
+		return nil, fmt.Errorf("build invoke request: %w", err)
 	}
-	switch {
-	case out.FunctionError != nil:
-		return functionError(*out.FunctionError, out.Payload), nil
+	invocation := "RequestResponse"
+	if l.async {
+		invocation = "Event"
+	}
+	req.Header = http.Header{
+		"Content-Type":          {"application/json"},
+		"User-Agent":            {l.userAgent},
+		"X-Amz-Invocation-Type": {invocation},
+	}
+	creds, err := l.creds.Retrieve(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("retrieve AWS credentials: %w", err)
+	}
+	sum := sha256.Sum256(payload)
+	if err := l.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "lambda", l.region, time.Now()); err != nil {
+		return nil, fmt.Errorf("sign invoke request: %w", err)
+	}
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return nil, err // *url.Error: names the URL, carries the cause
+	}
+	defer resp.Body.Close()
+	// The whole payload, up to a sync answer's limit: it is decoded before
+	// the body the dispatcher keeps is capped.
+	body, _, err := readCapped(resp.Body, resp.ContentLength, MaxSyncRequestBytes)
+	if err != nil {
+		return nil, fmt.Errorf("read invoke response: %w", err)
+	}
+	switch fe := resp.Header.Get("X-Amz-Function-Error"); {
+	case resp.StatusCode >= http.StatusMultipleChoices:
+		return invokeError(resp, body)
+	case fe != "":
+		return functionError(fe, body), nil
 	case l.async:
-		return &Response{Status: int(out.StatusCode)}, nil
+		return &Response{Status: resp.StatusCode}, nil
 	}
-	return l.decodeAnswer(out.Payload), nil
+	return l.decodeAnswer(body), nil
 }
 
 // decodeAnswer reads a sync function's EventResponse. A payload without
@@ -218,31 +266,26 @@ func functionError(kind string, payload []byte) *Response {
 	return &Response{Status: http.StatusBadGateway, FunctionError: fe, Body: payload}
 }
 
-// invokeError maps an Invoke API error. A throttle is a 429 (not
-// executed); a missing function or a permission error an
-// *UnavailableError; another AWS answer its HTTP status; anything else (no
-// answer: network, timeout, the egress guard) stays an error.
-func invokeError(err error) (*Response, error) {
-	var throttled *types.TooManyRequestsException
-	if errors.As(err, &throttled) {
-		r := &Response{Status: http.StatusTooManyRequests, Body: []byte(throttled.ErrorMessage())}
-		if s := throttled.RetryAfterSeconds; s != nil {
-			r.RetryAfter = RetryAfter(*s, time.Now())
-		}
-		return r, nil
+// invokeError maps an Invoke API error answer (its type in
+// X-Amzn-ErrorType, "Code:namespace", and a JSON body with a message). A
+// throttle is a 429 (not executed); a missing function or a permission
+// error an *UnavailableError; another its HTTP status.
+func invokeError(resp *http.Response, body []byte) (*Response, error) {
+	code, _, _ := strings.Cut(resp.Header.Get("X-Amzn-Errortype"), ":")
+	var e struct {
+		Message  string `json:"message"`
+		Message2 string `json:"Message"`
 	}
-	var api smithy.APIError
-	if !errors.As(err, &api) {
-		return nil, err
+	_ = json.Unmarshal(body, &e)
+	msg := cmp.Or(e.Message, e.Message2, strings.TrimSpace(string(body[:min(len(body), 512)])))
+	if unavailable(code) {
+		return nil, &UnavailableError{Code: code, Message: msg}
 	}
-	if unavailable(api.ErrorCode()) {
-		return nil, &UnavailableError{Code: api.ErrorCode(), Message: api.ErrorMessage()}
+	r := &Response{Status: resp.StatusCode, Body: []byte(cmp.Or(code, http.StatusText(resp.StatusCode)) + ": " + msg)}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		r.RetryAfter = RetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}
-	var status interface{ HTTPStatusCode() int }
-	if errors.As(err, &status) {
-		return &Response{Status: status.HTTPStatusCode(), Body: []byte(api.ErrorCode() + ": " + api.ErrorMessage())}, nil
-	}
-	return nil, err
+	return r, nil
 }
 
 // unavailable holds for the AWS error codes no retry cures: the function
