@@ -192,7 +192,7 @@ func (s *Store) buildRequests(ctx context.Context, tasks []model.Task, start boo
 	return out, failed, nil
 }
 
-// ErrResourceVanished: the task's resource was deleted after the claim.
+// ErrResourceVanished means the task's resource was deleted after the claim.
 var ErrResourceVanished = errors.New("resource vanished")
 
 // cfg is a provider config's spec and bundle.
@@ -260,7 +260,7 @@ func DedupToken(t model.Task) string {
 	return fmt.Sprintf("%s:%s:%d:%s", t.ResourceID, t.Transition, t.Generation, t.Binding)
 }
 
-// ErrOperationGone: an operate task's op is no longer pending or running.
+// ErrOperationGone means an operate task's op is no longer pending or running.
 var ErrOperationGone = errors.New("operation no longer pending or running")
 
 func needsChildren(t model.Task) bool {
