@@ -432,6 +432,37 @@ enabled: true
 		}
 	})
 
+	t.Run("LambdaEndpoints", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.seedKinds(t)
+		for name, target := range map[string]string{
+			"fn":  `{type: lambda, function: "arn:aws:lambda:eu-west-1:123456789012:function:vpc", invocation: async, role_arn: "arn:aws:iam::123456789012:role/converge-invoker"}`,
+			"url": `{type: lambda_url, url: "https://abcdefghijklmnopqrstuvwxyz012345.lambda-url.eu-west-1.on.aws/", auth: aws_iam}`,
+		} {
+			r := b.run(t, "", "apply", "--type", "endpoint", "-f", b.file(t, name+".yaml",
+				"name: "+name+"\nkinds: [{kind: vpc, kind_version: 1}]\ntarget: "+target+"\nhealth: {type: none}\n"))
+			wantCode(t, r, ExitOK)
+			if !strings.HasPrefix(r.stdout, "endpoint/"+name+" created") {
+				t.Errorf("apply %s: %q", name, r.stdout)
+			}
+		}
+		// The function's region is read from its ARN.
+		r := b.run(t, "", "get", "endpoint", "fn", "-o", "json")
+		wantCode(t, r, ExitOK)
+		if !strings.Contains(r.stdout, `"region": "eu-west-1"`) {
+			t.Errorf("get fn: %s", r.stdout)
+		}
+		// A bad one is refused, the field named, nothing written.
+		r = b.run(t, "", "apply", "--type", "endpoint", "-f", b.file(t, "bad.yaml",
+			"name: bad\nkinds: [{kind: vpc, kind_version: 1}]\ntarget: {type: lambda, function: vpc}\n"))
+		wantCode(t, r, ExitFailure)
+		if !strings.Contains(r.stderr, "target.region") {
+			t.Errorf("bad lambda endpoint: %q", r.stderr)
+		}
+		wantCode(t, b.run(t, "", "get", "endpoint", "bad"), ExitFailure)
+	})
+
 	t.Run("KindConfig", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
