@@ -9,7 +9,7 @@ import (
 // It returns a *ConflictError when the resource is frozen or being deleted.
 func (s *Store) ReconcileNow(ctx context.Context, id string) error {
 	var ok bool
-	if err := s.pool.QueryRow(ctx, `SELECT reconcile_now($1)`, id).Scan(&ok); err != nil {
+	if err := retryDeadlock(func() error { return s.pool.QueryRow(ctx, `SELECT reconcile_now($1)`, id).Scan(&ok) }); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	if !ok {

@@ -116,6 +116,10 @@ const (
 	codeUniqueViolation     = "23505"
 	codeForeignKeyViolation = "23503"
 	codeCheckViolation      = "23514"
+	// codeDeadlockDetected: PostgreSQL rolled the transaction back to break
+	// a lock cycle; running it again is safe and, the other side having
+	// gone through, succeeds.
+	codeDeadlockDetected = "40P01"
 )
 
 // SQLSTATEs of text the database cannot store in jsonb (\u0000).

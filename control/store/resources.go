@@ -283,6 +283,11 @@ func resourceWriteError(err error, p ApplyResourceParams) error {
 		if pe.ConstraintName == "resource_spec_history_pkey" {
 			return errRetry
 		}
+	case codeDeadlockDetected:
+		// The apply locks the resource, then (scheduling it) its work row;
+		// the drain finishing that row's task locks them the other way
+		// round. PostgreSQL broke the cycle by rolling the apply back.
+		return errRetry
 	case codeForeignKeyViolation:
 		// The manifest or config vanished between the gate and the write.
 		if strings.Contains(pe.ConstraintName, "provider_config") {
@@ -599,21 +604,8 @@ func decodeCursor(c string) (time.Time, uuid.UUID, error) {
 // no-op.
 func (s *Store) DeleteResource(ctx context.Context, kind, name string) (model.Resource, error) {
 	var r model.Resource
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		targets, finish := resourceScanTargets(&r)
-		if err := tx.QueryRow(ctx, `SELECT `+resourceViewCols+` FROM resources r WHERE r.kind = $1 AND r.name = $2 FOR UPDATE`,
-			kind, name).Scan(targets...); err != nil {
-			return err
-		}
-		finish()
-		if r.Phase == string(model.PhaseDeleting) {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `SELECT request_deletion(ARRAY[$1::uuid], 'deletion requested')`, r.ID); err != nil {
-			return err
-		}
-		r.Phase = string(model.PhaseDeleting)
-		return nil
+	err := retryDeadlock(func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.deleteTx(ctx, tx, kind, name, &r) })
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return model.Resource{}, resourceNotFound(kind, name)
@@ -622,6 +614,24 @@ func (s *Store) DeleteResource(ctx context.Context, kind, name string) (model.Re
 		return model.Resource{}, fmt.Errorf("delete resource %s/%s: %w", kind, name, err)
 	}
 	return r, nil
+}
+
+// deleteTx reads the resource into r and requests its deletion.
+func (s *Store) deleteTx(ctx context.Context, tx pgx.Tx, kind, name string, r *model.Resource) error {
+	targets, finish := resourceScanTargets(r)
+	if err := tx.QueryRow(ctx, `SELECT `+resourceViewCols+` FROM resources r WHERE r.kind = $1 AND r.name = $2 FOR UPDATE`,
+		kind, name).Scan(targets...); err != nil {
+		return err
+	}
+	finish()
+	if r.Phase == string(model.PhaseDeleting) {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT request_deletion(ARRAY[$1::uuid], 'deletion requested')`, r.ID); err != nil {
+		return err
+	}
+	r.Phase = string(model.PhaseDeleting)
+	return nil
 }
 
 // SetQuarantine quarantines (on) or releases the resource id and returns
@@ -636,11 +646,13 @@ func (s *Store) SetQuarantine(ctx context.Context, id string, on bool) (model.Re
 		result string
 	)
 	targets, finish := resourceScanTargets(&r)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT set_quarantine($1, $2)`, id, on).Scan(&result); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `SELECT `+resourceViewCols+` FROM resources r WHERE r.id = $1`, id).Scan(targets...)
+	err := retryDeadlock(func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, `SELECT set_quarantine($1, $2)`, id, on).Scan(&result); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `SELECT `+resourceViewCols+` FROM resources r WHERE r.id = $1`, id).Scan(targets...)
+		})
 	})
 	if err != nil {
 		return model.Resource{}, fmt.Errorf("quarantine: %w", err)

@@ -100,6 +100,19 @@ var errRetry = errors.New("retry")
 // sees the row the first lost to); the third is slack.
 const maxWriteAttempts = 3
 
+// retryDeadlock runs the transaction tx again when PostgreSQL rolled it
+// back to break a deadlock, up to maxWriteAttempts in all. An operator
+// write (delete, quarantine, reconcile) locks a resource and then its work
+// rows; the drain locks a work row and then its resource.
+func retryDeadlock(tx func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := tx()
+		if code, _ := pgCode(err); code != codeDeadlockDetected || attempt == maxWriteAttempts {
+			return err
+		}
+	}
+}
+
 // List page sizes.
 const (
 	ListLimitDefault = 100
