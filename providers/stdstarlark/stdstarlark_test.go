@@ -3,6 +3,7 @@ package stdstarlark
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -249,5 +250,34 @@ func TestManifestIsTheKind(t *testing.T) {
 	if m.Kind != kv.Kind || m.KindVersion != kv.Version || len(m.Reactions) != 2 ||
 		m.Reactions[0].Name != reactionCompose || m.Reactions[1].Name != reactionRollup {
 		t.Errorf("manifest = %+v; want %s with compose and rollup", m, kv)
+	}
+}
+
+// TestDocsExample runs the worked example of docs/std-providers/stdstarlark.md.
+func TestDocsExample(t *testing.T) {
+	prog, err := os.ReadFile("example/site.star")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Spec json.RawMessage `json:"spec"`
+	}
+	b, err := os.ReadFile("example/resource.json")
+	if err != nil || json.Unmarshal(b, &res) != nil {
+		t.Fatalf("example/resource.json: %v", err)
+	}
+	out, err := sdktest.Run(t, New("stdstarlark"), request("compose", string(prog), string(res.Spec)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Children) != 3 || out.Children[2].Kind != "cdn" || len(out.Edges) != 1 ||
+		out.Edges[0].Dependency.Name != "docs-site-bucket-0" || out.Edges[0].Values[0].DependentField != "/origin" {
+		t.Errorf("compose = %+v; want two buckets and a cdn wired to the first", out)
+	}
+	req := request("rollup", string(prog), string(res.Spec))
+	req.Descendants = []webhooksdk.Resource{{Kind: "cdn", Name: "docs-site-cdn", Phase: "Reconciling"}}
+	out, err = sdktest.Run(t, New("stdstarlark"), req)
+	if err != nil || len(out.Conditions) != 1 || out.Conditions[0].Message != "cdn/docs-site-cdn is Reconciling" {
+		t.Errorf("rollup = %+v, %v; want the cdn named not ready", out, err)
 	}
 }
