@@ -64,6 +64,8 @@ func compile(ctx context.Context, bundle []byte) (*program, error) {
 	if len(bundle) > MaxBundle {
 		return nil, webhooksdk.Terminal(fmt.Errorf("config.data: the program is %d bytes, over the %d-byte cap", len(bundle), MaxBundle))
 	}
+	// ExecFileOptions freezes the globals: they are safe to share between concurrent
+	// calls, and no call can leave state behind for the next.
 	var globals starlark.StringDict
 	err := run(ctx, "the program's top level", func(th *starlark.Thread) (err error) {
 		globals, err = starlark.ExecFileOptions(fileOptions, th, filename, bundle, predeclared)

@@ -202,6 +202,7 @@ func TestBadProgramsAreNamed(t *testing.T) {
 		{"no kind_version", "def compose(spec, config):\n    return struct(children = [struct(kind = \"k\", name = \"n\")])\n", "children[0].kind_version: want an int"},
 		{"spec not JSON", "def compose(spec, config):\n    return struct(children = [struct(kind = \"k\", kind_version = 1, name = \"n\", spec = {\"f\": len})])\n", "children[0].spec.f: a builtin_function_or_method is not JSON"},
 		{"flow not a pointer", "def compose(spec, config):\n    r = struct(kind = \"k\", name = \"n\")\n    return struct(edges = [struct(dependent = r, dependency = r, values = [struct(dependent = \"x\", source = \"/y\")])])\n", "edges[0].values[0]: fields must be JSON Pointers"},
+		{"global state", "seen = []\ndef compose(spec, config):\n    seen.append(1)\n    return {}\n", "compose.star:3:16: in compose: append: cannot append to frozen list"},
 		{"cycle", "def compose(spec, config):\n    l = []\n    l.append(l)\n    return struct(status = {\"l\": l})\n", "nested deeper than 64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
