@@ -88,8 +88,11 @@ func compile(ctx context.Context, bundle []byte) (*program, error) {
 	prog.composeFn = compose
 	if v, ok := globals["status"]; ok {
 		status, ok := v.(*starlark.Function)
-		if !ok || status.HasVarargs() || status.HasKwargs() || status.NumParams() != 1 {
+		if !ok {
 			return nil, webhooksdk.Terminal(fmt.Errorf("%s: status must be a function taking (descendants)", filename))
+		}
+		if status.HasVarargs() || status.HasKwargs() || status.NumParams() != 1 {
+			return nil, webhooksdk.Terminal(fmt.Errorf("%s: status must take (descendants)", status.Position()))
 		}
 		prog.statusFn = status
 	}
