@@ -79,7 +79,7 @@ $(GOLANGCI_LINT):
 bench: postgres ## benchmarks: engine, API apply, dispatch (figures are ratios to baselines in the same run)
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/ ./dispatch/...
 	$(GO) test -run '^$$' -bench BenchmarkApply -benchtime 5s -timeout 20m ./control/api/
-	$(GO) test -run '^$$' -bench . -benchmem ./webhooksdk/ ./control/schema/
+	$(GO) test -run '^$$' -bench . -benchmem ./webhooksdk/ ./control/schema/ ./providers/stdio/
 
 # cfn-lint (with aws-sam-translator, so it expands the SAM transform) checks
 # template.yaml against the CloudFormation schema; `make test` checks its IAM.
