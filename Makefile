@@ -41,9 +41,9 @@ test-docker: ## the integration suite on Postgres and LocalStack containers (tes
 		echo "test-docker: skipped: $$reason"; exit 0; fi; \
 	CONVERGE_TEST_DOCKER=1 $(GO) test -tags testcontainers -count=1 -timeout $(TEST_TIMEOUT) $(DOCKER_PKGS)
 
-build: ## build converge, conctl and the example provider into bin/
+build: ## build converge, conctl, stdprovider and the example provider into bin/
 	@mkdir -p bin
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/converge ./cmd/conctl ./examples/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/converge ./cmd/conctl ./cmd/stdprovider ./examples/...
 
 # The Lambda functions in functions/: one zip per function and architecture for the
 # provided.al2023 runtime, the executable named bootstrap inside. lambda.norpc drops
@@ -79,7 +79,7 @@ $(GOLANGCI_LINT):
 bench: postgres ## benchmarks: engine, API apply, dispatch (figures are ratios to baselines in the same run)
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/ ./dispatch/...
 	$(GO) test -run '^$$' -bench BenchmarkApply -benchtime 5s -timeout 20m ./control/api/
-	$(GO) test -run '^$$' -bench . -benchmem ./webhooksdk/ ./control/schema/
+	$(GO) test -run '^$$' -bench . -benchmem ./webhooksdk/ ./control/schema/ ./providers/stdio/
 
 # cfn-lint (with aws-sam-translator, so it expands the SAM transform) checks
 # template.yaml against the CloudFormation schema; `make test` checks its IAM.

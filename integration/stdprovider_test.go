@@ -1,0 +1,339 @@
+package integration
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// lockedBuffer collects a process's stderr for the test log.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startStdProvider builds cmd/stdprovider, runs it as a process with env, registers
+// its endpoint through the API with an operator-chosen secret, and applies the
+// manifests it prints. It returns the served kind names.
+func (s *server) startStdProvider(env ...string) []string {
+	t := s.t
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "stdprovider")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/stdprovider").CombinedOutput(); err != nil {
+		t.Fatalf("build stdprovider: %v\n%s", err, out)
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	addr := ln.Addr().String()
+	must(t, ln.Close())
+	env = append(env, "PATH="+os.Getenv("PATH"), "PROVIDER_SECRETS="+secret, "PROVIDER_ADDR="+addr)
+
+	mcmd := exec.Command(bin, "manifests")
+	mcmd.Env = env
+	manifests, err := mcmd.Output()
+	must(t, err)
+	var kinds []map[string]any
+	for dec := json.NewDecoder(bytes.NewReader(manifests)); ; {
+		var m map[string]any
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("stdprovider manifests: %v\n%s", err, manifests)
+		}
+		if code, body := s.call("PUT", "/kinds/"+m["kind"].(string)+"/manifest", m); code != 201 && code != 200 {
+			t.Fatalf("manifest %s = %d %s", m["kind"], code, body)
+		}
+		kinds = append(kinds, map[string]any{"kind": m["kind"], "kind_version": m["kind_version"]})
+	}
+
+	var stderr lockedBuffer
+	cmd := exec.Command(bin)
+	cmd.Env, cmd.Stderr = env, &stderr
+	must(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("stdprovider exited with %v after SIGTERM", err)
+		}
+		if t.Failed() {
+			t.Logf("stdprovider stderr:\n%s", stderr.String())
+		}
+	})
+	waitFor(t, 10*time.Second, "stdprovider to listen", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	})
+	url := "http://" + addr + "/"
+	if code, body := s.call("POST", "/endpoints", map[string]any{"name": "std", "kinds": kinds, "secret": secret,
+		"target": map[string]any{"type": "https", "url": url},
+		"health": map[string]any{"url": url, "interval_secs": 1, "healthy_threshold": 1, "unhealthy_threshold": 1}}); code != 201 {
+		t.Fatalf("create endpoint = %d %s", code, body)
+	}
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = k["kind"].(string)
+	}
+	return names
+}
+
+// stdResource is the part of a resource detail these tests read.
+type stdResource struct {
+	Phase      string          `json:"phase"`
+	Status     json.RawMessage `json:"status"`
+	LastError  json.RawMessage `json:"last_error"`
+	Conditions []struct {
+		Type, Status, Reason string
+	} `json:"conditions"`
+	Task *struct {
+		Attempts  int             `json:"attempts"`
+		LastError json.RawMessage `json:"last_error"`
+	} `json:"task"`
+}
+
+func (s *server) stdResource(kind, name string) (stdResource, string) {
+	s.t.Helper()
+	var r stdResource
+	code, body := s.call("GET", "/resources/"+kind+"/"+name, nil)
+	if code != 200 || json.Unmarshal(body, &r) != nil {
+		return stdResource{}, string(body)
+	}
+	return r, string(body)
+}
+
+func (s *server) stdPost(path string, body any, want int) {
+	s.t.Helper()
+	if code, resp := s.call("POST", path, body); code != want {
+		s.t.Fatalf("POST %s = %d %s, want %d", path, code, resp, want)
+	}
+}
+
+func (s *server) waitStdReady(kind, name string) stdResource {
+	s.t.Helper()
+	var r stdResource
+	var body string
+	waitFor(s.t, 60*time.Second, kind+"/"+name+" Ready", func() bool {
+		r, body = s.stdResource(kind, name)
+		return r.Phase == "Ready"
+	})
+	s.t.Logf("%s/%s: %s", kind, name, body)
+	return r
+}
+
+func writeScript(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "handler.sh")
+	must(t, os.WriteFile(p, []byte(body), 0o755))
+	return p
+}
+
+// jqHandler is a bash+jq stdio program serving both reactions: a leaf greets its spec's
+// name, a composer fans spec.count leaves out.
+const jqHandler = `#!/usr/bin/env bash
+set -euo pipefail
+req=$(cat)
+case $(jq -r .reaction <<<"$req") in
+work)
+  jq -c '{status: {greeting: ("hello " + .resource.spec.name), region: .config.region},
+          conditions: [{type: "Ready", status: "True", reason: "Greeted"}]}' <<<"$req" ;;
+compose)
+  jq -c '.resource as $r | {children: [range($r.spec.count) | {kind: "stdio", kind_version: 1,
+          name: "\($r.name)-\(.)", spec: {name: "child \(.)"}}],
+          status: {observed: (.observed // [] | length)}}' <<<"$req" ;;
+*) echo "unknown reaction" >&2; exit 2 ;;
+esac
+`
+
+func TestStdioLeafAndComposerWithJq(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("jq"); err != nil {
+		t.Skip("jq is not installed: the bash+jq stdio handler cannot run")
+	}
+	s := startAll(t)
+	s.startStdProvider("STD_KINDS=stdio,stdio-composer")
+	h := writeScript(t, jqHandler)
+	s.stdPost("/providerconfigs", map[string]any{"name": "stdio-default", "kind": "stdio", "kind_version": 1, "is_default": true,
+		"spec": map[string]any{"command": h, "settings": map[string]any{"region": "eu-west-1"}}}, 201)
+	s.stdPost("/providerconfigs", map[string]any{"name": "stdio-composer-default", "kind": "stdio-composer", "kind_version": 1,
+		"is_default": true, "spec": map[string]any{"command": h}}, 201)
+
+	s.stdPost("/resources", map[string]any{"kind": "stdio", "kind_version": 1, "name": "solo", "spec": map[string]any{"name": "solo"}}, 201)
+	r := s.waitStdReady("stdio", "solo")
+	var st map[string]string
+	if json.Unmarshal(r.Status, &st) != nil || st["greeting"] != "hello solo" || st["region"] != "eu-west-1" {
+		t.Errorf("solo status = %s", r.Status)
+	}
+
+	s.stdPost("/resources", map[string]any{"kind": "stdio-composer", "kind_version": 1, "name": "bom", "spec": map[string]any{"count": 3}}, 201)
+	s.waitStdReady("stdio-composer", "bom")
+	for i := range 3 {
+		r := s.waitStdReady("stdio", "bom-"+strconv.Itoa(i))
+		var st map[string]string
+		if json.Unmarshal(r.Status, &st) != nil || st["greeting"] != "hello child "+strconv.Itoa(i) {
+			t.Errorf("bom-%d status = %s", i, r.Status)
+		}
+	}
+	s.checkInvariants()
+}
+
+// failHandler fails as the resource's spec.mode says; it needs no jq.
+const failHandler = `#!/usr/bin/env bash
+req=$(cat)
+case "$req" in
+*'"mode":"terminal"'*) echo "spec is hopeless" >&2; exit 2 ;;
+*'"mode":"transient"'*) echo "try again later" >&2; exit 1 ;;
+*'"mode":"hang"'*) sleep 1000 & echo $! > "$PIDFILE"; wait ;;
+esac
+echo '{"status":{"ok":true}}'
+`
+
+func TestStdioExitCodesAndTimeout(t *testing.T) {
+	t.Parallel()
+	s := startAll(t)
+	s.startStdProvider("STD_KINDS=stdio")
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	h := writeScript(t, failHandler)
+	s.stdPost("/providerconfigs", map[string]any{"name": "stdio-default", "kind": "stdio", "kind_version": 1, "is_default": true,
+		"spec": map[string]any{"command": h, "env": map[string]string{"PIDFILE": pidFile}}}, 201)
+	s.stdPost("/providerconfigs", map[string]any{"name": "stdio-quick", "kind": "stdio", "kind_version": 1,
+		"spec": map[string]any{"timeout_seconds": 1}}, 201)
+
+	s.stdPost("/resources", map[string]any{"kind": "stdio", "kind_version": 1, "name": "hopeless", "spec": map[string]any{"mode": "terminal"}}, 201)
+	s.stdPost("/resources", map[string]any{"kind": "stdio", "kind_version": 1, "name": "flaky", "spec": map[string]any{"mode": "transient"}}, 201)
+	s.stdPost("/resources", map[string]any{"kind": "stdio", "kind_version": 1, "name": "hung", "spec": map[string]any{"mode": "hang"},
+		"provider_config_ref": "stdio-quick"}, 201)
+
+	// Exit 2 pins Failed: no task left to retry, the stderr in the error.
+	waitFor(t, 60*time.Second, "hopeless to fail terminally", func() bool {
+		r, body := s.stdResource("stdio", "hopeless")
+		return r.Phase == "Failed" && r.Task == nil && strings.Contains(body, "TerminalError") && strings.Contains(body, "spec is hopeless")
+	})
+	// Exit 1 is retried: the task's attempts grow.
+	waitFor(t, 60*time.Second, "flaky to be retried", func() bool {
+		r, body := s.stdResource("stdio", "flaky")
+		return r.Phase == "Failed" && r.Task != nil && r.Task.Attempts >= 2 && strings.Contains(body, "try again later")
+	})
+	// A hung program is killed at its timeout, with its children.
+	waitFor(t, 60*time.Second, "hung to time out", func() bool {
+		r, body := s.stdResource("stdio", "hung")
+		return r.Phase == "Failed" && r.Task != nil && strings.Contains(body, "no exit within 1s")
+	})
+	b, err := os.ReadFile(pidFile)
+	must(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	must(t, err)
+	waitFor(t, 5*time.Second, "the hung program's child to be gone", func() bool { return !processAlive(pid) })
+	if r, body := s.stdResource("stdio", "hopeless"); r.Phase != "Failed" || r.Task != nil {
+		t.Errorf("hopeless is retried after exit 2: %s", body)
+	}
+}
+
+// processAlive reports whether pid runs (a zombie does not).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	_, after, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(after, "Z")
+}
+
+func TestStdshellOverTheAPI(t *testing.T) {
+	t.Parallel()
+	s := startAll(t)
+	s.startStdProvider("STD_KINDS=stdshell")
+	s.stdPost("/providerconfigs", map[string]any{"name": "stdshell-default", "kind": "stdshell", "kind_version": 1, "is_default": true,
+		"spec": map[string]any{"env": map[string]string{"TEAM": "ops"}, "timeout_seconds": 30}}, 201)
+
+	s.stdPost("/resources", map[string]any{"kind": "stdshell", "kind_version": 1, "name": "hello",
+		"spec": map[string]any{"script": "echo hello $TEAM $WHO\necho careful >&2\n", "env": map[string]string{"WHO": "spec"}}}, 201)
+	r := s.waitStdReady("stdshell", "hello")
+	var st struct {
+		ExitCode int    `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+		Stderr   string `json:"stderr"`
+	}
+	if json.Unmarshal(r.Status, &st) != nil || st.ExitCode != 0 || st.Stdout != "hello ops spec\n" || st.Stderr != "careful\n" {
+		t.Errorf("status = %s", r.Status)
+	}
+
+	s.stdPost("/resources", map[string]any{"kind": "stdshell", "kind_version": 1, "name": "slow",
+		"spec": map[string]any{"script": "sleep 1000 & wait\n", "timeout_seconds": 1}}, 201)
+	waitFor(t, 60*time.Second, "slow to time out", func() bool {
+		r, body := s.stdResource("stdshell", "slow")
+		return r.Phase == "Failed" && r.Task != nil && strings.Contains(body, "no exit within 1s")
+	})
+}
+
+// TestStdBadConfigsNameTheField: what the schemas can refuse is refused at apply with
+// the field; what they cannot fails the task terminally, naming it.
+func TestStdBadConfigsNameTheField(t *testing.T) {
+	t.Parallel()
+	s := startAll(t)
+	s.startStdProvider()
+	for _, tc := range []struct {
+		path  string
+		body  map[string]any
+		field string
+	}{
+		{"/providerconfigs", map[string]any{"name": "bad-timeout", "kind": "stdio", "kind_version": 1,
+			"spec": map[string]any{"command": "x", "timeout_seconds": 0}}, "timeout_seconds"},
+		{"/providerconfigs", map[string]any{"name": "bad-env", "kind": "stdio-composer", "kind_version": 1,
+			"spec": map[string]any{"command": "x", "env": map[string]any{"A-B": "1"}}}, "env"},
+		{"/providerconfigs", map[string]any{"name": "bad-field", "kind": "stdio", "kind_version": 1,
+			"spec": map[string]any{"comand": "x"}}, "comand"},
+		{"/providerconfigs", map[string]any{"name": "bad-shell", "kind": "stdshell", "kind_version": 1,
+			"spec": map[string]any{"interpreter": ""}}, "interpreter"},
+		{"/resources", map[string]any{"kind": "stdshell", "kind_version": 1, "name": "no-script", "spec": map[string]any{}}, "script"},
+		{"/resources", map[string]any{"kind": "stdshell", "kind_version": 1, "name": "bad-timeout",
+			"spec": map[string]any{"script": "true", "timeout_seconds": "soon"}}, "timeout_seconds"},
+	} {
+		code, body := s.call("POST", tc.path, tc.body)
+		if code != 400 && code != 422 || !strings.Contains(string(body), tc.field) {
+			t.Errorf("POST %s %v = %d %s, want a problem naming %s", tc.path, tc.body, code, body, tc.field)
+		}
+	}
+	// No command anywhere: the schema allows it (an override need not repeat it), the
+	// provider refuses it terminally.
+	s.stdPost("/resources", map[string]any{"kind": "stdio", "kind_version": 1, "name": "unconfigured", "spec": map[string]any{}}, 201)
+	waitFor(t, 60*time.Second, "unconfigured to fail terminally naming config.command", func() bool {
+		r, body := s.stdResource("stdio", "unconfigured")
+		return r.Phase == "Failed" && r.Task == nil && strings.Contains(body, "config.command")
+	})
+	s.stdPost("/resources", map[string]any{"kind": "stdshell", "kind_version": 1, "name": "no-shell",
+		"spec": map[string]any{"script": "true", "interpreter": "no-such-shell"}}, 201)
+	waitFor(t, 60*time.Second, "no-shell to fail terminally naming spec.interpreter", func() bool {
+		r, body := s.stdResource("stdshell", "no-shell")
+		return r.Phase == "Failed" && r.Task == nil && strings.Contains(body, "spec.interpreter")
+	})
+}
