@@ -7,7 +7,7 @@
 // compose fans the resource's spec out into children and edges (with value flows) and
 // may set the resource's status; status rolls the settled subtree up into status and
 // conditions. The program runs sandboxed: no load, no I/O, a step limit, a wall-clock
-// limit and size caps on what goes in and comes out (see docs/std-providers/stdstarlark.md).
+// limit and size caps on what goes in and comes out (see docs/std-providers.md (stdstarlark)).
 //
 // The package imports only webhooksdk and go.starlark.net, so it is also a template for
 // an out-of-tree provider.

@@ -255,7 +255,7 @@ func TestManifestIsTheKind(t *testing.T) {
 	}
 }
 
-// TestDocsExample runs the worked example of docs/std-providers/stdstarlark.md.
+// TestDocsExample runs the worked example of docs/std-providers.md (stdstarlark).
 func TestDocsExample(t *testing.T) {
 	prog, err := os.ReadFile("example/site.star")
 	if err != nil {
