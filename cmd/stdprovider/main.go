@@ -4,7 +4,7 @@
 //	PROVIDER_ADDR         listen address (default 127.0.0.1:9090)
 //	PROVIDER_SECRETS      the endpoint's signing secret(s), whsec_..., comma-separated
 //	STD_KINDS             the std providers to serve, comma-separated (default all):
-//	                      stdio, stdio-composer, stdshell, stdstarlark
+//	                      stdio, stdio-composer, stdshell, stdstarlark, stdterraform
 //	STDIO_KINDS           the names of the stdio leaf kinds (default stdio)
 //	STDIO_COMPOSER_KINDS  the names of the stdio composer kinds (default stdio-composer)
 //
@@ -30,6 +30,7 @@ import (
 	"github.com/convergeplane/converge/providers/stdio"
 	"github.com/convergeplane/converge/providers/stdshell"
 	"github.com/convergeplane/converge/providers/stdstarlark"
+	"github.com/convergeplane/converge/providers/stdterraform"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -41,6 +42,7 @@ var fixed = []struct {
 }{
 	{"stdshell", stdshell.New, stdshell.Manifest},
 	{"stdstarlark", stdstarlark.New, stdstarlark.Manifest},
+	{"stdterraform", func(kind string) webhooksdk.Provider { return stdterraform.New(kind) }, stdterraform.Manifest},
 }
 
 // served is one kind this process serves.
