@@ -17,10 +17,10 @@ import (
 // keeps the result's type, "a-${expr}-b" interpolates into a string.
 type template struct {
 	kind  tmplKind
-	lit   any         // tmplLit: a JSON leaf as decoded (json.Number for numbers)
-	expr  *expr       // tmplExpr: a whole-value expression
-	parts []part      // tmplInterp: text and expressions
-	keys  []string    // tmplObject: sorted keys of obj
+	lit   any      // tmplLit: a JSON leaf as decoded (json.Number for numbers)
+	expr  *expr    // tmplExpr: a whole-value expression
+	parts []part   // tmplInterp: text and expressions
+	keys  []string // tmplObject: sorted keys of obj
 	obj   map[string]*template
 	list  []*template // tmplList
 }
