@@ -168,6 +168,9 @@ func (t *template) eval(ctx context.Context, vars map[string]any) (any, error) {
 
 // eval runs e under its cost budget.
 func (e *expr) eval(ctx context.Context, vars map[string]any) (any, error) {
+	if e.path != nil {
+		return e.lookup(vars)
+	}
 	v, _, err := e.prg.ContextEval(ctx, vars)
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError
@@ -275,4 +278,19 @@ func (n *node) isReady(ctx context.Context, vars map[string]any, d webhooksdk.Re
 		}
 	}
 	return true, "", nil
+}
+
+// lookup evaluates a plain field path, failing as CEL would on a missing key.
+func (e *expr) lookup(vars map[string]any) (any, error) {
+	v := vars[e.path[0]]
+	for _, f := range e.path[1:] {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s: ${%s}: no such key: %s (in %T)", e.where, e.src, f, v)
+		}
+		if v, ok = m[f]; !ok {
+			return nil, fmt.Errorf("%s: ${%s}: no such key: %s", e.where, e.src, f)
+		}
+	}
+	return v, nil
 }

@@ -84,6 +84,10 @@ type expr struct {
 	flow  *webhooksdk.ValueFlow
 	out   *cel.Type
 	limit uint64
+	// path is set for a plain field path (a.b.c), the commonest expression, which
+	// is looked up without CEL: parsing dominates compile time, and a lookup is
+	// bounded by its length.
+	path []string
 }
 
 // Validate compiles config and reports the first problem, naming the field or the
@@ -291,6 +295,9 @@ func (c *compiler) condition(n *node, s, where string, u use) (*expr, error) {
 // expr compiles src, records the dependencies it reads, checks them against u and the
 // expression's static cost against the budget.
 func (c *compiler) expr(n *node, src, where string, u use, whole bool) (*expr, error) {
+	if path := plainPath(src); path != nil && (path[0] == "schema" || c.g.byID[path[0]] != nil) {
+		return c.pathExpr(n, src, where, u, whole, path)
+	}
 	checked, iss := c.env.Compile(src)
 	if iss.Err() != nil {
 		return nil, fmt.Errorf("%s: ${%s}: %w", where, src, iss.Err())
@@ -325,13 +332,7 @@ func (c *compiler) expr(n *node, src, where string, u use, whole bool) (*expr, e
 		return nil, fmt.Errorf("%s: ${%s}: %w", where, src, problem)
 	}
 	if dep != nil {
-		if n.flows == nil {
-			n.flows = map[string][]*webhooksdk.ValueFlow{}
-		}
-		if len(n.flows[dep.id]) == 0 {
-			n.statDep = append(n.statDep, dep)
-		}
-		n.flows[dep.id] = append(n.flows[dep.id], e.flow)
+		c.addFlow(n, dep, e.flow)
 		return e, nil
 	}
 	est, err := c.env.EstimateCost(checked, zeroEstimator{})
@@ -447,4 +448,62 @@ func topoSort(nodes []*node) ([]*node, error) {
 		}
 	}
 	return order, nil
+}
+
+var (
+	pathPattern = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*(\.[a-zA-Z_][a-zA-Z0-9_]*)+$`)
+	celReserved = map[string]bool{"true": true, "false": true, "null": true, "in": true, "as": true, "break": true,
+		"const": true, "continue": true, "else": true, "for": true, "function": true, "if": true, "import": true,
+		"let": true, "loop": true, "package": true, "namespace": true, "return": true, "var": true, "void": true, "while": true}
+)
+
+// plainPath splits src when it is a plain field path such as vpc.status.vpc_id.
+func plainPath(src string) []string {
+	if !pathPattern.MatchString(src) {
+		return nil
+	}
+	path := strings.Split(src, ".")
+	for _, f := range path {
+		if celReserved[f] {
+			return nil
+		}
+	}
+	return path
+}
+
+// pathExpr is expr for a plain field path, under the same reference rules.
+func (c *compiler) pathExpr(n *node, src, where string, u use, whole bool, path []string) (*expr, error) {
+	e := &expr{where: where, src: src, out: cel.DynType, limit: c.limit, path: path}
+	fail := func(err error) (*expr, error) { return nil, fmt.Errorf("%s: ${%s}: %w", where, src, err) }
+	if err := c.ref(n, path[0], u); err != nil {
+		return fail(err)
+	}
+	dep := c.g.byID[path[0]]
+	if dep == nil || path[1] != "status" || u == useReady {
+		return e, nil
+	}
+	if u != useSpec || !whole {
+		return fail(fmt.Errorf("reads %s.status, which only a whole-value spec field \"${%s.status.<field>}\" may do (it becomes a value flow)", dep.id, dep.id))
+	}
+	if len(path) < 3 {
+		return fail(fmt.Errorf("copies all of %s.status; a value flow copies one field, ${%s.status.<field>}", dep.id, dep.id))
+	}
+	var ptr strings.Builder
+	for _, f := range path[2:] {
+		ptr.WriteString("/" + pointerToken(f))
+	}
+	e.flow = &webhooksdk.ValueFlow{SourceField: ptr.String()}
+	c.addFlow(n, dep, e.flow)
+	return e, nil
+}
+
+// addFlow records a value flow from dep's status into n's spec.
+func (c *compiler) addFlow(n, dep *node, f *webhooksdk.ValueFlow) {
+	if n.flows == nil {
+		n.flows = map[string][]*webhooksdk.ValueFlow{}
+	}
+	if len(n.flows[dep.id]) == 0 {
+		n.statDep = append(n.statDep, dep)
+	}
+	n.flows[dep.id] = append(n.flows[dep.id], f)
 }

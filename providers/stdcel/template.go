@@ -180,10 +180,10 @@ func scalarString(v any) (string, error) {
 	return "", fmt.Errorf("interpolated result %T is not a scalar", v)
 }
 
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
 // pointerToken escapes one JSON Pointer token (RFC 6901).
-func pointerToken(s string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
-}
+func pointerToken(s string) string { return pointerEscaper.Replace(s) }
 
 func sortedKeys(m map[string]any) []string {
 	keys := make([]string, 0, len(m))
