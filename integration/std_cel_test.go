@@ -16,7 +16,9 @@ import (
 // from its name plus its spec echoed back.
 type leafProvider struct{ kind string }
 
-func (p leafProvider) Kind() webhooksdk.KindVersion       { return webhooksdk.KindVersion{Kind: p.kind, Version: 1} }
+func (p leafProvider) Kind() webhooksdk.KindVersion {
+	return webhooksdk.KindVersion{Kind: p.kind, Version: 1}
+}
 func (p leafProvider) OnConfig(webhooksdk.ProviderConfig) {}
 func (p leafProvider) Ready() bool                        { return true }
 func (p leafProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
