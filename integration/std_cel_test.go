@@ -52,10 +52,18 @@ func TestStdCelGraphConverges(t *testing.T) {
 	if code, body := s.call("PUT", "/kinds/stdcel/manifest", json.RawMessage(stdcel.Manifest())); code != 201 {
 		t.Fatalf("stdcel manifest = %d %s", code, body)
 	}
+	// celapp types the fields that flow in: the composed spec must leave them out
+	// until the core fills them.
+	appSchema := json.RawMessage(`{"type": "object", "additionalProperties": false, "properties": {
+	  "network": {"type": "string"}, "db": {"type": "string"}, "cidr": {"type": "string"}}}`)
 	var leaves []webhooksdk.Provider
 	for _, k := range []string{"celnet", "celdb", "celapp"} {
-		if code, body := s.call("PUT", "/kinds/"+k+"/manifest", map[string]any{"kind": k, "kind_version": 1,
-			"reactions": json.RawMessage(`[{"name":"work","trigger":"specChange","emits":["status"]}]`)}); code != 201 {
+		m := map[string]any{"kind": k, "kind_version": 1,
+			"reactions": json.RawMessage(`[{"name":"work","trigger":"specChange","emits":["status"]}]`)}
+		if k == "celapp" {
+			m["spec_schema"] = appSchema
+		}
+		if code, body := s.call("PUT", "/kinds/"+k+"/manifest", m); code != 201 {
 			t.Fatalf("%s manifest = %d %s", k, code, body)
 		}
 		leaves = append(leaves, leafProvider{kind: k})

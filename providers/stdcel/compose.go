@@ -115,8 +115,10 @@ func (n *node) child(ctx context.Context, vars map[string]any) (webhooksdk.Child
 	return c, nil
 }
 
-// eval renders t. A value-flow leaf is null: the core fills it from the dependency's
-// status.
+// eval renders t. The core fills a value-flow leaf from the dependency's status; until
+// then it is left out of its object, so a child kind whose schema types the field
+// still accepts the spec (in a list, where leaving out would shift the items, it is
+// null).
 func (t *template) eval(ctx context.Context, vars map[string]any) (any, error) {
 	switch t.kind {
 	case tmplExpr:
@@ -145,6 +147,9 @@ func (t *template) eval(ctx context.Context, vars map[string]any) (any, error) {
 	case tmplObject:
 		m := make(map[string]any, len(t.keys))
 		for _, k := range t.keys {
+			if e := t.obj[k].expr; e != nil && e.flow != nil {
+				continue
+			}
 			v, err := t.obj[k].eval(ctx, vars)
 			if err != nil {
 				return nil, err

@@ -58,8 +58,8 @@ func TestComposeInfersEdgesAndValueFlows(t *testing.T) {
 	}
 	want := map[string]string{
 		"vpc/v1 shop-vpc":     `{"cidr":"10.0.0.0/16"}`,
-		"db/v1 shop-db":       `{"size_gb":30,"vpc_id":null}`,
-		"app/v2 shop-app":     `{"cidr":"10.0.0.0/16","db":{"host":null},"label":"app-3","replicas":3,"vpc":null}`,
+		"db/v1 shop-db":       `{"size_gb":30}`,
+		"app/v2 shop-app":     `{"cidr":"10.0.0.0/16","db":{},"label":"app-3","replicas":3}`,
 		"mon/v1 shop-app-mon": `{"port":9090,"target":"app-3"}`,
 	}
 	if d := cmp.Diff(want, got); d != "" {
