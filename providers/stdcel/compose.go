@@ -72,7 +72,11 @@ func (n *node) included(ctx context.Context, vars map[string]any, refs map[strin
 		if err != nil {
 			return false, err
 		}
-		if b, ok := v.(bool); !ok || !b {
+		b, ok := v.(bool)
+		if !ok {
+			return false, fmt.Errorf("%s: ${%s} is %v, not a bool", e.where, e.src, v)
+		}
+		if !b {
 			return false, nil
 		}
 	}

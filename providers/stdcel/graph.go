@@ -293,7 +293,8 @@ func (c *compiler) condition(n *node, s, where string, u use) (*expr, error) {
 }
 
 // expr compiles src, records the dependencies it reads, checks them against u and the
-// expression's static cost against the budget.
+// expression's static cost against the budget. whole says src is a whole-value
+// template, the one place a status read can be (a value flow).
 func (c *compiler) expr(n *node, src, where string, u use, whole bool) (*expr, error) {
 	if path := plainPath(src); path != nil && (path[0] == "schema" || c.g.byID[path[0]] != nil) {
 		return c.pathExpr(n, src, where, u, whole, path)
@@ -304,7 +305,6 @@ func (c *compiler) expr(n *node, src, where string, u use, whole bool) (*expr, e
 	}
 	e := &expr{where: where, src: src, out: checked.OutputType(), limit: c.limit}
 	root := checked.NativeRep().Expr()
-	var dep *node
 	var problem error
 	ast.PreOrderVisit(root, ast.NewExprVisitor(func(x ast.Expr) {
 		if problem != nil {
@@ -314,26 +314,14 @@ func (c *compiler) expr(n *node, src, where string, u use, whole bool) (*expr, e
 			problem = c.ref(n, x.AsIdent(), u)
 			return
 		}
-		id, field := selected(x)
-		if field != "status" || c.g.byID[id] == nil || u == useReady {
-			return
+		// A plain status copy took the path route; any other status read computes
+		// on a value the composer does not have.
+		if id, field := selected(x); field == "status" && c.g.byID[id] != nil && u != useReady {
+			problem = fmt.Errorf("reads %s.status in a computation; only a whole-value spec field \"${%s.status.<field>}\" can read it (as a value flow)", id, id)
 		}
-		if u != useSpec || !whole {
-			problem = fmt.Errorf("reads %s.status, which only a whole-value spec field \"${%s.status.<field>}\" may do (it becomes a value flow)", id, id)
-			return
-		}
-		if src, ok := statusCopy(root, id); ok {
-			dep, e.flow = c.g.byID[id], &webhooksdk.ValueFlow{SourceField: src}
-			return
-		}
-		problem = fmt.Errorf("reads %s.status in a computation; only a plain \"${%s.status.<field>}\" copy can flow", id, id)
 	}))
 	if problem != nil {
 		return nil, fmt.Errorf("%s: ${%s}: %w", where, src, problem)
-	}
-	if dep != nil {
-		c.addFlow(n, dep, e.flow)
-		return e, nil
 	}
 	est, err := c.env.EstimateCost(checked, zeroEstimator{})
 	if err != nil {
@@ -379,25 +367,6 @@ func selected(x ast.Expr) (string, string) {
 		return "", ""
 	}
 	return s.Operand().AsIdent(), s.FieldName()
-}
-
-// statusCopy reports whether root is exactly id.status.f1.f2… and returns the
-// JSON Pointer /f1/f2… into id's status.
-func statusCopy(root ast.Expr, id string) (string, bool) {
-	var fields []string
-	x := root
-	for x.Kind() == ast.SelectKind && !x.AsSelect().IsTestOnly() {
-		fields = append(fields, x.AsSelect().FieldName())
-		x = x.AsSelect().Operand()
-	}
-	if x.Kind() != ast.IdentKind || x.AsIdent() != id || len(fields) < 2 || fields[len(fields)-1] != "status" {
-		return "", false
-	}
-	var ptr strings.Builder
-	for i := len(fields) - 2; i >= 0; i-- {
-		ptr.WriteString("/" + pointerToken(fields[i]))
-	}
-	return ptr.String(), true
 }
 
 // zeroEstimator leaves every size and call to cel-go's defaults, so the estimate's
@@ -483,7 +452,7 @@ func (c *compiler) pathExpr(n *node, src, where string, u use, whole bool, path 
 		return e, nil
 	}
 	if u != useSpec || !whole {
-		return fail(fmt.Errorf("reads %s.status, which only a whole-value spec field \"${%s.status.<field>}\" may do (it becomes a value flow)", dep.id, dep.id))
+		return fail(fmt.Errorf("reads %s.status outside a whole-value spec field; only \"${%s.status.<field>}\" can read it (as a value flow)", dep.id, dep.id))
 	}
 	if len(path) < 3 {
 		return fail(fmt.Errorf("copies all of %s.status; a value flow copies one field, ${%s.status.<field>}", dep.id, dep.id))

@@ -216,6 +216,7 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{`{"resources": [` + ok + `,` + res("b", `{"x": {"y": ["${nope.spec.x}"]}}`) + `]}`, "config.resources[1].template.spec.x.y[0]: ${nope.spec.x}: ERROR"},
 		{`{"resources": [` + ok + `,` + res("b", `{"x": "id-${a.status.id}"}`) + `]}`, "config.resources[1].template.spec.x: ${a.status.id}: reads a.status"},
 		{`{"resources": [` + ok + `,` + res("b", `{"x": "${a.status.id + 'x'}"}`) + `]}`, "config.resources[1].template.spec.x: ${a.status.id + 'x'}: reads a.status in a computation"},
+		{`{"resources": [` + ok + `, {"id": "b", "template": {"kind": "k", "kind_version": 1, "name": "${a.status.id}"}}]}`, "config.resources[1].template.name: ${a.status.id}: reads a.status outside"},
 		{`{"resources": [` + ok + `,` + res("b", `{"x": "${schema.spec.x"}`) + `]}`, `config.resources[1].template.spec.x: unterminated "${"`},
 		{`{"resources": [` + ok + `, {"id": "b", "includeWhen": ["${a.spec.on}"], "template": {"kind": "k", "kind_version": 1, "name": "b"}}]}`,
 			"config.resources[1].includeWhen[0]: ${a.spec.on}: reads a; includeWhen may read only schema"},
@@ -229,6 +230,10 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		}
 	}
 	// Inputs that do not fit the expressions fail terminally, naming the expression.
+	if got := terminal(t, graph4, `{"cidr": "c", "replicas": 1, "team": "t", "monitoring": "yes"}`); !strings.Contains(got,
+		"config.resources[0].includeWhen[0]: ${schema.spec.monitoring} is yes, not a bool") {
+		t.Errorf("non-bool includeWhen: error = %q", got)
+	}
 	if got := terminal(t, graph4, `{"cidr": "c"}`); !strings.Contains(got, "config.resources[") || !strings.Contains(got, "no such key") {
 		t.Errorf("missing input: error = %q, want the expression and the missing key", got)
 	}
