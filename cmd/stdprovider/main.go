@@ -4,7 +4,7 @@
 //	PROVIDER_ADDR         listen address (default 127.0.0.1:9090)
 //	PROVIDER_SECRETS      the endpoint's signing secret(s), whsec_..., comma-separated
 //	STD_KINDS             the std providers to serve, comma-separated (default all):
-//	                      stdio, stdio-composer, stdshell, stdstarlark, stdterraform
+//	                      stdio, stdio-composer, stdshell, stdcel, stdstarlark, stdterraform
 //	STDIO_KINDS           the names of the stdio leaf kinds (default stdio)
 //	STDIO_COMPOSER_KINDS  the names of the stdio composer kinds (default stdio-composer)
 //
@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/convergeplane/converge/providers/stdcel"
 	"github.com/convergeplane/converge/providers/stdio"
 	"github.com/convergeplane/converge/providers/stdshell"
 	"github.com/convergeplane/converge/providers/stdstarlark"
@@ -41,6 +42,7 @@ var fixed = []struct {
 	manifest func() []byte
 }{
 	{"stdshell", stdshell.New, stdshell.Manifest},
+	{"stdcel", func(kind string) webhooksdk.Provider { return stdcel.New(kind) }, stdcel.Manifest},
 	{"stdstarlark", stdstarlark.New, stdstarlark.Manifest},
 	{"stdterraform", func(kind string) webhooksdk.Provider { return stdterraform.New(kind) }, stdterraform.Manifest},
 }

@@ -30,7 +30,7 @@ func TestSelectKinds(t *testing.T) {
 		vars map[string]string
 		want []string
 	}{
-		{nil, []string{"stdio/v1", "stdio-composer/v1", "stdshell/v1", "stdstarlark/v1", "stdterraform/v1"}},
+		{nil, []string{"stdio/v1", "stdio-composer/v1", "stdshell/v1", "stdcel/v1", "stdstarlark/v1", "stdterraform/v1"}},
 		{map[string]string{"STD_KINDS": "stdshell"}, []string{"stdshell/v1"}},
 		{map[string]string{"STD_KINDS": "stdio, stdio-composer", "STDIO_KINDS": "backups,dns", "STDIO_COMPOSER_KINDS": "app-bom"},
 			[]string{"backups/v1", "dns/v1", "app-bom/v1"}},
@@ -78,7 +78,7 @@ func TestManifestsPrintsOneDocumentPerKind(t *testing.T) {
 		}
 		kinds = append(kinds, m.Kind)
 	}
-	if want := []string{"backups", "stdio-composer", "stdshell", "stdstarlark", "stdterraform"}; !slices.Equal(kinds, want) {
+	if want := []string{"backups", "stdio-composer", "stdshell", "stdcel", "stdstarlark", "stdterraform"}; !slices.Equal(kinds, want) {
 		t.Errorf("kinds = %v, want %v", kinds, want)
 	}
 }
