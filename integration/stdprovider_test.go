@@ -11,12 +11,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/convergeplane/converge/control/model"
 )
 
 // lockedBuffer collects a process's stderr for the test log.
@@ -336,4 +339,82 @@ func TestStdBadConfigsNameTheField(t *testing.T) {
 		r, body := s.stdResource("stdshell", "no-shell")
 		return r.Phase == "Failed" && r.Task == nil && strings.Contains(body, "spec.interpreter")
 	})
+}
+
+// TestStdProviderServesEveryKind runs one stdprovider process with its
+// default selection and drives each data-backed kind through the API: a
+// stdcel graph and a stdstarlark program, each composing a stdshell child
+// the same process runs, and a stdterraform module (where a terraform
+// binary exists).
+func TestStdProviderServesEveryKind(t *testing.T) {
+	t.Parallel()
+	s := startAll(t)
+	kinds := s.startStdProvider()
+	if want := []string{"stdio", "stdio-composer", "stdshell", "stdcel", "stdstarlark", "stdterraform"}; !sameSet(kinds, want) {
+		t.Fatalf("served kinds = %q, want %q", kinds, want)
+	}
+	program := `
+def compose(spec, config):
+    return struct(children = [struct(kind = "stdshell", kind_version = 1, name = "star-run",
+                                     spec = {"script": "echo " + spec["word"]})],
+                  status = {"composed": 1})
+`
+	configs := []map[string]any{
+		{"name": "cel", "kind": "stdcel", "kind_version": 1, "is_default": true, "spec": map[string]any{
+			"resources": []map[string]any{{"id": "say", "template": map[string]any{
+				"kind": "stdshell", "kind_version": 1, "name": "${schema.metadata.name}-say",
+				"spec": map[string]any{"script": "echo ${schema.spec.word}"}}}}}},
+		{"name": "star", "kind": "stdstarlark", "kind_version": 1, "is_default": true,
+			"data": base64.StdEncoding.EncodeToString([]byte(program))},
+		{"name": "tf", "kind": "stdterraform", "kind_version": 1, "is_default": true,
+			"spec": map[string]any{"state_dir": t.TempDir()}},
+	}
+	for _, c := range configs {
+		if code, body := s.call("POST", "/providerconfigs", c); code != 201 {
+			t.Fatalf("providerconfig %s = %d %s", c["name"], code, body)
+		}
+	}
+	for _, r := range []map[string]any{
+		{"kind": "stdcel", "kind_version": 1, "name": "cel-1", "spec": map[string]any{"word": "hello"}},
+		{"kind": "stdstarlark", "kind_version": 1, "name": "star-1", "spec": map[string]any{"word": "bye"}},
+	} {
+		if code, body := s.call("POST", "/resources", r); code != 201 {
+			t.Fatalf("apply %s = %d %s", r["name"], code, body)
+		}
+	}
+	for path, out := range map[string]string{"stdshell/cel-1-say": `hello\n`, "stdshell/star-run": `bye\n`} {
+		s.waitReady(path)
+		if d, _ := s.detail(path); !strings.Contains(string(d.Status), out) {
+			t.Errorf("%s status = %s, want the script's output %s", path, d.Status, out)
+		}
+	}
+	s.waitReady("stdcel/cel-1")
+	s.waitReady("stdstarlark/star-1")
+
+	if _, err := exec.LookPath("terraform"); err != nil {
+		t.Log("no terraform binary: the stdterraform part is skipped")
+		return
+	}
+	module, err := filepath.Abs("../providers/stdterraform/testdata/hello")
+	must(t, err)
+	if code, body := s.call("POST", "/resources", map[string]any{"kind": "stdterraform", "kind_version": 1, "name": "tf-1",
+		"spec": map[string]any{"source": module, "vars": map[string]any{"name": "converge"}}}); code != 201 {
+		t.Fatalf("apply tf-1 = %d %s", code, body)
+	}
+	waitFor(t, 2*time.Minute, "tf-1 Ready", func() bool {
+		d, _ := s.detail("stdterraform/tf-1")
+		return d.PhaseOf() == model.PhaseReady
+	})
+	if d, _ := s.detail("stdterraform/tf-1"); !strings.Contains(string(d.Status), "hello converge") {
+		t.Errorf("tf-1 status = %s, want the module's greeting output", d.Status)
+	}
+	s.checkInvariants()
+}
+
+// sameSet reports whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
