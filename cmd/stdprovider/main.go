@@ -42,7 +42,7 @@ var fixed = []struct {
 	manifest func() []byte
 }{
 	{"stdshell", stdshell.New, stdshell.Manifest},
-	{"stdcel", func(kind string) webhooksdk.Provider { return stdcel.New(kind) }, stdcel.Manifest},
+	{"stdcel", stdcel.New, stdcel.Manifest},
 	{"stdstarlark", stdstarlark.New, stdstarlark.Manifest},
 	{"stdterraform", func(kind string) webhooksdk.Provider { return stdterraform.New(kind) }, stdterraform.Manifest},
 }
@@ -68,8 +68,9 @@ func main() {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, log, os.Getenv); err != nil {
+	err := run(ctx, log, os.Getenv)
+	stop()
+	if err != nil {
 		log.Error("stdprovider failed", "err", err)
 		os.Exit(1)
 	}

@@ -63,8 +63,10 @@ func (p *Provider) Kind() webhooksdk.KindVersion {
 // Ready is always true: the provider needs nothing outside the request.
 func (p *Provider) Ready() bool { return true }
 
-// OnConfig compiles a new config ahead of the tasks that carry it.
-func (p *Provider) OnConfig(cfg webhooksdk.ProviderConfig) { p.graph(cfg.Spec) }
+// OnConfig compiles a new config ahead of the tasks that carry it. A config
+// that does not compile is reported by the task that carries it, so the
+// error is dropped here.
+func (p *Provider) OnConfig(cfg webhooksdk.ProviderConfig) { _, _ = p.graph(cfg.Spec) }
 
 // CacheStats returns how many config lookups found a compiled graph and how many
 // compiled one.
