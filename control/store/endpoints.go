@@ -308,15 +308,8 @@ func (t *EndpointTarget) validateLambda() error {
 	} else if !lambdaNameRE.MatchString(t.Function) {
 		return &InvalidError{Location: "target.function", Message: "must be a function name (1-64 letters, digits, '-' or '_') or a function ARN (arn:aws:lambda:<region>:<account>:function:<name>[:<qualifier>])"}
 	}
-	switch {
-	case t.Region == "" && arnRegion == "":
-		return &InvalidError{Location: "target.region", Message: "is required with a function name (or give the function's ARN)"}
-	case t.Region == "":
-		t.Region = arnRegion
-	case !regionRE.MatchString(t.Region):
-		return &InvalidError{Location: "target.region", Message: "must be an AWS region, like us-east-1"}
-	case arnRegion != "" && t.Region != arnRegion:
-		return &InvalidError{Location: "target.region", Message: fmt.Sprintf("is %s but the function ARN is in %s", t.Region, arnRegion)}
+	if err := t.resolveRegion(arnRegion, "function ARN", "is required with a function name (or give the function's ARN)"); err != nil {
+		return err
 	}
 	switch t.Invocation {
 	case "":
@@ -372,14 +365,9 @@ func (t *EndpointTarget) validateLambdaURL() error {
 		return &InvalidError{Location: "target.url", Message: "a Function URL is https"}
 	case urlRegion == "" && !literalHost(host):
 		return &InvalidError{Location: "target.url", Message: "must be a Function URL: https://<url-id>.lambda-url.<region>.on.aws/"}
-	case t.Region == "" && urlRegion == "":
-		return &InvalidError{Location: "target.region", Message: "is required when the URL is not a Function URL"}
-	case t.Region == "":
-		t.Region = urlRegion
-	case !regionRE.MatchString(t.Region):
-		return &InvalidError{Location: "target.region", Message: "must be an AWS region, like us-east-1"}
-	case urlRegion != "" && t.Region != urlRegion:
-		return &InvalidError{Location: "target.region", Message: fmt.Sprintf("is %s but the Function URL is in %s", t.Region, urlRegion)}
+	}
+	if err := t.resolveRegion(urlRegion, "Function URL", "is required when the URL is not a Function URL"); err != nil {
+		return err
 	}
 	switch t.Auth {
 	case "":
@@ -392,6 +380,23 @@ func (t *EndpointTarget) validateLambdaURL() error {
 		return &InvalidError{Location: "target.role_arn", Message: "signs requests, so it needs auth aws_iam"}
 	}
 	return t.validateRole()
+}
+
+// resolveRegion takes the target's region from derived (the region its
+// function ARN or Function URL names, what) when none is given, and checks
+// a given one against it; need is the message when neither says.
+func (t *EndpointTarget) resolveRegion(derived, what, need string) error {
+	switch {
+	case t.Region == "" && derived == "":
+		return &InvalidError{Location: "target.region", Message: need}
+	case t.Region == "":
+		t.Region = derived
+	case !regionRE.MatchString(t.Region):
+		return &InvalidError{Location: "target.region", Message: "must be an AWS region, like us-east-1"}
+	case derived != "" && t.Region != derived:
+		return &InvalidError{Location: "target.region", Message: fmt.Sprintf("is %s but the %s is in %s", t.Region, what, derived)}
+	}
+	return nil
 }
 
 // literalHost holds for an IP address or localhost.

@@ -11,25 +11,15 @@ import (
 	"log/slog"
 	"os"
 
-	awslambda "github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/convergeplane/converge/examples/quickstart/provider"
-	"github.com/convergeplane/converge/webhooksdk"
 	"github.com/convergeplane/converge/webhooksdk/lambda"
 )
 
 func main() {
-	// JSON lines, so that CloudWatch Logs Insights can query the fields.
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	secrets, delay, err := provider.FromEnv()
+	_, delay, err := provider.FromEnv()
 	if err != nil {
-		log.Error("quickstart function misconfigured", "err", err)
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("quickstart function misconfigured", "err", err)
 		os.Exit(1)
 	}
-	h, err := lambda.New(provider.New(delay), webhooksdk.WithSecrets(secrets...), webhooksdk.WithLogger(log))
-	if err != nil {
-		log.Error("quickstart function misconfigured", "err", err)
-		os.Exit(1)
-	}
-	awslambda.Start(h.Serve)
+	lambda.Main("quickstart", provider.New(delay)...)
 }
