@@ -246,8 +246,13 @@ func TestConcurrentApplies(t *testing.T) {
 		t.Fatal("the first apply outlived its deadline by 22s")
 	}
 	t.Logf("the first apply stopped after %v", time.Since(start))
-	if alive(pid) {
-		t.Errorf("the provisioner's program (pid %d) survived the deadline", pid)
+	// SIGKILL is delivered asynchronously: on a loaded machine the program
+	// may still be seen running for a moment after Work returned.
+	for gone := time.Now().Add(5 * time.Second); alive(pid); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(gone) {
+			t.Errorf("the provisioner's program (pid %d) survived the deadline by 5s", pid)
+			break
+		}
 	}
 }
 
