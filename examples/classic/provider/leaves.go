@@ -52,8 +52,8 @@ func accountID(name string) string { return fmt.Sprintf("%012d", hash(name)%1_00
 type vpcSpec struct {
 	AccountID string            `json:"account_id"`
 	CIDR      string            `json:"cidr"`
-	Region    string            `json:"region"`
-	Tags      map[string]string `json:"tags"`
+	Region    string            `json:"region,omitempty"`
+	Tags      map[string]string `json:"tags,omitempty"`
 }
 
 // vpc serves both versions: v1 and v2 differ only in v2's required region,
@@ -97,7 +97,7 @@ func vpc(req webhooksdk.Request) (webhooksdk.Outcome, error) {
 
 type tgwSpec struct {
 	Name      string `json:"name"`
-	AccountID string `json:"account_id"`
+	AccountID string `json:"account_id,omitempty"`
 }
 
 func tgw(req webhooksdk.Request) (webhooksdk.Outcome, error) {
@@ -109,8 +109,8 @@ func tgw(req webhooksdk.Request) (webhooksdk.Outcome, error) {
 }
 
 type routeSpec struct {
-	VPCID string `json:"vpc_id"`
-	TGWID string `json:"tgw_id"`
+	VPCID string `json:"vpc_id,omitempty"`
+	TGWID string `json:"tgw_id,omitempty"`
 }
 
 func route(req webhooksdk.Request) (webhooksdk.Outcome, error) {
