@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 )
@@ -108,4 +109,15 @@ func timedOut(v View, d time.Duration) error {
 		return fmt.Errorf("%w after %s before any answer", ErrTimeout, d)
 	}
 	return fmt.Errorf("%w after %s: %s is %s, children %s", ErrTimeout, d, v.Root.Ref(), v.Root.Phase, v.TallyText())
+}
+
+// IsTerminal reports whether w is a terminal (a character device), where
+// the view is redrawn in place.
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

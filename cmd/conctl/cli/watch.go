@@ -64,7 +64,7 @@ It exits 0 once the resource is Ready (--follow keeps watching), 1 if
 				return watchview.DecodeGraph(body, kind, name, a.now())
 			}
 			_, err = watchview.Watch(cmd.Context(), fetch, watchview.Options{
-				Out: a.stdout, TTY: isTerminal(a.stdout), Width: width,
+				Out: a.stdout, TTY: watchview.IsTerminal(a.stdout), Width: width,
 				Interval: watchInterval, Timeout: timeout, Follow: follow, Laggards: laggards,
 			})
 			return err
