@@ -11,7 +11,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo dev test test-race test-docker build functions lint bench soak postgres clean check-sam infra-synth test-infra
+.PHONY: help demo demo-quickstart dev test test-race test-docker build functions lint bench soak postgres clean check-sam infra-synth test-infra
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -19,8 +19,16 @@ help: ## list the targets
 # The demo wipes its own data dir at each start (never the one `make dev` keeps).
 DEMO_DATA_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/converge-demo
 
-demo: build postgres ## run the control plane on an embedded Postgres with the demo provider (a fresh database each run)
-	CONVERGE_DATA_DIR="$(DEMO_DATA_DIR)" ./bin/converge dev --reset --demo
+# The classic demo's bill of materials (small, large, updated) and its
+# providers' transient failure rate (0 to below 1).
+BOM ?= small
+FAULT_RATE ?= 0
+
+demo: build postgres ## the classic demo on an embedded Postgres, a fresh database each run (BOM=small|large|updated, FAULT_RATE=0.25)
+	CONVERGE_DATA_DIR="$(DEMO_DATA_DIR)" ./bin/converge dev --reset --demo=classic --bom=$(BOM) --fault-rate=$(FAULT_RATE)
+
+demo-quickstart: build postgres ## the smaller quickstart demo: a five-resource site
+	CONVERGE_DATA_DIR="$(DEMO_DATA_DIR)" ./bin/converge dev --reset --demo=quickstart
 
 dev: build postgres ## run the control plane on an embedded Postgres (no demo)
 	./bin/converge dev
@@ -41,7 +49,7 @@ test-docker: ## the integration suite on Postgres and LocalStack containers (tes
 		echo "test-docker: skipped: $$reason"; exit 0; fi; \
 	CONVERGE_TEST_DOCKER=1 $(GO) test -tags testcontainers -count=1 -timeout $(TEST_TIMEOUT) $(DOCKER_PKGS)
 
-build: ## build converge, conctl, stdprovider and the example provider into bin/
+build: ## build converge, conctl, stdprovider and the example providers into bin/
 	@mkdir -p bin
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/converge ./cmd/conctl ./cmd/stdprovider ./examples/...
 

@@ -40,7 +40,8 @@ const (
 // recording proxy, so tests can check both what conctl sent and what the
 // real server answered.
 type realAPI struct {
-	url string // the proxy, what conctl is pointed at
+	url string       // the proxy, what conctl is pointed at
+	st  *store.Store // the API's store, for a test to play the provider (nil without an API)
 
 	mu       sync.Mutex
 	requests []recordedRequest
@@ -103,7 +104,9 @@ func startAPI(t *testing.T, opts apiOptions) *realAPI {
 		Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(target) },
 		Transport: tr,
 	}
-	return recordingFront(t, proxy)
+	a := recordingFront(t, proxy)
+	a.st = st
+	return a
 }
 
 // startNoAPI stands in for the API in tests where conctl must not call it

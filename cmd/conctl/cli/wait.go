@@ -8,13 +8,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/convergeplane/converge/internal/watchview"
 )
 
 // WaitTimeoutDefault bounds a wait (delete resource, wait, op --wait)
@@ -86,20 +87,11 @@ type progress struct {
 
 // newProgress writes to the app's stdout, detecting a terminal.
 func (a *app) newProgress() *progress {
-	p := &progress{w: a.stdout, tty: isTerminal(a.stdout), width: 80, last: map[string]string{}}
+	p := &progress{w: a.stdout, tty: watchview.IsTerminal(a.stdout), width: 80, last: map[string]string{}}
 	if n, err := strconv.Atoi(a.getenv("COLUMNS")); err == nil && n > 10 {
 		p.width = n
 	}
 	return p
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // waitState is where one awaited object stands.

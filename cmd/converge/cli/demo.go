@@ -1,148 +1,234 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/convergeplane/converge/internal/watchview"
 )
 
-// demoEndpoint is the name the demo registers its provider under.
-const demoEndpoint = "quickstart"
+// A demo is an example provider binary, built by `make build` into bin/ next
+// to converge, plus the objects its `objects` command prints and the
+// services it needs. The converge binary links no example code: the
+// provider is its own process.
+type demo struct {
+	name    string   // the --demo value and the endpoint's name
+	binary  string   // the provider's executable
+	objects []string // the arguments of its objects command
+	env     []string // extra environment of the provider process
+	s3      bool     // it needs an S3-compatible store (statussink)
+	next    []string // what to try once the root is Ready
+}
 
-// demoProvider is the example provider's binary, built by `make build` into
-// bin/ next to converge. The converge binary links no example code: the
-// provider is its own process, and the kinds and resources the demo applies
-// are the ones its `objects` command prints.
-const demoProvider = "quickstart-provider"
+// demoBOMs are the classic demo's bills of materials.
+var demoBOMs = []string{"small", "large", "updated"}
 
-// runDemo starts the quickstart provider as its own process, registers its
-// endpoint, applies the kinds it serves and its sample site, and prints the
-// site's tree as it converges until the root is Ready. Everything goes
-// through the public REST API, as an operator's tooling would.
-func runDemo(ctx context.Context, out io.Writer, base string, cfg Config, log *slog.Logger) error {
-	bin, err := providerBinary()
-	if err != nil {
-		return err
+// demoFor picks the demo named name: "classic" (bom selects its BOM,
+// faultRate its providers' transient failure rate) or "quickstart".
+func demoFor(name, bom string, faultRate float64) (demo, error) {
+	switch name {
+	case "quickstart":
+		return demo{name: name, binary: "quickstart-provider", objects: []string{"objects"}, env: []string{"WORK_DELAY=400ms"},
+			next: []string{"conctl get resource site/sample-site", "conctl delete resource site/sample-site"}}, nil
+	case "classic":
+		if !slices.Contains(demoBOMs, bom) {
+			return demo{}, fmt.Errorf("unknown BOM %q: want one of %s", bom, strings.Join(demoBOMs, ", "))
+		}
+		if faultRate < 0 || faultRate >= 1 {
+			return demo{}, fmt.Errorf("fault rate %g: want at least 0 and below 1", faultRate)
+		}
+		return demo{name: name, binary: "classic-provider", objects: []string{"objects", "--bom", bom}, s3: true,
+			env: []string{"FAKE_FAULT_RATE=" + strconv.FormatFloat(faultRate, 'f', -1, 64)},
+			next: []string{
+				"conctl watch resource classicbom/<name> --follow   # the live view on its own",
+				"conctl op vpc/<name> enable_flow_logs --wait       # a verb",
+				"make demo BOM=updated                              # one team removed, one added",
+				"make demo BOM=large FAULT_RATE=0.25                # ~5,400 resources, with chaos",
+				"conctl delete resource classicbom/<name>           # the cascade, in reverse dependency order",
+			}}, nil
 	}
-	objs, err := providerObjects(ctx, bin)
+	return demo{}, fmt.Errorf("unknown demo %q: want classic or quickstart", name)
+}
+
+// runDemo starts the demo's services and provider, registers its endpoint,
+// applies its kinds, configs, bindings and resources, and shows the last
+// resource (the root) converge with the watch view until it is Ready.
+// Everything goes through the public REST API, as an operator's tooling
+// would. stop ends what it started; it is set even on error.
+func runDemo(ctx context.Context, out io.Writer, base string, cfg Config, d demo) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	bin, err := providerBinary(d.binary)
 	if err != nil {
-		return err
+		return stop, err
+	}
+	objs, err := providerObjects(ctx, bin, d.objects)
+	if err != nil {
+		return stop, err
 	}
 	c := &demoClient{base: base + "/api/v1", http: &http.Client{Timeout: 30 * time.Second}, token: firstOf(cfg.AdminTokens)}
+	s3 := ""
+	if d.s3 {
+		endpoint, stopS3, err := startS3(ctx, cfg.DataDir)
+		if err != nil {
+			return stop, fmt.Errorf("S3 store: %w", err)
+		}
+		stops = append(stops, stopS3)
+		s3 = endpoint
+		fmt.Fprintf(out, "S3 store on %s, bucket %s\n", s3, demoBucket)
+	}
 	addr, err := freeLoopback()
 	if err != nil {
-		return err
+		return stop, err
 	}
 	providerURL := "http://" + addr + "/"
-	secret, err := c.registerEndpoint(ctx, providerURL, objs.kinds)
+	secret, err := c.registerEndpoint(ctx, d.name, providerURL, objs.kinds)
 	if err != nil {
-		return fmt.Errorf("register the provider endpoint: %w", err)
+		return stop, fmt.Errorf("register the provider endpoint: %w", err)
 	}
-	fmt.Fprintf(out, "registered endpoint %q -> %s\n", demoEndpoint, providerURL)
+	fmt.Fprintf(out, "registered endpoint %q -> %s\n", d.name, providerURL)
 
-	cmd := exec.CommandContext(ctx, bin)
-	cmd.Env = append(os.Environ(), "PROVIDER_ADDR="+addr, "PROVIDER_SECRETS="+secret, "WORK_DELAY=400ms")
-	cmd.Stdout, cmd.Stderr = prefixWriter(out, "[provider] "), prefixWriter(out, "[provider] ")
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 10 * time.Second
+	// The provider logs to a file: on a terminal its lines would tear the
+	// view drawn in place.
+	logPath := filepath.Join(cfg.DataDir, d.binary+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return stop, fmt.Errorf("provider log: %w", err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(append(os.Environ(), "PROVIDER_ADDR="+addr, "PROVIDER_SECRETS="+secret), d.env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", bin, err)
+		logf.Close()
+		return stop, fmt.Errorf("start %s: %w", bin, err)
 	}
-	go func() {
-		if err := cmd.Wait(); err != nil && ctx.Err() == nil {
-			log.Error("the quickstart provider exited", "err", err)
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(exited) }() //nolint:errcheck // its log says why
+	stops = append(stops, func() {
+		cmd.Process.Signal(os.Interrupt) //nolint:errcheck // it may have exited already
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill() //nolint:errcheck // as above
+			<-exited
 		}
-	}()
-	fmt.Fprintf(out, "started the quickstart provider (pid %d) on %s\n", cmd.Process.Pid, addr)
+	})
+	fmt.Fprintf(out, "started %s (pid %d) on %s, logging to %s\n", d.binary, cmd.Process.Pid, addr, logPath)
 
+	root, err := c.applyObjects(ctx, out, objs, s3)
+	if err != nil {
+		return stop, err
+	}
+	width := 80
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 20 {
+		width = n
+	}
+	fetch := func(ctx context.Context) (watchview.Snapshot, error) {
+		var body json.RawMessage
+		path := "/resources/" + url.PathEscape(root.Kind) + "/" + url.PathEscape(root.Name) + "/graph"
+		if _, err := c.send(ctx, http.MethodGet, path, nil, &body); err != nil {
+			return watchview.Snapshot{}, err
+		}
+		return watchview.DecodeGraph(body, root.Kind, root.Name, time.Now())
+	}
+	start := time.Now()
+	v, err := watchview.Watch(ctx, fetch, watchview.Options{Out: out, TTY: watchview.IsTerminal(out), Width: width,
+		Interval: time.Second, Laggards: 5})
+	if err != nil {
+		if ctx.Err() != nil {
+			return stop, nil // Ctrl+C during the view
+		}
+		return stop, err
+	}
+	fmt.Fprintf(out, "\n%s converged in %.1fs: %d resources Ready\n\ntry next:\n", root.Kind+"/"+root.Name, time.Since(start).Seconds(), v.Ready)
+	for _, s := range d.next {
+		fmt.Fprintln(out, "  "+strings.ReplaceAll(s, "<name>", root.Name))
+	}
+	return stop, nil
+}
+
+// applyObjects applies a demo's objects in dependency order: kinds, provider
+// configs (statussink's pointed at the S3 endpoint s3), reactor bindings,
+// resources. It returns the last resource, the root to watch.
+func (c *demoClient) applyObjects(ctx context.Context, out io.Writer, objs demoObjects, s3 string) (demoRef, error) {
 	for i, body := range objs.Manifests {
 		k := objs.kinds[i]
 		res, err := c.send(ctx, http.MethodPut, "/kinds/"+url.PathEscape(k.Kind)+"/manifest", body, nil)
 		if err != nil {
-			return fmt.Errorf("apply manifest %s/v%d: %w", k.Kind, k.KindVersion, err)
+			return demoRef{}, fmt.Errorf("apply manifest %s/v%d: %w", k.Kind, k.KindVersion, err)
 		}
 		fmt.Fprintf(out, "manifest/%s/v%d %s\n", k.Kind, k.KindVersion, res)
 	}
-	var root struct {
-		ID   string `json:"id"`
-		Kind string `json:"kind"`
-		Name string `json:"name"`
+	for _, body := range objs.ProviderConfigs {
+		body, err := withS3(body, s3)
+		if err != nil {
+			return demoRef{}, err
+		}
+		var pc demoRef
+		res, err := c.send(ctx, http.MethodPost, "/providerconfigs", body, &pc)
+		if err != nil {
+			return demoRef{}, fmt.Errorf("apply a provider config: %w", err)
+		}
+		fmt.Fprintf(out, "providerconfig/%s %s\n", pc.Name, res)
 	}
+	for _, body := range objs.Bindings {
+		var rb demoRef
+		res, err := c.send(ctx, http.MethodPost, "/reactor-bindings", body, &rb)
+		if err != nil {
+			return demoRef{}, fmt.Errorf("apply a reactor binding: %w", err)
+		}
+		fmt.Fprintf(out, "reactor-binding/%s %s\n", rb.Name, res)
+	}
+	var root demoRef
 	for i, body := range objs.Resources {
 		res, err := c.send(ctx, http.MethodPost, "/resources", body, &root)
 		if err != nil {
-			return fmt.Errorf("apply resource %d of %s: %w", i+1, bin, err)
+			return demoRef{}, fmt.Errorf("apply resource %d: %w", i+1, err)
 		}
 		fmt.Fprintf(out, "resource/%s/%s %s\n", root.Kind, root.Name, res)
 	}
-	return c.watch(ctx, out, root.Kind, root.Name, root.ID)
+	return root, nil
 }
 
-// watch prints the root and its children whenever a phase changes, until
-// the root is Ready with every child Ready.
-func (c *demoClient) watch(ctx context.Context, out io.Writer, kind, name, id string) error {
-	start := time.Now()
-	deadline := time.After(3 * time.Minute)
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	last := ""
-	for {
-		var rootRes struct {
-			Phase  string          `json:"phase"`
-			Status json.RawMessage `json:"status"`
-		}
-		if _, err := c.send(ctx, http.MethodGet, "/resources/"+url.PathEscape(kind)+"/"+url.PathEscape(name), nil, &rootRes); err != nil {
-			return err
-		}
-		var kids struct {
-			Items []struct {
-				Kind  string `json:"kind"`
-				Name  string `json:"name"`
-				Phase string `json:"phase"`
-			} `json:"items"`
-		}
-		if _, err := c.send(ctx, http.MethodGet, "/resources?owner="+url.QueryEscape(id)+"&limit=1000", nil, &kids); err != nil {
-			return err
-		}
-		lines := []string{fmt.Sprintf("%-32s %s", kind+"/"+name, rootRes.Phase)}
-		ready := 0
-		for _, k := range kids.Items {
-			lines = append(lines, fmt.Sprintf("  %-30s %s", k.Kind+"/"+k.Name, k.Phase))
-			if k.Phase == "Ready" {
-				ready++
-			}
-		}
-		sort.Strings(lines[1:])
-		if view := strings.Join(lines, "\n"); view != last {
-			fmt.Fprintf(out, "\n[%5.1fs]\n%s\n", time.Since(start).Seconds(), view)
-			last = view
-		}
-		if rootRes.Phase == "Ready" && ready == len(kids.Items) && len(kids.Items) > 0 {
-			fmt.Fprintf(out, "\n%s/%s converged in %.1fs: status %s\n", kind, name, time.Since(start).Seconds(), rootRes.Status)
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-deadline:
-			return fmt.Errorf("%s/%s did not converge within 3 minutes (last seen %s)", kind, name, rootRes.Phase)
-		case <-tick.C:
-		}
+// withS3 points a statussink provider config at the demo's S3 store; any
+// other config is returned as is.
+func withS3(body json.RawMessage, s3 string) (json.RawMessage, error) {
+	var pc map[string]any
+	if err := json.Unmarshal(body, &pc); err != nil {
+		return nil, fmt.Errorf("a provider config: %w", err)
 	}
+	if pc["kind"] != "statussink" {
+		return body, nil
+	}
+	if s3 == "" {
+		return nil, errors.New("a statussink provider config, and no S3 store")
+	}
+	pc["spec"] = map[string]any{"endpoint": s3, "bucket": demoBucket, "prefix": "status", "region": "us-east-1"}
+	return json.Marshal(pc)
+}
+
+// demoRef names what an apply answered.
+type demoRef struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
 }
 
 type demoClient struct {
@@ -154,9 +240,9 @@ type demoClient struct {
 // registerEndpoint creates the demo endpoint for kinds, or rotates its
 // secret if it exists from an earlier dev session (a secret is only ever
 // shown once).
-func (c *demoClient) registerEndpoint(ctx context.Context, target string, kinds []demoKind) (string, error) {
+func (c *demoClient) registerEndpoint(ctx context.Context, name, target string, kinds []demoKind) (string, error) {
 	ep := map[string]any{
-		"name":            demoEndpoint,
+		"name":            name,
 		"kinds":           kinds,
 		"target":          map[string]any{"type": "https", "url": target},
 		"health":          map[string]any{"url": target, "interval_secs": 2, "healthy_threshold": 1},
@@ -175,7 +261,7 @@ func (c *demoClient) registerEndpoint(ctx context.Context, target string, kinds 
 	var rotated struct {
 		Secret string `json:"secret"`
 	}
-	if _, err := c.send(ctx, http.MethodPost, "/endpoints/"+demoEndpoint+"/rotate-secret", nil, &rotated); err != nil {
+	if _, err := c.send(ctx, http.MethodPost, "/endpoints/"+url.PathEscape(name)+"/rotate-secret", nil, &rotated); err != nil {
 		return "", err
 	}
 	if rotated.Secret == "" {
@@ -199,7 +285,7 @@ func (c *demoClient) send(ctx context.Context, method, path string, body []byte,
 		return "", err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20)) // a large BOM's graph is megabytes
 	if err != nil {
 		return "", err
 	}
@@ -214,17 +300,17 @@ func (c *demoClient) send(ctx context.Context, method, path string, body []byte,
 	return resp.Header.Get("X-Apply-Result"), nil
 }
 
-// providerBinary finds quickstart-provider next to this executable (make
-// build puts both in bin/), else on PATH.
-func providerBinary() (string, error) {
+// providerBinary finds the provider binary name next to this executable
+// (make build puts both in bin/), else on PATH.
+func providerBinary(name string) (string, error) {
 	var next string
 	if self, err := os.Executable(); err == nil {
-		next = filepath.Join(filepath.Dir(self), demoProvider)
+		next = filepath.Join(filepath.Dir(self), name)
 		if fi, err := os.Stat(next); err == nil && !fi.IsDir() {
 			return next, nil
 		}
 	}
-	if p, err := exec.LookPath(demoProvider); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
 	where := "on PATH"
@@ -232,14 +318,16 @@ func providerBinary() (string, error) {
 		where = "at " + next + " or on PATH"
 	}
 	return "", fmt.Errorf("the demo runs the example provider %s as its own process, and there is none %s: "+
-		"run `make build` (it builds bin/converge and bin/%s), or `make demo`", demoProvider, where, demoProvider)
+		"run `make build` (it builds bin/converge and bin/%s), or `make demo`", name, where, name)
 }
 
 // demoObjects are what the provider's `objects` command prints.
 type demoObjects struct {
-	Manifests []json.RawMessage `json:"manifests"`
-	Resources []json.RawMessage `json:"resources"`
-	kinds     []demoKind        // of each manifest
+	Manifests       []json.RawMessage `json:"manifests"`
+	ProviderConfigs []json.RawMessage `json:"providerconfigs"`
+	Bindings        []json.RawMessage `json:"bindings"`
+	Resources       []json.RawMessage `json:"resources"`
+	kinds           []demoKind        // of each manifest
 }
 
 type demoKind struct {
@@ -249,11 +337,11 @@ type demoKind struct {
 
 // providerObjects asks the provider binary for the manifests of the kinds
 // it serves and its sample resources.
-func providerObjects(ctx context.Context, bin string) (demoObjects, error) {
+func providerObjects(ctx context.Context, bin string, args []string) (demoObjects, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "objects")
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stderr = &stderr
 	stdout, err := cmd.Output()
 	if err != nil {
@@ -290,16 +378,4 @@ func firstOf(s []string) string {
 		return ""
 	}
 	return s[0]
-}
-
-// prefixWriter prefixes each line written to w.
-func prefixWriter(w io.Writer, prefix string) io.Writer {
-	pr, pw := io.Pipe()
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			fmt.Fprintln(w, prefix+sc.Text())
-		}
-	}()
-	return pw
 }

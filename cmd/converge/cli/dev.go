@@ -19,8 +19,11 @@ import (
 
 func newDev(stdout io.Writer, getenv func(string) string) *cobra.Command {
 	var (
-		reset, demo bool
-		pgPort      int
+		reset     bool
+		demoName  string
+		bom       string
+		faultRate float64
+		pgPort    int
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -32,10 +35,16 @@ control plane against it with dev-mode settings: the API listens on
 loopback addresses (plain http allowed there; every other address is checked
 as in production) and keys are generated and kept in the data dir. A
 Postgres that dies is restarted (5 attempts); if it cannot be, dev exits 1.
-With DATABASE_URL set it uses that database instead. --demo also starts the
-example provider (quickstart-provider, found next to converge or on PATH;
-make build puts it in bin/), registers it and applies the kinds and the
-sample resources it prints with its objects command.`,
+With DATABASE_URL set it uses that database instead.
+
+--demo also runs a demo: it starts an example provider (found next to
+converge or on PATH; make build puts it in bin/), registers it, applies the
+kinds, provider configs, reactor bindings and resources its objects command
+prints, and shows the root converge live. --demo=classic (the default) runs
+classic-provider with the BOM --bom names and --fault-rate transient
+failures, with an S3-compatible store for its statussink reactor (this
+machine's moto_server, else a minimal one in process); --demo=quickstart
+runs quickstart-provider's five-resource site. Logs go to the data dir.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadDevConfig(getenv)
 			if err != nil {
@@ -43,8 +52,12 @@ sample resources it prints with its objects command.`,
 			}
 			log := cfg.NewLogger(os.Stderr)
 			ctx := cmd.Context()
-			if demo { // fail before starting anything
-				if _, err := providerBinary(); err != nil {
+			var d demo
+			if demoName != "" { // fail before starting anything
+				if d, err = demoFor(demoName, bom, faultRate); err != nil {
+					return usageError{fmt.Errorf("demo: %w", err)}
+				}
+				if _, err := providerBinary(d.binary); err != nil {
 					return fmt.Errorf("demo: %w", err)
 				}
 			}
@@ -96,8 +109,10 @@ sample resources it prints with its objects command.`,
 			base := "http://" + loopback(s.Addr())
 			fmt.Fprintf(stdout, "converge is up\n  API:     %s/api/v1\n  docs:    %s/docs\n  OpenAPI: %s/openapi.json\n  try:     conctl --server %s list kinds\n",
 				base, base, base, base)
-			if demo {
-				if err := runDemo(ctx, stdout, base, cfg, log); err != nil {
+			if demoName != "" {
+				stopDemo, err := runDemo(ctx, stdout, base, cfg, d)
+				defer stopDemo()
+				if err != nil {
 					s.Stop() //nolint:errcheck // reporting the demo error instead
 					return fmt.Errorf("demo: %w", err)
 				}
@@ -124,7 +139,10 @@ sample resources it prints with its objects command.`,
 		},
 	}
 	cmd.Flags().BoolVar(&reset, "reset", false, "wipe the data dir (database and dev keys) first")
-	cmd.Flags().BoolVar(&demo, "demo", false, "start the example provider and apply the example kinds and resources")
+	cmd.Flags().StringVar(&demoName, "demo", "", "run a demo: classic or quickstart (--demo alone: classic)")
+	cmd.Flags().Lookup("demo").NoOptDefVal = "classic"
+	cmd.Flags().StringVar(&bom, "bom", "small", "the classic demo's BOM: "+strings.Join(demoBOMs, ", "))
+	cmd.Flags().Float64Var(&faultRate, "fault-rate", 0, "the classic demo providers' transient failure rate, 0 to below 1 (FAKE_FAULT_RATE)")
 	cmd.Flags().IntVar(&pgPort, "pg-port", 0, "port for the embedded Postgres (0 picks a free one)")
 	return cmd
 }
