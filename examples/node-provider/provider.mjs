@@ -10,6 +10,7 @@
 //                      node-provider.converge.dev/work-delay-ms overrides it.
 //   FAKE_FAULT_RATE    probability (0..1) that a work reaction fails transiently (default 0).
 import http from "node:http";
+import { pathToFileURL } from "node:url";
 import { Webhook } from "standardwebhooks";
 import { KIND, KIND_VERSION, TerminalError, reactions } from "./account.mjs";
 
@@ -297,7 +298,7 @@ export function createProvider({ secrets, syncBudgetMs = 1000, workDelayMs = 0, 
 // ---------------------------------------------------------------------------------
 // main
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const secrets = (process.env.PROVIDER_SECRETS ?? "").split(/[\s,]+/).filter(Boolean);
   const [host, port] = (process.env.PROVIDER_ADDR ?? "127.0.0.1:8080").split(/:(?=[0-9]+$)/);
   const p = createProvider({
