@@ -454,3 +454,84 @@ func TestClassicDemoUnderFaults(t *testing.T) {
 	}
 	s.checkInvariants()
 }
+
+// TestClassicVersioning replays reference 004's versioning walkthrough over
+// HTTP against the classic provider: vpc v1 and v2 resources converge on
+// their own version (v2 echoes its region into status), a v1 resource flips
+// in place to v2 (same id) once its spec has a region, and a vpc pinned to
+// a version no endpoint serves parks with the reason until one does.
+func TestClassicVersioning(t *testing.T) {
+	t.Parallel()
+	s := startAll(t)
+	bin := buildClassicProvider(t)
+	o := classicObjectsOf(t, bin, "small")
+	s.applyClassic(classicObjects{Manifests: o.Manifests, ProviderConfigs: o.ProviderConfigs}, "")
+	s.startClassicProvider(bin, o.Manifests)
+
+	fixture := func(name string) map[string]any {
+		b, err := os.ReadFile("../examples/classic/testfixtures/" + name)
+		must(t, err)
+		var r map[string]any
+		must(t, json.Unmarshal(b, &r))
+		return r
+	}
+	v1, v2 := fixture("versioning/resource-vpc-v1-tagged.json"), fixture("resource-vpc-v2.json")
+	for _, r := range []map[string]any{v1, v2} {
+		if code := s.applyResource(r); code != 201 {
+			t.Fatalf("apply %s = %d", r["name"], code)
+		}
+	}
+	s.waitReady("vpc/sample-vpc-tagged")
+	s.waitReady("vpc/sample-vpc-v2")
+	before, _ := s.detail("vpc/sample-vpc-tagged")
+	if strings.Contains(string(before.Status), "region") {
+		t.Errorf("a v1 vpc's status has a region: %s", before.Status)
+	}
+	if d, _ := s.detail("vpc/sample-vpc-v2"); !strings.Contains(string(d.Status), `"region":"us-west-2"`) && !strings.Contains(string(d.Status), `"region": "us-west-2"`) {
+		t.Errorf("the v2 vpc's status = %s, want its region echoed", d.Status)
+	}
+
+	// The flip: without a region it is refused and nothing changes; with
+	// one it is the same resource at v2, reconciled by the v2 code.
+	if code, body := s.call("POST", "/resources", fixture("versioning/resource-vpc-flip-to-v2-incomplete.json")); code != 400 ||
+		!strings.Contains(string(body), "region") {
+		t.Errorf("flip without region = %d %s, want 400 naming the region", code, body)
+	}
+	if d, _ := s.detail("vpc/sample-vpc-tagged"); d.KindVersion != 1 || d.Generation != before.Generation {
+		t.Errorf("a refused flip changed the vpc: v%d, generation %d", d.KindVersion, d.Generation)
+	}
+	if code := s.applyResource(fixture("versioning/resource-vpc-flip-to-v2.json")); code != 200 {
+		t.Fatalf("flip = %d, want 200", code)
+	}
+	var after resourceDetail
+	waitFor(t, 30*time.Second, "the flipped vpc Ready at v2", func() bool {
+		after, _ = s.detail("vpc/sample-vpc-tagged")
+		return after.KindVersion == 2 && after.PhaseOf() == "Ready" && strings.Contains(string(after.Status), "us-west-2")
+	})
+	if after.ID != before.ID || after.Generation != before.Generation+1 {
+		t.Errorf("flip: id %s -> %s, generation %d -> %d; want the same id and one more generation",
+			before.ID, after.ID, before.Generation, after.Generation)
+	}
+
+	// Strict routing: a vpc/3 nobody serves parks with the reason.
+	v3 := map[string]any{"kind": "vpc", "kind_version": 3, "description": "vpc/v3, served by no endpoint",
+		"reactions": json.RawMessage(`[{"name":"work","trigger":"specChange","emits":["status"]}]`)}
+	if code, body := s.call("PUT", "/kinds/vpc/manifest", v3); code != 201 {
+		t.Fatalf("vpc v3 manifest = %d %s", code, body)
+	}
+	if code := s.applyResource(map[string]any{"kind": "vpc", "kind_version": 3, "name": "vpc-three"}); code != 201 {
+		t.Fatalf("apply vpc-three = %d", code)
+	}
+	var parked struct {
+		Phase  string `json:"phase"`
+		Parked string `json:"parked"`
+	}
+	waitFor(t, 20*time.Second, "vpc-three parked with a reason", func() bool {
+		_, body := s.call("GET", "/resources/vpc/vpc-three", nil)
+		return json.Unmarshal(body, &parked) == nil && parked.Parked != ""
+	})
+	if parked.Phase != "Reconciling" || !strings.Contains(parked.Parked, "vpc") {
+		t.Errorf("vpc-three = %+v", parked)
+	}
+	s.checkInvariants()
+}
