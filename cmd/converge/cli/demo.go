@@ -52,7 +52,10 @@ func demoFor(name, bom string, faultRate float64) (demo, error) {
 			return demo{}, fmt.Errorf("fault rate %g: want at least 0 and below 1", faultRate)
 		}
 		return demo{name: name, binary: "classic-provider", objects: []string{"objects", "--bom", bom}, s3: true,
-			env: []string{"FAKE_FAULT_RATE=" + strconv.FormatFloat(faultRate, 'f', -1, 64)},
+			// The local store takes any credentials, but the S3 client signs
+			// every request: without these it would look for an instance role.
+			env: []string{"FAKE_FAULT_RATE=" + strconv.FormatFloat(faultRate, 'f', -1, 64),
+				"AWS_ACCESS_KEY_ID=demo", "AWS_SECRET_ACCESS_KEY=demo", "AWS_EC2_METADATA_DISABLED=true"},
 			next: []string{
 				"conctl watch resource classicbom/<name> --follow   # the live view on its own",
 				"conctl op vpc/<name> enable_flow_logs --wait       # a verb",

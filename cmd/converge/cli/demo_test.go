@@ -9,6 +9,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
 func TestDemoFor(t *testing.T) {
@@ -109,6 +113,33 @@ func TestMiniS3(t *testing.T) {
 	}
 	if code, _ := do("GET", "/converge-demo/status/none", ""); code != http.StatusNotFound {
 		t.Errorf("GET a missing key = %d, want 404", code)
+	}
+}
+
+// TestMiniS3WithTheSDK drives the in-process store with the S3 client
+// statussink uses: its reachability check, a write and a listing.
+func TestMiniS3WithTheSDK(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(newMiniS3())
+	t.Cleanup(srv.Close)
+	if err := createBucket(t.Context(), srv.URL, demoBucket); err != nil {
+		t.Fatal(err)
+	}
+	client := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider("demo", "demo", "")})
+	if _, err := client.HeadBucket(t.Context(), &s3.HeadBucketInput{Bucket: aws.String(demoBucket)}); err != nil {
+		t.Fatalf("HeadBucket: %v", err)
+	}
+	if _, err := client.HeadBucket(t.Context(), &s3.HeadBucketInput{Bucket: aws.String("nope")}); err == nil {
+		t.Error("HeadBucket of a missing bucket succeeded")
+	}
+	if _, err := client.PutObject(t.Context(), &s3.PutObjectInput{Bucket: aws.String(demoBucket), Key: aws.String("status/a-1.json"),
+		Body: strings.NewReader(`{"ready":1}`)}); err != nil {
+		t.Fatalf("PutObject: %v", err)
+	}
+	out, err := client.ListObjectsV2(t.Context(), &s3.ListObjectsV2Input{Bucket: aws.String(demoBucket), Prefix: aws.String("status/")})
+	if err != nil || len(out.Contents) != 1 || aws.ToString(out.Contents[0].Key) != "status/a-1.json" {
+		t.Fatalf("ListObjectsV2 = %+v, %v", out, err)
 	}
 }
 

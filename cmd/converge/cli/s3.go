@@ -121,8 +121,8 @@ func createBucket(ctx context.Context, endpoint, bucket string) error {
 	return nil
 }
 
-// miniS3 is the smallest S3 statussink needs, path style: PUT bucket, PUT
-// and GET object, ListObjectsV2. Objects live in memory.
+// miniS3 is the smallest S3 statussink needs, path style: PUT and HEAD
+// bucket, PUT and GET object, ListObjectsV2. Objects live in memory.
 type miniS3 struct {
 	mu      sync.Mutex
 	buckets map[string]map[string]s3Object
@@ -150,6 +150,8 @@ func (s *miniS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case !ok:
 		s3Error(w, http.StatusNotFound, "NoSuchBucket", "the bucket "+bucket+" does not exist")
+	case r.Method == http.MethodHead && key == "":
+		// HeadBucket: statussink's reachability check.
 	case r.Method == http.MethodPut:
 		data, err := readS3Body(r)
 		if err != nil {
