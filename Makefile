@@ -11,7 +11,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart dev test test-race test-docker build functions lint bench soak postgres clean check-sam infra-synth test-infra
+.PHONY: help demo demo-quickstart dev test test-race test-docker build functions lint bench bench-demo soak postgres clean check-sam infra-synth test-infra
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -88,6 +88,10 @@ bench: postgres ## benchmarks: engine, API apply, dispatch (figures are ratios t
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/ ./dispatch/...
 	$(GO) test -run '^$$' -bench BenchmarkApply -benchtime 5s -timeout 20m ./control/api/
 	$(GO) test -run '^$$' -bench . -benchmem ./webhooksdk/ ./control/schema/ ./providers/stdio/
+
+# Outside `make test`: it builds and runs the classic provider and takes minutes.
+bench-demo: postgres ## the classic demo's large BOM against as many no-op leaves, same run (issue #15)
+	$(GO) test -run '^$$' -bench BenchmarkClassicDemo -benchtime 1x -timeout 45m ./integration/
 
 # cfn-lint (with aws-sam-translator, so it expands the SAM transform) checks
 # template.yaml against the CloudFormation schema; `make test` checks its IAM.

@@ -36,7 +36,7 @@ type classicProvider struct {
 }
 
 // buildClassicProvider builds cmd/classic-provider once per test.
-func buildClassicProvider(t *testing.T) string {
+func buildClassicProvider(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "classic-provider")
 	if out, err := exec.Command("go", "build", "-o", bin, "../examples/classic/cmd/classic-provider").CombinedOutput(); err != nil {
@@ -45,7 +45,7 @@ func buildClassicProvider(t *testing.T) string {
 	return bin
 }
 
-func classicObjectsOf(t *testing.T, bin, bom string) classicObjects {
+func classicObjectsOf(t testing.TB, bin, bom string) classicObjects {
 	t.Helper()
 	out, err := exec.Command(bin, "objects", "--bom", bom).Output()
 	must(t, err)
@@ -59,7 +59,7 @@ func classicObjectsOf(t *testing.T, bin, bom string) classicObjects {
 // startClassicProvider runs bin with env and registers it through the API as
 // the endpoint of every kind in manifests.
 func (s *server) startClassicProvider(bin string, manifests []map[string]any, env ...string) classicProvider {
-	t := s.t.(*testing.T)
+	t := s.t
 	t.Helper()
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
