@@ -70,8 +70,8 @@ func (s *server) startClassicProvider(bin string, manifests []map[string]any, en
 	must(t, ln.Close())
 	var stderr lockedBuffer
 	cmd := exec.Command(bin)
-	cmd.Env = append(env, "PATH="+os.Getenv("PATH"), "PROVIDER_SECRETS="+secret, "PROVIDER_ADDR="+addr,
-		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true")
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "PROVIDER_SECRETS=" + secret, "PROVIDER_ADDR=" + addr,
+		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true"}, env...)
 	cmd.Stderr = &stderr
 	must(t, cmd.Start())
 	t.Cleanup(func() {
@@ -449,7 +449,7 @@ func TestClassicDemoUnderFaults(t *testing.T) {
 	s.applyResource(o.Resources[0])
 	s.waitClassicConverged(o.Resources[0]["name"].(string), bomChildren(o.Resources[0]), 50*time.Second)
 	// The faults happened: some leaf needed more than one attempt.
-	if n := s.engine.count(`SELECT count(*) FROM resource_events WHERE type = 'failed'`); n == 0 {
+	if n := s.count(`SELECT count(*) FROM resource_events WHERE type = 'failed'`); n == 0 {
 		t.Error("no task failed at FAKE_FAULT_RATE=0.3")
 	}
 	s.checkInvariants()

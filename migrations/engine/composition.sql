@@ -129,9 +129,15 @@ BEGIN
         SELECT 'an edge names a resource that does not exist' INTO v_bad
           FROM compose_edges WHERE dependent_id IS NULL OR dependency_id IS NULL LIMIT 1;
         IF v_bad IS NOT NULL THEN RAISE EXCEPTION '%', v_bad; END IF;
+        -- An edge of a child being torn down stays until the child is gone
+        -- (the foreign keys remove it then): it is what orders that
+        -- teardown, dependents first, and the composer that pruned the
+        -- child no longer emits it.
         DELETE FROM resource_deps d
          WHERE d.owner_id = p_root
-           AND NOT EXISTS (SELECT 1 FROM compose_edges c WHERE c.dependent_id = d.dependent_id AND c.dependency_id = d.dependency_id);
+           AND NOT EXISTS (SELECT 1 FROM compose_edges c WHERE c.dependent_id = d.dependent_id AND c.dependency_id = d.dependency_id)
+           AND NOT EXISTS (SELECT 1 FROM resources x
+                            WHERE x.id IN (d.dependent_id, d.dependency_id) AND x.deletion_requested_at IS NOT NULL);
         INSERT INTO resource_deps AS d (dependent_id, dependency_id, owner_id, value_flows)
         SELECT DISTINCT ON (dependent_id, dependency_id) dependent_id, dependency_id, p_root, value_flows FROM compose_edges
         ON CONFLICT (dependent_id, dependency_id) DO UPDATE SET value_flows = EXCLUDED.value_flows, owner_id = p_root

@@ -41,8 +41,8 @@ func startS3(ctx context.Context, logDir string) (endpoint string, stop func(), 
 			return "", nil, fmt.Errorf("in-process S3: %w", err)
 		}
 		srv := &http.Server{Handler: newMiniS3(), ReadHeaderTimeout: 10 * time.Second}
-		go srv.Serve(ln)                                                      //nolint:errcheck // ends with Close below
-		endpoint, stop = "http://"+ln.Addr().String(), func() { srv.Close() } //nolint:errcheck // nothing left to tell
+		go srv.Serve(ln) //nolint:errcheck // ends with Close below
+		endpoint, stop = "http://"+ln.Addr().String(), func() { _ = srv.Close() }
 	}
 	if err := createBucket(ctx, endpoint, demoBucket); err != nil {
 		stop()

@@ -58,6 +58,7 @@ type StatusSink struct {
 // NewStatusSink returns a statussink with no store yet.
 func NewStatusSink() *StatusSink { return &StatusSink{} }
 
+// Kind returns statussink/1.
 func (*StatusSink) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: "statussink", Version: 1}
 }
