@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -288,11 +289,25 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	}
 	s.app = srv.App()
 	if d != nil {
-		s.app.All("/v1/tasks/*", adaptor.HTTPHandler(d.Callbacks()))
+		s.app.All("/v1/tasks/*", adaptor.HTTPHandler(detached(d.Callbacks(), cmp.Or(acfg.RequestTimeout, api.RequestTimeoutDefault))))
 	}
 	go func() { s.served <- s.app.Listener(s.ln) }()
 	s.log.Info("serving the API", "addr", s.ln.Addr().String(), "tls", s.cfg.TLS, "role", s.cfg.Role, "callbacks", callbackBase)
 	return nil
+}
+
+// detached serves h under a request context cut loose from fasthttp's: the
+// adaptor hands a net/http handler the *fasthttp.RequestCtx as its context,
+// which ends only when the server shuts down, and whose Done reads a field
+// Shutdown writes without synchronisation (the race detector caught a
+// callback's database call watching it while the server stopped). The
+// handler's work is bounded by timeout instead, as the API's is.
+func detached(h http.Handler, timeout time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), timeout)
+		defer cancel()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // serveDispatch serves a dispatch-only pod: the callback routes and
