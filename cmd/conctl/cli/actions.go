@@ -23,6 +23,24 @@ func (r *resourceArg) parse(arg string) (target, error) {
 	return t[0], nil
 }
 
+// resourceCall parses a command's resource argument and returns it with the
+// client and printer the call on it needs.
+func (a *app) resourceCall(ref *resourceArg, arg string) (target, *Client, *printer, error) {
+	t, err := ref.parse(arg)
+	if err != nil {
+		return target{}, nil, nil, err
+	}
+	c, err := a.api()
+	if err != nil {
+		return target{}, nil, nil, err
+	}
+	p, err := a.printer()
+	if err != nil {
+		return target{}, nil, nil, err
+	}
+	return t, c, p, nil
+}
+
 // resourceAction is a POST to one resource's path+suffix with no body;
 // line renders the table-format result line from the answer.
 func (a *app) resourceAction(use, short, long, example, suffix string, line func(id string, o obj) string) *cobra.Command {
@@ -34,15 +52,7 @@ func (a *app) resourceAction(use, short, long, example, suffix string, line func
 		Example: example,
 		Args:    exactArgs(1, "KIND/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := ref.parse(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.api()
-			if err != nil {
-				return err
-			}
-			p, err := a.printer()
+			t, c, p, err := a.resourceCall(&ref, args[0])
 			if err != nil {
 				return err
 			}

@@ -22,15 +22,7 @@ that gives it a new generation; composed children record none.`,
   conctl history vpc/sample-vpc -o yaml`,
 		Args: exactArgs(1, "KIND/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := ref.parse(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.api()
-			if err != nil {
-				return err
-			}
-			p, err := a.printer()
+			t, c, p, err := a.resourceCall(&ref, args[0])
 			if err != nil {
 				return err
 			}
@@ -64,19 +56,11 @@ generation; -o json or -o yaml prints the resource. --revision is required.`,
 			if revision < 1 {
 				return usagef("invalid --revision %d: must be 1 or more", revision)
 			}
-			t, err := ref.parse(args[0])
+			t, c, p, err := a.resourceCall(&ref, args[0])
 			if err != nil {
 				return err
 			}
 			body, err := json.Marshal(map[string]int64{"revision": revision})
-			if err != nil {
-				return err
-			}
-			c, err := a.api()
-			if err != nil {
-				return err
-			}
-			p, err := a.printer()
 			if err != nil {
 				return err
 			}

@@ -229,15 +229,7 @@ cancelled (409 otherwise).`,
 			if cancel != "" && cmd.Flags().Changed("limit") {
 				return usagef("--limit does not go with --cancel")
 			}
-			t, err := ref.parse(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.api()
-			if err != nil {
-				return err
-			}
-			p, err := a.printer()
+			t, c, p, err := a.resourceCall(&ref, args[0])
 			if err != nil {
 				return err
 			}
