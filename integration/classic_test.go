@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -13,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -61,45 +58,14 @@ func classicObjectsOf(t testing.TB, bin, bom string) classicObjects {
 func (s *server) startClassicProvider(bin string, manifests []map[string]any, env ...string) classicProvider {
 	t := s.t
 	t.Helper()
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	addr := ln.Addr().String()
-	must(t, ln.Close())
-	var stderr lockedBuffer
-	cmd := exec.Command(bin)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "PROVIDER_SECRETS=" + secret, "PROVIDER_ADDR=" + addr,
-		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true"}, env...)
-	cmd.Stderr = &stderr
-	must(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("classic-provider exited with %v after SIGTERM", err)
-		}
-		if t.Failed() {
-			t.Logf("classic-provider stderr:\n%s", stderr.String())
-		}
-	})
-	waitFor(t, 10*time.Second, "classic-provider to listen", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			_ = c.Close()
-		}
-		return err == nil
-	})
 	var kinds []map[string]any
 	for _, m := range manifests {
 		kinds = append(kinds, map[string]any{"kind": m["kind"], "kind_version": m["kind_version"]})
 	}
-	url := "http://" + addr + "/"
-	if code, body := s.call("POST", "/endpoints", map[string]any{"name": "classic", "kinds": kinds, "secret": secret,
-		"target": map[string]any{"type": "https", "url": url},
-		"health": map[string]any{"url": url, "interval_secs": 1, "healthy_threshold": 1, "unhealthy_threshold": 1}}); code != 201 {
-		t.Fatalf("create endpoint = %d %s", code, body)
-	}
+	cmd := exec.Command(bin)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"),
+		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true"}, env...)
+	addr, _ := s.startProviderProcess("classic", cmd, kinds)
 	return classicProvider{bin: bin, addr: addr}
 }
 

@@ -2,17 +2,13 @@ package integration
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -41,42 +37,10 @@ func TestNodeProviderConverges(t *testing.T) {
 		t.Fatalf("manifest = %d %s", code, body)
 	}
 
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	addr := ln.Addr().String()
-	must(t, ln.Close())
-	var stderr lockedBuffer
 	cmd := exec.Command(node, "provider.mjs")
 	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PROVIDER_SECRETS=" + secret, "PROVIDER_ADDR=" + addr, "SYNC_BUDGET_MS=500"}
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	must(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("node provider exited with %v after SIGTERM", err)
-		}
-		if t.Failed() || testing.Verbose() {
-			t.Logf("node provider output:\n%s", stderr.String())
-		}
-	})
-	waitFor(t, 15*time.Second, "the node provider to listen", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			_ = c.Close()
-		}
-		return err == nil
-	})
-	url := "http://" + addr + "/"
-	if code, body := s.call("POST", "/endpoints", map[string]any{"name": "node", "secret": secret,
-		"kinds":  []map[string]any{{"kind": "account", "kind_version": 1}},
-		"target": map[string]any{"type": "https", "url": url},
-		"health": map[string]any{"url": url, "interval_secs": 1, "healthy_threshold": 1, "unhealthy_threshold": 1}}); code != 201 {
-		t.Fatalf("create endpoint = %d %s", code, body)
-	}
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "SYNC_BUDGET_MS=500"}
+	_, output := s.startProviderProcess("node", cmd, []map[string]any{{"kind": "account", "kind_version": 1}})
 
 	apply := func(name string, labels map[string]string, spec map[string]any) {
 		t.Helper()
@@ -134,10 +98,10 @@ func TestNodeProviderConverges(t *testing.T) {
 		t.Fatalf("DELETE team-red = %d %s", code, body)
 	}
 	s.waitGone("account/team-red")
-	if !strings.Contains(stderr.String(), `"msg":"teardown","name":"team-red"`) {
+	if !strings.Contains(output.String(), `"msg":"teardown","name":"team-red"`) {
 		t.Errorf("the node provider logged no teardown of team-red")
 	}
-	if !strings.Contains(stderr.String(), `"msg":"callback delivered"`) {
+	if !strings.Contains(output.String(), `"msg":"callback delivered"`) {
 		t.Errorf("team-slow did not go through the callback")
 	}
 	if code, _ := s.call("GET", "/resources/account/team-red", nil); code != 404 {

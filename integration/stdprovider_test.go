@@ -2,12 +2,10 @@ package integration
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,9 +37,9 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// startStdProvider builds cmd/stdprovider, runs it as a process with env, registers
-// its endpoint through the API with an operator-chosen secret, and applies the
-// manifests it prints. It returns the served kind names.
+// startStdProvider builds cmd/stdprovider, applies the manifests it prints
+// for env, and runs it with env as the endpoint "std" of those kinds. It
+// returns the served kind names.
 func (s *server) startStdProvider(env ...string) []string {
 	t := s.t
 	t.Helper()
@@ -50,14 +47,7 @@ func (s *server) startStdProvider(env ...string) []string {
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/stdprovider").CombinedOutput(); err != nil {
 		t.Fatalf("build stdprovider: %v\n%s", err, out)
 	}
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	addr := ln.Addr().String()
-	must(t, ln.Close())
-	env = append(env, "PATH="+os.Getenv("PATH"), "PROVIDER_SECRETS="+secret, "PROVIDER_ADDR="+addr)
+	env = append(env, "PATH="+os.Getenv("PATH"))
 
 	mcmd := exec.Command(bin, "manifests")
 	mcmd.Env = env
@@ -77,32 +67,9 @@ func (s *server) startStdProvider(env ...string) []string {
 		kinds = append(kinds, map[string]any{"kind": m["kind"], "kind_version": m["kind_version"]})
 	}
 
-	var stderr lockedBuffer
 	cmd := exec.Command(bin)
-	cmd.Env, cmd.Stderr = env, &stderr
-	must(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("stdprovider exited with %v after SIGTERM", err)
-		}
-		if t.Failed() {
-			t.Logf("stdprovider stderr:\n%s", stderr.String())
-		}
-	})
-	waitFor(t, 10*time.Second, "stdprovider to listen", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			_ = c.Close()
-		}
-		return err == nil
-	})
-	url := "http://" + addr + "/"
-	if code, body := s.call("POST", "/endpoints", map[string]any{"name": "std", "kinds": kinds, "secret": secret,
-		"target": map[string]any{"type": "https", "url": url},
-		"health": map[string]any{"url": url, "interval_secs": 1, "healthy_threshold": 1, "unhealthy_threshold": 1}}); code != 201 {
-		t.Fatalf("create endpoint = %d %s", code, body)
-	}
+	cmd.Env = env
+	s.startProviderProcess("std", cmd, kinds)
 	names := make([]string, len(kinds))
 	for i, k := range kinds {
 		names[i] = k["kind"].(string)
