@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/convergeplane/converge/internal/lambdatest"
 	"github.com/convergeplane/converge/webhooksdk"
@@ -76,27 +75,7 @@ func signedEvent(t *testing.T, key string, env webhooksdk.Envelope, extra map[st
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := webhooksdk.NewSigner(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := http.Header{}
-	s.SetHeaders(h, sdktest.NewMessageID(), time.Now(), body)
-	headers := map[string]string{"content-type": "application/json"}
-	for k := range h {
-		headers[strings.ToLower(k)] = h.Get(k)
-	}
-	for k, v := range extra {
-		headers[k] = v
-	}
-	ev, err := json.Marshal(map[string]any{
-		"version": "converge.v1", "rawPath": "/", "headers": headers,
-		"body": string(body), "isBase64Encoded": false,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ev
+	return sdktest.InvokeEvent(t, key, body, extra)
 }
 
 // response is the HTTP response object the function returns.

@@ -60,32 +60,6 @@ func newHandler(t *testing.T, opts ...webhooksdk.Option) awslambda.Handler {
 	return awslambda.NewHandler(h.Serve)
 }
 
-// event returns the dispatcher's converge.v1 Invoke event for body, signed with key.
-func event(t *testing.T, key string, body []byte, extra map[string]string) []byte {
-	t.Helper()
-	s, err := webhooksdk.NewSigner(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := http.Header{}
-	s.SetHeaders(h, sdktest.NewMessageID(), time.Now(), body)
-	headers := map[string]string{"content-type": "application/json"}
-	for k := range h {
-		headers[strings.ToLower(k)] = h.Get(k)
-	}
-	for k, v := range extra {
-		headers[k] = v
-	}
-	payload, err := json.Marshal(map[string]any{
-		"version": "converge.v1", "rawPath": "/", "headers": headers,
-		"body": string(body), "isBase64Encoded": false,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return payload
-}
-
 func envelope(t *testing.T, reaction string, cb *webhooksdk.Callback) []byte {
 	t.Helper()
 	env := sdktest.TaskEnvelope(kvDisk)
@@ -134,7 +108,7 @@ func TestInvokeSync(t *testing.T) {
 	cb := sdktest.NewCallbackReceiver(t)
 
 	t.Run("result inline past the sync budget", func(t *testing.T) {
-		res := result(t, invoke(t, h, event(t, secret, envelope(t, "slow", cb.Callback("task-1")), nil)))
+		res := result(t, invoke(t, h, sdktest.InvokeEvent(t, secret, envelope(t, "slow", cb.Callback("task-1")), nil)))
 		if res.Outcome == nil || string(res.Outcome.Status) != `{"size_gb":10}` {
 			t.Errorf("result %+v, want the outcome", res)
 		}
@@ -143,7 +117,7 @@ func TestInvokeSync(t *testing.T) {
 		}
 	})
 	t.Run("terminal error", func(t *testing.T) {
-		res := result(t, invoke(t, h, event(t, secret, envelope(t, "break", nil), nil)))
+		res := result(t, invoke(t, h, sdktest.InvokeEvent(t, secret, envelope(t, "break", nil), nil)))
 		if res.Error == nil || !res.Error.Terminal || res.Error.Message != "disk cannot shrink" {
 			t.Errorf("result %+v, want a terminal error", res)
 		}
@@ -153,13 +127,13 @@ func TestInvokeSync(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp := invoke(t, h, event(t, other, envelope(t, "work", nil), nil))
+		resp := invoke(t, h, sdktest.InvokeEvent(t, other, envelope(t, "work", nil), nil))
 		if resp.StatusCode != http.StatusUnauthorized || resp.Headers["Content-Type"] != "application/problem+json" {
 			t.Errorf("got %d %v, want a 401 problem", resp.StatusCode, resp.Headers)
 		}
 	})
 	t.Run("health probe", func(t *testing.T) {
-		resp := invoke(t, h, event(t, secret, []byte(`{"type":"health"}`), nil))
+		resp := invoke(t, h, sdktest.InvokeEvent(t, secret, []byte(`{"type":"health"}`), nil))
 		var health webhooksdk.HealthResponse
 		if err := json.Unmarshal([]byte(resp.Body), &health); err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("got %d %s, want a health response", resp.StatusCode, resp.Body)
@@ -177,7 +151,7 @@ func TestInvokeEvent(t *testing.T) {
 	hint := map[string]string{lambda.HeaderInvocation: lambda.InvocationEvent}
 
 	t.Run("result through the callback before returning", func(t *testing.T) {
-		resp := invoke(t, h, event(t, secret, envelope(t, "slow", cb.Callback("task-1")), hint))
+		resp := invoke(t, h, sdktest.InvokeEvent(t, secret, envelope(t, "slow", cb.Callback("task-1")), hint))
 		if resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("statusCode %d, want 202", resp.StatusCode)
 		}
@@ -201,7 +175,7 @@ func TestInvokeEvent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = h.Invoke(t.Context(), event(t, other, envelope(t, "work", cb.Callback("task-1")), hint))
+		_, err = h.Invoke(t.Context(), sdktest.InvokeEvent(t, other, envelope(t, "work", cb.Callback("task-1")), hint))
 		if err == nil || !strings.Contains(err.Error(), "401") {
 			t.Errorf("Invoke error %v, want the 401 refusal", err)
 		}
@@ -255,7 +229,7 @@ func TestInvokeDeadline(t *testing.T) {
 	h := newHandler(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	defer cancel()
-	_, err := h.Invoke(ctx, event(t, secret, envelope(t, "slow", nil), nil))
+	_, err := h.Invoke(ctx, sdktest.InvokeEvent(t, secret, envelope(t, "slow", nil), nil))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Invoke error %v, want the deadline", err)
 	}
