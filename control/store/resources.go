@@ -513,12 +513,14 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 		}
 		q.WriteString(` AND r.owner_id = ` + arg(id))
 	}
+	// failure_gen > 0 is implied (generation >= 1); it is stated for the
+	// planner, which can then use idx_resources_failed.
 	switch p.Failure {
 	case "":
 	case FailureRetrying:
-		q.WriteString(` AND r.failure_gen = r.generation AND NOT r.failure_terminal`)
+		q.WriteString(` AND r.failure_gen > 0 AND r.failure_gen = r.generation AND NOT r.failure_terminal`)
 	case FailureTerminal:
-		q.WriteString(` AND r.failure_gen = r.generation AND r.failure_terminal`)
+		q.WriteString(` AND r.failure_gen > 0 AND r.failure_gen = r.generation AND r.failure_terminal`)
 	default:
 		return ResourcePage{}, &InvalidError{Location: "failure", Message: fmt.Sprintf("must be %s or %s", FailureRetrying, FailureTerminal)}
 	}
