@@ -27,9 +27,6 @@ DECLARE
     v_fail_msgs text[] := '{}';
     v_status_ids uuid[];
     v_rids uuid[];
-    v_kinds text[];
-    v_vers smallint[];
-    v_los smallint[];
     v_ids uuid[];
     v_rollup uuid[];
 BEGIN
@@ -96,7 +93,7 @@ BEGIN
            AND s.err IS NOT NULL AND NOT s.term0 AND w.generation = w.claimed_gen
            AND NOT (s.max_attempts > 0 AND w.attempts + 1 >= s.max_attempts)
         RETURNING ROW(w.resource_id, s.task_id, s.claim_epoch, s.claimed_at, s.trigger, s.generation, s.emits, s.outcome,
-            s.err, false, false, w.rollup_dirty, s.has_rollup, s.abandoned)::drain_item AS item, w.kind, w.kind_version, w.claim_lo
+            s.err, false, false, w.rollup_dirty, s.has_rollup, s.abandoned)::drain_item AS item
     ), fin AS (
         DELETE FROM work_queue w
          USING src s
@@ -114,14 +111,12 @@ BEGIN
             w.generation > w.claimed_gen,
             w.rollup_dirty,
             s.has_rollup,
-            s.abandoned)::drain_item AS item, w.kind, w.kind_version, w.claim_lo
+            s.abandoned)::drain_item AS item
     )
-    SELECT array_agg(item), array_agg((item).resource_id), array_agg(kind), array_agg(kind_version), array_agg(claim_lo)
-      INTO v_items, v_rids, v_kinds, v_vers, v_los
+    SELECT array_agg(item), array_agg((item).resource_id)
+      INTO v_items, v_rids
       FROM (SELECT * FROM retry UNION ALL SELECT * FROM fin) x;
     IF v_items IS NULL THEN RETURN 0; END IF;
-    -- Capped kinds get their tokens back as their tasks leave the claimed state.
-    PERFORM inflight_release(v_kinds, v_vers, v_los);
 
     SELECT array_agg(i.resource_id) INTO v_status_ids
       FROM unnest(v_items) i JOIN resources r ON r.id = i.resource_id
