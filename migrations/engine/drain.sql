@@ -122,9 +122,17 @@ BEGIN
       FROM (SELECT * FROM retry UNION ALL SELECT * FROM fin) x;
     IF v_items IS NULL THEN RETURN 0; END IF;
 
+    -- The statuses that change and feed value flows. The resources are read
+    -- in one scan (MATERIALIZED): joined to the items, the planner probed
+    -- the primary key once per item with id = ANY (v_rids) as a second index
+    -- condition, which walks the whole array on every probe (quadratic in
+    -- the batch: 16 ms a drain at 180 items on the large classic BOM).
+    WITH r AS MATERIALIZED (
+        SELECT id, status FROM resources WHERE id = ANY (v_rids)
+    )
     SELECT array_agg(i.resource_id) INTO v_status_ids
-      FROM unnest(v_items) i JOIN resources r ON r.id = i.resource_id
-     WHERE r.id = ANY (v_rids) AND i.error IS NULL AND i.emits & 8 <> 0 AND jsonb_typeof(i.outcome->'status') NOT IN ('null')
+      FROM unnest(v_items) i JOIN r ON r.id = i.resource_id
+     WHERE i.error IS NULL AND i.emits & 8 <> 0 AND jsonb_typeof(i.outcome->'status') NOT IN ('null')
        AND r.status IS DISTINCT FROM i.outcome->'status'
        AND EXISTS (SELECT 1 FROM resource_deps d WHERE d.dependency_id = i.resource_id);
 

@@ -17,11 +17,16 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     n int;
 BEGIN
-    WITH c AS (
+    -- The resources are read in one scan by id = ANY, then joined to the
+    -- triggers: with the two in one join, the planner may probe the primary
+    -- key per id with id = ANY as a second index condition, which walks the
+    -- whole array on every probe (quadratic in the batch).
+    WITH r AS MATERIALIZED (
+        SELECT id, shard_id, kind, kind_version, generation FROM resources WHERE id = ANY (p_ids)
+    ), c AS (
         SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation, t.trig
         FROM unnest(p_ids, p_triggers) AS t(id, trig)
-        JOIN resources r ON r.id = t.id
-        WHERE r.id = ANY (p_ids) -- an index lookup whatever the array's size
+        JOIN r ON r.id = t.id
     ), up AS (
         INSERT INTO work_queue AS w (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
         SELECT shard_id, id, 'reconcile', kind, kind_version, generation, trig FROM c
