@@ -61,6 +61,12 @@ BEGIN
         -- every claim of that kind queue behind the drain's row lock).
         PERFORM inflight_release(v_kinds, v_vers, v_los);
         PERFORM notify_gated('outbox_ready');
+        -- A claimer turned away at a cap has nothing else to wake it: the
+        -- slot its delivery freed woke it before this token was back.
+        IF EXISTS (SELECT 1 FROM kind_config kc JOIN unnest(v_kinds, v_vers) AS k(kind, kind_version)
+                     ON kc.kind = k.kind AND kc.kind_version = k.kind_version WHERE kc.max_inflight > 0) THEN
+            PERFORM notify_gated('work_ready');
+        END IF;
     END IF;
     -- Only inputs that matched no claimed work row can be reactor
     -- deliveries, so a batch of work pays nothing here. A success acks the
