@@ -69,7 +69,7 @@ func OptionsFromEnv() (Options, error) {
 	var o Options
 	if v := os.Getenv("FAKE_FAULT_RATE"); v != "" {
 		r, err := strconv.ParseFloat(v, 64)
-		if err != nil || r < 0 || r > 1 {
+		if err != nil || !(r >= 0 && r <= 1) { // NaN fails both comparisons
 			return o, fmt.Errorf("FAKE_FAULT_RATE=%q: want a probability in 0..1", v)
 		}
 		o.FaultRate = r
