@@ -150,7 +150,11 @@ func (l *TeardownLog) Entries() []string {
 // ServeHTTP answers with the log as a JSON array of "kind/name".
 func (l *TeardownLog) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(l.Entries())
+	entries := l.Entries()
+	if entries == nil {
+		entries = []string{} // an array, not null, before the first teardown
+	}
+	_ = json.NewEncoder(w).Encode(entries)
 }
 
 func status(v any) (webhooksdk.Outcome, error) {
