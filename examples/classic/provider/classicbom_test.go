@@ -513,6 +513,12 @@ func TestRollup(t *testing.T) {
 			byKind:  map[string]tally{"account": {3, 4}, "vpc": {1, 3}, "tgw": {1, 1}, "route": {1, 2}},
 			ready:   6,
 			message: "6 of 10 children ready"},
+		// One short of all: the boundary between True and False.
+		{name: "one not ready",
+			desc:    map[string][]string{"account": {r, r}, "vpc": {r, "Orphaned"}},
+			byKind:  map[string]tally{"account": {2, 2}, "vpc": {1, 2}},
+			ready:   3,
+			message: "3 of 4 children ready"},
 		{name: "none ready",
 			desc:    map[string][]string{"vpc": {nr, nr}},
 			byKind:  map[string]tally{"vpc": {0, 2}},
