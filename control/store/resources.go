@@ -367,36 +367,41 @@ type ResourceDetail struct {
 	Conditions []model.StoredCondition `json:"conditions"`
 	// LastTask is the task whose outcome the drain applied last; nil before
 	// the first.
-	LastTask *LastTask `json:"last_task,omitempty" doc:"The task whose outcome was applied last: its id (as in the delivery envelope), claim epoch and claim time."`
+	LastTask *LastTask `json:"last_task,omitempty" doc:"The task whose outcome was applied last: its id (as in the delivery envelope), claim epoch, and when it was queued and claimed (updated_at is when its outcome was applied)."`
 }
 
 // LastTask identifies the last task applied to a resource, to find it in a
-// provider's logs (the task id is in every delivery's envelope) and in the
-// resource's events.
+// provider's logs (the task id is in every delivery's envelope), and keeps
+// its times: the event log records phase changes and failures, not every
+// task's steps.
 type LastTask struct {
-	TaskID     string    `json:"task_id"`
-	ClaimEpoch int64     `json:"claim_epoch"`
-	ClaimedAt  time.Time `json:"claimed_at"`
+	TaskID     string `json:"task_id"`
+	ClaimEpoch int64  `json:"claim_epoch"`
+	// EnqueuedAt is when the task was queued; nil for one applied before
+	// the times were kept.
+	EnqueuedAt *time.Time `json:"enqueued_at,omitempty"`
+	ClaimedAt  time.Time  `json:"claimed_at"`
 }
 
 const resourceGetSQL = `SELECT ` + resourceViewCols + `,
        (SELECT coalesce(json_agg(json_build_object('type', c.type, 'status', c.status, 'reason', c.reason,
                  'message', c.message, 'last_transition_time', c.last_transition_time) ORDER BY c.type), '[]')
           FROM resource_conditions c WHERE c.resource_id = r.id),
-       r.last_task_id, r.last_task_epoch, r.last_claimed_at
+       r.last_task_id, r.last_task_epoch, r.last_enqueued_at, r.last_claimed_at
   FROM resources r WHERE r.kind = $1 AND r.name = $2`
 
 // GetResource returns the resource (kind, name) with its conditions, or a
 // *NotFoundError.
 func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDetail, error) {
 	var (
-		d         ResourceDetail
-		taskID    *string
-		epoch     *int64
-		claimedAt *time.Time
+		d          ResourceDetail
+		taskID     *string
+		epoch      *int64
+		enqueuedAt *time.Time
+		claimedAt  *time.Time
 	)
 	targets, finish := resourceScanTargets(&d.Resource)
-	err := s.pool.QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions, &taskID, &epoch, &claimedAt)...)
+	err := s.pool.QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions, &taskID, &epoch, &enqueuedAt, &claimedAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ResourceDetail{}, resourceNotFound(kind, name)
 	}
@@ -408,7 +413,7 @@ func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDet
 		d.Conditions = []model.StoredCondition{}
 	}
 	if taskID != nil && epoch != nil && claimedAt != nil {
-		d.LastTask = &LastTask{TaskID: *taskID, ClaimEpoch: *epoch, ClaimedAt: *claimedAt}
+		d.LastTask = &LastTask{TaskID: *taskID, ClaimEpoch: *epoch, EnqueuedAt: enqueuedAt, ClaimedAt: *claimedAt}
 	}
 	return d, nil
 }
