@@ -119,6 +119,9 @@ func requireJSONBody(c *fiber.Ctx) error {
 		return c.Next()
 	}
 	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && mt == ndjsonType && c.Path() == Prefix+batchPath {
+		return c.Next()
+	}
 	if err != nil || mt != "application/json" && !strings.HasSuffix(mt, "+json") {
 		p := newProblem(http.StatusUnsupportedMediaType, typeUnsupportedMediaType,
 			"request bodies must be JSON (Content-Type: application/json)")
