@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -129,15 +130,18 @@ const batchGateSQL = `SELECT m.is_reactor, pc.kind, pc.kind_version::int
  ORDER BY i.n`
 
 // batchApplySQL is resourceApplySQL's upsert, event and spec revision for
-// many rows in one statement (see there). It returns the written rows with
+// many rows in one statement (see there). A created row takes the id $8
+// gives it: time-ordered (UUIDv7) in item order, so that a listing, in
+// (created_at, id) order, shows a batch's resources in the order they were
+// sent although they share created_at. It returns the written rows with
 // their position in the input; an item it did not write is unchanged or
 // being deleted (batchReadSQL tells which).
 const batchApplySQL = `WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::smallint[], $3::text[], $4::jsonb[], $5::jsonb[], $6::text[]) WITH ORDINALITY
-        AS t(kind, kind_version, name, labels, spec, provider_config_ref, n)
+    SELECT * FROM unnest($1::text[], $2::smallint[], $3::text[], $4::jsonb[], $5::jsonb[], $6::text[], $8::uuid[]) WITH ORDINALITY
+        AS t(kind, kind_version, name, labels, spec, provider_config_ref, id, n)
 ), up AS (
-    INSERT INTO resources AS r (kind, kind_version, name, labels, spec, provider_config_ref)
-    SELECT kind, kind_version, name, labels, spec, provider_config_ref FROM input ORDER BY n
+    INSERT INTO resources AS r (id, kind, kind_version, name, labels, spec, provider_config_ref)
+    SELECT id, kind, kind_version, name, labels, spec, provider_config_ref FROM input ORDER BY n
     ON CONFLICT (kind, name) DO UPDATE SET
         kind_version = EXCLUDED.kind_version, labels = EXCLUDED.labels,
         spec = EXCLUDED.spec, provider_config_ref = EXCLUDED.provider_config_ref
@@ -225,8 +229,16 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 		return err
 	}
 	kinds, names, versions, refs = kinds[:0], names[:0], versions[:0], refs[:0]
-	var refCol []*string
+	var (
+		refCol []*string
+		ids    []uuid.UUID
+	)
 	for _, j := range pass {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
 		p := items[chunk[j]]
 		l, _ := p.columns()
 		var ref *string
@@ -240,7 +252,7 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 		return nil
 	}
 	b := &pgx.Batch{}
-	b.Queue(batchApplySQL, kinds, versions, names, labels, specs, refCol, s.cfg.SpecHistoryLimit)
+	b.Queue(batchApplySQL, kinds, versions, names, labels, specs, refCol, s.cfg.SpecHistoryLimit, ids)
 	b.Queue(batchScheduleSQL, kinds, names)
 	br := tx.SendBatch(ctx, b)
 	written := make([]bool, len(pass))
