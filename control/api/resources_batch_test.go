@@ -209,6 +209,35 @@ func TestApplyResourceBatch(t *testing.T) {
 		}
 	})
 
+	t.Run("GateRefusalsAreItemErrors", func(t *testing.T) {
+		t.Parallel()
+		b := setupWidget(t, api.Config{})
+		b.putManifest("sink", `{"kind":"sink","kind_version":1,"reactions":[{"name":"r","trigger":"reactor","emits":["sideEffect"]}]}`).
+			wantApply(t, "created")
+		b.do(http.MethodPost, "/api/v1/providerconfigs", `{"name":"noop-cfg","kind":"noop","kind_version":1,"spec":{}}`).
+			want(t, http.StatusCreated)
+		a := b.batch(`{"items":[` + strings.Join([]string{
+			`{"kind":"sink","kind_version":1,"name":"s"}`,
+			`{"kind":"widget","kind_version":1,"name":"p1","spec":{"image":"a"},"provider_config_ref":"missing"}`,
+			`{"kind":"widget","kind_version":1,"name":"p2","spec":{"image":"a"},"provider_config_ref":"noop-cfg"}`,
+			`{"kind":"noop","kind_version":1,"name":"p3","provider_config_ref":"noop-cfg"}`,
+		}, ",") + `]}`).batchAnswer(t)
+		if got := a.results(); got != "0:invalid 1:invalid 2:invalid 3:created" {
+			t.Fatalf("results %s", got)
+		}
+		for i, loc := range []string{"items[0].kind", "items[1].provider_config_ref", "items[2].provider_config_ref"} {
+			if e := a.Results[i].Errors; len(e) != 1 || e[0].Location != loc {
+				t.Errorf("item %d errors %+v, want one at %s", i, e, loc)
+			}
+		}
+		if n := b.count(`SELECT count(*) FROM resources`); n != 1 {
+			t.Fatalf("%d resources, want 1", n)
+		}
+		if r := b.get(t, "noop", "p3"); r.ProviderConfigRef != "noop-cfg" {
+			t.Fatalf("p3 provider_config_ref %q", r.ProviderConfigRef)
+		}
+	})
+
 	t.Run("BeingDeleted", func(t *testing.T) {
 		t.Parallel()
 		b := setupWidget(t, api.Config{})
