@@ -209,6 +209,54 @@ func TestApplyResourceBatch(t *testing.T) {
 		}
 	})
 
+	t.Run("ResultsLineUpAcrossChunks", func(t *testing.T) {
+		t.Parallel()
+		b := setupWidget(t, api.Config{})
+		// 1,234 items (three chunks of valid ones), every 97th invalid.
+		const n = 1234
+		items := make([]string, n)
+		for i := range items {
+			spec := `{"image":"a"}`
+			if i%97 == 0 {
+				spec = `{"image":"a","replicas":0}`
+			}
+			items[i] = widget(fmt.Sprintf("c%04d", i), spec)
+		}
+		a := b.batch(`{"items":[` + strings.Join(items, ",") + `]}`).batchAnswer(t)
+		invalid := (n + 96) / 97
+		if len(a.Results) != n || a.Invalid != invalid || a.Created != n-invalid {
+			t.Fatalf("%d results, counts %d created %d invalid", len(a.Results), a.Created, a.Invalid)
+		}
+		ids := map[string]string{}
+		rows, err := b.db.Pool.Query(t.Context(), `SELECT name, id::text FROM resources`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var name, id string
+			if err := rows.Scan(&name, &id); err != nil {
+				t.Fatal(err)
+			}
+			ids[name] = id
+		}
+		if len(ids) != n-invalid {
+			t.Fatalf("%d resources, want %d", len(ids), n-invalid)
+		}
+		for i, r := range a.Results {
+			name := fmt.Sprintf("c%04d", i)
+			want := "created"
+			if i%97 == 0 {
+				want = "invalid"
+			}
+			if r.Index != i || r.Name != name || r.Result != want || r.ID != ids[name] {
+				t.Fatalf("result %d = %+v, want %s %s id %q", i, r, name, want, ids[name])
+			}
+		}
+		if w := b.count(`SELECT count(*) FROM work_queue`); w != n-invalid {
+			t.Fatalf("%d work rows, want one per created widget (%d)", w, n-invalid)
+		}
+	})
+
 	t.Run("GateRefusalsAreItemErrors", func(t *testing.T) {
 		t.Parallel()
 		b := setupWidget(t, api.Config{})
