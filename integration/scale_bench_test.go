@@ -58,7 +58,11 @@ func benchScale(b *testing.B, n, maxBatch int) {
 		b.Fatalf("build converge: %v\n%s", err, out)
 	}
 	addr, health := freeAddr(b), freeAddr(b)
-	key := func(n int) string { k := make([]byte, n); _, _ = rand.Read(k); return base64.StdEncoding.EncodeToString(k) }
+	key := func(n int) string {
+		k := make([]byte, n)
+		_, _ = rand.Read(k)
+		return base64.StdEncoding.EncodeToString(k)
+	}
 	// `converge dev` on the test's database: production settings but for
 	// plain http to loopback providers.
 	cmd := exec.Command(bin, "dev")
