@@ -219,6 +219,9 @@ type Dispatcher struct {
 
 	delivering atomic.Int64
 	async      *asyncWatch
+	// work is the context of this run's deliveries (set by run before any
+	// starts): a batch's request runs on it, its tasks on their own.
+	work context.Context
 
 	mu      sync.Mutex
 	tracked map[string]*item // delivering and queued tasks, heartbeated
@@ -338,10 +341,21 @@ type item struct {
 	cancel   context.CancelCauseFunc
 }
 
+// delivery is one request's worth of claimed tasks of one pair: a single
+// task, or up to its endpoint's max_batch sent as one batch.
+type delivery struct {
+	items []*item
+	// ctx bounds the request: a single task's own context (cancelled when
+	// its claim is lost), or for a batch the dispatcher's work context,
+	// since one task's lost claim must not cut its neighbours' request.
+	ctx context.Context
+}
+
 func (d *Dispatcher) run(ctx context.Context) {
 	// Deliveries run on a context that a soft stop does not cancel.
 	work, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelWork(nil)
+	d.work = work
 	bg := context.WithoutCancel(ctx)
 
 	ops := make(chan op, 4*d.cfg.BatchSize)
@@ -412,7 +426,10 @@ func (d *Dispatcher) run(ctx context.Context) {
 }
 
 // place starts queued tasks on endpoints with a free slot, keeps the rest in
-// order, and releases those that waited longer than QueueWait.
+// order, and releases those that waited longer than QueueWait. A slot on an
+// endpoint with max_batch n takes up to n queued tasks of its pair in one
+// batch: only those already waiting, so batching never delays a task — under
+// light load a batch is a single task, sent as such.
 func (d *Dispatcher) place(queue []*item, ops chan<- op, wg *sync.WaitGroup) []*item {
 	if len(queue) == 0 {
 		return queue
@@ -420,14 +437,30 @@ func (d *Dispatcher) place(queue []*item, ops chan<- op, wg *sync.WaitGroup) []*
 	now := time.Now()
 	kept := queue[:0]
 	full := map[string]bool{}
-	for _, it := range queue {
+	taken := map[*item]bool{} // joined an earlier item's batch
+	for i, it := range queue {
 		switch {
+		case taken[it]:
+			continue
 		case it.ctx.Err() != nil: // superseded while waiting
 			d.untrack(it)
 			continue
 		case !full[it.pair]:
 			if slot, ok := d.reg.Acquire(it.pair); ok {
-				d.launch(it, slot, ops, wg)
+				dl := &delivery{items: []*item{it}, ctx: it.ctx}
+				for _, next := range queue[i+1:] {
+					if len(dl.items) == slot.Endpoint().MaxBatch() {
+						break
+					}
+					if next.pair == it.pair && !taken[next] && next.ctx.Err() == nil {
+						dl.items = append(dl.items, next)
+						taken[next] = true
+					}
+				}
+				if len(dl.items) > 1 {
+					dl.ctx = d.work
+				}
+				d.launch(dl, slot, ops, wg)
 				continue
 			}
 			full[it.pair] = true
@@ -498,24 +531,19 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 		it := &item{task: t, env: envs[i], pair: fmt.Sprintf("%s/%d", t.Kind, t.KindVersion), queuedAt: now}
 		it.ctx, it.cancel = context.WithCancelCause(work)
 		d.track(it)
-		if len(*queue) == 0 {
-			if slot, ok := d.reg.Acquire(it.pair); ok {
-				d.launch(it, slot, ops, wg)
-				continue
-			}
-		}
 		*queue = append(*queue, it)
 	}
+	*queue = d.place(*queue, ops, wg)
 	return len(tasks), limit
 }
 
-func (d *Dispatcher) launch(it *item, slot *registry.Slot, ops chan<- op, wg *sync.WaitGroup) {
+func (d *Dispatcher) launch(dl *delivery, slot *registry.Slot, ops chan<- op, wg *sync.WaitGroup) {
 	d.delivering.Add(1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer d.delivering.Add(-1)
-		d.deliver(it, slot, ops)
+		d.deliver(dl, slot, ops)
 	}()
 }
 
