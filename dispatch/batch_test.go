@@ -85,3 +85,141 @@ func TestBatchConverges(t *testing.T) {
 		})
 	}
 }
+
+// batchHandler serves task requests, batched or single, signed with secret:
+// answer returns the results for one task (none, one, or several), and a
+// single task is answered with its first.
+func batchHandler(secret string, answer func(env webhooksdk.Envelope) []webhooksdk.BatchResult) http.Handler {
+	return verified(secret, func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			webhooksdk.Envelope
+			Tasks []webhooksdk.Envelope `json:"tasks"`
+		}
+		body, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(body, &req)
+		if req.Type == webhooksdk.EnvelopeTask {
+			res := answer(req.Envelope)
+			if res[0].Accepted {
+				w.WriteHeader(http.StatusAccepted)
+				return
+			}
+			b, _ := json.Marshal(res[0].Result)
+			_, _ = w.Write(b)
+			return
+		}
+		resp := webhooksdk.BatchResponse{Type: webhooksdk.EnvelopeBatch}
+		for _, env := range req.Tasks {
+			for _, res := range answer(env) {
+				b, _ := json.Marshal(res)
+				resp.Results = append(resp.Results, b)
+			}
+		}
+		b, _ := json.Marshal(resp)
+		_, _ = w.Write(b)
+	})
+}
+
+func outcomeOf(env webhooksdk.Envelope, status string) webhooksdk.BatchResult {
+	return webhooksdk.BatchResult{Result: webhooksdk.Result{TaskID: env.TaskID, ClaimEpoch: env.ClaimEpoch,
+		Outcome: &webhooksdk.Outcome{Status: json.RawMessage(status)}}}
+}
+
+// TestBatchMixedResults: one batch answered with an outcome, a terminal
+// error and an accepted task: each lands as it would alone, and the
+// accepted one waits for its own callback.
+func TestBatchMixedResults(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.kind("leaf", model.Policy{TaskDeadlineSecs: 30})
+	s := e.endpoint("leaves", endpointOpts{kinds: []string{"leaf"}, maxBatch: 8})
+	var (
+		mu      sync.Mutex
+		pending webhooksdk.Envelope
+	)
+	sized := &batchSizes{next: batchHandler(s.secret, func(env webhooksdk.Envelope) []webhooksdk.BatchResult {
+		mu.Lock()
+		defer mu.Unlock()
+		switch env.Resource.Name {
+		case "fail":
+			return []webhooksdk.BatchResult{{Result: webhooksdk.Result{TaskID: env.TaskID, ClaimEpoch: env.ClaimEpoch,
+				Error: &webhooksdk.Error{Message: "cidr overlaps", Terminal: true}}}}
+		case "async":
+			pending = env
+			return []webhooksdk.BatchResult{{Result: webhooksdk.Result{TaskID: env.TaskID, ClaimEpoch: env.ClaimEpoch}, Accepted: true}}
+		}
+		return []webhooksdk.BatchResult{outcomeOf(env, `{"done":true}`)}
+	})}
+	s.set(sized)
+	for _, n := range []string{"ok", "fail", "async"} {
+		e.apply("leaf", n, map[string]any{"n": n})
+	}
+	e.dispatcher(dispatch.Config{})
+	e.listen()
+	e.waitPhase("leaf", "ok", "Ready", 20*time.Second)
+	e.waitPhase("leaf", "fail", "Failed", 20*time.Second)
+	if largest, requests := sized.largest(); largest != 3 || requests != 1 {
+		t.Fatalf("%d requests, the largest carrying %d tasks; want one batch of 3", requests, largest)
+	}
+	if p := e.phase("leaf", "async"); p != "Reconciling" {
+		t.Fatalf("the accepted task's resource is %s before its callback, want Reconciling", p)
+	}
+	mu.Lock()
+	env := pending
+	mu.Unlock()
+	if code, result := postCallback(t, env, outcomeOf(env, `{"late":true}`).Result); code != http.StatusOK || result != "applied" {
+		t.Fatalf("callback answered %d %q, want 200 applied", code, result)
+	}
+	e.waitPhase("leaf", "async", "Ready", 20*time.Second)
+	if v := metricValue(t, e, "converge_dispatch_deliveries_total", map[string]string{"endpoint": "leaves", "result": "accepted"}); v != 1 {
+		t.Errorf("deliveries_total{accepted} = %v, want 1", v)
+	}
+	e.checkNoDoubleApply()
+}
+
+// TestBatchUnusableAnswers: in a batch answer, a result for another claim
+// of the task (a stale epoch), a missing result and a duplicated one are
+// never applied: those tasks fail transiently (recorded malformed) and
+// converge on a later claim, while their neighbour's result is applied.
+func TestBatchUnusableAnswers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.kind("leaf", model.Policy{TaskDeadlineSecs: 30})
+	s := e.endpoint("leaves", endpointOpts{kinds: []string{"leaf"}, maxBatch: 8})
+	s.set(batchHandler(s.secret, func(env webhooksdk.Envelope) []webhooksdk.BatchResult {
+		if env.Attempt > 1 {
+			return []webhooksdk.BatchResult{outcomeOf(env, `{"from":"retry"}`)}
+		}
+		first := outcomeOf(env, `{"from":"first"}`)
+		switch env.Resource.Name {
+		case "stale":
+			first.ClaimEpoch = env.ClaimEpoch - 1
+		case "missing":
+			return nil
+		case "dup":
+			return []webhooksdk.BatchResult{first, first}
+		}
+		return []webhooksdk.BatchResult{first}
+	}))
+	ids := map[string]string{}
+	for _, n := range []string{"good", "stale", "missing", "dup"} {
+		ids[n] = e.apply("leaf", n, map[string]any{"n": n})
+	}
+	e.dispatcher(dispatch.Config{})
+	e.listen()
+	e.waitReady("leaf", 4, 30*time.Second)
+	for name, id := range ids {
+		var status string
+		must(t, e.db.Pool.QueryRow(e.ctx, `SELECT status->>'from' FROM resources WHERE id = $1`, id).Scan(&status))
+		want, failures := "retry", 1
+		if name == "good" {
+			want, failures = "first", 0
+		}
+		if status != want {
+			t.Errorf("%s: status from the %s answer, want the %s", name, status, want)
+		}
+		if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND reason = 'malformed'`, id); n != failures {
+			t.Errorf("%s: %d malformed deliveries recorded, want %d", name, n, failures)
+		}
+	}
+	e.checkNoDoubleApply()
+}
