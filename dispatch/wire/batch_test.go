@@ -3,6 +3,7 @@ package wire_test
 import (
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -84,5 +85,41 @@ func TestDecodeBatch(t *testing.T) {
 		if _, err := wire.DecodeBatch([]byte(body), tasks); !errors.Is(err, wire.ErrMalformedResult) {
 			t.Errorf("DecodeBatch(%s) = %v, want ErrMalformedResult", body, err)
 		}
+	}
+}
+
+// TestBatchDocExample: the dispatcher reads docs/protocol.md §16.6's batch
+// response (webhooksdk/testdata, which the doc quotes) as documented — one
+// outcome, one accepted — and the example's webhook-id is BatchID's.
+func TestBatchDocExample(t *testing.T) {
+	t.Parallel()
+	read := func(path string) []byte {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	var req webhooksdk.Batch
+	if err := json.Unmarshal(read("../../webhooksdk/testdata/batch_request.json"), &req); err != nil {
+		t.Fatal(err)
+	}
+	tasks := make([]model.Task, len(req.Tasks))
+	for i, env := range req.Tasks {
+		tasks[i] = model.Task{ID: env.TaskID, Epoch: env.ClaimEpoch}
+	}
+	if id := wire.BatchID(tasks); !strings.Contains(string(read("../../docs/protocol.md")), "webhook-id: "+id+"\n") {
+		t.Errorf("the doc's example does not carry the batch's webhook-id %s", id)
+	}
+	answers, err := wire.DecodeBatch(read("../../webhooksdk/testdata/batch_response.json"), tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []wire.Answer{
+		{Result: webhooksdk.Result{TaskID: tasks[0].ID, ClaimEpoch: 7, Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"vpc_id":"vpc-0a1b2c3d"}`)}}},
+		{Accepted: true},
+	}
+	if d := cmp.Diff(want, answers); d != "" {
+		t.Errorf("answers (-want +got):\n%s", d)
 	}
 }
