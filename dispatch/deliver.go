@@ -288,7 +288,8 @@ func (d *Dispatcher) disable(ctx context.Context, ep *registry.Endpoint, reason 
 // their task deadlines (a batch's latest, when every task has one),
 // whichever ends first, and classifies it: the request's verdict (breaker,
 // back-off, failover) and each task's. Outside a batch's 2xx answer every
-// task shares the request's verdict.
+// task shares the request's verdict; a 202 for a whole batch (a Lambda
+// Event invoke) accepts every task.
 func (d *Dispatcher) attempt(ctx context.Context, items []*item, ep *registry.Endpoint, msgID string, body []byte, now time.Time) (verdict, []verdict) {
 	var deadline time.Time
 	for _, it := range items {
@@ -314,7 +315,7 @@ func (d *Dispatcher) attempt(ctx context.Context, items []*item, ep *registry.En
 	switch {
 	case err != nil:
 		v = d.classifyError(ctx, deadline, ep, err, timeout)
-	case len(items) > 1 && resp.FunctionError == nil && resp.Status/100 == 2 && !resp.Truncated:
+	case len(items) > 1 && resp.FunctionError == nil && resp.Status/100 == 2 && resp.Status != http.StatusAccepted && !resp.Truncated:
 		return classifyBatch(items, ep, resp)
 	default:
 		v = d.classifyResponse(items[0].task, ep, resp)
@@ -326,7 +327,7 @@ func (d *Dispatcher) attempt(ctx context.Context, items []*item, ep *registry.En
 	return v, each
 }
 
-// classifyBatch classifies a batch's 2xx answer: a batch response gives each
+// classifyBatch classifies a batch's 2xx answer but a 202: a batch response gives each
 // task the verdict its own result would get inline (an outcome, an error, or
 // accepted as for a 202); a task without exactly one usable result, or every
 // task when the answer is not a batch response, fails transiently.
