@@ -223,3 +223,94 @@ func TestBatchUnusableAnswers(t *testing.T) {
 	}
 	e.checkNoDoubleApply()
 }
+
+// TestBatchWholeRequest: a 5xx for a batch fails every task in it as a
+// single delivery's 5xx would (each recorded server_error, retried under a
+// new claim); a 202 for a whole batch accepts every task, each then
+// completed by its own callback.
+func TestBatchWholeRequest(t *testing.T) {
+	t.Parallel()
+	// setup registers a max_batch 8 endpoint served by h, applies four
+	// leaves and starts a dispatcher, which claims them together.
+	setup := func(t *testing.T, h func(s *server) http.Handler) (*env, []string) {
+		e := newEnv(t)
+		e.kind("leaf", model.Policy{TaskDeadlineSecs: 30})
+		s := e.endpoint("leaves", endpointOpts{kinds: []string{"leaf"}, maxBatch: 8})
+		s.set(h(s))
+		ids := make([]string, 4)
+		for i := range ids {
+			ids[i] = e.apply("leaf", string(rune('a'+i)), map[string]any{"i": i})
+		}
+		e.dispatcher(dispatch.Config{})
+		e.listen()
+		return e, ids
+	}
+
+	t.Run("5xx", func(t *testing.T) {
+		t.Parallel()
+		var first sync.Once
+		sized := &batchSizes{}
+		e, ids := setup(t, func(s *server) http.Handler {
+			ok := batchHandler(s.secret, func(env webhooksdk.Envelope) []webhooksdk.BatchResult {
+				return []webhooksdk.BatchResult{outcomeOf(env, `{"ok":true}`)}
+			})
+			sized.next = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				failed := false
+				first.Do(func() {
+					failed = true
+					http.Error(w, "boom", http.StatusInternalServerError)
+				})
+				if !failed {
+					ok.ServeHTTP(w, r)
+				}
+			})
+			return sized
+		})
+		e.waitReady("leaf", len(ids), 30*time.Second)
+		sized.mu.Lock()
+		firstSize := sized.sizes[0]
+		sized.mu.Unlock()
+		if firstSize != len(ids) {
+			t.Fatalf("the failed request carried %d tasks, want all %d", firstSize, len(ids))
+		}
+		for _, id := range ids {
+			if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND reason = 'server_error' AND claim_epoch = 1`, id); n != 1 {
+				t.Errorf("resource %s: %d server_error records for its first claim, want 1", id, n)
+			}
+		}
+		e.checkNoDoubleApply()
+	})
+
+	t.Run("202", func(t *testing.T) {
+		t.Parallel()
+		var (
+			mu       sync.Mutex
+			accepted []webhooksdk.Envelope
+		)
+		e, ids := setup(t, func(s *server) http.Handler {
+			return verified(s.secret, func(w http.ResponseWriter, r *http.Request) {
+				var req webhooksdk.Batch
+				body, _ := io.ReadAll(r.Body)
+				_ = json.Unmarshal(body, &req)
+				mu.Lock()
+				accepted = append(accepted, req.Tasks...)
+				mu.Unlock()
+				w.WriteHeader(http.StatusAccepted)
+			})
+		})
+		var envs []webhooksdk.Envelope
+		waitFor(t, 20*time.Second, "the batch to be accepted", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			envs = append([]webhooksdk.Envelope(nil), accepted...)
+			return len(envs) == len(ids)
+		})
+		for _, env := range envs {
+			if code, result := postCallback(t, env, outcomeOf(env, `{"ok":true}`).Result); code != http.StatusOK || result != "applied" {
+				t.Errorf("callback for %s answered %d %q, want 200 applied", env.TaskID, code, result)
+			}
+		}
+		e.waitReady("leaf", len(ids), 20*time.Second)
+		e.checkNoDoubleApply()
+	})
+}

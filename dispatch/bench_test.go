@@ -566,7 +566,8 @@ const benchMaxBatch = 32
 // the engine with the push dispatcher to a no-op webhooksdk provider,
 // inline and async, unbatched and with max_batch benchMaxBatch, against Q
 // measured in the same run: medians of benchRounds interleaved rounds of N
-// leaf resources (10,000; 2,000 under -short).
+// leaf resources (10,000; 2,000 under -short). inproc, the engine with no
+// HTTP at all, is the ceiling any dispatch path can reach.
 //
 // Run: go test ./dispatch -run '^$' -bench DispatchBatch -benchtime 1x
 func BenchmarkDispatchBatch(b *testing.B) {
@@ -579,6 +580,7 @@ func BenchmarkDispatchBatch(b *testing.B) {
 		run  func(testing.TB, int) float64
 	}{
 		{"Q", benchQ},
+		{"inproc", benchInproc},
 		{"http", func(tb testing.TB, n int) float64 { return benchHTTP(tb, n, false, 1) }},
 		{"http_batch", func(tb testing.TB, n int) float64 { return benchHTTP(tb, n, false, benchMaxBatch) }},
 		{"async", func(tb testing.TB, n int) float64 { return benchHTTP(tb, n, true, 1) }},
@@ -603,9 +605,9 @@ func BenchmarkDispatchBatch(b *testing.B) {
 			b.ReportMetric(med[m.name], m.name+"/s")
 			b.ReportMetric(med[m.name]/q, m.name+"/Q")
 		}
-		b.Logf("N=%d, max_batch %d, medians of %d rounds: Q %.0f/s; http %.0f/s (%.3f·Q), http batched %.0f/s (%.3f·Q); "+
+		b.Logf("N=%d, max_batch %d, medians of %d rounds: Q %.0f/s; inproc %.0f/s (%.3f·Q); http %.0f/s (%.3f·Q), http batched %.0f/s (%.3f·Q); "+
 			"async %.0f/s (%.3f·Q), async batched %.0f/s (%.3f·Q)",
-			n, benchMaxBatch, benchRounds, q, med["http"], med["http"]/q, med["http_batch"], med["http_batch"]/q,
+			n, benchMaxBatch, benchRounds, q, med["inproc"], med["inproc"]/q, med["http"], med["http"]/q, med["http_batch"], med["http_batch"]/q,
 			med["async"], med["async"]/q, med["async_batch"], med["async_batch"]/q)
 	}
 }

@@ -90,6 +90,8 @@ type run struct {
 // Result (an error result too); otherwise 202, and the Result is POSTed to the
 // envelope's callback URL later, with heartbeats meanwhile. A repeated webhook-id is
 // never run twice: while it runs it gets 202, once finished it gets the same body again.
+// A batched delivery (docs/protocol.md §16) is verified once and each of its tasks served
+// as above, its answer collected into one [BatchResponse].
 func Handler(providers []Provider, opts ...Option) (*Endpoint, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
