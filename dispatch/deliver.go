@@ -159,15 +159,14 @@ func (d *Dispatcher) encodeDelivery(items []*item, ep *registry.Endpoint, buf *b
 // to another ready endpoint while no answer comes back, classify the answer
 // for each task, and hand the results to the completer. A batch fails over
 // only to an endpoint that takes a batch that large.
-func (d *Dispatcher) deliver(dl *delivery, slot *registry.Slot, ops chan<- op) {
-	defer func() {
-		for _, it := range dl.items {
+func (d *Dispatcher) deliver(items []*item, slot *registry.Slot, ops chan<- op) {
+	defer func(all []*item) {
+		for _, it := range all {
 			d.untrack(it)
 		}
-	}()
+	}(items)
 	buf := bufPool.Get().(*bytes.Buffer)
 	defer bufPool.Put(buf)
-	items := dl.items
 	var tried []string
 	for {
 		ep := slot.Endpoint()
@@ -201,8 +200,15 @@ func (d *Dispatcher) deliver(dl *delivery, slot *registry.Slot, ops chan<- op) {
 			}
 			return
 		}
+		// A single task's request ends when its claim is lost; a batch's
+		// runs on the work context, since one task's lost claim must not cut
+		// its neighbours' request (their results are fenced each).
+		ctx := items[0].ctx
+		if len(items) > 1 {
+			ctx = d.work
+		}
 		start := time.Now()
-		v, each := d.attempt(dl.ctx, items, ep, msgID, buf.Bytes(), start)
+		v, each := d.attempt(ctx, items, ep, msgID, buf.Bytes(), start)
 		lat := time.Since(start)
 		slot.Done(v.breaker)
 		for i, it := range items {
@@ -212,9 +218,9 @@ func (d *Dispatcher) deliver(dl *delivery, slot *registry.Slot, ops chan<- op) {
 			ep.BackOff(time.Now().Add(v.backoff), fmt.Sprintf("it answered %d %s", v.status, http.StatusText(v.status)))
 		}
 		if v.disable != "" {
-			d.disable(dl.ctx, ep, v.disable)
+			d.disable(ctx, ep, v.disable)
 		}
-		if v.failover && dl.ctx.Err() == nil {
+		if v.failover && ctx.Err() == nil {
 			tried = append(tried, ep.Name())
 			if next, ok := d.reg.Acquire(items[0].pair, tried...); ok {
 				if len(items) == 1 || next.Endpoint().MaxBatch() >= len(items) {

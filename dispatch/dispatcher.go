@@ -220,7 +220,8 @@ type Dispatcher struct {
 	delivering atomic.Int64
 	async      *asyncWatch
 	// work is the context of this run's deliveries (set by run before any
-	// starts): a batch's request runs on it, its tasks on their own.
+	// starts, read by them until run returns): a batch's request runs on
+	// it, each task on its own child of it.
 	work context.Context
 
 	mu      sync.Mutex
@@ -341,16 +342,6 @@ type item struct {
 	cancel   context.CancelCauseFunc
 }
 
-// delivery is one request's worth of claimed tasks of one pair: a single
-// task, or up to its endpoint's max_batch sent as one batch.
-type delivery struct {
-	items []*item
-	// ctx bounds the request: a single task's own context (cancelled when
-	// its claim is lost), or for a batch the dispatcher's work context,
-	// since one task's lost claim must not cut its neighbours' request.
-	ctx context.Context
-}
-
 func (d *Dispatcher) run(ctx context.Context) {
 	// Deliveries run on a context that a soft stop does not cancel.
 	work, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -447,20 +438,17 @@ func (d *Dispatcher) place(queue []*item, ops chan<- op, wg *sync.WaitGroup) []*
 			continue
 		case !full[it.pair]:
 			if slot, ok := d.reg.Acquire(it.pair); ok {
-				dl := &delivery{items: []*item{it}, ctx: it.ctx}
+				items := []*item{it}
 				for _, next := range queue[i+1:] {
-					if len(dl.items) == slot.Endpoint().MaxBatch() {
+					if len(items) == slot.Endpoint().MaxBatch() {
 						break
 					}
 					if next.pair == it.pair && !taken[next] && next.ctx.Err() == nil {
-						dl.items = append(dl.items, next)
+						items = append(items, next)
 						taken[next] = true
 					}
 				}
-				if len(dl.items) > 1 {
-					dl.ctx = d.work
-				}
-				d.launch(dl, slot, ops, wg)
+				d.launch(items, slot, ops, wg)
 				continue
 			}
 			full[it.pair] = true
@@ -537,13 +525,14 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	return len(tasks), limit
 }
 
-func (d *Dispatcher) launch(dl *delivery, slot *registry.Slot, ops chan<- op, wg *sync.WaitGroup) {
+// launch starts the delivery of items (one task, or a batch) on slot.
+func (d *Dispatcher) launch(items []*item, slot *registry.Slot, ops chan<- op, wg *sync.WaitGroup) {
 	d.delivering.Add(1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer d.delivering.Add(-1)
-		d.deliver(dl, slot, ops)
+		d.deliver(items, slot, ops)
 	}()
 }
 
