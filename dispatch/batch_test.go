@@ -10,9 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
+	"github.com/convergeplane/converge/internal/lambdatest"
 	"github.com/convergeplane/converge/webhooksdk"
+	sdklambda "github.com/convergeplane/converge/webhooksdk/lambda"
 )
 
 // batchSizes wraps a handler, recording how many tasks each task request
@@ -314,3 +319,55 @@ func TestBatchWholeRequest(t *testing.T) {
 		e.checkNoDoubleApply()
 	})
 }
+
+// TestBatchLambda: through a lambda target (sync and Event invokes, on the
+// Invoke-API test server), a batch is one Invoke, served by
+// webhooksdk/lambda, and every task converges.
+func TestBatchLambda(t *testing.T) {
+	t.Parallel()
+	for _, invocation := range []string{store.InvocationSync, store.InvocationAsync} {
+		t.Run(invocation, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.kind("leaf", model.Policy{TaskDeadlineSecs: 30})
+			fn, err := sdklambda.New([]webhooksdk.Provider{newProvider("leaf", echo)}, webhooksdk.WithLogger(e.log),
+				webhooksdk.WithSecrets(string(lambdaSecret)))
+			must(t, err)
+			ls := lambdatest.New(t)
+			var (
+				mu    sync.Mutex
+				sizes []int
+			)
+			f := ls.Add("leaf-fn", func(ctx context.Context, ev events.LambdaFunctionURLRequest) (events.LambdaFunctionURLResponse, error) {
+				var req webhooksdk.Batch
+				_ = json.Unmarshal([]byte(ev.Body), &req)
+				mu.Lock()
+				sizes = append(sizes, len(req.Tasks))
+				mu.Unlock()
+				return fn.Serve(ctx, ev)
+			})
+			_, _, err = e.st.CreateEndpoint(e.ctx, e.box, store.PutEndpointParams{Name: "leaf-lambda", MaxBatch: 8,
+				Kinds: []store.EndpointKind{{Kind: "leaf", KindVersion: 1}},
+				Target: store.EndpointTarget{Type: store.TargetLambda, Function: "leaf-fn", Region: lambdatest.Region,
+					Invocation: invocation, EndpointURL: ls.URL},
+				Health: store.EndpointHealth{Type: store.HealthNone}, Secret: lambdaSecret})
+			must(t, err)
+			for i := range 4 {
+				e.apply("leaf", string(rune('a'+i)), map[string]any{"i": i})
+			}
+			e.dispatcher(dispatch.Config{AWS: lambdatest.AWSConfig})
+			e.listen()
+			e.waitReady("leaf", 4, 30*time.Second)
+			mu.Lock()
+			defer mu.Unlock()
+			if f.Invocations.Load() != 1 || len(sizes) != 1 || sizes[0] != 4 {
+				t.Fatalf("%d invocations carrying %v tasks; want one batch of 4", f.Invocations.Load(), sizes)
+			}
+			e.checkNoDoubleApply()
+		})
+	}
+}
+
+// lambdaSecret is the signing secret TestBatchLambda's endpoint is created
+// with, so its function holds it from the start.
+const lambdaSecret store.EndpointSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
