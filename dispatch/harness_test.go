@@ -230,6 +230,7 @@ func (e *env) checkNoDoubleApply() {
 type endpointOpts struct {
 	kinds          []string // "kind" at version 1; defaults to the server's kinds
 	maxConcurrency int
+	maxBatch       int
 	health         bool // probe <url>/health
 	healthy        int
 	interval       int
@@ -264,6 +265,7 @@ func (e *env) endpoint(name string, o endpointOpts) *server {
 		Name:               name,
 		Target:             store.EndpointTarget{Type: store.TargetHTTPS, URL: s.URL + "/converge"},
 		MaxConcurrency:     o.maxConcurrency,
+		MaxBatch:           o.maxBatch,
 		RequestTimeoutSecs: o.timeoutSecs,
 	}
 	for _, k := range o.kinds {

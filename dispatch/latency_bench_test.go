@@ -20,7 +20,7 @@ import (
 func BenchmarkLatencyStages(b *testing.B) {
 	const rate, every = 2000, 10 * time.Millisecond
 	for range b.N {
-		x := newBenchDispatch(b, false)
+		x := newBenchDispatch(b, false, 1)
 		x.exec(`CREATE TABLE stage_log (resource_id uuid, stage text, t timestamptz)`)
 		x.exec(`CREATE FUNCTION stage_completed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
 			INSERT INTO stage_log SELECT resource_id, 'completed', clock_timestamp() FROM nr; RETURN NULL; END $$`)
