@@ -63,10 +63,14 @@ const (
 // exchanges per task (the delivery and the callback), so its bound is
 // 1/(1/F + 2/H), reported as "async_bound".
 //
-// Then a latency run feeds resources at half the http rate and reports the
-// p50/p99 time from claim to resource updated.
+// Then five latency runs feed resources at half the http rate; it reports
+// the median of their p50s and of their p99s of the time from claim to
+// resource updated (issue #13 asks for the median of five runs' p99).
 //
 // Run: go test ./dispatch -run '^$' -bench Dispatch -benchtime 1x
+// latencyRuns is how many latency runs BenchmarkDispatch takes the median of.
+const latencyRuns = 5
+
 func BenchmarkDispatch(b *testing.B) {
 	n := 10_000
 	if testing.Short() {
@@ -96,7 +100,14 @@ func BenchmarkDispatch(b *testing.B) {
 		for k, v := range rates {
 			med[k] = median(v)
 		}
-		p50, p99, fed := benchLatency(b, n, med["http"]/2)
+		var p50s, p99s []float64
+		var fed float64
+		for range latencyRuns {
+			p50, p99, f := benchLatency(b, n, med["http"]/2)
+			p50s, p99s, fed = append(p50s, p50), append(p99s, p99), f
+		}
+		b.Logf("latency p99 of the %d runs (ms): %.0f", latencyRuns, p99s)
+		p50, p99 := median(p50s), median(p99s)
 		q := med["Q"]
 		bound := 1 / (1/med["F"] + 1/med["H"])
 		asyncBound := 1 / (1/med["F"] + 2/med["H"])
@@ -117,9 +128,9 @@ func BenchmarkDispatch(b *testing.B) {
 		b.ReportMetric(p99, "p99_ms")
 		b.Logf("N=%d, medians of %d rounds: Q %.0f/s, F %.0f/s (%.3f·Q), H %.0f/s, bound %.0f/s (%.3f·Q), async bound %.3f·Q, "+
 			"inproc %.0f/s (%.3f·Q), http %.0f/s (%.3f·Q), async %.0f/s (%.3f·Q); "+
-			"latency at %.0f/s fed: p50 %.1f ms, p99 %.1f ms",
+			"latency at %.0f/s fed, medians of %d runs: p50 %.1f ms, p99 %.1f ms",
 			n, benchRounds, q, med["F"], med["F"]/q, med["H"], bound, bound/q, asyncBound/q,
-			med["inproc"], med["inproc"]/q, med["http"], med["http"]/q, med["async"], med["async"]/q, fed, p50, p99)
+			med["inproc"], med["inproc"]/q, med["http"], med["http"]/q, med["async"], med["async"]/q, fed, latencyRuns, p50, p99)
 	}
 }
 
