@@ -25,6 +25,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -74,6 +75,10 @@ type Config struct {
 	// (kind, kind_version) has a ready endpoint and if not why; the resource
 	// detail shows it for a task that waits. Nil omits it.
 	PairStatus func(kind string, version int) (ready bool, reason string)
+	// Console, when set, is the web console served at / and its client-side
+	// routes (ConsolePages): index.html at its root, hashed files under
+	// assets/ (see package ui). Nil serves no console.
+	Console fs.FS
 }
 
 // The Config defaults.
@@ -199,6 +204,11 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.registerBindings()
 	s.registerEndpoints()
 	s.registerCluster()
+	if cfg.Console != nil {
+		if err := s.registerConsole(cfg.Console); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
