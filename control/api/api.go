@@ -79,6 +79,9 @@ type Config struct {
 	// routes (ConsolePages): index.html at its root, hashed files under
 	// assets/ (see package ui). Nil serves no console.
 	Console fs.FS
+	// Events, when set, serves the console's change stream at GET
+	// /api/v1/events/stream (a read route). Nil leaves the route out.
+	Events *EventHub
 }
 
 // The Config defaults.
@@ -192,6 +195,10 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 			"bearer": {Type: "http", Scheme: "bearer", Description: "A read or admin token."},
 		}
 		hc.Security = []map[string][]string{{"bearer": {}}}
+	}
+	if cfg.Events != nil {
+		// Before huma's routes: a stream is written by Fiber directly.
+		s.app.Get(Prefix+"/events/stream", cfg.Events.serve)
 	}
 	s.api = humafiber.New(s.app, hc)
 
