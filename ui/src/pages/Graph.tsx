@@ -109,7 +109,8 @@ function build(doc: GraphDoc, rootId: string, showDeps: boolean, showOwners: boo
     for (const e of doc.edges) {
       const a = key(e.dependent.kind, e.dependent.name);
       const b = key(e.dependency.kind, e.dependency.name);
-      if (g.hasNode(a) && g.hasNode(b) && !g.hasEdge(a, b)) g.addEdge(a, b, { color: depEdge, size: 1, dep: true, type: "arrow" });
+      // Arrow heads are a second program to draw: past 1,000 nodes, lines.
+      if (g.hasNode(a) && g.hasNode(b) && !g.hasEdge(a, b)) g.addEdge(a, b, { color: depEdge, size: 1, dep: true, type: large ? "line" : "arrow" });
     }
   }
   return g;
