@@ -65,11 +65,11 @@ func TestConsolePerformance(t *testing.T) {
 	}
 	converged := time.Since(applied)
 	for _, r := range b.Requests(applied) {
-		if strings.HasSuffix(r.URL, "/graph") {
+		if strings.HasSuffix(r.URL, "/topology") {
 			graphReads = append(graphReads, r.At)
 		}
 	}
-	logf("large BOM: %d nodes Ready on the open graph page %s after the apply; the page re-read the graph %d times meanwhile (%.2f/s)",
+	logf("large BOM: %d nodes Ready on the open graph page %s after the apply; the page re-read its topology %d times meanwhile (%.2f/s)",
 		want, converged.Round(100*time.Millisecond), len(graphReads), float64(len(graphReads))/converged.Seconds())
 	b.Screenshot("perf-graph-large")
 
@@ -83,7 +83,7 @@ func TestConsolePerformance(t *testing.T) {
 	slices.Sort(loads)
 	logf("large BOM: the last load's marks: %s", browsertest.Eval[string](b, `JSON.stringify({
 		marks: performance.getEntriesByType("mark").map(m => [m.name, Math.round(m.startTime)]),
-		graph: performance.getEntriesByType("resource").filter(r => r.name.endsWith("/graph")).map(r => [Math.round(r.startTime), Math.round(r.duration), r.transferSize]),
+		graph: performance.getEntriesByType("resource").filter(r => r.name.endsWith("/topology")).map(r => [Math.round(r.startTime), Math.round(r.duration), r.transferSize]),
 		script: performance.getEntriesByType("resource").filter(r => r.name.includes("/assets/")).map(r => [r.name.slice(-12), Math.round(r.startTime), Math.round(r.duration)])})`))
 	logf("large BOM (%d nodes): graph page interactive in %d ms median, %d ms max (3 fresh loads, from navigation start)", want, loads[1], loads[2])
 	if loads[1] > 3000 {

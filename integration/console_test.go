@@ -276,8 +276,8 @@ func consoleIdle(t *testing.T, s *server, b *browsertest.Browser, path, ready st
 		must(t, s.db.Pool.QueryRow(t.Context(), `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))
 		return n
 	}
+	settle := func() { time.Sleep(2 * time.Second) } // the page's first reads and its stream's open land
 	rate := func() float64 {
-		time.Sleep(2 * time.Second) // the last reads settle
 		c0 := commits()
 		time.Sleep(window) // the measurement is the window itself
 		return float64(commits()-c0) / window.Seconds()
@@ -286,10 +286,12 @@ func consoleIdle(t *testing.T, s *server, b *browsertest.Browser, path, ready st
 	var open, closed []float64
 	for range pairs {
 		b.Open(path, ready)
+		settle()
 		start := time.Now()
 		open = append(open, rate())
 		f.requests += len(b.Requests(start))
 		b.Do("close the console", chromedp.Navigate("about:blank"))
+		settle()
 		closed = append(closed, rate())
 	}
 	slices.Sort(open)

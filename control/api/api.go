@@ -211,6 +211,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.registerBindings()
 	s.registerEndpoints()
 	s.registerCluster()
+	s.registerTopology()
 	if cfg.Console != nil {
 		if err := s.registerConsole(cfg.Console); err != nil {
 			return nil, err

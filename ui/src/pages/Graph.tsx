@@ -6,7 +6,7 @@ import { enc, get } from "../api";
 import { Loading, PhaseBadge, ProblemView } from "../components";
 import { useLive } from "../hooks";
 import { Link, navigate } from "../router";
-import { phases, type DepEdge, type Items, type Manifest, type Phase, type Resource } from "../types";
+import { phases, type Items, type Manifest, type Phase, type Resource } from "../types";
 
 // Phase colours, distinct in both themes and for the common colour-vision
 // deficiencies (blue/orange for the two busiest, Reconciling and Ready,
@@ -24,38 +24,35 @@ export const phaseColor: Record<Phase, string> = {
 const ownerEdge = "#8c959f99";
 const depEdge = "#e16f24aa";
 
-interface GraphDoc {
-  nodes: Resource[];
-  edges: DepEdge[];
+// Topology is GET …/topology: nodes with their owner as an index (-1 for
+// the root, first), dependency edges as [dependent, dependency] indexes.
+interface Topology {
+  nodes: { kind: string; name: string; phase: Phase; owner: number }[];
+  edges: [number, number][];
 }
 
-const key = (kind: string, name: string) => `${kind}/${name}`;
+const key = (n: { kind: string; name: string }) => `${n.kind}/${n.name}`;
 
 // depLevels gives each node its dependency depth inside the tree: 0 for a
 // node that depends on nothing here, else one more than its deepest
 // dependency (a cycle counts once).
-function depLevels(doc: GraphDoc): Map<string, number> {
-  const deps = new Map<string, string[]>();
-  for (const e of doc.edges) {
-    const a = key(e.dependent.kind, e.dependent.name);
-    if (!deps.has(a)) deps.set(a, []);
-    deps.get(a)!.push(key(e.dependency.kind, e.dependency.name));
-  }
-  const level = new Map<string, number>();
-  const visiting = new Set<string>();
-  const of = (k: string): number => {
-    const known = level.get(k);
+function depLevels(t: Topology): number[] {
+  const deps: number[][] = t.nodes.map(() => []);
+  for (const [a, b] of t.edges) deps[a].push(b);
+  const level: (number | undefined)[] = [];
+  const visiting = new Set<number>();
+  const of = (i: number): number => {
+    const known = level[i];
     if (known !== undefined) return known;
-    if (visiting.has(k)) return 0;
-    visiting.add(k);
+    if (visiting.has(i)) return 0;
+    visiting.add(i);
     let l = 0;
-    for (const d of deps.get(k) ?? []) l = Math.max(l, of(d) + 1);
-    visiting.delete(k);
-    level.set(k, l);
+    for (const d of deps[i]) l = Math.max(l, of(d) + 1);
+    visiting.delete(i);
+    level[i] = l;
     return l;
   };
-  for (const n of doc.nodes) of(key(n.kind, n.name));
-  return level;
+  return t.nodes.map((_, i) => of(i));
 }
 
 // layout places the owned tree radially from the root (d3-hierarchy's tidy
@@ -64,53 +61,49 @@ function depLevels(doc: GraphDoc): Map<string, number> {
 // layout would take seconds and move on every update. Siblings are ordered
 // by name, so the resources of one team sit together, and pushed outwards
 // by their dependency depth, so a dependency edge is a short step out.
-function layout(doc: GraphDoc, rootId: string): Map<string, { x: number; y: number; depth: number }> {
-  const byId = new Map(doc.nodes.map((n) => [n.id, n]));
-  const levels = depLevels(doc);
-  const kids = new Map<string, Resource[]>();
-  for (const n of doc.nodes) {
-    if (n.id === rootId) continue;
-    const parent = n.owner_id && byId.has(n.owner_id) ? n.owner_id : rootId;
-    if (!kids.has(parent)) kids.set(parent, []);
-    kids.get(parent)!.push(n);
-  }
-  for (const list of kids.values()) list.sort((a, b) => a.name.localeCompare(b.name) || a.kind.localeCompare(b.kind));
-  const root = hierarchy<Resource>(byId.get(rootId)!, (d) => kids.get(d.id));
+function layout(t: Topology): { x: number; y: number; depth: number }[] {
+  const levels = depLevels(t);
+  const kids: number[][] = t.nodes.map(() => []);
+  t.nodes.forEach((n, i) => {
+    if (i > 0) kids[n.owner >= 0 ? n.owner : 0].push(i);
+  });
+  for (const list of kids) list.sort((a, b) => t.nodes[a].name.localeCompare(t.nodes[b].name) || t.nodes[a].kind.localeCompare(t.nodes[b].kind));
+  const root = hierarchy<number>(0, (i) => kids[i]);
   const ring = 100;
-  const laid = tree<Resource>()
+  const laid = tree<number>()
     .size([2 * Math.PI, ring * Math.max(1, root.height)])
     .separation((a, b) => (a.parent === b.parent ? 1 : 2) / Math.max(1, a.depth))(root);
-  const maxLevel = Math.max(0, ...levels.values());
-  const out = new Map<string, { x: number; y: number; depth: number }>();
-  laid.each((n: HierarchyNode<Resource> & { x?: number; y?: number }) => {
+  const maxLevel = Math.max(0, ...levels);
+  const out: { x: number; y: number; depth: number }[] = [];
+  laid.each((n: HierarchyNode<number> & { x?: number; y?: number }) => {
     const angle = n.x ?? 0;
-    const lift = n.depth === 0 ? 0 : ((levels.get(key(n.data.kind, n.data.name)) ?? 0) / (maxLevel + 1)) * ring * 0.8;
+    const lift = n.depth === 0 ? 0 : (levels[n.data] / (maxLevel + 1)) * ring * 0.8;
     const r = (n.y ?? 0) + lift;
-    out.set(n.data.id, { x: r * Math.cos(angle - Math.PI / 2), y: r * Math.sin(angle - Math.PI / 2), depth: n.depth });
+    out[n.data] = { x: r * Math.cos(angle - Math.PI / 2), y: r * Math.sin(angle - Math.PI / 2), depth: n.depth };
   });
   return out;
 }
 
-function build(doc: GraphDoc, rootId: string, showDeps: boolean, showOwners: boolean): Graphology {
+function build(t: Topology, showDeps: boolean, showOwners: boolean): Graphology {
   const g = new Graphology({ multi: false, type: "directed" });
-  const pos = layout(doc, rootId);
-  const large = doc.nodes.length > 1000;
-  for (const n of doc.nodes) {
-    const p = pos.get(n.id) ?? { x: 0, y: 0, depth: 1 };
+  const pos = layout(t);
+  const large = t.nodes.length > 1000;
+  t.nodes.forEach((n, i) => {
+    const p = pos[i] ?? { x: 0, y: 0, depth: 1 };
     const size = p.depth === 0 ? 12 : p.depth === 1 ? (large ? 6 : 9) : large ? 2.5 : 6;
-    g.addNode(key(n.kind, n.name), { x: p.x, y: p.y, size, label: `${n.kind}/${n.name}`, color: phaseColor[n.phase] ?? "#999", phase: n.phase, id: n.id });
-  }
-  const byId = new Map(doc.nodes.map((n) => [n.id, n]));
-  for (const n of doc.nodes) {
-    const owner = n.owner_id ? byId.get(n.owner_id) : undefined;
-    if (owner && showOwners) g.mergeEdge(key(owner.kind, owner.name), key(n.kind, n.name), { color: ownerEdge, size: 1, dep: false });
+    g.addNode(key(n), { x: p.x, y: p.y, size, label: key(n), color: phaseColor[n.phase] ?? "#999", phase: n.phase });
+  });
+  if (showOwners) {
+    t.nodes.forEach((n, i) => {
+      if (n.owner >= 0) g.mergeEdge(key(t.nodes[n.owner]), key(t.nodes[i]), { color: ownerEdge, size: 1, dep: false });
+    });
   }
   if (showDeps) {
-    for (const e of doc.edges) {
-      const a = key(e.dependent.kind, e.dependent.name);
-      const b = key(e.dependency.kind, e.dependency.name);
+    for (const [a, b] of t.edges) {
+      const ka = key(t.nodes[a]);
+      const kb = key(t.nodes[b]);
       // Arrow heads are a second program to draw: past 1,000 nodes, lines.
-      if (g.hasNode(a) && g.hasNode(b) && !g.hasEdge(a, b)) g.addEdge(a, b, { color: depEdge, size: 1, dep: true, type: large ? "line" : "arrow" });
+      if (!g.hasEdge(ka, kb)) g.addEdge(ka, kb, { color: depEdge, size: 1, dep: true, type: large ? "line" : "arrow" });
     }
   }
   return g;
@@ -173,7 +166,7 @@ export function Graph({ kind, name }: { kind?: string; name?: string }) {
 function GraphView({ kind, name }: { kind: string; name: string }) {
   const path = `/resources/${enc(kind)}/${enc(name)}`;
   // The graph is the heaviest read: at most one a second while it converges.
-  const doc = useLive(() => get<GraphDoc>(`${path}/graph`), [path], ["resources"], 1000);
+  const doc = useLive(() => get<Topology>(`${path}/topology`), [path], ["resources"], 1000);
   const box = useRef<HTMLDivElement>(null);
   const layer = useRef<HTMLDivElement>(null);
   const sigma = useRef<Sigma | null>(null);
@@ -187,27 +180,25 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
   const [renderError, setRenderError] = useState<unknown>();
   const [find, setFind] = useState("");
 
-  const rootId = useMemo(() => doc.data?.nodes.find((n) => n.kind === kind && n.name === name)?.id, [doc.data, kind, name]);
-
   // Build or update the rendered graph from each new answer: when the set
   // of nodes and edges is unchanged only colours change (no re-layout);
   // otherwise the graph is rebuilt and the camera kept.
   useEffect(() => {
     const d = doc.data;
-    if (!d || !rootId || !layer.current) return;
+    if (!d || d.nodes.length === 0 || !layer.current) return;
     const owners = showOwners ?? d.nodes.length <= 2000;
-    const sig = `${showDeps}|${owners}|${d.nodes.map((n) => n.id + (n.owner_id ?? "")).join(",")}|${d.edges.length}`;
+    const sig = `${showDeps}|${owners}|${d.nodes.map((n) => `${key(n)}<${n.owner}`).join(",")}|${d.edges.length}`;
     try {
       if (sigma.current && shape.current === sig) {
         const g = sigma.current.getGraph();
         for (const n of d.nodes) {
-          const k = key(n.kind, n.name);
+          const k = key(n);
           if (g.getNodeAttribute(k, "phase") !== n.phase) g.mergeNodeAttributes(k, { phase: n.phase, color: phaseColor[n.phase] });
         }
         return;
       }
       performance.mark("graph:fetched");
-      const g = build(d, rootId, showDeps, owners);
+      const g = build(d, showDeps, owners);
       performance.mark("graph:laid-out");
       shape.current = sig;
       if (sigma.current) {
@@ -243,7 +234,7 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
     } catch (e) {
       setRenderError(e);
     }
-  }, [doc.data, rootId, showDeps, showOwners]);
+  }, [doc.data, showDeps, showOwners]);
 
   useEffect(
     () => () => {
