@@ -101,7 +101,7 @@ export function ResourceDetail({ kind, name }: { kind: string; name: string }) {
               ["health", r.health_ok ? "ok" : "reported not ready"],
               ["failure generation", r.failure_gen || undefined],
               ["last error", r.last_error],
-              ["owner", r.owner_id ? <Link to={`/resources?owner=${r.owner_id}`}>its siblings</Link> : undefined],
+              ["owner", r.owner_id ? <Link to={`/resources?owner=${r.owner_id}`}>{`${r.owner_id} (its children)`}</Link> : undefined],
               ["provider config", r.provider_config_ref ?? "the default"],
               ["labels", Object.entries(r.labels ?? {}).map(([k, v]) => `${k}=${v}`).join(", ")],
               ["created", <When at={r.created_at} />],

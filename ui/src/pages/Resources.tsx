@@ -1,4 +1,4 @@
-import { useState, type FormEvent } from "react";
+import { useEffect, useState, type FormEvent } from "react";
 import { enc, get } from "../api";
 import { Loading, PhaseBadge, ProblemView, When } from "../components";
 import { useLive } from "../hooks";
@@ -16,6 +16,10 @@ export function Resources({ search }: { search: URLSearchParams }) {
   const cursor = search.get("cursor") ?? "";
   const limit = search.get("limit") ?? "50";
   const [stack, setStack] = useState<string[]>([]);
+  // The first page has no cursor behind it, however it was reached.
+  useEffect(() => {
+    if (!cursor) setStack([]);
+  }, [cursor]);
 
   const query = new URLSearchParams();
   for (const k of filterKeys) {
@@ -62,7 +66,7 @@ export function Resources({ search }: { search: URLSearchParams }) {
   return (
     <>
       <h1>Resources</h1>
-      <Filters search={search} onApply={(vals) => go((p) => filterKeys.forEach((k) => (vals[k] ? p.set(k, vals[k]) : p.delete(k))))} />
+      <Filters key={filterKeys.map((k) => search.get(k) ?? "").join("\u0000")} search={search} onApply={(vals) => go((p) => filterKeys.forEach((k) => (vals[k] ? p.set(k, vals[k]) : p.delete(k))))} />
       <div className="chips" role="group" aria-label="Phases (any of)">
         {phases.map((ph) => (
           <button
