@@ -119,14 +119,14 @@ func TestConsole(t *testing.T) {
 	must(t, err)
 	fill(b, `[data-testid="manifest-text"]`, string(bomJSON))
 	click(b, "#main", "Apply manifest")
-	b.WaitTrue("the apply's result", `document.querySelector('[data-testid="apply-result"]').textContent === "classicbom/1: created"`, 10*time.Second)
+	b.WaitTrue("the apply's result", `document.querySelector('[data-testid="apply-result"]').textContent === "classicbom/1: created"`, 30*time.Second)
 	// The kinds table hears of it through the change stream, no reload.
-	b.WaitTrue("classicbom in the kinds table", `!!document.querySelector('[data-kind="classicbom"]')`, 10*time.Second)
+	b.WaitTrue("classicbom in the kinds table", `!!document.querySelector('[data-kind="classicbom"]')`, 30*time.Second)
 	b.Screenshot("kinds")
 
 	t.Log("kinds: a breaking republish is refused, change by change")
 	b.Open("/kinds/classicbom/1", `[data-testid="manifest-text"]`)
-	b.WaitTrue("the schema table", `!!document.querySelector('table[aria-label="spec schema"]')`, 10*time.Second)
+	b.WaitTrue("the schema table", `!!document.querySelector('table[aria-label="spec schema"]')`, 30*time.Second)
 	breaking := map[string]any{}
 	must(t, json.Unmarshal(bomJSON, &breaking))
 	spec := breaking["spec_schema"].(map[string]any)
@@ -136,7 +136,7 @@ func TestConsole(t *testing.T) {
 	must(t, err)
 	fill(b, `[data-testid="manifest-text"]`, string(breakingJSON))
 	click(b, "#main", "Apply manifest")
-	b.WaitTrue("the stability gate's refusal", `!!document.querySelector('.problem[data-problem-type="urn:converge:problem:breaking-change"] tr[data-location^="body.spec_schema"]')`, 10*time.Second)
+	b.WaitTrue("the stability gate's refusal", `!!document.querySelector('.problem[data-problem-type="urn:converge:problem:breaking-change"] tr[data-location^="body.spec_schema"]')`, 30*time.Second)
 	browsertest.Eval[bool](b, `document.querySelector(".problem").scrollIntoView({block: "center"}) ?? true`)
 	b.Screenshot("kind-refused")
 
@@ -176,29 +176,29 @@ func TestConsole(t *testing.T) {
 	b.Open("/resources", `table.resources`)
 	b.Do("chip Ready", chromedp.Click(chromedp.CSS(`[data-chip="Ready"]`)))
 	b.WaitTrue("only Ready rows", `location.search.includes("phase=Ready") && document.querySelectorAll("table.resources tbody tr").length > 0 &&
-		[...document.querySelectorAll("table.resources tbody tr [data-phase]")].every(e => e.dataset.phase === "Ready")`, 10*time.Second)
+		[...document.querySelectorAll("table.resources tbody tr [data-phase]")].every(e => e.dataset.phase === "Ready")`, 30*time.Second)
 	b.Do("chip Reconciling", chromedp.Click(chromedp.CSS(`[data-chip="Reconciling"]`)))
-	b.WaitTrue("the union", `location.search.includes("phase=Ready&phase=Reconciling")`, 10*time.Second)
+	b.WaitTrue("the union", `location.search.includes("phase=Ready&phase=Reconciling")`, 30*time.Second)
 	b.Do("chip Ready off", chromedp.Click(chromedp.CSS(`[data-chip="Ready"]`)))
-	b.WaitTrue("no Reconciling row", `!location.search.includes("Ready") && document.body.innerText.includes("No resource matches.")`, 10*time.Second)
+	b.WaitTrue("no Reconciling row", `!location.search.includes("Ready") && document.body.innerText.includes("No resource matches.")`, 30*time.Second)
 	b.Do("chip Reconciling off", chromedp.Click(chromedp.CSS(`[data-chip="Reconciling"]`)))
-	b.WaitTrue("every row again", `document.querySelectorAll("table.resources tbody tr").length > 0`, 10*time.Second)
+	b.WaitTrue("every row again", `document.querySelectorAll("table.resources tbody tr").length > 0`, 30*time.Second)
 	b.Screenshot("resources")
 
 	t.Log("resource detail")
 	b.Do("open the root", chromedp.Click(chromedp.CSS(`tr[data-resource="classicbom/`+root+`"] a`)))
 	b.WaitTrue("the detail", `document.querySelector("h1")?.textContent.includes("classicbom/`+root+`") &&
 		document.querySelector('[data-testid="generation"]')?.textContent.includes("(synced)") &&
-		[...document.querySelectorAll("h2")].some(h => /^Children \([1-9]/.test(h.textContent))`, 10*time.Second)
+		[...document.querySelectorAll("h2")].some(h => /^Children \([1-9]/.test(h.textContent))`, 30*time.Second)
 	b.Screenshot("resource-detail")
 
 	t.Log("endpoints: rotate a secret, shown once")
 	b.Open("/endpoints", `tr[data-endpoint="classic"]`)
-	b.WaitTrue("the endpoint's health per kind", `!!document.querySelector('tr[data-endpoint="classic"] [data-pair="account/1"][data-ready="true"]')`, 10*time.Second)
+	b.WaitTrue("the endpoint's health per kind", `!!document.querySelector('tr[data-endpoint="classic"] [data-pair="account/1"][data-ready="true"]')`, 30*time.Second)
 	b.Screenshot("endpoints")
 	click(b, `tr[data-endpoint="classic"]`, "classic")
 	click(b, "#main", "Rotate secret") // the page asks to confirm; the browser accepts
-	b.WaitTrue("the new secret", `document.querySelector('[data-testid="new-secret"] .secret-value')?.textContent.startsWith("whsec_")`, 10*time.Second)
+	b.WaitTrue("the new secret", `document.querySelector('[data-testid="new-secret"] .secret-value')?.textContent.startsWith("whsec_")`, 30*time.Second)
 	secret := browsertest.Eval[string](b, `document.querySelector('[data-testid="new-secret"] .secret-value').textContent`)
 	if _, body := s.call("GET", "/endpoints/classic", nil); strings.Contains(string(body), secret) {
 		t.Error("the API shows the rotated secret again")
@@ -210,10 +210,10 @@ func TestConsole(t *testing.T) {
 	click(b, "#main", "New reactor binding")
 	fill(b, `[data-testid="doc-text"]`, `{"name":"console-made","watch_kind":"account","transition":"synced","reactor":"statussink","label_match":{"team":"nobody"},"enabled":false}`)
 	click(b, "#main", "Apply")
-	b.WaitTrue("the new binding", `!!document.querySelector('tr[data-binding="console-made"]')`, 10*time.Second)
+	b.WaitTrue("the new binding", `!!document.querySelector('tr[data-binding="console-made"]')`, 30*time.Second)
 	b.Screenshot("bindings")
 	click(b, `tr[data-binding="console-made"]`, "Delete")
-	b.WaitTrue("the binding gone", `!document.querySelector('tr[data-binding="console-made"]')`, 10*time.Second)
+	b.WaitTrue("the binding gone", `!document.querySelector('tr[data-binding="console-made"]')`, 30*time.Second)
 	if code, _ := s.call("GET", "/reactor-bindings/console-made", nil); code != 404 {
 		t.Errorf("the deleted binding answers %d, want 404", code)
 	}
@@ -232,7 +232,7 @@ func TestConsole(t *testing.T) {
 	}
 	click(b, ".top", "Theme: system") // system -> dark
 	b.WaitTrue("the dark theme", `document.documentElement.dataset.theme === "dark" &&
-		getComputedStyle(document.body).backgroundColor === "rgb(13, 17, 23)"`, 5*time.Second)
+		getComputedStyle(document.body).backgroundColor === "rgb(13, 17, 23)"`, 15*time.Second)
 	b.Screenshot("resources-dark")
 	b.Open("/graph/classicbom/"+root, `[data-graph-ready="true"]`)
 	b.Screenshot("graph-dark")
@@ -313,8 +313,8 @@ func TestConsoleAsksForAToken(t *testing.T) {
 	b.Screenshot("token-prompt")
 	fill(b, `.token-prompt input[type="password"]`, token)
 	click(b, ".token-prompt", "Use token")
-	b.WaitTrue("the list, with the token", `!!document.querySelector("table.resources") && !document.querySelector(".token-prompt")`, 15*time.Second)
-	b.WaitTrue("the change stream, with the token", `document.querySelector(".live")?.textContent === "live"`, 15*time.Second)
+	b.WaitTrue("the list, with the token", `!!document.querySelector("table.resources") && !document.querySelector(".token-prompt")`, 30*time.Second)
+	b.WaitTrue("the change stream, with the token", `document.querySelector(".live")?.textContent === "live"`, 30*time.Second)
 	if got := browsertest.Eval[string](b, `sessionStorage.getItem("converge.token")`); got != token {
 		t.Errorf("the token is kept as %q", got)
 	}
