@@ -210,7 +210,7 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
         const s = new Sigma(g, layer.current!, {
           renderEdgeLabels: false,
           // Level of detail: a large tree shows names only once zoomed in.
-          labelRenderedSizeThreshold: d.nodes.length > 300 ? 10 : 4,
+          labelRenderedSizeThreshold: d.nodes.length > 300 ? 14 : 4,
           labelDensity: 0.5,
           labelGridCellSize: 120,
           hideEdgesOnMove: large,
