@@ -158,6 +158,21 @@ function bitmapPan(s: Sigma, box: HTMLElement, layer: HTMLElement): () => boolea
   };
 }
 
+// detail is the level of detail for a tree of n nodes, set again whenever
+// the tree is rebuilt (a converging BOM starts small): past 300 nodes
+// names appear only once zoomed in, fewer and further apart (long names
+// overlap), and a large tree drops edges and names while the camera moves.
+function detail(n: number) {
+  const large = n > 2000;
+  return {
+    labelRenderedSizeThreshold: n > 300 ? 14 : 4,
+    labelDensity: large ? 0.2 : 0.5,
+    labelGridCellSize: large ? 300 : 120,
+    hideEdgesOnMove: large,
+    hideLabelsOnMove: large,
+  };
+}
+
 export function Graph({ kind, name }: { kind?: string; name?: string }) {
   if (!kind || !name) return <RootPicker />;
   return <GraphView kind={kind} name={name} key={`${kind}/${name}`} />;
@@ -204,17 +219,12 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
       if (sigma.current) {
         const cam = sigma.current.getCamera().getState();
         sigma.current.setGraph(g);
+        sigma.current.setSettings(detail(d.nodes.length));
         sigma.current.getCamera().setState(cam);
       } else {
-        const large = d.nodes.length > 2000;
         const s = new Sigma(g, layer.current!, {
+          ...detail(d.nodes.length),
           renderEdgeLabels: false,
-          // Level of detail: a large tree shows names only once zoomed in.
-          labelRenderedSizeThreshold: d.nodes.length > 300 ? 14 : 4,
-          labelDensity: 0.5,
-          labelGridCellSize: 120,
-          hideEdgesOnMove: large,
-          hideLabelsOnMove: large,
           zIndex: true,
           minCameraRatio: 0.01,
           maxCameraRatio: 4,
