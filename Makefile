@@ -113,7 +113,7 @@ chromium:
 	  { echo "chromium: no Chromium found and cannot install one (run as root, or apt-get install chromium)" >&2; exit 1; }
 
 test-ui: postgres ui chromium ## the console's tests: its server parts, then end to end in a real headless Chromium (builds the console, installs chromium)
-	$(GO) test -count=1 -timeout 10m -run 'Console|EventStream|IdleStream|FilesAlwaysHaveAnIndex' ./ui/ ./control/api/ ./integration/
+	$(GO) test -count=1 -timeout 10m -run 'Console|EventStream|IdleStream|Topology|FilesAlwaysHaveAnIndex' ./ui/ ./control/api/ ./integration/
 
 # Outside `make test-ui`: 100,000 resources and the large BOM take minutes.
 bench-ui: postgres ui chromium ## the console's performance figures in a real Chromium (100k resources, the 5,400-node graph, idle cost)
