@@ -11,7 +11,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart dev test test-race test-docker build functions lint bench bench-demo soak postgres clean check-sam infra-synth test-infra ui test-ui bench-ui chromium
+.PHONY: help demo demo-quickstart dev test test-race test-docker build functions lint bench bench-demo bench-scale soak postgres clean check-sam infra-synth test-infra ui test-ui bench-ui chromium
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -122,6 +122,14 @@ bench-ui: postgres ui chromium ## the console's performance figures in a real Ch
 # Outside `make test`: it builds and runs the classic provider and takes minutes.
 bench-demo: postgres ## the classic demo's large BOM against as many no-op leaves, same run (issue #15)
 	$(GO) test -run '^$$' -bench BenchmarkClassicDemo -benchtime 1x -timeout 45m ./integration/
+
+# The million (issue #13): SCALE_N leaves through the bulk API, converged over
+# HTTP with batched deliveries by a real converge process.
+SCALE_N ?= 1000000
+SCALE_MAX_BATCH ?= 32
+
+bench-scale: postgres ## 1M leaves created through the bulk API and converged over HTTP, batched (SCALE_N, SCALE_MAX_BATCH)
+	SCALE_N=$(SCALE_N) SCALE_MAX_BATCH=$(SCALE_MAX_BATCH) $(GO) test -run '^$$' -bench BenchmarkScale -benchtime 1x -timeout 3h ./integration/
 
 # cfn-lint (with aws-sam-translator, so it expands the SAM transform) checks
 # template.yaml against the CloudFormation schema; `make test` checks its IAM.

@@ -98,7 +98,7 @@ func transient(msg string) *webhooksdk.Result {
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }} // a buffer pool
 
-// encode builds the signed-to-be envelope for one endpoint: the task as the
+// encode appends the envelope for one endpoint to buf: the task as the
 // store built it, and a callback URL and token bound to this claim and this
 // delivery. An envelope over limit (0: none) is sent thin.
 func (d *Dispatcher) encode(it *item, endpoint string, limit int, buf *bytes.Buffer) error {
@@ -116,13 +116,14 @@ func (d *Dispatcher) encode(it *item, endpoint string, limit int, buf *bytes.Buf
 	env := it.env
 	env.Type = webhooksdk.EnvelopeTask
 	env.Callback = &webhooksdk.Callback{URL: d.cbBase + "/v1/tasks/" + t.ID + "/outcome", Token: tok}
+	start := buf.Len()
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(&env); err != nil {
 		return fmt.Errorf("encode envelope: %w", err)
 	}
-	if limit > 0 && buf.Len() > limit {
-		buf.Reset()
+	if limit > 0 && buf.Len()-start > limit {
+		buf.Truncate(start)
 		if err := enc.Encode(thin(env, d.cbBase+"/v1/tasks/"+t.ID)); err != nil {
 			return fmt.Errorf("encode thin envelope: %w", err)
 		}
@@ -130,61 +131,136 @@ func (d *Dispatcher) encode(it *item, endpoint string, limit int, buf *bytes.Buf
 	return nil
 }
 
-// deliver runs one task's delivery: sign and send, fail over to another
-// ready endpoint while no answer comes back, classify the answer, and hand
-// the result to the completer.
-func (d *Dispatcher) deliver(it *item, slot *registry.Slot, ops chan<- op) {
-	defer d.untrack(it)
+// encodeDelivery builds the request body for items at ep and returns its
+// webhook-id: a single task's envelope, or a batch of them
+// ({"type":"batch","tasks":[…]}) in which each envelope over an equal share
+// of the endpoint's request limit is sent thin, so the batch stays within it.
+func (d *Dispatcher) encodeDelivery(items []*item, ep *registry.Endpoint, buf *bytes.Buffer) (string, error) {
+	if len(items) == 1 {
+		return wire.MessageID(items[0].task), d.encode(items[0], ep.Name(), ep.MaxRequestBytes(), buf)
+	}
+	tasks := make([]model.Task, len(items))
+	buf.WriteString(`{"type":"batch","tasks":[`)
+	for i, it := range items {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if err := d.encode(it, ep.Name(), ep.MaxRequestBytes()/len(items), buf); err != nil {
+			return "", err
+		}
+		buf.Truncate(buf.Len() - 1) // the encoder's newline
+		tasks[i] = it.task
+	}
+	buf.WriteString("]}\n")
+	return wire.BatchID(tasks), nil
+}
+
+// deliver runs one delivery — a task, or a batch — sign and send, fail over
+// to another ready endpoint while no answer comes back, classify the answer
+// for each task, and hand the results to the completer. A batch fails over
+// only to an endpoint that takes a batch that large.
+func (d *Dispatcher) deliver(items []*item, slot *registry.Slot, ops chan<- op) {
+	defer func(all []*item) {
+		for _, it := range all {
+			d.untrack(it)
+		}
+	}(items)
 	buf := bufPool.Get().(*bytes.Buffer)
 	defer bufPool.Put(buf)
-	msgID := wire.MessageID(it.task)
 	var tried []string
 	for {
 		ep := slot.Endpoint()
-		// Each endpoint gets its own token (it names the endpoint, so a
-		// failure reported by callback is recorded against the right one).
-		buf.Reset()
-		if err := d.encode(it, ep.Name(), ep.MaxRequestBytes(), buf); err != nil {
+		// A task whose deadline passed is not sent.
+		now := time.Now()
+		live := make([]*item, 0, len(items))
+		for _, it := range items {
+			if dead := it.task.Deadline; !dead.IsZero() && !now.Before(dead) {
+				v := verdict{result: resultDeadline, breaker: registry.Neutral, failed: true,
+					detail:   "the task deadline passed before it could be delivered",
+					complete: transient("task deadline exceeded before delivery")}
+				d.record(it, ep, v, now, 0, ops)
+				d.finish(it, ep, v, ops)
+				continue
+			}
+			live = append(live, it)
+		}
+		if items = live; len(items) == 0 {
 			slot.Done(registry.Neutral)
-			ops <- op{kind: opComplete, task: it.task, abandoned: true,
-				result: *transient("dispatcher could not build the envelope: " + err.Error())}
 			return
 		}
+		// Each endpoint gets its own tokens (they name the endpoint, so a
+		// failure reported by callback is recorded against the right one).
+		buf.Reset()
+		msgID, err := d.encodeDelivery(items, ep, buf)
+		if err != nil {
+			slot.Done(registry.Neutral)
+			for _, it := range items {
+				ops <- op{kind: opComplete, task: it.task, abandoned: true,
+					result: *transient("dispatcher could not build the envelope: " + err.Error())}
+			}
+			return
+		}
+		// A single task's request ends when its claim is lost; a batch's
+		// runs on the work context, since one task's lost claim must not cut
+		// its neighbours' request (their results are fenced each).
+		ctx := items[0].ctx
+		if len(items) > 1 {
+			ctx = d.work
+		}
 		start := time.Now()
-		v := d.attempt(it, ep, msgID, buf.Bytes(), start)
+		v, each := d.attempt(ctx, items, ep, msgID, buf.Bytes(), start)
 		lat := time.Since(start)
 		slot.Done(v.breaker)
-		d.m.observe(ep.Name(), v.result, lat)
-		if v.failed {
-			ops <- op{kind: opFailure, failure: store.EndpointDelivery{
-				Endpoint: ep.Name(), At: start, TaskID: it.task.ID, ResourceID: it.task.ResourceID,
-				ClaimEpoch: it.task.Epoch, Attempt: it.task.Attempts + 1, HTTPStatus: v.status,
-				LatencyMS: int(lat / time.Millisecond), Reason: v.result, Excerpt: failureExcerpt(v),
-			}}
+		for i, it := range items {
+			d.record(it, ep, each[i], start, lat, ops)
 		}
 		if v.backoff > 0 {
 			ep.BackOff(time.Now().Add(v.backoff), fmt.Sprintf("it answered %d %s", v.status, http.StatusText(v.status)))
 		}
 		if v.disable != "" {
-			d.disable(it.ctx, ep, v.disable)
+			d.disable(ctx, ep, v.disable)
 		}
-		if v.failover && it.ctx.Err() == nil {
+		if v.failover && ctx.Err() == nil {
 			tried = append(tried, ep.Name())
-			if next, ok := d.reg.Acquire(it.pair, tried...); ok {
-				slot = next
-				continue
+			if next, ok := d.reg.Acquire(items[0].pair, tried...); ok {
+				if len(items) == 1 || next.Endpoint().MaxBatch() >= len(items) {
+					slot = next
+					continue
+				}
+				next.Done(registry.Neutral)
 			}
 		}
-		switch {
-		case v.drop:
-		case v.complete != nil:
-			ops <- op{kind: opComplete, task: it.task, result: *v.complete, abandoned: !v.provided}
-		case v.release:
-			ops <- op{kind: opRelease, task: it.task, delay: v.delay, reason: v.detail}
-		case v.hold:
-			d.async.hold(it.task, ep.Name(), time.Now())
+		for i, it := range items {
+			d.finish(it, ep, each[i], ops)
 		}
 		return
+	}
+}
+
+// record counts one task's attempt in the metrics and, if it failed, in the
+// endpoint's delivery log.
+func (d *Dispatcher) record(it *item, ep *registry.Endpoint, v verdict, start time.Time, lat time.Duration, ops chan<- op) {
+	d.m.observe(ep.Name(), v.result, lat)
+	if v.failed {
+		ops <- op{kind: opFailure, failure: store.EndpointDelivery{
+			Endpoint: ep.Name(), At: start, TaskID: it.task.ID, ResourceID: it.task.ResourceID,
+			ClaimEpoch: it.task.Epoch, Attempt: it.task.Attempts + 1, HTTPStatus: v.status,
+			LatencyMS: int(lat / time.Millisecond), Reason: v.result, Excerpt: failureExcerpt(v),
+		}}
+	}
+}
+
+// finish does what a task's verdict says: complete, release, hold for its
+// callback, or nothing.
+func (d *Dispatcher) finish(it *item, ep *registry.Endpoint, v verdict, ops chan<- op) {
+	switch {
+	case v.drop:
+	case v.complete != nil:
+		ops <- op{kind: opComplete, task: it.task, result: *v.complete, abandoned: !v.provided}
+	case v.release:
+		ops <- op{kind: opRelease, task: it.task, delay: v.delay, reason: v.detail}
+	case v.hold:
+		d.async.hold(it.task, ep.Name(), time.Now())
 	}
 }
 
@@ -214,39 +290,121 @@ func (d *Dispatcher) disable(ctx context.Context, ep *registry.Endpoint, reason 
 	d.log.Warn("endpoint disabled", "endpoint", ep.Name(), "reason", reason)
 }
 
-// attempt makes one HTTP attempt under the request timeout and the task
-// deadline, whichever ends first, and classifies it.
-func (d *Dispatcher) attempt(it *item, ep *registry.Endpoint, msgID string, body []byte, now time.Time) verdict {
-	deadline := it.task.Deadline
-	if !deadline.IsZero() && !now.Before(deadline) {
-		return verdict{result: resultDeadline, breaker: registry.Neutral, failed: true,
-			detail:   "the task deadline passed before it could be delivered",
-			complete: transient("task deadline exceeded before delivery")}
+// attempt makes one HTTP attempt of items under the request timeout and
+// their task deadlines (a batch's latest, when every task has one),
+// whichever ends first, and classifies it: the request's verdict (breaker,
+// back-off, failover) and each task's. Outside a batch's 2xx answer every
+// task shares the request's verdict; a 202 for a whole batch (a Lambda
+// Event invoke) accepts every task.
+func (d *Dispatcher) attempt(ctx context.Context, items []*item, ep *registry.Endpoint, msgID string, body []byte, now time.Time) (verdict, []verdict) {
+	var deadline time.Time
+	for _, it := range items {
+		if it.task.Deadline.IsZero() {
+			deadline = time.Time{}
+			break
+		}
+		if it.task.Deadline.After(deadline) {
+			deadline = it.task.Deadline
+		}
 	}
 	timeout := ep.RequestTimeout()
-	ctx, cancel := context.WithTimeout(it.ctx, timeout)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if !deadline.IsZero() {
 		var cancelD context.CancelFunc
-		ctx, cancelD = context.WithDeadline(ctx, deadline)
+		rctx, cancelD = context.WithDeadline(rctx, deadline)
 		defer cancelD()
 	}
-	resp, err := ep.Deliver(ctx, &target.Delivery{MsgID: msgID, Timestamp: now, Body: body,
+	resp, err := ep.Deliver(rctx, &target.Delivery{MsgID: msgID, Timestamp: now, Body: body,
 		Signature: ep.Sign(msgID, now, body)})
-	if err != nil {
-		return d.classifyError(it, ep, err, timeout)
+	var v verdict
+	switch {
+	case err != nil:
+		v = d.classifyError(ctx, deadline, ep, err, timeout)
+	case len(items) > 1 && resp.FunctionError == nil && resp.Status/100 == 2 && resp.Status != http.StatusAccepted && !resp.Truncated:
+		return classifyBatch(items, ep, resp)
+	default:
+		v = d.classifyResponse(items[0].task, ep, resp)
 	}
-	return d.classifyResponse(it, ep, resp)
+	each := make([]verdict, len(items))
+	for i := range each {
+		each[i] = v
+	}
+	return v, each
 }
 
-func (d *Dispatcher) classifyError(it *item, ep *registry.Endpoint, err error, timeout time.Duration) verdict {
-	if cause := context.Cause(it.ctx); cause != nil {
+// classifyBatch classifies a batch's 2xx answer but a 202: a batch response gives each
+// task the verdict its own result would get inline (an outcome, an error, or
+// accepted as for a 202); a task without exactly one usable result, or every
+// task when the answer is not a batch response, fails transiently.
+func classifyBatch(items []*item, ep *registry.Endpoint, resp *target.Response) (verdict, []verdict) {
+	tasks := make([]model.Task, len(items))
+	for i, it := range items {
+		tasks[i] = it.task
+	}
+	malformed := func(err error) verdict {
+		msg := fmt.Sprintf("endpoint %s answered a batch with an unusable body: %v", ep.Name(), err)
+		return verdict{result: resultMalformed, status: resp.Status, breaker: registry.Success, failed: true,
+			detail: msg, excerpt: resp.Body, complete: transient(msg)}
+	}
+	answers, err := wire.DecodeBatch(resp.Body, tasks)
+	if err == nil && resp.Status != http.StatusOK {
+		err = fmt.Errorf("%w: status %d, want 200", wire.ErrMalformedResult, resp.Status)
+	}
+	each := make([]verdict, len(items))
+	if err != nil {
+		v := malformed(err)
+		for i := range each {
+			each[i] = v
+		}
+		return v, each
+	}
+	for i, a := range answers {
+		v := verdict{status: resp.Status}
+		switch {
+		case a.Err != nil:
+			v = malformed(a.Err)
+			v.excerpt = nil
+		case a.Accepted:
+			v = accepted(v)
+		default:
+			v = provided(v, a.Result)
+		}
+		each[i] = v
+	}
+	return verdict{result: resultOK, status: resp.Status, breaker: registry.Success}, each
+}
+
+// provided is the verdict of a provider's own Result.
+func provided(v verdict, res webhooksdk.Result) verdict {
+	v.result, v.breaker, v.complete, v.provided, v.excerpt = resultOK, registry.Success, &res, true, nil
+	if res.Error != nil {
+		// The delivery worked; the task failed. It is still a failed
+		// attempt of the resource, so it is recorded.
+		v.result, v.failed, v.detail = resultTaskError, true, res.Error.Message
+		if res.Error.Terminal {
+			v.detail = "terminal: " + v.detail
+		}
+	}
+	return v
+}
+
+// accepted is the verdict of a task taken on asynchronously: its Result
+// comes by callback.
+func accepted(v verdict) verdict {
+	v.result, v.breaker, v.hold, v.excerpt = resultAccepted, registry.Success, true, nil
+	return v
+}
+
+// classifyError classifies an attempt that got no answer; ctx is the
+// context the request ran on and deadline its task deadline (zero: none).
+func (d *Dispatcher) classifyError(ctx context.Context, deadline time.Time, ep *registry.Endpoint, err error, timeout time.Duration) verdict {
+	if cause := context.Cause(ctx); cause != nil {
 		if errors.Is(cause, errSuperseded) {
 			return verdict{result: resultCancelled, breaker: registry.Neutral, drop: true}
 		}
 		return verdict{result: resultCancelled, breaker: registry.Neutral, release: true, detail: errShutdown.Error()}
 	}
-	deadline := it.task.Deadline
 	switch {
 	case !deadline.IsZero() && !time.Now().Before(deadline):
 		msg := fmt.Sprintf("task deadline exceeded: endpoint %s gave no answer before the task deadline", ep.Name())
@@ -275,7 +433,10 @@ func (d *Dispatcher) classifyError(it *item, ep *registry.Endpoint, err error, t
 	}
 }
 
-func (d *Dispatcher) classifyResponse(it *item, ep *registry.Endpoint, resp *target.Response) verdict {
+// classifyResponse classifies the answer to a single task's delivery, or
+// a batch's answer other than a 2xx (classifyBatch), which no task's
+// result is read from.
+func (d *Dispatcher) classifyResponse(t model.Task, ep *registry.Endpoint, resp *target.Response) verdict {
 	if resp.FunctionError != nil {
 		return functionFailure(ep, resp)
 	}
@@ -297,26 +458,15 @@ func (d *Dispatcher) classifyResponse(it *item, ep *registry.Endpoint, resp *tar
 		if resp.Truncated {
 			return fail(resultTooLarge, registry.Success, fmt.Sprintf("endpoint %s answered with a body over %d bytes", ep.Name(), len(resp.Body)))
 		}
-		res, err := wire.DecodeResult(resp.Body, it.task.ID, it.task.Epoch)
+		res, err := wire.DecodeResult(resp.Body, t.ID, t.Epoch)
 		if err != nil {
 			return fail(resultMalformed, registry.Success, fmt.Sprintf("endpoint %s answered 200 with an unusable body: %v", ep.Name(), err))
 		}
-		v.result, v.breaker, v.complete, v.provided, v.excerpt = resultOK, registry.Success, &res, true, nil
-		if res.Error != nil {
-			// The delivery worked; the task failed. It is still a failed
-			// attempt of the resource, so it is recorded.
-			v.result, v.failed, v.detail = resultTaskError, true, res.Error.Message
-			if res.Error.Terminal {
-				v.detail = "terminal: " + v.detail
-			}
-		}
-		return v
+		return provided(v, res)
 	case st == http.StatusNoContent:
-		v.result, v.breaker, v.complete, v.provided, v.excerpt = resultOK, registry.Success, &webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}, true, nil
-		return v
+		return provided(v, webhooksdk.Result{Outcome: &webhooksdk.Outcome{}})
 	case st == http.StatusAccepted:
-		v.result, v.breaker, v.hold, v.excerpt = resultAccepted, registry.Success, true, nil
-		return v
+		return accepted(v)
 	case st == http.StatusTooManyRequests:
 		delay := retryAfter
 		if delay <= 0 {

@@ -219,6 +219,10 @@ type Dispatcher struct {
 
 	delivering atomic.Int64
 	async      *asyncWatch
+	// work is the context of this run's deliveries (set by run before any
+	// starts, read by them until run returns): a batch's request runs on
+	// it, each task on its own child of it.
+	work context.Context
 
 	mu      sync.Mutex
 	tracked map[string]*item // delivering and queued tasks, heartbeated
@@ -342,6 +346,7 @@ func (d *Dispatcher) run(ctx context.Context) {
 	// Deliveries run on a context that a soft stop does not cancel.
 	work, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelWork(nil)
+	d.work = work
 	bg := context.WithoutCancel(ctx)
 
 	ops := make(chan op, 4*d.cfg.BatchSize)
@@ -412,7 +417,10 @@ func (d *Dispatcher) run(ctx context.Context) {
 }
 
 // place starts queued tasks on endpoints with a free slot, keeps the rest in
-// order, and releases those that waited longer than QueueWait.
+// order, and releases those that waited longer than QueueWait. A slot on an
+// endpoint with max_batch n takes up to n queued tasks of its pair in one
+// batch: only those already waiting, so batching never delays a task — under
+// light load a batch is a single task, sent as such.
 func (d *Dispatcher) place(queue []*item, ops chan<- op, wg *sync.WaitGroup) []*item {
 	if len(queue) == 0 {
 		return queue
@@ -420,14 +428,27 @@ func (d *Dispatcher) place(queue []*item, ops chan<- op, wg *sync.WaitGroup) []*
 	now := time.Now()
 	kept := queue[:0]
 	full := map[string]bool{}
-	for _, it := range queue {
+	taken := map[*item]bool{} // joined an earlier item's batch
+	for i, it := range queue {
 		switch {
+		case taken[it]:
+			continue
 		case it.ctx.Err() != nil: // superseded while waiting
 			d.untrack(it)
 			continue
 		case !full[it.pair]:
 			if slot, ok := d.reg.Acquire(it.pair); ok {
-				d.launch(it, slot, ops, wg)
+				items := []*item{it}
+				for _, next := range queue[i+1:] {
+					if len(items) == slot.Endpoint().MaxBatch() {
+						break
+					}
+					if next.pair == it.pair && !taken[next] && next.ctx.Err() == nil {
+						items = append(items, next)
+						taken[next] = true
+					}
+				}
+				d.launch(items, slot, ops, wg)
 				continue
 			}
 			full[it.pair] = true
@@ -498,24 +519,20 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 		it := &item{task: t, env: envs[i], pair: fmt.Sprintf("%s/%d", t.Kind, t.KindVersion), queuedAt: now}
 		it.ctx, it.cancel = context.WithCancelCause(work)
 		d.track(it)
-		if len(*queue) == 0 {
-			if slot, ok := d.reg.Acquire(it.pair); ok {
-				d.launch(it, slot, ops, wg)
-				continue
-			}
-		}
 		*queue = append(*queue, it)
 	}
+	*queue = d.place(*queue, ops, wg)
 	return len(tasks), limit
 }
 
-func (d *Dispatcher) launch(it *item, slot *registry.Slot, ops chan<- op, wg *sync.WaitGroup) {
+// launch starts the delivery of items (one task, or a batch) on slot.
+func (d *Dispatcher) launch(items []*item, slot *registry.Slot, ops chan<- op, wg *sync.WaitGroup) {
 	d.delivering.Add(1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer d.delivering.Add(-1)
-		d.deliver(it, slot, ops)
+		d.deliver(items, slot, ops)
 	}()
 }
 

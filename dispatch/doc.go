@@ -16,7 +16,10 @@
 //     fewest deliveries in flight; an endpoint never has more than its
 //     max_concurrency (this pod's share of it) in flight. A task claimed
 //     while every slot is busy waits locally up to QueueWait, then is
-//     released without burning an attempt.
+//     released without burning an attempt. An endpoint with max_batch n > 1
+//     gets up to n tasks of a pair already waiting in one request, which
+//     takes one slot (docs/protocol.md §16): no task waits for a batch to
+//     fill, so a lone task goes alone, as a plain envelope.
 //  3. Sign and deliver. The envelope (docs/protocol.md; the effective
 //     provider config merged in, a callback URL and token bound to this
 //     claim) is signed with every secret in force (two during a rotation)
@@ -37,7 +40,9 @@
 //     — a failed delivery, a task error the provider reported inline, an
 //     accepted task that never called back — is recorded in
 //     endpoint_deliveries with its classified reason (the result label of
-//     deliveries_total).
+//     deliveries_total). A batch's answer is classified once for the
+//     request (breaker, back-off, failover) and, when it is a batch
+//     response, per task as that task's inline answer would be.
 //  5. Complete. Results, releases and failure records are written in
 //     batches (one round trip each per batch).
 //

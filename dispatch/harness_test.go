@@ -22,6 +22,7 @@ import (
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
+	"github.com/convergeplane/converge/internal/applylog"
 	"github.com/convergeplane/converge/internal/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -59,6 +60,7 @@ func (f *forward) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	db := pgtest.New(t)
+	must(t, applylog.Install(t.Context(), db.Pool))
 	log := slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st := store.New(db.Pool, store.Config{})
 	key := make([]byte, store.SecretKeyBytes)
@@ -217,10 +219,9 @@ func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 // outcome applied twice.
 func (e *env) checkNoDoubleApply() {
 	e.t.Helper()
-	if n := e.count(`SELECT count(*) FROM (
-			SELECT resource_id, generation FROM resource_events
-			 WHERE type = 'succeeded' AND message = 'specChange'
-			 GROUP BY 1, 2 HAVING count(*) > 1) x`); n != 0 {
+	n, err := applylog.DoubleApplied(context.WithoutCancel(e.ctx), e.db.Pool)
+	must(e.t, err)
+	if n != 0 {
 		e.t.Errorf("%d (resource, generation) pairs had their outcome applied twice", n)
 	}
 }
@@ -229,6 +230,7 @@ func (e *env) checkNoDoubleApply() {
 type endpointOpts struct {
 	kinds          []string // "kind" at version 1; defaults to the server's kinds
 	maxConcurrency int
+	maxBatch       int
 	health         bool // probe <url>/health
 	healthy        int
 	interval       int
@@ -263,6 +265,7 @@ func (e *env) endpoint(name string, o endpointOpts) *server {
 		Name:               name,
 		Target:             store.EndpointTarget{Type: store.TargetHTTPS, URL: s.URL + "/converge"},
 		MaxConcurrency:     o.maxConcurrency,
+		MaxBatch:           o.maxBatch,
 		RequestTimeoutSecs: o.timeoutSecs,
 	}
 	for _, k := range o.kinds {

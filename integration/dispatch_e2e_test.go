@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -63,12 +64,16 @@ func startAllWith(t testing.TB, tune func(*convergecli.Config)) *server {
 // signed with the secret the API returned (once).
 func (s *server) serveProvider(name string, providers ...webhooksdk.Provider) {
 	s.t.Helper()
-	s.serveProviderWith(name, nil, nil, providers...)
+	s.serveProviderWith(name, endpointExtras{}, nil, providers...)
 }
 
-// serveProviderWith is serveProvider with extra target settings, and wrap
+// endpointExtras are settings serveProviderWith adds to the endpoint it
+// registers: target holds the target's, fields the endpoint's own.
+type endpointExtras struct{ target, fields map[string]any }
+
+// serveProviderWith is serveProvider with extra endpoint settings, and wrap
 // (if not nil) around the SDK's handler.
-func (s *server) serveProviderWith(name string, target map[string]any, wrap func(http.Handler) http.Handler, providers ...webhooksdk.Provider) {
+func (s *server) serveProviderWith(name string, extra endpointExtras, wrap func(http.Handler) http.Handler, providers ...webhooksdk.Provider) {
 	t := s.t
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -79,12 +84,11 @@ func (s *server) serveProviderWith(name string, target map[string]any, wrap func
 		kinds[i] = map[string]any{"kind": p.Kind().Kind, "kind_version": p.Kind().Version}
 	}
 	tgt := map[string]any{"type": "https", "url": url}
-	for k, v := range target {
-		tgt[k] = v
-	}
-	code, body := s.call("POST", "/endpoints", map[string]any{"name": name, "kinds": kinds,
-		"target": tgt,
-		"health": map[string]any{"url": url, "interval_secs": 1, "healthy_threshold": 1, "unhealthy_threshold": 1}})
+	maps.Copy(tgt, extra.target)
+	ep := map[string]any{"name": name, "kinds": kinds, "target": tgt,
+		"health": map[string]any{"url": url, "interval_secs": 1, "healthy_threshold": 1, "unhealthy_threshold": 1}}
+	maps.Copy(ep, extra.fields)
+	code, body := s.call("POST", "/endpoints", ep)
 	var created struct {
 		Secret string `json:"secret"`
 	}

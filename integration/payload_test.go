@@ -107,7 +107,7 @@ func TestThinPayloadComposite(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	}
-	s.serveProviderWith("blobs", map[string]any{"max_request_bytes": thinLimit}, wrap, fat, &blobProvider{kind: "blob"})
+	s.serveProviderWith("blobs", endpointExtras{target: map[string]any{"max_request_bytes": thinLimit}}, wrap, fat, &blobProvider{kind: "blob"})
 
 	s.apply("fat", "f", nil, map[string]any{"rev": 1})
 	// The rollup sees every descendant with its full status.

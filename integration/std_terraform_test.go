@@ -72,13 +72,8 @@ func TestStdTerraform(t *testing.T) {
 		t.Fatalf("reconcile = %d %s", code, body)
 	}
 	waitFor(t, 60*time.Second, "the reconcile to succeed", func() bool {
-		n := 0
-		for _, e := range taskEvents(t, s, "stdterraform/hello") {
-			if e == "succeeded" {
-				n++
-			}
-		}
-		return n >= 2
+		again, _ := s.detail("stdterraform/hello")
+		return again.LastTask != nil && d.LastTask != nil && again.LastTask.TaskID != d.LastTask.TaskID
 	})
 	again, _ := s.detail("stdterraform/hello")
 	if again.Generation != d.Generation || string(again.Status) != string(d.Status) || again.PhaseOf() != model.PhaseReady {

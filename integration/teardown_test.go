@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -154,6 +155,7 @@ func startStacks(t *testing.T, log *teardownLog) (*server, map[string]*stackProv
 // tests read.
 type resourceDetail struct {
 	model.Resource
+	LastTask *store.LastTask `json:"last_task"`
 	Teardown *struct {
 		Finalizers []string `json:"finalizers"`
 		Remaining  int      `json:"remaining"`

@@ -53,6 +53,15 @@
 //   - Readiness is advisory: an unready provider is answered 503 (transient), never a
 //     terminal failure.
 //
+// # Batched deliveries
+//
+// An endpoint registered with max_batch > 1 may receive a [Batch] of task envelopes in
+// one request (docs/protocol.md §16). The Handler verifies its signature once, serves
+// each task exactly as it would serve it alone — the same Provider calls, deduplication
+// and sync budget (one budget for the whole request) — at most [WithBatchConcurrency]
+// at once, and answers a [BatchResponse]: each task's Result, or accepted when it went
+// asynchronous (its Result then goes to its own callback). Provider code is unchanged.
+//
 // # Function platforms
 //
 // A host that freezes the process once a delivery is answered (AWS Lambda) serves

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -89,6 +90,8 @@ type run struct {
 // Result (an error result too); otherwise 202, and the Result is POSTed to the
 // envelope's callback URL later, with heartbeats meanwhile. A repeated webhook-id is
 // never run twice: while it runs it gets 202, once finished it gets the same body again.
+// A batched delivery (docs/protocol.md §16) is verified once and each of its tasks served
+// as above, its answer collected into one [BatchResponse].
 func Handler(providers []Provider, opts ...Option) (*Endpoint, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -245,16 +248,23 @@ func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request, m mode) {
 		writeProblem(w, http.StatusUnauthorized, "signature verification failed: "+err.Error())
 		return
 	}
-	var env Envelope
+	// One decode serves every type: a batch's tasks land in Tasks.
+	var env struct {
+		Envelope
+		Tasks []Envelope `json:"tasks"`
+	}
 	if err := json.Unmarshal(body, &env); err != nil {
 		writeProblem(w, http.StatusBadRequest, "malformed envelope: "+err.Error())
 		return
 	}
+	until := time.Now().Add(e.cfg.syncBudget)
 	switch env.Type {
 	case EnvelopeHealth:
 		e.serveHealth(w)
 	case EnvelopeTask:
-		e.serveTask(w, r, &env, m)
+		e.serveTask(w, r, &env.Envelope, m, until)
+	case EnvelopeBatch:
+		e.serveBatch(w, r, env.Tasks, m, until)
 	default:
 		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("malformed envelope: unknown type %q", env.Type))
 	}
@@ -281,7 +291,80 @@ func (e *Endpoint) serveHealth(w http.ResponseWriter) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelope, m mode) {
+// serveBatch serves a batched delivery, already verified: each task exactly as serveTask
+// serves it alone, at most batchConcurrency at once, sharing the request's sync budget
+// (until), and answers one BatchResult per task.
+func (e *Endpoint) serveBatch(w http.ResponseWriter, r *http.Request, tasks []Envelope, m mode, until time.Time) {
+	if len(tasks) == 0 {
+		writeProblem(w, http.StatusBadRequest, "malformed batch: no tasks")
+		return
+	}
+	results := make([]json.RawMessage, len(tasks))
+	sem := make(chan struct{}, e.cfg.batchConcurrency)
+	var wg sync.WaitGroup
+	for i := range tasks {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			rec := &recorder{header: http.Header{}}
+			e.serveTask(rec, r, &tasks[i], m, until)
+			results[i] = rec.batchResult(&tasks[i])
+		}()
+	}
+	wg.Wait()
+	body, err := json.Marshal(BatchResponse{Type: EnvelopeBatch, Results: results})
+	if err != nil { // cannot happen: every element is valid JSON
+		writeProblem(w, http.StatusInternalServerError, "cannot encode batch response")
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// recorder captures the answer serveTask gives one task of a batch.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (rc *recorder) Header() http.Header { return rc.header }
+
+func (rc *recorder) WriteHeader(status int) {
+	if rc.status == 0 {
+		rc.status = status
+	}
+}
+
+func (rc *recorder) Write(b []byte) (int, error) {
+	rc.WriteHeader(http.StatusOK)
+	return rc.body.Write(b)
+}
+
+// batchResult turns the answer serveTask recorded for env into its BatchResult: a 200's
+// Result as it is, a 202 as accepted, anything else (a problem: no provider, not ready,
+// a malformed envelope) as a transient error naming the status and the problem's detail.
+func (rc *recorder) batchResult(env *Envelope) json.RawMessage {
+	res := BatchResult{Result: Result{TaskID: env.TaskID, ClaimEpoch: env.ClaimEpoch}}
+	switch rc.status {
+	case http.StatusOK:
+		return rc.body.Bytes()
+	case http.StatusAccepted:
+		res.Accepted = true
+	case 0:
+		res.Error = &Error{Message: "no answer: the batch request ended before the task was answered"}
+	default:
+		var p problem
+		_ = json.Unmarshal(rc.body.Bytes(), &p) // a detail-less answer still names its status
+		res.Error = &Error{Message: strings.TrimSuffix(fmt.Sprintf("%d %s: %s", rc.status, http.StatusText(rc.status), p.Detail), ": ")}
+	}
+	b, _ := json.Marshal(res) // plain strings, ints and bools: cannot fail
+	return b
+}
+
+// serveTask serves one task envelope; until is when its sync budget ends.
+func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelope, m mode, until time.Time) {
 	switch {
 	case env.TaskID == "":
 		writeProblem(w, http.StatusBadRequest, "malformed envelope: task_id is required")
@@ -391,7 +474,7 @@ func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelo
 	case modeEvent:
 		e.settle(w, r, rn)
 	default:
-		e.await(w, r, rn)
+		e.await(w, r, rn, until)
 	}
 }
 
@@ -403,13 +486,14 @@ func deliveryKey(webhookID string, env *Envelope) string {
 }
 
 // await answers the request for rn: inline if the result is ready within the sync
-// budget (or at all, when there is no callback to fall back on), else 202.
-func (e *Endpoint) await(w http.ResponseWriter, r *http.Request, rn *run) {
+// budget, which ends at until (or at all, when there is no callback to fall back on),
+// else 202.
+func (e *Endpoint) await(w http.ResponseWriter, r *http.Request, rn *run, until time.Time) {
 	if rn.env.Callback == nil {
 		e.awaitInline(w, r, rn)
 		return
 	}
-	timer := time.NewTimer(e.cfg.syncBudget)
+	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
 	select {
 	case <-rn.done:

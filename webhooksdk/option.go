@@ -26,6 +26,8 @@ const (
 	CallbackGraceDefault = time.Minute
 	// CallbackTimeoutDefault is the per-attempt timeout of the default callback client.
 	CallbackTimeoutDefault = 30 * time.Second
+	// BatchConcurrencyDefault is how many tasks of one batched delivery are served at once.
+	BatchConcurrencyDefault = 16
 	// RetryAfterUnready is the Retry-After, in seconds, of a 503 for an unready provider
 	// or a shutting-down endpoint.
 	RetryAfterUnready = 5
@@ -35,34 +37,36 @@ const (
 type Option func(*config) error
 
 type config struct {
-	secrets        []Secret
-	syncBudget     time.Duration
-	tolerance      time.Duration
-	maxBody        int64
-	client         *http.Client
-	logger         *slog.Logger
-	heartbeatEvery time.Duration // 0: a third of the time left to the deadline
-	now            func() time.Time
-	cacheEntries   int
-	cacheTTL       time.Duration
-	cacheBytes     int
-	callbackGrace  time.Duration
-	retryInitial   time.Duration
-	retryMax       time.Duration
+	secrets          []Secret
+	syncBudget       time.Duration
+	tolerance        time.Duration
+	maxBody          int64
+	client           *http.Client
+	logger           *slog.Logger
+	heartbeatEvery   time.Duration // 0: a third of the time left to the deadline
+	now              func() time.Time
+	cacheEntries     int
+	cacheTTL         time.Duration
+	cacheBytes       int
+	callbackGrace    time.Duration
+	retryInitial     time.Duration
+	retryMax         time.Duration
+	batchConcurrency int
 }
 
 func defaultConfig() config {
 	return config{
-		syncBudget:    SyncBudgetDefault,
-		tolerance:     DefaultTolerance,
-		maxBody:       MaxBodyDefault,
-		now:           time.Now,
-		cacheEntries:  ResultCacheEntriesDefault,
-		cacheTTL:      ResultCacheTTLDefault,
-		cacheBytes:    ResultCacheBytesDefault,
-		callbackGrace: CallbackGraceDefault,
-		retryInitial:  500 * time.Millisecond,
-		retryMax:      30 * time.Second,
+		syncBudget:       SyncBudgetDefault,
+		tolerance:        DefaultTolerance,
+		maxBody:          MaxBodyDefault,
+		now:              time.Now,
+		cacheEntries:     ResultCacheEntriesDefault,
+		cacheTTL:         ResultCacheTTLDefault,
+		cacheBytes:       ResultCacheBytesDefault,
+		callbackGrace:    CallbackGraceDefault,
+		retryInitial:     500 * time.Millisecond,
+		retryMax:         30 * time.Second,
+		batchConcurrency: BatchConcurrencyDefault,
 	}
 }
 
@@ -189,6 +193,19 @@ func WithCallbackRetry(initial, maxInterval, grace time.Duration) Option {
 			return errors.New("with callback retry: need 0 < initial <= max and grace >= 0")
 		}
 		c.retryInitial, c.retryMax, c.callbackGrace = initial, maxInterval, grace
+		return nil
+	}
+}
+
+// WithBatchConcurrency sets how many tasks of one batched delivery (docs/protocol.md §16)
+// are served at once: Work is called for at most n of them until each finishes or goes
+// asynchronous, and the others wait their turn. Defaults to BatchConcurrencyDefault.
+func WithBatchConcurrency(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return errors.New("with batch concurrency: must be positive")
+		}
+		c.batchConcurrency = n
 		return nil
 	}
 }

@@ -11,6 +11,8 @@ const (
 	EnvelopeTask = "task"
 	// EnvelopeHealth is a readiness probe: answer with a [HealthResponse].
 	EnvelopeHealth = "health"
+	// EnvelopeBatch is a batched delivery ([Batch]): answer with a [BatchResponse].
+	EnvelopeBatch = "batch"
 )
 
 // TaskType says what the core asked for. It is informational: a provider routes on
@@ -165,6 +167,33 @@ type Result struct {
 	Outcome *Outcome `json:"outcome,omitempty"`
 	// Error is set on failure.
 	Error *Error `json:"error,omitempty"`
+}
+
+// Batch is the body of a batched delivery (docs/protocol.md §16): several task envelopes,
+// each exactly as it would be sent alone, in one request signed once.
+type Batch struct {
+	// Type is EnvelopeBatch.
+	Type string `json:"type"`
+	// Tasks are the task envelopes (Type EnvelopeTask), each with its own claim.
+	Tasks []Envelope `json:"tasks"`
+}
+
+// BatchResponse is the 200 answer to a [Batch]: one result per task, matched by task_id,
+// in any order. Each element is a [BatchResult].
+type BatchResponse struct {
+	// Type is EnvelopeBatch.
+	Type string `json:"type"`
+	// Results holds one BatchResult per task of the batch.
+	Results []json.RawMessage `json:"results"`
+}
+
+// BatchResult is one task's answer in a [BatchResponse]: its Result (an outcome or an
+// error, as an inline 200 carries), or Accepted — the Result comes by callback, as after
+// a 202.
+type BatchResult struct {
+	Result
+	// Accepted means the task was taken on asynchronously: Outcome and Error are unset.
+	Accepted bool `json:"accepted,omitempty"`
 }
 
 // Error is a failed task. Only Terminal true stops retries (the resource pins Failed until

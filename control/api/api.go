@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -49,6 +50,9 @@ type Config struct {
 	// BodyLimit caps a request body in bytes; a larger one is refused with
 	// 413 before it is read in full. Defaults to 4 MiB.
 	BodyLimit int
+	// BatchMaxItems caps the items of one POST /resources:batch; more is
+	// refused with 413 naming body.items. Defaults to 5,000.
+	BatchMaxItems int
 	// Version is the build version reported by GET /api/v1/version and in
 	// the OpenAPI document. Defaults to "dev".
 	Version string
@@ -87,6 +91,7 @@ type Config struct {
 // The Config defaults.
 const (
 	BodyLimitDefault      = 4 << 20
+	BatchMaxItemsDefault  = 5000
 	VersionDefault        = "dev"
 	RequestTimeoutDefault = 30 * time.Second
 	ReadyTimeoutDefault   = 2 * time.Second
@@ -95,6 +100,7 @@ const (
 // WithDefaults returns a copy of c with every unset field at its default.
 func (c Config) WithDefaults() Config {
 	c.BodyLimit = cmp.Or(c.BodyLimit, BodyLimitDefault)
+	c.BatchMaxItems = cmp.Or(c.BatchMaxItems, BatchMaxItemsDefault)
 	c.Version = cmp.Or(c.Version, VersionDefault)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
 	c.ReadyTimeout = cmp.Or(c.ReadyTimeout, ReadyTimeoutDefault)
@@ -105,6 +111,8 @@ func (c Config) validate() error {
 	switch {
 	case c.BodyLimit < 0:
 		return fmt.Errorf("api: BodyLimit must not be negative (got %d)", c.BodyLimit)
+	case c.BatchMaxItems < 0:
+		return fmt.Errorf("api: BatchMaxItems must not be negative (got %d)", c.BatchMaxItems)
 	case c.RequestTimeout < 0:
 		return fmt.Errorf("api: RequestTimeout must not be negative (got %s)", c.RequestTimeout)
 	case c.ReadyTimeout < 0:
@@ -200,11 +208,12 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 		// Before huma's routes: a stream is written by Fiber directly.
 		s.app.Get(Prefix+"/events/stream", cfg.Events.serve)
 	}
-	s.api = humafiber.New(s.app, hc)
+	s.api = humafiber.NewWithGroup(s.app, literalColons{s.app}, hc)
 
 	s.registerHealth()
 	s.registerManifests()
 	s.registerResources()
+	s.registerResourceBatch()
 	s.registerEngine()
 	s.registerOperations()
 	s.registerProviderConfigs()
@@ -255,6 +264,24 @@ func (s *Server) logPanic(c *fiber.Ctx, e any) {
 // tokenSum hashes a token so comparisons take the same time whatever its
 // length.
 func tokenSum(t string) [sha256.Size]byte { return sha256.Sum256([]byte(t)) }
+
+// literalColons registers huma's routes with Fiber, whose paths use ':' to
+// start a parameter: huma turns {kind} into :kind, always at the start of a
+// segment, so a colon anywhere else is literal (the custom method of
+// /resources:batch) and is escaped for Fiber.
+type literalColons struct{ fiber.Router }
+
+// Add escapes every colon that does not start a path segment.
+func (r literalColons) Add(method, path string, handlers ...fiber.Handler) fiber.Router {
+	var b strings.Builder
+	for i := range len(path) {
+		if path[i] == ':' && i > 0 && path[i-1] != '/' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(path[i])
+	}
+	return r.Router.Add(method, b.String(), handlers...)
+}
 
 // operation fills what every operation shares and registers it. Handlers
 // that take a body decode RawBody themselves (see the package doc); doc is

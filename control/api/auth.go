@@ -108,8 +108,8 @@ func isRead(method string) bool {
 }
 
 // requireJSONBody refuses a request body declared as anything but JSON,
-// before any handler reads it. A body without a Content-Type is read as
-// JSON.
+// before any handler reads it; POST /resources:batch also takes NDJSON. A
+// body without a Content-Type is read as JSON.
 func requireJSONBody(c *fiber.Ctx) error {
 	if isRead(c.Method()) || len(c.Request().Body()) == 0 && c.Request().Header.ContentLength() <= 0 {
 		return c.Next()
@@ -119,6 +119,9 @@ func requireJSONBody(c *fiber.Ctx) error {
 		return c.Next()
 	}
 	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && mt == ndjsonType && c.Path() == Prefix+batchPath {
+		return c.Next()
+	}
 	if err != nil || mt != "application/json" && !strings.HasSuffix(mt, "+json") {
 		p := newProblem(http.StatusUnsupportedMediaType, typeUnsupportedMediaType,
 			"request bodies must be JSON (Content-Type: application/json)")

@@ -37,6 +37,7 @@ type EndpointApply struct {
 	Target             store.EndpointTarget `json:"target"`
 	Health             store.EndpointHealth `json:"health,omitempty"`
 	MaxConcurrency     int                  `json:"max_concurrency,omitempty" doc:"Defaults to 64."`
+	MaxBatch           int                  `json:"max_batch,omitempty" doc:"Most tasks per request (1..256); defaults to 1, one task per request."`
 	RequestTimeoutSecs int                  `json:"request_timeout_secs,omitempty" doc:"Defaults to 30."`
 	Enabled            *bool                `json:"enabled,omitempty" doc:"Defaults to true."`
 	// Secret lets the operator choose the signing secret, so the provider
@@ -139,7 +140,7 @@ func (s *Server) applyEndpoint(ctx context.Context, in *rawBodyInput) (*applyOut
 	}
 	ep, res, secret, err := s.store.PutEndpoint(ctx, ec.Box, store.PutEndpointParams{
 		Name: b.Name, Kinds: b.Kinds, Target: b.Target, Health: b.Health,
-		MaxConcurrency: b.MaxConcurrency, RequestTimeoutSecs: b.RequestTimeoutSecs, Enabled: b.Enabled,
+		MaxConcurrency: b.MaxConcurrency, MaxBatch: b.MaxBatch, RequestTimeoutSecs: b.RequestTimeoutSecs, Enabled: b.Enabled,
 		Secret: store.EndpointSecret(b.Secret),
 	})
 	if err != nil {

@@ -95,3 +95,30 @@ func TestEndpointSuppliedSecret(t *testing.T) {
 		}
 	})
 }
+
+// TestEndpointMaxBatch: max_batch defaults to 1, is stored and shown, and a
+// value outside 1..256 is a problem naming the field.
+func TestEndpointMaxBatch(t *testing.T) {
+	t.Parallel()
+	box, err := store.NewSecretBox(bytes.Repeat([]byte{7}, store.SecretKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, api.Config{Endpoints: &api.EndpointsConfig{Box: box, ValidateURL: func(string) error { return nil }}})
+	body := func(name, extra string) string {
+		return `{"name":"` + name + `","kinds":[{"kind":"vpc","kind_version":1}],"target":{"type":"https","url":"https://p.example/"}` + extra + `}`
+	}
+	r := b.do(http.MethodPost, "/api/v1/endpoints", body("plain", "")).wantApply(t, "created")
+	if got := r.object(t)["max_batch"]; got != float64(1) {
+		t.Fatalf("default max_batch = %v, want 1", got)
+	}
+	b.do(http.MethodPost, "/api/v1/endpoints", body("batched", `,"max_batch":32`)).wantApply(t, "created")
+	if got := b.do(http.MethodGet, "/api/v1/endpoints/batched", "").object(t)["max_batch"]; got != float64(32) {
+		t.Fatalf("stored max_batch = %v, want 32", got)
+	}
+	b.do(http.MethodPost, "/api/v1/endpoints", body("batched", `,"max_batch":8`)).wantApply(t, "configured")
+	for _, bad := range []string{"257", "-1"} {
+		b.do(http.MethodPost, "/api/v1/endpoints", body("bad", `,"max_batch":`+bad)).
+			wantProblem(t, http.StatusUnprocessableEntity, "body.max_batch")
+	}
+}

@@ -114,39 +114,55 @@ func (s *Server) registerResources() {
 }
 
 func (s *Server) applyResource(ctx context.Context, in *applyResourceInput) (*applyOutput[model.Resource], error) {
-	var b resourceApplyBody
-	if p := decodeBody(in.RawBody, &b); p != nil {
+	params, p := parseResourceApply(in.RawBody)
+	if p != nil {
 		return nil, p
+	}
+	r, res, err := s.store.ApplyResource(ctx, params)
+	if err != nil {
+		return nil, s.resourceProblem(ctx, err, params)
+	}
+	return &applyOutput[model.Resource]{Status: applyStatus(res), ApplyResult: res, Body: r}, nil
+}
+
+// parseResourceApply decodes one apply document (the body of POST
+// /resources, an item of POST /resources:batch) into the store's params.
+// Its problems locate fields under "body".
+func parseResourceApply(raw []byte) (store.ApplyResourceParams, *Problem) {
+	var b resourceApplyBody
+	if p := decodeBody(raw, &b); p != nil {
+		return store.ApplyResourceParams{}, p
 	}
 	version, p := b.KindVersion.value("body.kind_version")
 	if p != nil {
-		return nil, p
+		return store.ApplyResourceParams{}, p
 	}
 	labels, p := b.Labels.strings("body.labels")
 	if p != nil {
-		return nil, p
+		return store.ApplyResourceParams{}, p
 	}
-	params := store.ApplyResourceParams{Kind: b.Kind, KindVersion: version, Name: b.Name, Labels: labels,
-		Spec: b.Spec, ProviderConfigRef: b.ProviderConfigRef}
-	r, res, err := s.store.ApplyResource(ctx, params)
-	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{doc: b.Spec, value: func(f string) any {
-			switch {
-			case f == "kind":
-				return params.Kind
-			case f == "kind_version":
-				return params.KindVersion
-			case f == "name":
-				return params.Name
-			case f == "provider_config_ref":
-				return params.ProviderConfigRef
-			case strings.HasPrefix(f, "labels."):
-				return params.Labels[strings.TrimPrefix(f, "labels.")]
-			}
-			return nil
-		}})
-	}
-	return &applyOutput[model.Resource]{Status: applyStatus(res), ApplyResult: res, Body: r}, nil
+	return store.ApplyResourceParams{Kind: b.Kind, KindVersion: version, Name: b.Name, Labels: labels,
+		Spec: b.Spec, ProviderConfigRef: b.ProviderConfigRef}, nil
+}
+
+// resourceProblem renders the store's refusal of an apply of params, its
+// fields located under "body" with the values sent echoed.
+func (s *Server) resourceProblem(ctx context.Context, err error, params store.ApplyResourceParams) *Problem {
+	return s.problemFor(ctx, err, problemOpts{doc: params.Spec, value: func(f string) any {
+		switch {
+		case f == "kind":
+			return params.Kind
+		case f == "kind_version":
+			return params.KindVersion
+		case f == "name":
+			return params.Name
+		case f == "provider_config_ref":
+			return params.ProviderConfigRef
+		case strings.HasPrefix(f, "labels."):
+			return params.Labels[strings.TrimPrefix(f, "labels.")]
+		}
+		return nil
+	}})
 }
 
 // ResourceView is GET /resources/{kind}/{name}: the resource, its

@@ -28,6 +28,7 @@ type Endpoint struct {
 	Target             EndpointTarget `json:"target" db:"target" doc:"Where tasks are delivered."`
 	Health             EndpointHealth `json:"health" db:"health" doc:"Readiness probing; without a URL the endpoint is ready for all its kinds while its circuit breaker is closed."`
 	MaxConcurrency     int            `json:"max_concurrency" db:"max_concurrency" doc:"Most deliveries in flight at once (HTTP requests awaiting an answer)."`
+	MaxBatch           int            `json:"max_batch" db:"max_batch" doc:"Most tasks sent in one signed request (a {\"type\":\"batch\"} body, docs/protocol.md §16); 1 = one task per request. One batch takes one max_concurrency slot."`
 	RequestTimeoutSecs int            `json:"request_timeout_secs" db:"request_timeout_secs" doc:"Timeout of one HTTP request; separate from the kind's task deadline."`
 	Enabled            bool           `json:"enabled" db:"enabled" doc:"A disabled endpoint gets no deliveries."`
 	DisabledReason     string         `json:"disabled_reason,omitempty" db:"disabled_reason" readOnly:"true" doc:"Why the endpoint was disabled, e.g. it answered 410 Gone."`
@@ -127,6 +128,8 @@ type PutEndpointParams struct {
 	Health EndpointHealth
 	// MaxConcurrency defaults to EndpointMaxConcurrencyDefault when 0.
 	MaxConcurrency int
+	// MaxBatch defaults to 1 (no batching) when 0.
+	MaxBatch int
 	// RequestTimeoutSecs defaults to EndpointRequestTimeoutDefault when 0.
 	RequestTimeoutSecs int
 	// Enabled defaults to true when nil. Enabling clears DisabledReason.
@@ -144,6 +147,8 @@ const (
 	EndpointRequestTimeoutDefault = 30
 	EndpointMaxConcurrencyMax     = 100000
 	EndpointRequestTimeoutMax     = 3600
+	// EndpointMaxBatchMax bounds max_batch (the migration's CHECK agrees).
+	EndpointMaxBatchMax = 256
 	// SecretRotationGraceDefault is how long the previous secret keeps
 	// signing after a rotation.
 	SecretRotationGraceDefault = 24 * time.Hour
@@ -153,7 +158,7 @@ var endpointNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-
 
 // endpointCols are the columns of an Endpoint, named for its db tags; the
 // jsonb columns (kinds, target, health) decode straight into their structs.
-const endpointCols = `name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason,
+const endpointCols = `name, kinds, target, health, max_concurrency, max_batch, request_timeout_secs, enabled, disabled_reason,
        CASE WHEN prev_secret_expires > now() THEN prev_secret_expires END AS secret_rotation_ends_at, created_at, updated_at`
 
 // rowToEndpoint scans endpointCols.
@@ -186,6 +191,9 @@ func (p *PutEndpointParams) normalize() error {
 	if p.MaxConcurrency == 0 {
 		p.MaxConcurrency = EndpointMaxConcurrencyDefault
 	}
+	if p.MaxBatch == 0 {
+		p.MaxBatch = 1
+	}
 	if p.RequestTimeoutSecs == 0 {
 		p.RequestTimeoutSecs = EndpointRequestTimeoutDefault
 	}
@@ -196,6 +204,8 @@ func (p *PutEndpointParams) normalize() error {
 		return &InvalidError{Location: "kinds", Message: "must list at least one {kind, kind_version}"}
 	case p.MaxConcurrency < 1 || p.MaxConcurrency > EndpointMaxConcurrencyMax:
 		return &InvalidError{Location: "max_concurrency", Message: fmt.Sprintf("must be in 1..%d", EndpointMaxConcurrencyMax)}
+	case p.MaxBatch < 1 || p.MaxBatch > EndpointMaxBatchMax:
+		return &InvalidError{Location: "max_batch", Message: fmt.Sprintf("must be in 1..%d", EndpointMaxBatchMax)}
 	case p.RequestTimeoutSecs < 1 || p.RequestTimeoutSecs > EndpointRequestTimeoutMax:
 		return &InvalidError{Location: "request_timeout_secs", Message: fmt.Sprintf("must be in 1..%d", EndpointRequestTimeoutMax)}
 	}
@@ -491,8 +501,8 @@ func newSealedSecret(box *SecretBox, name string, given EndpointSecret) (Endpoin
 	return EndpointSecret(s), enc, nil
 }
 
-const endpointInsertSQL = `INSERT INTO endpoints (name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason, secret_enc)
-VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7 THEN '' ELSE 'disabled by the operator' END, $8)
+const endpointInsertSQL = `INSERT INTO endpoints (name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason, secret_enc, max_batch)
+VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7 THEN '' ELSE 'disabled by the operator' END, $8, $9)
 RETURNING ` + endpointCols
 
 // CreateEndpoint registers a new endpoint and returns it with its freshly
@@ -508,7 +518,7 @@ func (s *Store) CreateEndpoint(ctx context.Context, box *SecretBox, p PutEndpoin
 	}
 	kinds, target, health := mustJSON(p.Kinds), mustJSON(p.Target), mustJSON(p.Health)
 	e, err := collectOne(ctx, s.pool, rowToEndpoint, endpointInsertSQL, p.Name, kinds, target, health,
-		p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc)
+		p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch)
 	if err != nil {
 		if code, _ := pgCode(err); code == codeUniqueViolation {
 			return Endpoint{}, "", &ConflictError{Message: fmt.Sprintf("endpoint %q already exists", p.Name)}
@@ -519,16 +529,16 @@ func (s *Store) CreateEndpoint(ctx context.Context, box *SecretBox, p PutEndpoin
 }
 
 const endpointUpsertSQL = `WITH up AS (
-    INSERT INTO endpoints AS e (name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason, secret_enc)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7 THEN '' ELSE 'disabled by the operator' END, $8)
+    INSERT INTO endpoints AS e (name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason, secret_enc, max_batch)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7 THEN '' ELSE 'disabled by the operator' END, $8, $9)
     ON CONFLICT (name) DO UPDATE SET kinds = EXCLUDED.kinds, target = EXCLUDED.target, health = EXCLUDED.health,
-        max_concurrency = EXCLUDED.max_concurrency, request_timeout_secs = EXCLUDED.request_timeout_secs,
+        max_concurrency = EXCLUDED.max_concurrency, max_batch = EXCLUDED.max_batch, request_timeout_secs = EXCLUDED.request_timeout_secs,
         enabled = EXCLUDED.enabled,
         disabled_reason = CASE WHEN EXCLUDED.enabled THEN '' WHEN e.enabled THEN EXCLUDED.disabled_reason ELSE e.disabled_reason END,
         updated_at = clock_timestamp()
-    WHERE (e.kinds, e.target, e.health, e.max_concurrency, e.request_timeout_secs, e.enabled)
+    WHERE (e.kinds, e.target, e.health, e.max_concurrency, e.max_batch, e.request_timeout_secs, e.enabled)
           IS DISTINCT FROM (EXCLUDED.kinds, EXCLUDED.target, EXCLUDED.health, EXCLUDED.max_concurrency,
-                            EXCLUDED.request_timeout_secs, EXCLUDED.enabled)
+                            EXCLUDED.max_batch, EXCLUDED.request_timeout_secs, EXCLUDED.enabled)
     RETURNING e.*, e.xmax = 0 AS inserted
 )
 SELECT ` + endpointCols + `, CASE WHEN inserted THEN 'created' ELSE 'configured' END AS result FROM up
@@ -549,7 +559,7 @@ func (s *Store) PutEndpoint(ctx context.Context, box *SecretBox, p PutEndpointPa
 		return Endpoint{}, "", "", wrapUnlessTyped(err, "put endpoint %s", p.Name)
 	}
 	a, err := collectOne(ctx, s.pool, pgx.RowToStructByName[endpointApplied], endpointUpsertSQL, p.Name, mustJSON(p.Kinds),
-		mustJSON(p.Target), mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc)
+		mustJSON(p.Target), mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch)
 	if err != nil {
 		return Endpoint{}, "", "", fmt.Errorf("put endpoint %s: %w", p.Name, err)
 	}

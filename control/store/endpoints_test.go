@@ -70,6 +70,7 @@ func TestEndpointCRUD(t *testing.T) {
 		Target:             store.EndpointTarget{Type: "https", URL: "https://net.example.com:8443/converge"},
 		Health:             store.EndpointHealth{URL: "https://net.example.com:8443/converge/health", IntervalSecs: 10},
 		MaxConcurrency:     store.EndpointMaxConcurrencyDefault,
+		MaxBatch:           1,
 		RequestTimeoutSecs: store.EndpointRequestTimeoutDefault,
 		Enabled:            true,
 	}
@@ -115,8 +116,16 @@ func TestEndpointCRUD(t *testing.T) {
 		}
 		p.MaxConcurrency = 8
 		e, res, sec, err := b.st.PutEndpoint(b.ctx, b.box, p)
-		if err != nil || res != store.ApplyConfigured || sec != "" || e.MaxConcurrency != 8 {
-			t.Fatalf("put = %+v, %v, %q; want configured with max_concurrency 8", e, err, res)
+		if err != nil || res != store.ApplyConfigured || sec != "" || e.MaxConcurrency != 8 || e.MaxBatch != 1 {
+			t.Fatalf("put = %+v, %v, %q; want configured with max_concurrency 8, max_batch 1", e, err, res)
+		}
+		p.MaxBatch = 32
+		e, res, _, err = b.st.PutEndpoint(b.ctx, b.box, p)
+		if err != nil || res != store.ApplyConfigured || e.MaxBatch != 32 {
+			t.Fatalf("put max_batch 32 = %+v, %v, %q; want configured with max_batch 32", e, err, res)
+		}
+		if got, err := b.st.GetEndpoint(b.ctx, p.Name); err != nil || got.MaxBatch != 32 {
+			t.Fatalf("get = max_batch %d, %v; want 32", got.MaxBatch, err)
 		}
 		_, res, sec, err = b.st.PutEndpoint(b.ctx, b.box, endpointParams("other"))
 		if err != nil || res != store.ApplyCreated || sec == "" {
@@ -158,6 +167,8 @@ func TestEndpointValidation(t *testing.T) {
 		{"cert without key", func(p *store.PutEndpointParams) { p.Target.ClientCertFile = "/c.pem" }, "target.client_key_file"},
 		{"bad health url", func(p *store.PutEndpointParams) { p.Health.URL = "nope" }, "health.url"},
 		{"concurrency too high", func(p *store.PutEndpointParams) { p.MaxConcurrency = 1 << 20 }, "max_concurrency"},
+		{"batch too large", func(p *store.PutEndpointParams) { p.MaxBatch = store.EndpointMaxBatchMax + 1 }, "max_batch"},
+		{"negative batch", func(p *store.PutEndpointParams) { p.MaxBatch = -1 }, "max_batch"},
 		{"negative timeout", func(p *store.PutEndpointParams) { p.RequestTimeoutSecs = -1 }, "request_timeout_secs"},
 	}
 	for _, tc := range tests {

@@ -26,20 +26,12 @@ type ClaimParams struct {
 	Lease time.Duration
 }
 
-// claimSQL logs a `claimed` event per work task in the claim's own
-// statement (no second round trip): who took it, at which epoch and attempt.
-// A react task logs none: it is not the watched resource's reconcile, and
-// its resource may be gone.
-const claimSQL = `WITH c AS (SELECT * FROM claim_tasks($1, $2, $3, $4, $5, $6)),
-ev AS (
-    INSERT INTO resource_events (resource_id, type, generation, message)
-    SELECT c.resource_id, 'claimed', c.generation,
-           format('by %s, claim_epoch %s, attempt %s', $1::text, c.claim_epoch, c.attempts + 1)
-      FROM c WHERE c.task_type <> 'react')
-SELECT task_id, shard_id, resource_id, task_type, trigger, coalesce(reaction, ''), emits,
+// A claim writes no event: the claim's time, epoch and claimer are on the
+// task while it runs and on the resource once applied (issue #13).
+const claimSQL = `SELECT task_id, shard_id, resource_id, task_type, trigger, coalesce(reaction, ''), emits,
        kind, kind_version, generation, claim_epoch, attempts, deadline,
        coalesce(transition, ''), coalesce(binding, '')
-  FROM c`
+  FROM claim_tasks($1, $2, $3, $4, $5, $6)`
 
 // Claim claims up to p.Limit pending tasks, bumping each one's claim_epoch:
 // work first, then reactor deliveries if the batch has room. Per-kind caps

@@ -180,20 +180,10 @@ const resourceScheduleSQL = `SELECT schedule_applied($1, $2)`
 // The write is one round trip: the upsert, its event and the scheduling call
 // are pipelined in one implicit transaction.
 func (s *Store) ApplyResource(ctx context.Context, p ApplyResourceParams) (model.Resource, ApplyResult, error) {
-	if err := validateResourceParams(&p); err != nil {
+	if err := s.validateResource(ctx, &p); err != nil {
 		return model.Resource{}, "", err
 	}
-	if err := s.checkSpec(ctx, p.Kind, p.KindVersion, p.Spec); err != nil {
-		return model.Resource{}, "", err
-	}
-	var ref any
-	if p.ProviderConfigRef != "" {
-		ref = p.ProviderConfigRef
-	}
-	labels := p.Labels
-	if labels == nil {
-		labels = map[string]string{}
-	}
+	labels, ref := p.columns()
 	for attempt := 1; ; attempt++ {
 		r, res, err := s.applyResourceOnce(ctx, p, labels, ref)
 		if errors.Is(err, errRetry) && attempt < maxWriteAttempts {
@@ -250,18 +240,12 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 		return model.Resource{}, "", resourceWriteError(err, p)
 	}
 	switch {
-	case reactor == nil:
-		return model.Resource{}, "", s.kindNotFound(ctx, p.Kind, p.KindVersion)
-	case *reactor:
-		return model.Resource{}, "", &InvalidError{Location: "kind",
-			Message: fmt.Sprintf("%s/%d is a reactor kind: it owns no resources and runs only through reactor bindings", p.Kind, p.KindVersion)}
-	case pass == nil || !*pass:
-		if pcKind == nil {
-			return model.Resource{}, "", &NotFoundError{Location: "provider_config_ref",
-				Message: fmt.Sprintf("provider_config %q does not exist", p.ProviderConfigRef)}
+	case reactor == nil || pass == nil || !*pass:
+		var pc *providerConfigKey
+		if pcKind != nil {
+			pc = &providerConfigKey{kind: *pcKind, version: *pcVersion}
 		}
-		return model.Resource{}, "", &InvalidError{Location: "provider_config_ref",
-			Message: fmt.Sprintf("provider_config %q is for %s/%d, not %s/%d", p.ProviderConfigRef, *pcKind, *pcVersion, p.Kind, p.KindVersion)}
+		return model.Resource{}, "", s.resourceGateError(ctx, p, reactor, pc)
 	case rid == nil:
 		// The row was inserted by a transaction that committed after this
 		// statement's snapshot, and equals ours: run again to read it.
@@ -272,6 +256,59 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 	}
 	finishScanned()
 	return r, ApplyResult(*result), nil
+}
+
+// providerConfigKey is the (kind, kind_version) a provider config serves.
+type providerConfigKey struct {
+	kind    string
+	version int
+}
+
+// resourceGateError says why the gate of an apply refused p: reactor is
+// whether its (kind, kind_version) is a reactor kind (nil: no manifest), pc
+// the provider config p names (nil: none exists). It returns nil when the
+// gate passes.
+func (s *Store) resourceGateError(ctx context.Context, p ApplyResourceParams, reactor *bool, pc *providerConfigKey) error {
+	switch {
+	case reactor == nil:
+		return s.kindNotFound(ctx, p.Kind, p.KindVersion)
+	case *reactor:
+		return &InvalidError{Location: "kind",
+			Message: fmt.Sprintf("%s/%d is a reactor kind: it owns no resources and runs only through reactor bindings", p.Kind, p.KindVersion)}
+	case p.ProviderConfigRef == "":
+		return nil
+	case pc == nil:
+		return &NotFoundError{Location: "provider_config_ref",
+			Message: fmt.Sprintf("provider_config %q does not exist", p.ProviderConfigRef)}
+	case pc.kind != p.Kind || pc.version != p.KindVersion:
+		return &InvalidError{Location: "provider_config_ref",
+			Message: fmt.Sprintf("provider_config %q is for %s/%d, not %s/%d", p.ProviderConfigRef, pc.kind, pc.version, p.Kind, p.KindVersion)}
+	}
+	return nil
+}
+
+// validateResource runs every check of an apply that needs no write: the
+// parameters' rules, then the spec against its kind version's schema. It
+// normalises p.Spec ({} when empty).
+func (s *Store) validateResource(ctx context.Context, p *ApplyResourceParams) error {
+	if err := validateResourceParams(p); err != nil {
+		return err
+	}
+	return s.checkSpec(ctx, p.Kind, p.KindVersion, p.Spec)
+}
+
+// columns returns the labels and provider_config_ref column values of p:
+// {} for no labels, NULL for no provider config.
+func (p ApplyResourceParams) columns() (map[string]string, any) {
+	labels := p.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	var ref any
+	if p.ProviderConfigRef != "" {
+		ref = p.ProviderConfigRef
+	}
+	return labels, ref
 }
 
 // resourceWriteError maps database errors of a resource write.
@@ -367,36 +404,41 @@ type ResourceDetail struct {
 	Conditions []model.StoredCondition `json:"conditions"`
 	// LastTask is the task whose outcome the drain applied last; nil before
 	// the first.
-	LastTask *LastTask `json:"last_task,omitempty" doc:"The task whose outcome was applied last: its id (as in the delivery envelope), claim epoch and claim time."`
+	LastTask *LastTask `json:"last_task,omitempty" doc:"The task whose outcome was applied last: its id (as in the delivery envelope), claim epoch, and when it was queued and claimed (updated_at is when its outcome was applied)."`
 }
 
 // LastTask identifies the last task applied to a resource, to find it in a
-// provider's logs (the task id is in every delivery's envelope) and in the
-// resource's events.
+// provider's logs (the task id is in every delivery's envelope), and keeps
+// its times: the event log records phase changes and failures, not every
+// task's steps.
 type LastTask struct {
-	TaskID     string    `json:"task_id"`
-	ClaimEpoch int64     `json:"claim_epoch"`
-	ClaimedAt  time.Time `json:"claimed_at"`
+	TaskID     string `json:"task_id"`
+	ClaimEpoch int64  `json:"claim_epoch"`
+	// EnqueuedAt is when the task was queued; nil for one applied before
+	// the times were kept.
+	EnqueuedAt *time.Time `json:"enqueued_at,omitempty"`
+	ClaimedAt  time.Time  `json:"claimed_at"`
 }
 
 const resourceGetSQL = `SELECT ` + resourceViewCols + `,
        (SELECT coalesce(json_agg(json_build_object('type', c.type, 'status', c.status, 'reason', c.reason,
                  'message', c.message, 'last_transition_time', c.last_transition_time) ORDER BY c.type), '[]')
           FROM resource_conditions c WHERE c.resource_id = r.id),
-       r.last_task_id, r.last_task_epoch, r.last_claimed_at
+       r.last_task_id, r.last_task_epoch, r.last_enqueued_at, r.last_claimed_at
   FROM resources r WHERE r.kind = $1 AND r.name = $2`
 
 // GetResource returns the resource (kind, name) with its conditions, or a
 // *NotFoundError.
 func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDetail, error) {
 	var (
-		d         ResourceDetail
-		taskID    *string
-		epoch     *int64
-		claimedAt *time.Time
+		d          ResourceDetail
+		taskID     *string
+		epoch      *int64
+		enqueuedAt *time.Time
+		claimedAt  *time.Time
 	)
 	targets, finish := resourceScanTargets(&d.Resource)
-	err := s.pool.QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions, &taskID, &epoch, &claimedAt)...)
+	err := s.pool.QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions, &taskID, &epoch, &enqueuedAt, &claimedAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ResourceDetail{}, resourceNotFound(kind, name)
 	}
@@ -408,7 +450,7 @@ func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDet
 		d.Conditions = []model.StoredCondition{}
 	}
 	if taskID != nil && epoch != nil && claimedAt != nil {
-		d.LastTask = &LastTask{TaskID: *taskID, ClaimEpoch: *epoch, ClaimedAt: *claimedAt}
+		d.LastTask = &LastTask{TaskID: *taskID, ClaimEpoch: *epoch, EnqueuedAt: enqueuedAt, ClaimedAt: *claimedAt}
 	}
 	return d, nil
 }
@@ -515,12 +557,14 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 		}
 		q.WriteString(` AND r.owner_id = ` + arg(id))
 	}
+	// failure_gen > 0 is implied (generation >= 1); it is stated for the
+	// planner, which can then use idx_resources_failed.
 	switch p.Failure {
 	case "":
 	case FailureRetrying:
-		q.WriteString(` AND r.failure_gen = r.generation AND NOT r.failure_terminal`)
+		q.WriteString(` AND r.failure_gen > 0 AND r.failure_gen = r.generation AND NOT r.failure_terminal`)
 	case FailureTerminal:
-		q.WriteString(` AND r.failure_gen = r.generation AND r.failure_terminal`)
+		q.WriteString(` AND r.failure_gen > 0 AND r.failure_gen = r.generation AND r.failure_terminal`)
 	default:
 		return ResourcePage{}, &InvalidError{Location: "failure", Message: fmt.Sprintf("must be %s or %s", FailureRetrying, FailureTerminal)}
 	}

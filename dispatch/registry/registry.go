@@ -472,6 +472,10 @@ func (e *Endpoint) MaxRequestBytes() int {
 	return n
 }
 
+// MaxBatch is the most tasks the endpoint takes in one request (its
+// max_batch, at least 1). A batch takes one slot.
+func (e *Endpoint) MaxBatch() int { return max(1, e.conf.Load().cfg.MaxBatch) }
+
 // Deliver sends d to the endpoint's task target.
 func (e *Endpoint) Deliver(ctx context.Context, d *target.Delivery) (*target.Response, error) {
 	c := e.conf.Load()
@@ -548,7 +552,8 @@ func (e *Endpoint) capacityLocked(pair string, now time.Time) (int, string) {
 // with ready endpoints whose spare capacity exceeds the tasks of that pair
 // already waiting locally (queued) — how many tasks in all may be claimed
 // (the spare capacity of those pairs' endpoints, less the queued), and the
-// total capacity (this pod's limits) of those endpoints.
+// total capacity (this pod's limits) of those endpoints. Capacity counts
+// tasks: a slot of an endpoint with max_batch n carries n.
 func (r *Registry) Claimable(queued map[string]int) (pairs []string, spare, capacity int) {
 	now := time.Now()
 	r.mu.Lock()
@@ -561,6 +566,7 @@ func (r *Registry) Claimable(queued map[string]int) (pairs []string, spare, capa
 			if n <= 0 {
 				continue
 			}
+			n *= e.MaxBatch()
 			sum += n
 			if used == nil {
 				used = map[*Endpoint]bool{}
@@ -568,7 +574,7 @@ func (r *Registry) Claimable(queued map[string]int) (pairs []string, spare, capa
 			if !used[e] {
 				used[e] = true
 				spare += n
-				capacity += r.limit(e.conf.Load())
+				capacity += r.limit(e.conf.Load()) * e.MaxBatch()
 			}
 		}
 		if sum > queued[pair] {

@@ -321,3 +321,27 @@ func TestProbeFailuresBeforeFirstHealthy(t *testing.T) {
 		}
 	})
 }
+
+// TestClaimableCountsBatches: a slot of an endpoint with max_batch n carries
+// n tasks, so claims fill its batches; one batch takes one slot.
+func TestClaimableCountsBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, _, err := b.st.CreateEndpoint(b.ctx, b.box, store.PutEndpointParams{Name: "batched", MaxConcurrency: 2, MaxBatch: 8,
+		Kinds:  []store.EndpointKind{{Kind: "leaf", KindVersion: 1}},
+		Target: store.EndpointTarget{Type: store.TargetHTTPS, URL: "http://127.0.0.1:9/batched"}}); err != nil {
+		t.Fatal(err)
+	}
+	r := b.registry(t, registry.Config{})
+	if _, spare, capacity := r.Claimable(nil); spare != 16 || capacity != 16 {
+		t.Fatalf("Claimable spare %d of %d, want 16 of 16 (2 slots × max_batch 8)", spare, capacity)
+	}
+	s, ok := r.Acquire("leaf/1")
+	if !ok || s.Endpoint().MaxBatch() != 8 {
+		t.Fatalf("Acquire = %v; want a slot of an endpoint with max_batch 8", ok)
+	}
+	if _, spare, _ := r.Claimable(map[string]int{"leaf/1": 3}); spare != 5 {
+		t.Fatalf("one slot busy, 3 queued: %d spare, want 8 - 3 = 5", spare)
+	}
+	s.Done(registry.Success)
+}

@@ -1,12 +1,14 @@
 // Package wire is the dispatcher's own part of the wire protocol
 // (docs/protocol.md); the protocol's types themselves are webhooksdk's, used
 // as they are. What is left here is what only the dispatcher decides: the
-// webhook-id of a claim, and how a result body is read — the same way
+// webhook-id of a claim (and of a batch), and how a result body is read — the same way
 // inline and by callback, since the dispatcher and the callback receiver
 // share this package.
 package wire
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,4 +63,86 @@ func DecodeResult(body []byte, taskID string, epoch int64) (webhooksdk.Result, e
 		r.Result.ClaimEpoch = *r.ClaimEpoch
 	}
 	return r.Result, nil
+}
+
+// BatchID is the webhook-id of a batched delivery: derived from the claims
+// it carries, so it is stable across the failovers of one batch (the same
+// claims, the same body) and new for any other set of claims.
+func BatchID(tasks []model.Task) string {
+	h := sha256.New()
+	for _, t := range tasks {
+		h.Write([]byte(MessageID(t)))
+		h.Write([]byte{0})
+	}
+	return "msg_batch_" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Answer is one task's answer in a batch response: its Result, or
+// Accepted (the Result comes by callback), or Err when the response holds
+// no usable answer for it (missing, duplicated or malformed; matches
+// ErrMalformedResult).
+type Answer struct {
+	Result   webhooksdk.Result
+	Accepted bool
+	Err      error
+}
+
+// DecodeBatch reads a batch response body ({"type":"batch","results":[…]})
+// for the claims of tasks, returning one Answer per task, in tasks' order.
+// Results are matched by task_id; each is read as DecodeResult reads an
+// inline one, or is {"task_id", "claim_epoch", "accepted": true}. A task
+// with no result, or with more than one, gets an Err (its answers are never
+// applied); a result naming no task of the batch is ignored. A body that is
+// not a batch response is an error for the whole batch.
+func DecodeBatch(body []byte, tasks []model.Task) ([]Answer, error) {
+	var br webhooksdk.BatchResponse
+	if err := json.Unmarshal(body, &br); err != nil {
+		return nil, fmt.Errorf("%w: not a batch response: %v", ErrMalformedResult, err)
+	}
+	if br.Type != webhooksdk.EnvelopeBatch {
+		return nil, fmt.Errorf(`%w: not a batch response: type %q, want "batch"`, ErrMalformedResult, br.Type)
+	}
+	index := make(map[string]int, len(tasks))
+	for i, t := range tasks {
+		index[t.ID] = i
+	}
+	answers := make([]Answer, len(tasks))
+	seen := make([]int, len(tasks))
+	for _, raw := range br.Results {
+		var head struct {
+			TaskID     string          `json:"task_id"`
+			ClaimEpoch *int64          `json:"claim_epoch"`
+			Accepted   bool            `json:"accepted"`
+			Outcome    json.RawMessage `json:"outcome"`
+			Error      json.RawMessage `json:"error"`
+		}
+		if json.Unmarshal(raw, &head) != nil {
+			continue // names no task: its task, if any, has no result
+		}
+		i, ok := index[head.TaskID]
+		if !ok {
+			continue
+		}
+		seen[i]++
+		t := tasks[i]
+		switch {
+		case !head.Accepted:
+			answers[i].Result, answers[i].Err = DecodeResult(raw, t.ID, t.Epoch)
+		case head.ClaimEpoch != nil && *head.ClaimEpoch != t.Epoch:
+			answers[i].Err = fmt.Errorf("%w: claim_epoch %d is not this claim's (%d)", ErrMalformedResult, *head.ClaimEpoch, t.Epoch)
+		case head.Outcome != nil || head.Error != nil:
+			answers[i].Err = fmt.Errorf(`%w: "accepted" goes without "outcome" and "error"`, ErrMalformedResult)
+		default:
+			answers[i].Accepted = true
+		}
+	}
+	for i, n := range seen {
+		switch {
+		case n == 0:
+			answers[i] = Answer{Err: fmt.Errorf("%w: the batch response has no result for task %s", ErrMalformedResult, tasks[i].ID)}
+		case n > 1:
+			answers[i] = Answer{Err: fmt.Errorf("%w: the batch response has %d results for task %s", ErrMalformedResult, n, tasks[i].ID)}
+		}
+	}
+	return answers, nil
 }

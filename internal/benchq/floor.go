@@ -25,10 +25,11 @@ type FloorConfig struct {
 // the engine's own tables (their indexes, triggers and persistence), as
 // bare batched SQL with no engine logic around them: no plpgsql, no kind
 // lookups, no requests built, no executor, no conditions. Per task: the
-// queue insert and its `scheduled` event (written by the queue's own
-// trigger), the claim and its `claimed` event, the fenced outbox insert
-// (completion), and the drain's outbox delete, queue delete, resource
-// update and `succeeded` event: nine row writes, where Q has two.
+// queue insert, the claim, the fenced outbox insert (completion), and the
+// drain's outbox delete, queue delete, resource update and the `succeeded`
+// event of the leaf's phase change to Ready: seven row writes, where Q has
+// two. (Until issue #13 the queue insert and the claim each logged an
+// event too: nine.)
 const (
 	floorKindSQL = `INSERT INTO kind_manifest (kind, kind_version, reactions)
 		VALUES ('benchfloor', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]') ON CONFLICT DO NOTHING`
@@ -45,10 +46,7 @@ const (
 		UPDATE work_queue w SET state = 'claimed', claim_epoch = w.claim_epoch + 1, claimed_by = 'floor', claim_lo = 0,
 			claimed_gen = w.generation, claimed_at = now(), lease_until = now() + interval '60 seconds', deadline = now() + interval '60 seconds'
 		  FROM c WHERE w.shard_id = c.shard_id AND w.resource_id = c.resource_id AND w.task_type = c.task_type
-		RETURNING w.shard_id, w.resource_id, w.task_id, w.claim_epoch, w.generation
-	), ev AS (
-		INSERT INTO resource_events (resource_id, type, generation, message)
-		SELECT resource_id, 'claimed', generation, 'by floor, claim_epoch ' || claim_epoch FROM u
+		RETURNING w.shard_id, w.task_id, w.claim_epoch
 	)
 	SELECT shard_id, task_id, claim_epoch FROM u`
 	floorCompleteSQL = `INSERT INTO work_outbox (shard_id, resource_id, task_id, task_type, kind, kind_version, trigger,

@@ -28,11 +28,13 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
     v_applied uuid[];
+    v_kinds text[];
+    v_vers smallint[];
+    v_los smallint[];
 BEGIN
-    WITH ins AS (
-        INSERT INTO work_outbox (shard_id, resource_id, task_id, task_type, kind, kind_version, trigger, claim_epoch, claimed_at, generation, emits, outcome, error, terminal, abandoned)
-        SELECT w.shard_id, w.resource_id, w.task_id, w.task_type, w.kind, w.kind_version, w.trigger, w.claim_epoch, w.claimed_at, w.claimed_gen, w.emits,
-               i.outcome, i.error, coalesce(i.terminal, false), coalesce(i.abandoned, false)
+    WITH src AS MATERIALIZED (
+        SELECT w.shard_id, w.resource_id, w.task_id, w.task_type, w.kind, w.kind_version, w.trigger, w.claim_epoch, w.claimed_at,
+               w.claimed_gen, w.emits, w.claim_lo, i.outcome, i.error, i.terminal, i.abandoned
           FROM unnest(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals, p_abandoned)
                  AS i(task_id, shard_id, epoch, outcome, error, terminal, abandoned)
           JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id
@@ -41,12 +43,30 @@ BEGIN
            -- row still (the delete is not committed) and does not wait on it.
            AND NOT EXISTS (SELECT 1 FROM work_outbox o
                             WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
+    ), ins AS (
+        INSERT INTO work_outbox (shard_id, resource_id, task_id, task_type, kind, kind_version, trigger, claim_epoch, claimed_at, generation, emits, outcome, error, terminal, abandoned)
+        SELECT shard_id, resource_id, task_id, task_type, kind, kind_version, trigger, claim_epoch, claimed_at, claimed_gen, emits,
+               outcome, error, coalesce(terminal, false), coalesce(abandoned, false)
+          FROM src
         ON CONFLICT (shard_id, task_id, claim_epoch) DO NOTHING
         RETURNING work_outbox.task_id
     )
-    SELECT array_agg(ins.task_id) INTO v_applied FROM ins;
+    SELECT array_agg(ins.task_id), array_agg(s.kind), array_agg(s.kind_version), array_agg(s.claim_lo)
+      INTO v_applied, v_kinds, v_vers, v_los
+      FROM ins JOIN src s ON s.task_id = ins.task_id;
     IF v_applied IS NOT NULL THEN
+        -- A task with a recorded outcome is no longer at its provider: its
+        -- capped kind gets the token back now, not when the drain applies
+        -- the outcome (which held it for the outbox's wait too, and made
+        -- every claim of that kind queue behind the drain's row lock).
+        PERFORM inflight_release(v_kinds, v_vers, v_los);
         PERFORM notify_gated('outbox_ready');
+        -- A claimer turned away at a cap has nothing else to wake it: the
+        -- slot its delivery freed woke it before this token was back.
+        IF EXISTS (SELECT 1 FROM kind_config kc JOIN unnest(v_kinds, v_vers) AS k(kind, kind_version)
+                     ON kc.kind = k.kind AND kc.kind_version = k.kind_version WHERE kc.max_inflight > 0) THEN
+            PERFORM notify_gated('work_ready');
+        END IF;
     END IF;
     -- Only inputs that matched no claimed work row can be reactor
     -- deliveries, so a batch of work pays nothing here. A success acks the

@@ -106,14 +106,17 @@ BEGIN
         -- Prune what the composer no longer emits: into orphan grace when
         -- its kind has one, else through the teardown protocol (its
         -- finalizer runs first; teardown.sql). A child already being torn
-        -- down is left to it.
+        -- down is left to it. NOT IN makes the outcome's keys one hashed
+        -- subplan: a NOT EXISTS over the array was planned as a nested loop
+        -- (the planner guesses 100 elements and one owned child), quadratic
+        -- in the children: 2.1 s of the large BOM's 2.9 s compose drain.
         WITH gone AS (
             SELECT r.id, coalesce(kc.orphan_grace_secs, 0) AS grace
               FROM resources r
               LEFT JOIN kind_config kc ON kc.kind = r.kind AND kc.kind_version = r.kind_version
              WHERE r.owner_id = p_root AND r.deletion_requested_at IS NULL
-               AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_outcome->'children') c
-                                WHERE c->>'kind' = r.kind AND c->>'name' = r.name)
+               AND (r.kind, r.name) NOT IN (SELECT c->>'kind', c->>'name'
+                                              FROM jsonb_array_elements(p_outcome->'children') c)
         ), orphaned AS (
             UPDATE resources r SET frozen_until = now() + make_interval(secs => g.grace)
               FROM gone g WHERE r.id = g.id AND g.grace > 0 AND r.frozen_until IS NULL

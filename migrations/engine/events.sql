@@ -8,25 +8,6 @@ LANGUAGE sql AS $$
     SELECT r.id, p_type, r.generation, p_message FROM resources r WHERE r.id = ANY (p_ids)
 $$;
 
--- work_queue_scheduled logs `scheduled` when a task enters the queue (its
--- trigger in the message). One statement-level trigger covers every way a
--- task is queued (the scheduling gate, an API create, a composer's new
--- children): one INSERT per statement, whatever its size. A newer generation
--- folded into a task still pending adds no second `scheduled`: the task that
--- runs is the one already logged. (`claimed` is written by store.Claim in
--- the claim's own statement.)
-CREATE OR REPLACE FUNCTION work_queue_scheduled() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO resource_events (resource_id, type, generation, message)
-    SELECT resource_id, 'scheduled', generation, trigger FROM new_rows;
-    RETURN NULL;
-END
-$$;
-CREATE OR REPLACE TRIGGER work_queue_scheduled AFTER INSERT ON work_queue
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION work_queue_scheduled();
-
 -- prune_resource_events keeps the newest p_keep events of each resource in
 -- shards [p_lo, p_hi] that logged an event with an id in
 -- (p_since_id, p_since_id + p_limit]. It returns the window's upper end,

@@ -89,7 +89,8 @@ $$;
 
 -- recount_inflight rewrites the kind_inflight partials for [p_lo, p_hi] from
 -- the queue itself, erasing any drift. It takes each capped kind's claim lock
--- so the truth it writes cannot race a claim.
+-- so the truth it writes cannot race a claim. A claimed task whose outcome
+-- waits in the outbox is not in flight: complete_tasks gave its token back.
 CREATE OR REPLACE FUNCTION recount_inflight(p_lo int, p_hi int) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -103,7 +104,9 @@ BEGIN
         SELECT k.kind, k.kind_version, p_lo, count(*)
           FROM work_queue w
          WHERE w.shard_id BETWEEN p_lo AND p_hi AND w.state = 'claimed'
-           AND w.kind = k.kind AND w.kind_version = k.kind_version;
+           AND w.kind = k.kind AND w.kind_version = k.kind_version
+           AND NOT EXISTS (SELECT 1 FROM work_outbox o
+                            WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch);
     END LOOP;
 END
 $$;

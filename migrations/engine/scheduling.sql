@@ -17,11 +17,16 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     n int;
 BEGIN
-    WITH c AS (
+    -- The resources are read in one scan by id = ANY, then joined to the
+    -- triggers: with the two in one join, the planner may probe the primary
+    -- key per id with id = ANY as a second index condition, which walks the
+    -- whole array on every probe (quadratic in the batch).
+    WITH r AS MATERIALIZED (
+        SELECT id, shard_id, kind, kind_version, generation FROM resources WHERE id = ANY (p_ids)
+    ), c AS (
         SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation, t.trig
         FROM unnest(p_ids, p_triggers) AS t(id, trig)
-        JOIN resources r ON r.id = t.id
-        WHERE r.id = ANY (p_ids) -- an index lookup whatever the array's size
+        JOIN r ON r.id = t.id
     ), up AS (
         INSERT INTO work_queue AS w (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
         SELECT shard_id, id, 'reconcile', kind, kind_version, generation, trig FROM c
@@ -135,6 +140,43 @@ BEGIN
         RETURN 1;
     END IF;
     RETURN schedule_eligible(ARRAY[r.id]);
+END
+$$;
+
+-- schedule_applied_batch is schedule_applied for every (kind, name) of one
+-- bulk-apply chunk, set-based: the same gate (written by this transaction,
+-- lagging), the 'created' edge for the fresh ones, one plain insert for the
+-- fresh ones with a specChange reaction, schedule_eligible for the rest.
+CREATE OR REPLACE FUNCTION schedule_applied_batch(p_kinds text[], p_names text[]) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_fresh uuid[];
+    v_rest uuid[];
+    n int;
+BEGIN
+    WITH r AS MATERIALIZED (
+        SELECT res.id, res.shard_id, res.kind, res.kind_version, res.generation,
+               res.created_at = now() AND res.generation = 1 AS fresh, m.spec_reaction
+          FROM unnest(p_kinds, p_names) AS a(kind, name)
+          JOIN resources res ON res.kind = a.kind AND res.name = a.name
+          JOIN kind_manifest m ON m.kind = res.kind AND m.kind_version = res.kind_version
+         WHERE res.updated_at = now() AND res.synced_gen < res.generation
+    ), q AS (
+        INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
+        SELECT shard_id, id, 'reconcile', kind, kind_version, generation, 'specChange'
+          FROM r WHERE fresh AND spec_reaction IS NOT NULL
+        RETURNING 1
+    )
+    SELECT array_agg(id) FILTER (WHERE fresh),
+           array_agg(id) FILTER (WHERE NOT (fresh AND spec_reaction IS NOT NULL)),
+           (SELECT count(*) FROM q)
+      INTO v_fresh, v_rest, n
+      FROM r;
+    PERFORM emit_lifecycle(v_fresh, 'created');
+    IF n > 0 THEN
+        PERFORM notify_gated('work_ready');
+    END IF;
+    RETURN n + schedule_eligible(v_rest);
 END
 $$;
 

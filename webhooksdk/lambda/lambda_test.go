@@ -234,3 +234,44 @@ func TestInvokeDeadline(t *testing.T) {
 		t.Errorf("Invoke error %v, want the deadline", err)
 	}
 }
+
+// TestInvokeBatch: a batched delivery is one invocation; a sync one answers every
+// task inline (however slow), in one batch response.
+func TestInvokeBatch(t *testing.T) {
+	t.Parallel()
+	h := newHandler(t)
+	var batch webhooksdk.Batch
+	batch.Type = webhooksdk.EnvelopeBatch
+	for i, reaction := range []string{"slow", "break", "work"} {
+		env := sdktest.TaskEnvelope(kvDisk)
+		env.TaskID, env.Reaction = reaction, reaction
+		env.ClaimEpoch = int64(i + 1)
+		batch.Tasks = append(batch.Tasks, env)
+	}
+	body, err := json.Marshal(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := invoke(t, h, sdktest.InvokeEvent(t, secret, body, nil))
+	var br webhooksdk.BatchResponse
+	if err := json.Unmarshal([]byte(resp.Body), &br); err != nil || resp.StatusCode != http.StatusOK || br.Type != webhooksdk.EnvelopeBatch {
+		t.Fatalf("got %d %s, want a batch response", resp.StatusCode, resp.Body)
+	}
+	got := map[string]webhooksdk.BatchResult{}
+	for _, raw := range br.Results {
+		var r webhooksdk.BatchResult
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Fatal(err)
+		}
+		got[r.TaskID] = r
+	}
+	if r := got["slow"]; r.Outcome == nil || r.Accepted || r.ClaimEpoch != 1 {
+		t.Errorf("slow: %+v, want its outcome inline", r)
+	}
+	if r := got["break"]; r.Error == nil || !r.Error.Terminal || r.ClaimEpoch != 2 {
+		t.Errorf("break: %+v, want a terminal error", r)
+	}
+	if r := got["work"]; r.Outcome == nil || r.ClaimEpoch != 3 {
+		t.Errorf("work: %+v, want its outcome", r)
+	}
+}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -256,7 +258,46 @@ resource/vpc/sample-vpc created
 			strings.Replace(resourceVPC, "sample-vpc", "d", 1))
 		r := b.run(t, "", "apply", "--type", "resource", "-f", arr, "-f", stream)
 		wantCode(t, r, ExitOK)
-		wantOutput(t, r.stdout, "resource/vpc/a created\nresource/vpc/b created\nresource/vpc/c created\nresource/vpc/d created\n")
+		wantOutput(t, r.stdout, "resource/vpc/a created\nresource/vpc/b created\nresource/vpc/c created\nresource/vpc/d created\n"+
+			"4 resources: 4 created, 0 configured, 0 unchanged, 0 invalid\n")
+		// The four resources, one run across both files, are one batch.
+		wantRequests(t, b, "POST /resources:batch")
+	})
+
+	t.Run("NDJSONStdinGoesThroughTheBatchInChunks", func(t *testing.T) {
+		t.Parallel()
+		b := setupWith(t, apiOptions{batchMaxItems: 2})
+		b.seedKinds(t)
+		var lines []string
+		for _, name := range []string{"n0", "n1", "n2", "n3", "n4"} {
+			lines = append(lines, strings.Replace(resourceVPC, "sample-vpc", name, 1))
+		}
+		lines[2] = strings.Replace(lines[2], `"10.0.0.0/16"`, `5`, 1) // cidr must be a string
+		r := b.run(t, strings.Join(lines, "\n")+"\n", "apply", "--type", "resource", "-f", "-")
+		wantCode(t, r, ExitFailure)
+		wantOutput(t, r.stdout, "resource/vpc/n0 created\nresource/vpc/n1 created\nresource/vpc/n3 created\nresource/vpc/n4 created\n"+
+			"5 resources: 4 created, 0 configured, 0 unchanged, 1 invalid\n")
+		if !strings.Contains(r.stderr, "resource/vpc/n2 from stdin") || !strings.Contains(r.stderr, "body.spec.cidr") ||
+			!strings.Contains(r.stderr, "1 of 5 objects failed") {
+			t.Errorf("stderr = %q", r.stderr)
+		}
+		// 5 items over a limit of 2: refused (413), halved to 3, refused,
+		// halved to 2, then 2, 2 and 1.
+		var got []string
+		for _, req := range b.api.recorded() {
+			got = append(got, fmt.Sprintf("%s %s %d", req.Method, req.Path, req.Status))
+		}
+		want := []string{"POST /resources:batch 413", "POST /resources:batch 413", "POST /resources:batch 200",
+			"POST /resources:batch 200", "POST /resources:batch 200"}
+		if !slices.Equal(got, want) {
+			t.Errorf("requests %q, want %q", got, want)
+		}
+		// Applied again: all unchanged but the invalid one.
+		r = b.run(t, strings.Join(lines, "\n"), "apply", "--type", "resource", "-f", "-")
+		wantCode(t, r, ExitFailure)
+		if !strings.HasSuffix(r.stdout, "5 resources: 0 created, 0 configured, 4 unchanged, 1 invalid\n") {
+			t.Errorf("stdout = %q", r.stdout)
+		}
 	})
 
 	t.Run("Stdin", func(t *testing.T) {

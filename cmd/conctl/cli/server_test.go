@@ -63,6 +63,9 @@ type recordedRequest struct {
 // apiOptions configures startAPI.
 type apiOptions struct {
 	auth bool // require testAdminToken (or testReadToken for reads)
+	// batchMaxItems is the server's item limit of POST /resources:batch; 0
+	// takes the default.
+	batchMaxItems int
 }
 
 func startAPI(t *testing.T, opts apiOptions) *realAPI {
@@ -87,6 +90,7 @@ func startAPI(t *testing.T, opts apiOptions) *realAPI {
 		Endpoints: &api.EndpointsConfig{Box: box,
 			ValidateURL: func(u string) error { return egress.ValidateTargetURL(u, egress.Policy{}) }},
 	}
+	cfg.BatchMaxItems = opts.batchMaxItems
 	if opts.auth {
 		cfg.AdminTokens, cfg.ReadTokens = []string{testAdminToken}, []string{testReadToken}
 	}

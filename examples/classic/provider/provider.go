@@ -69,7 +69,7 @@ func OptionsFromEnv() (Options, error) {
 	var o Options
 	if v := os.Getenv("FAKE_FAULT_RATE"); v != "" {
 		r, err := strconv.ParseFloat(v, 64)
-		if err != nil || r < 0 || r > 1 {
+		if err != nil || !(r >= 0 && r <= 1) { // NaN fails both comparisons
 			return o, fmt.Errorf("FAKE_FAULT_RATE=%q: want a probability in 0..1", v)
 		}
 		o.FaultRate = r
@@ -150,7 +150,11 @@ func (l *TeardownLog) Entries() []string {
 // ServeHTTP answers with the log as a JSON array of "kind/name".
 func (l *TeardownLog) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(l.Entries())
+	entries := l.Entries()
+	if entries == nil {
+		entries = []string{} // an array, not null, before the first teardown
+	}
+	_ = json.NewEncoder(w).Encode(entries)
 }
 
 func status(v any) (webhooksdk.Outcome, error) {

@@ -1,0 +1,125 @@
+package wire_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/dispatch/wire"
+	"github.com/convergeplane/converge/webhooksdk"
+)
+
+func TestBatchID(t *testing.T) {
+	t.Parallel()
+	a := []model.Task{{ID: "a", Epoch: 1}, {ID: "b", Epoch: 2}}
+	id := wire.BatchID(a)
+	if !strings.HasPrefix(id, "msg_batch_") || len(id) != len("msg_batch_")+32 {
+		t.Fatalf("BatchID = %q", id)
+	}
+	if wire.BatchID([]model.Task{{ID: "a", Epoch: 1}, {ID: "b", Epoch: 2}}) != id {
+		t.Error("the same claims gave another webhook-id")
+	}
+	if wire.BatchID([]model.Task{{ID: "a", Epoch: 1}, {ID: "b", Epoch: 3}}) == id {
+		t.Error("a new claim kept the batch's webhook-id")
+	}
+}
+
+func TestDecodeBatch(t *testing.T) {
+	t.Parallel()
+	tasks := []model.Task{{ID: "a", Epoch: 1}, {ID: "b", Epoch: 2}, {ID: "c", Epoch: 3}}
+	type got struct {
+		Result   webhooksdk.Result
+		Accepted bool
+		Bad      bool
+	}
+	outcome := webhooksdk.Result{TaskID: "a", ClaimEpoch: 1, Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"x":1}`)}}
+	tests := []struct {
+		name string
+		body string
+		want []got
+	}{
+		{"mixed", `{"type":"batch","results":[
+			{"task_id":"c","claim_epoch":3,"accepted":true},
+			{"task_id":"a","claim_epoch":1,"outcome":{"status":{"x":1}}},
+			{"task_id":"b","claim_epoch":2,"error":{"message":"no","terminal":true}}]}`,
+			[]got{{Result: outcome}, {Result: webhooksdk.Result{TaskID: "b", ClaimEpoch: 2, Error: &webhooksdk.Error{Message: "no", Terminal: true}}}, {Accepted: true}}},
+		{"missing", `{"type":"batch","results":[{"task_id":"a","outcome":{"status":{"x":1}}},{"task_id":"c","accepted":true}]}`,
+			[]got{{Result: webhooksdk.Result{TaskID: "a", Outcome: outcome.Outcome}}, {Bad: true}, {Accepted: true}}},
+		{"duplicated", `{"type":"batch","results":[{"task_id":"a","outcome":{}},{"task_id":"a","outcome":{}},
+			{"task_id":"b","accepted":true},{"task_id":"b","error":{"message":"x"}},{"task_id":"c","accepted":true}]}`,
+			[]got{{Bad: true}, {Bad: true}, {Accepted: true}}},
+		{"unknown ignored", `{"type":"batch","results":[{"task_id":"z","outcome":{}},{"task_id":"a","outcome":{"status":{"x":1}}},
+			{"task_id":"b","accepted":true},{"task_id":"c","accepted":true}, 7]}`,
+			[]got{{Result: webhooksdk.Result{TaskID: "a", Outcome: outcome.Outcome}}, {Accepted: true}, {Accepted: true}}},
+		{"stale epoch, accepted with an outcome, neither", `{"type":"batch","results":[{"task_id":"a","claim_epoch":9,"accepted":true},
+			{"task_id":"b","accepted":true,"outcome":{}},{"task_id":"c"}]}`,
+			[]got{{Bad: true}, {Bad: true}, {Bad: true}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			answers, err := wire.DecodeBatch([]byte(tc.body), tasks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := make([]got, len(answers))
+			for i, a := range answers {
+				if a.Err != nil && !errors.Is(a.Err, wire.ErrMalformedResult) {
+					t.Errorf("answer %d: %v does not match ErrMalformedResult", i, a.Err)
+				}
+				out[i] = got{Result: a.Result, Accepted: a.Accepted, Bad: a.Err != nil}
+				if a.Err != nil && (a.Accepted || a.Result.Outcome != nil || a.Result.Error != nil) {
+					t.Errorf("answer %d is refused (%v) yet carries %+v", i, a.Err, a)
+				}
+			}
+			if d := cmp.Diff(tc.want, out); d != "" {
+				t.Errorf("answers (-want +got):\n%s", d)
+			}
+		})
+	}
+	for _, body := range []string{`{"task_id":"a","outcome":{}}`, `{"type":"task","results":[]}`, `[]`, `nope`} {
+		if _, err := wire.DecodeBatch([]byte(body), tasks); !errors.Is(err, wire.ErrMalformedResult) {
+			t.Errorf("DecodeBatch(%s) = %v, want ErrMalformedResult", body, err)
+		}
+	}
+}
+
+// TestBatchDocExample: the dispatcher reads docs/protocol.md §16.6's batch
+// response (webhooksdk/testdata, which the doc quotes) as documented — one
+// outcome, one accepted — and the example's webhook-id is BatchID's.
+func TestBatchDocExample(t *testing.T) {
+	t.Parallel()
+	read := func(path string) []byte {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	var req webhooksdk.Batch
+	if err := json.Unmarshal(read("../../webhooksdk/testdata/batch_request.json"), &req); err != nil {
+		t.Fatal(err)
+	}
+	tasks := make([]model.Task, len(req.Tasks))
+	for i, env := range req.Tasks {
+		tasks[i] = model.Task{ID: env.TaskID, Epoch: env.ClaimEpoch}
+	}
+	if id := wire.BatchID(tasks); !strings.Contains(string(read("../../docs/protocol.md")), "webhook-id: "+id+"\n") {
+		t.Errorf("the doc's example does not carry the batch's webhook-id %s", id)
+	}
+	answers, err := wire.DecodeBatch(read("../../webhooksdk/testdata/batch_response.json"), tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []wire.Answer{
+		{Result: webhooksdk.Result{TaskID: tasks[0].ID, ClaimEpoch: 7, Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"vpc_id":"vpc-0a1b2c3d"}`)}}},
+		{Accepted: true},
+	}
+	if d := cmp.Diff(want, answers); d != "" {
+		t.Errorf("answers (-want +got):\n%s", d)
+	}
+}
