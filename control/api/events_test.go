@@ -255,7 +255,10 @@ func TestIdleStreamCostsNoQueries(t *testing.T) {
 	if keepAlives < 5 {
 		t.Errorf("%d keep-alives in %s at a 100ms interval", keepAlives, window)
 	}
-	if n > baseline+1 {
+	// 60 keep-alives went out: a query per keep-alive, or per stream and
+	// second, would show as dozens. A few either way is the kind cache's
+	// failsafe re-read and the statistics' flush lag.
+	if n > baseline+5 {
 		t.Errorf("3 idle streams cost %d transactions in %s, %d without them", n, window, baseline)
 	}
 }
