@@ -11,7 +11,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart dev test test-race test-docker build functions lint bench bench-demo bench-scale soak postgres clean check-sam infra-synth test-infra
+.PHONY: help demo demo-quickstart dev test test-race test-docker build functions lint bench bench-demo bench-scale soak postgres clean check-sam infra-synth test-infra ui test-ui bench-ui chromium
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -49,8 +49,24 @@ test-docker: ## the integration suite on Postgres and LocalStack containers (tes
 		echo "test-docker: skipped: $$reason"; exit 0; fi; \
 	CONVERGE_TEST_DOCKER=1 $(GO) test -tags testcontainers -count=1 -timeout $(TEST_TIMEOUT) $(DOCKER_PKGS)
 
-build: ## build converge, conctl, stdprovider and the example providers into bin/
+# The web console (ui/, see ui/README.md): npm builds it into ui/site/dist,
+# which the next go build of converge embeds. Without npm, converge embeds a
+# page saying how to build it, so Go alone still builds everything.
+NPM := $(shell command -v npm 2>/dev/null)
+UI_DIST := ui/site/dist/index.html
+UI_SRC := $(shell find ui/src ui/public -type f 2>/dev/null) ui/index.html ui/vite.config.ts ui/tsconfig.json ui/package.json
+
+ui: $(UI_DIST) ## build the web console into ui/site/dist (npm ci, then vite build), embedded by the next go build
+
+ui/node_modules/.package-lock.json: ui/package-lock.json
+	cd ui && npm ci --no-audit --no-fund
+
+$(UI_DIST): ui/node_modules/.package-lock.json $(UI_SRC)
+	cd ui && npm run build
+
+build: $(if $(NPM),ui) ## build converge (with the console when npm is present), conctl, stdprovider and the example providers into bin/
 	@mkdir -p bin
+	@$(if $(NPM),,echo "build: npm is missing: converge will serve a page saying how to build the console (make ui)")
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/converge ./cmd/conctl ./cmd/stdprovider ./examples/...
 
 # The Lambda functions in functions/: one zip per function and architecture for the
@@ -88,6 +104,20 @@ bench: postgres ## benchmarks: engine, API apply, dispatch (figures are ratios t
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/ ./dispatch/...
 	$(GO) test -run '^$$' -bench BenchmarkApply -benchtime 5s -timeout 20m ./control/api/
 	$(GO) test -run '^$$' -bench . -benchmem ./webhooksdk/ ./control/schema/ ./providers/stdio/
+
+# A browser for the console's tests: Debian's chromium, installed with apt
+# (as root) when no Chromium or Chrome is on PATH.
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  { echo "chromium: no Chromium found and cannot install one (run as root, or apt-get install chromium)" >&2; exit 1; }
+
+test-ui: postgres ui chromium ## the console's tests: its server parts, then end to end in a real headless Chromium (builds the console, installs chromium)
+	$(GO) test -count=1 -timeout 10m -run 'Console|EventStream|IdleStream|Topology|FilesAlwaysHaveAnIndex' ./ui/ ./control/api/ ./integration/
+
+# Outside `make test-ui`: 100,000 resources and the large BOM take minutes.
+bench-ui: postgres ui chromium ## the console's performance figures in a real Chromium (100k resources, the 5,400-node graph, idle cost)
+	CONSOLE_BENCH=1 $(GO) test -count=1 -timeout 30m -run TestConsolePerformance -v ./integration/
 
 # Outside `make test`: it builds and runs the classic provider and takes minutes.
 bench-demo: postgres ## the classic demo's large BOM against as many no-op leaves, same run (issue #15)

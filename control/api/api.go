@@ -25,6 +25,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -78,6 +79,13 @@ type Config struct {
 	// (kind, kind_version) has a ready endpoint and if not why; the resource
 	// detail shows it for a task that waits. Nil omits it.
 	PairStatus func(kind string, version int) (ready bool, reason string)
+	// Console, when set, is the web console served at / and its client-side
+	// routes (ConsolePages): index.html at its root, hashed files under
+	// assets/ (see package ui). Nil serves no console.
+	Console fs.FS
+	// Events, when set, serves the console's change stream at GET
+	// /api/v1/events/stream (a read route). Nil leaves the route out.
+	Events *EventHub
 }
 
 // The Config defaults.
@@ -196,6 +204,10 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 		}
 		hc.Security = []map[string][]string{{"bearer": {}}}
 	}
+	if cfg.Events != nil {
+		// Before huma's routes: a stream is written by Fiber directly.
+		s.app.Get(Prefix+"/events/stream", cfg.Events.serve)
+	}
 	s.api = humafiber.NewWithGroup(s.app, literalColons{s.app}, hc)
 
 	s.registerHealth()
@@ -208,6 +220,12 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.registerBindings()
 	s.registerEndpoints()
 	s.registerCluster()
+	s.registerTopology()
+	if cfg.Console != nil {
+		if err := s.registerConsole(cfg.Console); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 

@@ -73,6 +73,7 @@ type listResourcesInput struct {
 	Phase         []string `query:"phase,explode" doc:"Only these phases; repeat to union: ?phase=Failed&phase=Degraded. One of Deleting, Quarantined, Failed, Orphaned, Degraded, Ready, Reconciling."`
 	LabelSelector string   `query:"label_selector" doc:"Comma-separated key=value pairs the labels must all contain: team=a,env=prod." example:"team=payments"`
 	Owner         string   `query:"owner" doc:"Only the children of this resource id."`
+	NamePrefix    string   `query:"name_prefix" doc:"Only resources whose name starts with this text." example:"shop-"`
 	Failure       string   `query:"failure" enum:"retrying,terminal" doc:"Only resources whose reconcile failed: retrying (transiently, still retried) or terminal (not retried). Both are phase Failed."`
 	Limit         int      `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
 	Cursor        string   `query:"cursor" doc:"The next_cursor of the previous page."`
@@ -221,7 +222,7 @@ func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*li
 		return nil, p
 	}
 	params := store.ListResourcesParams{Kind: in.Kind, KindVersion: in.KindVersion, Labels: labels,
-		OwnerID: in.Owner, Failure: in.Failure, Limit: in.Limit, Cursor: in.Cursor}
+		OwnerID: in.Owner, NamePrefix: in.NamePrefix, Failure: in.Failure, Limit: in.Limit, Cursor: in.Cursor}
 	for _, ph := range in.Phase {
 		// ?phase=Failed,Degraded is accepted as well as repeated params.
 		for _, one := range strings.Split(ph, ",") {

@@ -245,6 +245,8 @@ func TestListResources(t *testing.T) {
 			{"LabelSelector", "kind=widget&label_selector=team=b", []string{"w1", "w3", "w5"}},
 			{"LabelSelectorAllPairs", "label_selector=" + url.QueryEscape("team=a,env=prod"), []string{"w0", "w2", "w4", "w6"}},
 			{"Owner", "owner=" + root.ID, []string{"w0", "n1"}},
+			{"NamePrefix", "name_prefix=n", []string{"n0", "n1"}},
+			{"NamePrefixIsLiteral", "name_prefix=" + url.QueryEscape("w_"), []string{}},
 			{"NoMatch", "kind=nope", []string{}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

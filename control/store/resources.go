@@ -483,6 +483,8 @@ type ListResourcesParams struct {
 	Labels map[string]string
 	// OwnerID keeps the children of this resource (a UUID).
 	OwnerID string
+	// NamePrefix keeps resources whose name starts with it.
+	NamePrefix string
 	// Failure keeps resources whose reconcile of their generation failed:
 	// FailureRetrying (transiently, still being retried) or
 	// FailureTerminal (not retried until the spec changes or an operator
@@ -565,6 +567,9 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 		q.WriteString(` AND r.failure_gen > 0 AND r.failure_gen = r.generation AND r.failure_terminal`)
 	default:
 		return ResourcePage{}, &InvalidError{Location: "failure", Message: fmt.Sprintf("must be %s or %s", FailureRetrying, FailureTerminal)}
+	}
+	if p.NamePrefix != "" {
+		q.WriteString(` AND starts_with(r.name, ` + arg(p.NamePrefix) + `)`)
 	}
 	if p.Cursor != "" {
 		at, id, err := decodeCursor(p.Cursor)

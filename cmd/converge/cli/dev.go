@@ -107,8 +107,8 @@ runs quickstart-provider's five-resource site. Logs go to the data dir.`,
 				return err
 			}
 			base := "http://" + loopback(s.Addr())
-			fmt.Fprintf(stdout, "converge is up\n  API:     %s/api/v1\n  docs:    %s/docs\n  OpenAPI: %s/openapi.json\n  try:     conctl --server %s list kinds\n",
-				base, base, base, base)
+			fmt.Fprintf(stdout, "converge is up\n  console: %s/\n  API:     %s/api/v1\n  docs:    %s/docs\n  OpenAPI: %s/openapi.json\n  try:     conctl --server %s list kinds\n",
+				base, base, base, base, base)
 			if demoName != "" {
 				stopDemo, err := runDemo(ctx, stdout, base, cfg, d)
 				defer stopDemo()

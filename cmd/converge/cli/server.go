@@ -30,6 +30,7 @@ import (
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/internal/version"
 	"github.com/convergeplane/converge/migrations"
+	"github.com/convergeplane/converge/ui"
 )
 
 // service is the lifecycle every duty shares.
@@ -48,6 +49,7 @@ type Server struct {
 	metrics      *prometheus.Registry
 	services     []service // started in order, stopped in reverse
 	dispatcher   atomic.Pointer[dispatch.Dispatcher]
+	events       *api.EventHub // the console's change stream, on a control pod
 	app          *fiber.App
 	dispatchHTTP *http.Server
 	ln           net.Listener
@@ -226,14 +228,16 @@ func (s *Server) startShared(ctx context.Context, lis *store.Listener) (*cluster
 }
 
 // startControl starts the control plane's duties on this pod's shards: the
-// drainer and the reaper.
+// drainer and the reaper; and the console's change stream, which shares the
+// pod's one LISTEN connection.
 func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *cluster.Member) error {
 	rp, err := reaper.New(reaper.Config{Range: member.Range, RetryWindow: s.cfg.ReaperRetryWindow, Metrics: s.metrics}, s.store, s.log)
 	if err != nil {
 		return err
 	}
 	dr := drainer.New(drainer.Config{Range: member.Range}, s.store, lis.Subscribe("outbox_ready"), s.log)
-	for _, svc := range []service{dr, rp} {
+	s.events = api.NewEventHub(api.EventHubConfig{}, lis.Subscribe)
+	for _, svc := range []service{dr, rp, s.events} {
 		if err := s.startService(ctx, svc); err != nil {
 			return err
 		}
@@ -262,8 +266,12 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 // serveControl serves the API (and the UI's routes) on the main listener,
 // with /metrics, and the callback routes when this pod dispatches (d != nil).
 func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *dispatch.Dispatcher, callbackBase string) error {
+	console, built := ui.Files()
+	if !built {
+		s.log.Info("this binary has no web console built in: / serves a page saying how to build it (make ui)")
+	}
 	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens,
-		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})}
+		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), Console: console, Events: s.events}
 	if box != nil {
 		policy := egress.Policy{DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs}
 		acfg.Endpoints = &api.EndpointsConfig{Box: box,
@@ -380,6 +388,11 @@ func (s *Server) Stop() error {
 	}
 	if s.dispatchHTTP != nil {
 		errs = append(errs, s.dispatchHTTP.Shutdown(ctx))
+	}
+	// Open console streams never end by themselves, and the shutdown below
+	// waits for every open response.
+	if s.events != nil {
+		s.events.Stop()
 	}
 	if s.app != nil {
 		errs = append(errs, s.app.ShutdownWithContext(ctx))

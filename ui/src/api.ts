@@ -1,0 +1,219 @@
+// The console's only way to the server: the REST API under /api/v1 on the
+// origin that served the page, with the operator's bearer token when the
+// API asks for one, and the change stream that tells pages when to re-read.
+
+export interface ProblemError {
+  location: string;
+  message: string;
+  value?: unknown;
+  pointer?: string;
+  keyword?: string;
+}
+
+// An RFC 9457 problem document, as every API error is.
+export interface Problem {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  errors: ProblemError[];
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly problem: Problem,
+  ) {
+    super(problem.detail || problem.title);
+  }
+}
+
+const tokenKey = "converge.token";
+
+// Auth holds the token (for this tab only) and whether the API refused
+// the one it had, which is when the app shows the token prompt.
+class Auth {
+  private listeners = new Set<() => void>();
+  token = sessionStorage.getItem(tokenKey) ?? "";
+  needed = false;
+
+  set(token: string) {
+    this.token = token;
+    this.needed = false;
+    if (token) sessionStorage.setItem(tokenKey, token);
+    else sessionStorage.removeItem(tokenKey);
+    this.emit();
+  }
+  refuse() {
+    if (!this.needed) {
+      this.needed = true;
+      this.emit();
+    }
+  }
+  subscribe = (fn: () => void) => {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  };
+  private emit() {
+    this.listeners.forEach((fn) => fn());
+  }
+  headers(): Record<string, string> {
+    return this.token ? { Authorization: `Bearer ${this.token}` } : {};
+  }
+}
+
+export const auth = new Auth();
+
+export interface Answer<T> {
+  data: T;
+  status: number;
+  headers: Headers;
+}
+
+// call sends one API request; an error answer throws an ApiError carrying
+// the problem document.
+export async function call<T>(method: string, path: string, body?: unknown): Promise<Answer<T>> {
+  const headers: Record<string, string> = { Accept: "application/json", ...auth.headers() };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const resp = await fetch(`/api/v1${path}`, {
+    method,
+    headers,
+    body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+  });
+  const text = await resp.text();
+  let data: unknown = undefined;
+  if (text) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = text;
+    }
+  }
+  if (!resp.ok) {
+    if (resp.status === 401) auth.refuse();
+    const p = (data && typeof data === "object" ? data : {}) as Partial<Problem>;
+    throw new ApiError(resp.status, {
+      type: p.type ?? "about:blank",
+      title: p.title ?? resp.statusText,
+      status: p.status ?? resp.status,
+      detail: p.detail ?? (typeof data === "string" ? data : resp.statusText),
+      errors: p.errors ?? [],
+    });
+  }
+  return { data: data as T, status: resp.status, headers: resp.headers };
+}
+
+export const get = <T>(path: string) => call<T>("GET", path).then((a) => a.data);
+
+export const enc = encodeURIComponent;
+
+// Topics of the change stream (see control/api/events.go).
+export type Topic = "resources" | "kinds" | "providerconfigs" | "endpoints" | "cluster";
+const allTopics: Topic[] = ["resources", "kinds", "providerconfigs", "endpoints", "cluster"];
+
+type ChangeListener = (topics: Set<Topic>) => void;
+
+// Changes is the one open stream of the tab: GET /api/v1/events/stream,
+// read with fetch so that it carries the bearer token like every other
+// call. It reconnects with back-off and, since changes made while it was
+// down are lost, tells every page to re-read when it is back.
+class Changes {
+  private listeners = new Set<ChangeListener>();
+  private started = false;
+  connected = false;
+  private statusListeners = new Set<() => void>();
+
+  subscribe(fn: ChangeListener) {
+    this.listeners.add(fn);
+    this.start();
+    return () => {
+      this.listeners.delete(fn);
+    };
+  }
+  onStatus = (fn: () => void) => {
+    this.statusListeners.add(fn);
+    return () => this.statusListeners.delete(fn);
+  };
+  private setConnected(c: boolean) {
+    if (this.connected !== c) {
+      this.connected = c;
+      this.statusListeners.forEach((fn) => fn());
+    }
+  }
+  private emit(topics: Set<Topic>) {
+    this.listeners.forEach((fn) => fn(topics));
+  }
+  private start() {
+    if (this.started) return;
+    this.started = true;
+    void this.run();
+    // A token entered after a refusal opens the stream again at once.
+    auth.subscribe(() => {
+      if (!auth.needed) this.retryNow?.();
+    });
+  }
+  private retryNow?: () => void;
+
+  private async run() {
+    let delay = 1000;
+    let first = true;
+    for (;;) {
+      try {
+        const resp = await fetch("/api/v1/events/stream", {
+          headers: { Accept: "text/event-stream", ...auth.headers() },
+        });
+        if (resp.status === 401) auth.refuse();
+        if (resp.ok && resp.body) {
+          this.setConnected(true);
+          if (!first) this.emit(new Set(allTopics));
+          first = false;
+          delay = 1000;
+          await this.read(resp.body);
+        }
+      } catch {
+        // The server is away; wait and try again.
+      }
+      this.setConnected(false);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, delay);
+        this.retryNow = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      delay = Math.min(delay * 2, 30000);
+    }
+  }
+
+  private async read(body: ReadableStream<Uint8Array>) {
+    const reader = body.getReader();
+    const decoder = new TextDecoder();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buf += decoder.decode(value, { stream: true });
+      let end: number;
+      while ((end = buf.indexOf("\n\n")) >= 0) {
+        const block = buf.slice(0, end);
+        buf = buf.slice(end + 2);
+        let event = "message";
+        let data = "";
+        for (const line of block.split("\n")) {
+          if (line.startsWith("event: ")) event = line.slice(7);
+          else if (line.startsWith("data: ")) data += line.slice(6);
+        }
+        if (event === "change") {
+          try {
+            const topics = (JSON.parse(data) as { topics: Topic[] }).topics;
+            this.emit(new Set(topics));
+          } catch {
+            // A malformed event tells nothing; the next one will.
+          }
+        }
+      }
+    }
+  }
+}
+
+export const changes = new Changes();

@@ -1,0 +1,200 @@
+import { useState } from "react";
+import { call, enc, get } from "../api";
+import { Fields, Loading, ProblemView, Section, When } from "../components";
+import { useLive } from "../hooks";
+import { Link } from "../router";
+import type { Delivery, Endpoint, Items } from "../types";
+
+function target(e: Endpoint): string {
+  return e.target.url ?? [e.target.function, e.target.region, e.target.invocation].filter(Boolean).join(" · ");
+}
+
+function Breaker({ e }: { e: Endpoint }) {
+  const s = e.live?.breaker_state;
+  if (!s) return <span className="muted">not dispatched here</span>;
+  return <span className={`breaker breaker-${s}`}>{s}</span>;
+}
+
+function Health({ e }: { e: Endpoint }) {
+  if (!e.live) return <span className="muted">—</span>;
+  return (
+    <ul className="inline-list">
+      {e.live.kinds.map((k) => (
+        <li key={`${k.kind}/${k.kind_version}`} className={k.ready ? "ok" : "bad"} title={k.reason ?? ""} data-pair={`${k.kind}/${k.kind_version}`} data-ready={k.ready}>
+          {k.kind}/{k.kind_version}: {k.ready ? "ready" : `not ready${k.reason ? ` (${k.reason})` : ""}`}
+        </li>
+      ))}
+    </ul>
+  );
+}
+
+export function Endpoints() {
+  const list = useLive(() => get<Items<Endpoint>>("/endpoints"), [], ["endpoints"]);
+  return (
+    <>
+      <h1>Endpoints</h1>
+      <p className="muted">Where the dispatcher delivers tasks; the live columns are this pod's view.</p>
+      <ProblemView error={list.error} />
+      {list.loading && !list.data && <Loading what="endpoints" />}
+      <div className="scroll">
+        <table aria-label="Endpoints">
+          <thead>
+            <tr>
+              <th scope="col">name</th>
+              <th scope="col">target</th>
+              <th scope="col">health per kind</th>
+              <th scope="col">breaker</th>
+              <th scope="col">in flight / max</th>
+              <th scope="col">enabled</th>
+            </tr>
+          </thead>
+          <tbody>
+            {(list.data?.items ?? []).map((e) => (
+              <tr key={e.name} data-endpoint={e.name}>
+                <td>
+                  <Link to={`/endpoints/${enc(e.name)}`}>{e.name}</Link>
+                </td>
+                <td>
+                  {e.target.type}: {target(e)}
+                </td>
+                <td>
+                  <Health e={e} />
+                </td>
+                <td>
+                  <Breaker e={e} />
+                </td>
+                <td>
+                  {e.live?.in_flight ?? 0} / {e.max_concurrency}
+                </td>
+                <td>{e.enabled ? "yes" : `no${e.disabled_reason ? ` (${e.disabled_reason})` : ""}`}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+      {list.data?.items.length === 0 && <p>No endpoint is registered.</p>}
+    </>
+  );
+}
+
+export function EndpointDetail({ name }: { name: string }) {
+  const path = `/endpoints/${enc(name)}`;
+  const ep = useLive(() => get<Endpoint>(path), [path], ["endpoints", "resources"], 1000);
+  const deliveries = useLive(() => get<Items<Delivery>>(`${path}/deliveries?limit=50`), [path], ["resources"], 2000);
+  const [secret, setSecret] = useState<{ secret: string; previous_valid_until: string } | null>(null);
+  const [error, setError] = useState<unknown>();
+  const rotate = async () => {
+    if (!window.confirm(`Rotate the signing secret of ${name}? The old one keeps signing for 24 hours.`)) return;
+    setError(undefined);
+    try {
+      setSecret((await call<{ secret: string; previous_valid_until: string }>("POST", `${path}/rotate-secret`)).data);
+    } catch (e) {
+      setError(e);
+    }
+  };
+  const e = ep.data;
+  return (
+    <>
+      <p className="crumbs">
+        <Link to="/endpoints">Endpoints</Link> / {name}
+      </p>
+      <h1>{name}</h1>
+      <ProblemView error={ep.error ?? error} />
+      {ep.loading && !e && <Loading what="the endpoint" />}
+      {e && (
+        <>
+          <div className="actions">
+            <button type="button" onClick={() => void rotate()}>
+              Rotate secret
+            </button>
+          </div>
+          {secret && (
+            <div className="secret card" role="alert" data-testid="new-secret">
+              <h2>New signing secret: shown once</h2>
+              <p>Give it to the provider now; it is never shown again. The previous secret keeps signing until <When at={secret.previous_valid_until} />.</p>
+              <code className="secret-value">{secret.secret}</code>{" "}
+              <button type="button" onClick={() => void navigator.clipboard?.writeText(secret.secret)}>
+                Copy
+              </button>{" "}
+              <button type="button" onClick={() => setSecret(null)}>
+                I stored it
+              </button>
+            </div>
+          )}
+          <div className="grid">
+            <Section title="Endpoint">
+              <Fields
+                rows={[
+                  ["target", `${e.target.type}: ${target(e)}`],
+                  ["health probe", e.health.url ?? e.health.type],
+                  ["max concurrency", e.max_concurrency],
+                  ["request timeout", `${e.request_timeout_secs} s`],
+                  ["enabled", e.enabled ? "yes" : `no ${e.disabled_reason ?? ""}`],
+                  ["secret rotation ends", e.secret_rotation_ends_at ? <When at={e.secret_rotation_ends_at} /> : undefined],
+                ]}
+              />
+            </Section>
+            <Section title="Live (this pod)">
+              {e.live ? (
+                <Fields
+                  rows={[
+                    ["breaker", <Breaker e={e} />],
+                    ["in flight / max", <span data-testid="inflight">{`${e.live.in_flight} / ${e.max_concurrency} (limit now ${e.live.limit})`}</span>],
+                    ["backing off until", e.live.backoff_until ? <When at={e.live.backoff_until} /> : undefined],
+                    ["back-off reason", e.live.backoff_reason],
+                    ["last probe", <When at={e.live.last_probe} />],
+                    ["probe error", e.live.probe_error],
+                    ["unusable", e.live.unusable],
+                  ]}
+                />
+              ) : (
+                <p className="muted">No dispatcher runs in this process.</p>
+              )}
+            </Section>
+          </div>
+          <Section title="Health per kind">
+            <Health e={e} />
+          </Section>
+        </>
+      )}
+      <Section title="Recent failed deliveries">
+        <ProblemView error={deliveries.error} />
+        <div className="scroll">
+          <table aria-label="Recent failed deliveries">
+            <thead>
+              <tr>
+                <th scope="col">at</th>
+                <th scope="col">task</th>
+                <th scope="col">epoch</th>
+                <th scope="col">attempt</th>
+                <th scope="col">HTTP status</th>
+                <th scope="col">latency</th>
+                <th scope="col">reason</th>
+                <th scope="col">excerpt</th>
+              </tr>
+            </thead>
+            <tbody>
+              {(deliveries.data?.items ?? []).map((d) => (
+                <tr key={d.id}>
+                  <td>
+                    <When at={d.at} />
+                  </td>
+                  <td>
+                    <code>{d.task_id.slice(0, 8)}</code>
+                  </td>
+                  <td>{d.claim_epoch}</td>
+                  <td>{d.attempt}</td>
+                  <td>{d.http_status ?? ""}</td>
+                  <td>{d.latency_ms} ms</td>
+                  <td>{d.reason}</td>
+                  <td className="excerpt">{d.excerpt}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+        {deliveries.data?.items.length === 0 && <p className="muted">No failed delivery.</p>}
+      </Section>
+    </>
+  );
+}

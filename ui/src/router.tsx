@@ -1,0 +1,38 @@
+import { useSyncExternalStore, type AnchorHTMLAttributes, type MouseEvent } from "react";
+
+// A small History API router: the server answers index.html for every
+// console route (control/api/console.go), and the app picks the page.
+
+const listeners = new Set<() => void>();
+window.addEventListener("popstate", () => listeners.forEach((fn) => fn()));
+
+function subscribe(fn: () => void) {
+  listeners.add(fn);
+  return () => {
+    listeners.delete(fn);
+  };
+}
+
+const snapshot = () => window.location.pathname + window.location.search;
+
+export function useLocation(): URL {
+  const href = useSyncExternalStore(subscribe, snapshot);
+  return new URL(href, window.location.origin);
+}
+
+export function navigate(to: string, replace = false) {
+  if (to === snapshot()) return;
+  if (replace) history.replaceState(null, "", to);
+  else history.pushState(null, "", to);
+  listeners.forEach((fn) => fn());
+}
+
+export function Link({ to, ...rest }: { to: string } & AnchorHTMLAttributes<HTMLAnchorElement>) {
+  const onClick = (e: MouseEvent<HTMLAnchorElement>) => {
+    if (e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+    e.preventDefault();
+    navigate(to);
+    window.scrollTo(0, 0);
+  };
+  return <a href={to} onClick={onClick} {...rest} />;
+}
