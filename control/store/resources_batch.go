@@ -228,7 +228,7 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 	if err != nil {
 		return err
 	}
-	kinds, names, versions, refs = kinds[:0], names[:0], versions[:0], refs[:0]
+	kinds, names, versions = kinds[:0], names[:0], versions[:0]
 	var (
 		refCol []*string
 		ids    []uuid.UUID
