@@ -1,6 +1,16 @@
 # The converge server (every ROLE) as a static binary on distroless.
 # Build for the Fargate architecture the infra stack uses:
 #   docker build --platform linux/arm64 --build-arg VERSION=$(git describe --tags --always) -t converge .
+# The web console (ui/), built once on the build platform: the server embeds
+# ui/site/dist, and a binary built without it serves only a page saying how
+# to build the console.
+FROM --platform=$BUILDPLATFORM node:20-bookworm-slim AS ui
+WORKDIR /ui
+COPY ui/package.json ui/package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY ui/ ./
+RUN npm run build
+
 FROM --platform=$BUILDPLATFORM golang:1.26.8-bookworm AS build
 ARG TARGETOS
 ARG TARGETARCH
@@ -9,6 +19,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+COPY --from=ui /ui/site/dist ./ui/site/dist
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
       -ldflags "-s -w -X github.com/convergeplane/converge/internal/version.Version=${VERSION}" \
       -o /out/converge ./cmd/converge
