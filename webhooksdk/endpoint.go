@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/convergeplane/converge/webhooksdk/internal/capture"
 )
 
 // Causes of a Work context's cancellation, read with context.Cause.
@@ -308,9 +310,9 @@ func (e *Endpoint) serveBatch(w http.ResponseWriter, r *http.Request, tasks []En
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			rec := &recorder{header: http.Header{}}
+			rec := capture.New()
 			e.serveTask(rec, r, &tasks[i], m, until)
-			results[i] = rec.batchResult(&tasks[i])
+			results[i] = batchResult(rec, &tasks[i])
 		}()
 	}
 	wg.Wait()
@@ -322,42 +324,22 @@ func (e *Endpoint) serveBatch(w http.ResponseWriter, r *http.Request, tasks []En
 	writeJSON(w, http.StatusOK, body)
 }
 
-// recorder captures the answer serveTask gives one task of a batch.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (rc *recorder) Header() http.Header { return rc.header }
-
-func (rc *recorder) WriteHeader(status int) {
-	if rc.status == 0 {
-		rc.status = status
-	}
-}
-
-func (rc *recorder) Write(b []byte) (int, error) {
-	rc.WriteHeader(http.StatusOK)
-	return rc.body.Write(b)
-}
-
 // batchResult turns the answer serveTask recorded for env into its BatchResult: a 200's
 // Result as it is, a 202 as accepted, anything else (a problem: no provider, not ready,
 // a malformed envelope) as a transient error naming the status and the problem's detail.
-func (rc *recorder) batchResult(env *Envelope) json.RawMessage {
+func batchResult(rc *capture.Recorder, env *Envelope) json.RawMessage {
 	res := BatchResult{Result: Result{TaskID: env.TaskID, ClaimEpoch: env.ClaimEpoch}}
-	switch rc.status {
+	switch rc.Status {
 	case http.StatusOK:
-		return rc.body.Bytes()
+		return rc.Body.Bytes()
 	case http.StatusAccepted:
 		res.Accepted = true
 	case 0:
 		res.Error = &Error{Message: "no answer: the batch request ended before the task was answered"}
 	default:
 		var p problem
-		_ = json.Unmarshal(rc.body.Bytes(), &p) // a detail-less answer still names its status
-		res.Error = &Error{Message: strings.TrimSuffix(fmt.Sprintf("%d %s: %s", rc.status, http.StatusText(rc.status), p.Detail), ": ")}
+		_ = json.Unmarshal(rc.Body.Bytes(), &p) // a detail-less answer still names its status
+		res.Error = &Error{Message: strings.TrimSuffix(fmt.Sprintf("%d %s: %s", rc.Status, http.StatusText(rc.Status), p.Detail), ": ")}
 	}
 	b, _ := json.Marshal(res) // plain strings, ints and bools: cannot fail
 	return b

@@ -39,6 +39,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/convergeplane/converge/webhooksdk/internal/capture"
+
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/convergeplane/converge/webhooksdk"
@@ -79,15 +81,15 @@ func (h *Handler) Serve(ctx context.Context, ev events.LambdaFunctionURLRequest)
 	if event {
 		inv = webhooksdk.InvocationEvent
 	}
-	w := &recorder{header: make(http.Header)}
+	w := capture.New()
 	h.ep.ServeInvocation(w, req, inv)
 	switch {
-	case w.status == 0:
+	case w.Status == 0:
 		return events.LambdaFunctionURLResponse{}, fmt.Errorf("webhooksdk lambda: no answer before the invocation ended: %w", context.Cause(ctx))
-	case event && w.status >= http.StatusMultipleChoices:
-		return events.LambdaFunctionURLResponse{}, fmt.Errorf("webhooksdk lambda: event refused with %d: %s", w.status, w.body.Bytes())
+	case event && w.Status >= http.StatusMultipleChoices:
+		return events.LambdaFunctionURLResponse{}, fmt.Errorf("webhooksdk lambda: event refused with %d: %s", w.Status, w.Body.Bytes())
 	}
-	return w.response(), nil
+	return response(w), nil
 }
 
 // request builds the HTTP request the event stands for. An event without a method (the
@@ -118,32 +120,12 @@ func request(ctx context.Context, ev *events.LambdaFunctionURLRequest) (*http.Re
 	return req, nil
 }
 
-// recorder is the http.ResponseWriter an event is served into.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-
-func (r *recorder) WriteHeader(status int) {
-	if r.status == 0 {
-		r.status = status
-	}
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	r.WriteHeader(http.StatusOK)
-	return r.body.Write(b)
-}
-
 // response converts the recorded answer. Every body the Endpoint writes is JSON text,
 // so none needs base64.
-func (r *recorder) response() events.LambdaFunctionURLResponse {
-	headers := make(map[string]string, len(r.header))
-	for k, vs := range r.header {
+func response(r *capture.Recorder) events.LambdaFunctionURLResponse {
+	headers := make(map[string]string, len(r.Header()))
+	for k, vs := range r.Header() {
 		headers[k] = strings.Join(vs, ", ")
 	}
-	return events.LambdaFunctionURLResponse{StatusCode: r.status, Headers: headers, Body: r.body.String()}
+	return events.LambdaFunctionURLResponse{StatusCode: r.Status, Headers: headers, Body: r.Body.String()}
 }
