@@ -340,11 +340,23 @@ func TestKindCapTokenReturnsAtCompletion(t *testing.T) {
 	if n := len(claim()); n != 0 {
 		t.Fatalf("a claim at the cap took %d tasks, want 0", n)
 	}
+	// A claimer turned away at the cap is woken when a token comes back.
+	lis, err := e.db.Pool.Acquire(ctx)
+	must(t, err)
+	defer lis.Release()
+	_, err = lis.Exec(ctx, `LISTEN work_ready`)
+	must(t, err)
+	time.Sleep(20 * time.Millisecond) // past notify_gated's 10 ms window of the applies' wakes
 	ok := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{}`)}}
 	for _, tk := range first {
 		if st, err := e.st.Complete(ctx, tk, ok); err != nil || st != store.Applied {
 			t.Fatalf("complete %s = %v, %v", tk.ResourceID, st, err)
 		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := lis.Conn().WaitForNotification(wctx); err != nil {
+		t.Errorf("no work_ready wake after a capped token came back: %v", err)
 	}
 	// Nothing drained: both outcomes wait in the outbox, their tokens back.
 	if n := e.count(`SELECT count(*) FROM work_outbox`); n != 2 {
