@@ -92,6 +92,9 @@ type Config struct {
 	// MemberID names this process in the cluster view (MEMBER_ID,
 	// default host-pid).
 	MemberID string
+	// PprofAddr, when set (PPROF_ADDR, e.g. 127.0.0.1:6060), serves
+	// net/http/pprof there: off by default, for profiling a live process.
+	PprofAddr string
 	// Dev is set by `converge dev`: plain-http loopback endpoints allowed.
 	Dev bool
 }
@@ -220,6 +223,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 	}
 	c.MemberID = getenv("MEMBER_ID")
+	if c.PprofAddr = getenv("PPROF_ADDR"); c.PprofAddr != "" {
+		if _, _, err := net.SplitHostPort(c.PprofAddr); err != nil {
+			bad("PPROF_ADDR", c.PprofAddr, "must be host:port")
+		}
+	}
 	return c, errors.Join(errs...)
 }
 

@@ -87,3 +87,14 @@ func TestDevConfigBindsLoopback(t *testing.T) {
 		t.Errorf("dev config with LISTEN_ADDR=0.0.0.0:9000 listens on %q", c.ListenAddr)
 	}
 }
+
+func TestLoadConfigPprofAddr(t *testing.T) {
+	t.Parallel()
+	c, err := LoadConfig(env(map[string]string{"PPROF_ADDR": "127.0.0.1:6060"}))
+	if err != nil || c.PprofAddr != "127.0.0.1:6060" {
+		t.Fatalf("PPROF_ADDR=127.0.0.1:6060: %q, %v", c.PprofAddr, err)
+	}
+	if _, err := LoadConfig(env(map[string]string{"PPROF_ADDR": "6060"})); err == nil || !strings.Contains(err.Error(), "PPROF_ADDR") {
+		t.Fatalf("PPROF_ADDR=6060: err = %v, want one naming PPROF_ADDR", err)
+	}
+}

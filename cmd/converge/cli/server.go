@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -54,6 +55,7 @@ type Server struct {
 	dispatchHTTP *http.Server
 	ln           net.Listener
 	health       *http.Server
+	pprof        *http.Server
 	served       chan error
 }
 
@@ -95,6 +97,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}
 	callbackBase, err := s.callbackBase(dispatching)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.servePprof(); err != nil {
 		return nil, err
 	}
 	var box *store.SecretBox
@@ -368,6 +373,29 @@ func (s *Server) serveHealth() error {
 	return nil
 }
 
+// servePprof serves net/http/pprof on PPROF_ADDR when it is set. It has its
+// own listener (never the API's) so profiles are reachable only where the
+// operator chose to bind them.
+func (s *Server) servePprof() error {
+	if s.cfg.PprofAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.cfg.PprofAddr)
+	if err != nil {
+		return fmt.Errorf("listen on PPROF_ADDR %s: %w", s.cfg.PprofAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	s.pprof = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.pprof.Serve(ln) }() // ends with Close in Stop
+	s.log.Info("serving pprof", "addr", ln.Addr().String())
+	return nil
+}
+
 // Addr returns the API's bound address (useful with LISTEN_ADDR=:0).
 func (s *Server) Addr() string {
 	if s.ln == nil {
@@ -399,6 +427,9 @@ func (s *Server) Stop() error {
 	}
 	if s.health != nil {
 		errs = append(errs, s.health.Shutdown(ctx))
+	}
+	if s.pprof != nil {
+		errs = append(errs, s.pprof.Close())
 	}
 	s.stopServices()
 	s.pool.Close()
