@@ -226,6 +226,10 @@ type Dispatcher struct {
 
 	mu      sync.Mutex
 	tracked map[string]*item // delivering and queued tasks, heartbeated
+	// throttled is set while claims are held back by the tracked cap; the
+	// next untrack then signals settled, which wakes the claim loop.
+	throttled atomic.Bool
+	settled   chan struct{}
 }
 
 // New returns a Dispatcher with its callback receiver (see Callbacks), both
@@ -268,6 +272,7 @@ func New(cfg Config, st *store.Store, wake Wakeups) (*Dispatcher, error) {
 		regCh:   reg.Subscribe(),
 		cbBase:  strings.TrimSuffix(cfg.CallbackBaseURL, "/"),
 		tracked: map[string]*item{},
+		settled: make(chan struct{}, 1),
 	}
 	d.async = newAsyncWatch(d)
 	if d.m, err = newMetrics(cfg.Metrics, reg); err != nil {
@@ -381,6 +386,7 @@ func (d *Dispatcher) run(ctx context.Context) {
 		case <-d.wake:
 		case <-d.regCh:
 		case <-d.reg.Freed():
+		case <-d.settled:
 		case <-poll.C:
 			polled = true
 		}
@@ -477,7 +483,19 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 		queued[it.pair]++
 	}
 	pairs, spare, capacity := d.reg.Claimable(queued)
-	limit := min(spare, d.cfg.BatchSize)
+	// A task stays tracked from its claim until its result is handed to the
+	// completer, and its endpoint slot is free again as soon as the answer
+	// came. When the database records results slower than endpoints answer,
+	// finished deliveries wait on the completer, so the slots alone do not
+	// bound what this pod holds: at a million resources it held 57k claimed
+	// tasks and 3.4 GiB. Tracked tasks are capped at the endpoints' capacity
+	// plus one claim; with the completer's queue and the batch it is
+	// writing, a pod holds at most capacity + 6·BatchSize tasks.
+	room := capacity + d.cfg.BatchSize - d.InFlight()
+	if room < min(spare, d.cfg.BatchSize) {
+		d.throttled.Store(true)
+	}
+	limit := min(spare, d.cfg.BatchSize, room)
 	if limit <= 0 || len(pairs) == 0 {
 		return 0, 0
 	}
@@ -549,6 +567,12 @@ func (d *Dispatcher) untrack(it *item) {
 	}
 	d.mu.Unlock()
 	it.cancel(nil)
+	if d.throttled.CompareAndSwap(true, false) {
+		select {
+		case d.settled <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // heartbeat renews the leases of tracked tasks every Lease/3, and cancels
