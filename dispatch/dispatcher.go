@@ -325,6 +325,10 @@ func (d *Dispatcher) Stop() {
 	d.reg.Stop()
 }
 
+// Running reports whether the claim loop runs (for readiness): from Start
+// until Stop, or the context Start was given, ends it.
+func (d *Dispatcher) Running() bool { return d.loop.Running() }
+
 // errSuperseded and errShutdown are the causes a delivery's context is
 // cancelled with.
 var (

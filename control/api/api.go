@@ -66,9 +66,11 @@ type Config struct {
 	// RequestTimeout bounds the work of one request (its database calls).
 	// Defaults to 30 seconds.
 	RequestTimeout time.Duration
-	// ReadyTimeout bounds the database ping of /readyz. Defaults to 2
-	// seconds.
+	// ReadyTimeout bounds the checks of /readyz. Defaults to 2 seconds.
 	ReadyTimeout time.Duration
+	// ReadyChecks are the checks of /readyz, run in order. Nil checks that
+	// the database answers (DatabaseCheck) and nothing else.
+	ReadyChecks []ReadyCheck
 	// Endpoints enables the provider endpoint routes; nil leaves them out.
 	Endpoints *EndpointsConfig
 	// Metrics, when set, is served at GET /metrics (Prometheus). When API

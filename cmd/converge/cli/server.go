@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +20,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -40,21 +43,37 @@ type service interface {
 	Stop()
 }
 
+// duty is a service that /readyz watches: Running is false once its loop
+// has ended, by Stop or by itself.
+type duty interface {
+	service
+	Running() bool
+}
+
+// namedDuty is a duty as /readyz names it.
+type namedDuty struct {
+	name    string
+	running func() bool
+}
+
 // Server is a running converge process: its pool, its duties, and its HTTP
 // listeners.
 type Server struct {
 	cfg          Config
 	log          *slog.Logger
 	pool         *pgxpool.Pool
+	migration    int64 // the newest embedded numbered migration
 	store        *store.Store
 	metrics      *prometheus.Registry
 	services     []service // started in order, stopped in reverse
+	duties       []namedDuty
 	dispatcher   atomic.Pointer[dispatch.Dispatcher]
 	events       *api.EventHub // the console's change stream, on a control pod
 	app          *fiber.App
 	dispatchHTTP *http.Server
 	ln           net.Listener
 	health       *http.Server
+	healthAddr   string
 	pprof        *http.Server
 	served       chan error
 }
@@ -126,7 +145,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		}
 	}
 	// Every duty has subscribed; the listener wakes them all on connect.
-	if err := s.startService(ctx, lis); err != nil {
+	if err := s.startDuty(ctx, "listener", lis); err != nil {
 		return nil, err
 	}
 
@@ -160,10 +179,15 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
+	latest, err := latestMigration()
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &Server{cfg: cfg, log: log, pool: pool, store: store.New(pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit}), metrics: metrics,
-		served: make(chan error, 2)}, nil
+		migration: latest, served: make(chan error, 2)}, nil
 }
 
 // poolConfig parses DATABASE_URL and, with DB_IAM_AUTH, mints an RDS IAM
@@ -213,6 +237,15 @@ func (s *Server) startService(ctx context.Context, svc service) error {
 	return nil
 }
 
+// startDuty starts d as a service that /readyz reports under name.
+func (s *Server) startDuty(ctx context.Context, name string, d duty) error {
+	if err := s.startService(ctx, d); err != nil {
+		return err
+	}
+	s.duties = append(s.duties, namedDuty{name, d.Running})
+	return nil
+}
+
 // startShared starts what every role runs: cluster membership (which
 // assigns this pod its shards) and the kind cache.
 func (s *Server) startShared(ctx context.Context, lis *store.Listener) (*cluster.Member, *store.KindCache, error) {
@@ -224,10 +257,11 @@ func (s *Server) startShared(ctx context.Context, lis *store.Listener) (*cluster
 			return 0
 		}}, s.store, lis.Subscribe("cluster_changed"), s.log)
 	kinds := store.NewKindCache(s.store, store.KindCacheConfig{}, s.log)
-	for _, svc := range []service{member, kinds} {
-		if err := s.startService(ctx, svc); err != nil {
-			return nil, nil, err
-		}
+	if err := s.startDuty(ctx, "cluster", member); err != nil {
+		return nil, nil, err
+	}
+	if err := s.startDuty(ctx, "kinds", kinds); err != nil {
+		return nil, nil, err
 	}
 	return member, kinds, nil
 }
@@ -242,8 +276,11 @@ func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *
 	}
 	dr := drainer.New(drainer.Config{Range: member.Range}, s.store, lis.Subscribe("outbox_ready"), s.log)
 	s.events = api.NewEventHub(api.EventHubConfig{}, lis.Subscribe)
-	for _, svc := range []service{dr, rp, s.events} {
-		if err := s.startService(ctx, svc); err != nil {
+	for _, d := range []struct {
+		name string
+		duty duty
+	}{{"drainer", dr}, {"reaper", rp}, {"events", s.events}} {
+		if err := s.startDuty(ctx, d.name, d.duty); err != nil {
 			return err
 		}
 	}
@@ -265,6 +302,7 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 		return nil, err
 	}
 	s.dispatcher.Store(d)
+	s.duties = append(s.duties, namedDuty{"dispatcher", d.Running})
 	return d, nil
 }
 
@@ -276,7 +314,8 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 		s.log.Info("this binary has no web console built in: / serves a page saying how to build it (make ui)")
 	}
 	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens,
-		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), Console: console, Events: s.events}
+		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), Console: console, Events: s.events,
+		ReadyChecks: s.readyChecks()}
 	if box != nil {
 		policy := egress.Policy{DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs}
 		acfg.Endpoints = &api.EndpointsConfig{Box: box,
@@ -351,24 +390,76 @@ func (s *Server) listen(addr string) (net.Listener, error) {
 	return tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}), nil
 }
 
-// serveHealth serves /livez and /readyz for a pod without the API.
+// readyChecks are /readyz's checks: the database answers, its schema is at
+// this binary's latest migration, and every duty started runs.
+func (s *Server) readyChecks() []api.ReadyCheck {
+	checks := []api.ReadyCheck{api.DatabaseCheck(s.store, s.log), {Name: "migrations", Check: s.checkMigrations}}
+	for _, d := range s.duties {
+		checks = append(checks, api.ReadyCheck{Name: d.name, Check: func(context.Context) error {
+			if !d.running() {
+				return errors.New("stopped")
+			}
+			return nil
+		}})
+	}
+	return checks
+}
+
+// checkMigrations compares the database's goose version with the newest
+// numbered migration embedded in this binary: a pod of another release
+// (behind or ahead) is not ready.
+func (s *Server) checkMigrations(ctx context.Context) error {
+	var applied int64
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&applied); err != nil {
+		s.log.Warn("readiness: cannot read the schema version", "err", err)
+		return errors.New("cannot read the schema version")
+	}
+	if applied != s.migration {
+		return fmt.Errorf("the database is at migration %d, this binary's migrations end at %d", applied, s.migration)
+	}
+	return nil
+}
+
+// latestMigration returns the version of the newest numbered migration
+// embedded in this binary.
+func latestMigration() (int64, error) {
+	names, err := fs.Glob(migrations.FS(), "*.sql")
+	if err != nil {
+		return 0, err
+	}
+	var latest int64
+	for _, name := range names {
+		v, err := goose.NumericComponent(name)
+		if err != nil {
+			return 0, fmt.Errorf("migration %s: %w", name, err)
+		}
+		latest = max(latest, v)
+	}
+	return latest, nil
+}
+
+// serveHealth serves /livez and /readyz for a pod without the API: /readyz
+// answers ReadyStatus as JSON, 200 or 503.
 func (s *Server) serveHealth() error {
+	checks := s.readyChecks()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), api.ReadyTimeoutDefault)
 		defer cancel()
-		if err := s.store.Ping(ctx); err != nil {
-			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
-			return
+		st, failed := api.CheckReady(ctx, checks)
+		w.Header().Set("Content-Type", "application/json")
+		if failed != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		_, _ = io.WriteString(w, "ok\n") // a client gone mid-answer needs nothing more
+		_ = json.NewEncoder(w).Encode(st) // a client gone mid-answer needs nothing more
 	})
 	ln, err := net.Listen("tcp", s.cfg.HealthAddr)
 	if err != nil {
 		return fmt.Errorf("listen on HEALTH_ADDR %s: %w", s.cfg.HealthAddr, err)
 	}
 	s.health = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.healthAddr = ln.Addr().String()
 	go func() { s.served <- s.health.Serve(ln) }()
 	return nil
 }
@@ -403,6 +494,10 @@ func (s *Server) Addr() string {
 	}
 	return s.ln.Addr().String()
 }
+
+// HealthAddr returns the bound address of HEALTH_ADDR's listener, on a pod
+// without the API; else "".
+func (s *Server) HealthAddr() string { return s.healthAddr }
 
 // Stop shuts the listeners down gracefully, then the duties in reverse start
 // order, then the pool.
