@@ -46,6 +46,14 @@ type Config struct {
 	TLS         bool
 	TLSCertFile string
 	TLSKeyFile  string
+	// TLSReloadInterval is how often the TLS files are re-read, a changed
+	// pair (or client CA bundle) serving new connections without a restart
+	// (TLS_RELOAD_INTERVAL, default 1m; 0 never re-reads them).
+	TLSReloadInterval time.Duration
+	// TLSClientCAFile, when set, requires every client of LISTEN_ADDR to
+	// present a certificate this PEM bundle verifies (TLS_CLIENT_CA_FILE;
+	// https:// only).
+	TLSClientCAFile string
 	// HealthAddr serves /livez and /readyz for pods without the API
 	// (HEALTH_ADDR, default :8081; used by ROLE=dispatch).
 	HealthAddr string
@@ -134,6 +142,30 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			bad("LISTEN_ADDR", getenv("LISTEN_ADDR"), "https:// needs TLS_CERT_FILE and TLS_KEY_FILE")
 		case !tls && (c.TLSCertFile != "" || c.TLSKeyFile != ""):
 			bad("TLS_CERT_FILE", c.TLSCertFile, "is set but LISTEN_ADDR is not https://; refusing to serve plain HTTP by mistake")
+		}
+	}
+	c.TLSClientCAFile = getenv("TLS_CLIENT_CA_FILE")
+	if c.TLSClientCAFile != "" && !c.TLS {
+		bad("TLS_CLIENT_CA_FILE", c.TLSClientCAFile, "is set but LISTEN_ADDR is not https://; client certificates need TLS")
+	}
+	for _, f := range []struct{ name, path string }{
+		{"TLS_CERT_FILE", c.TLSCertFile}, {"TLS_KEY_FILE", c.TLSKeyFile}, {"TLS_CLIENT_CA_FILE", c.TLSClientCAFile}} {
+		if f.path == "" {
+			continue
+		}
+		if fh, err := os.Open(f.path); err != nil {
+			bad(f.name, f.path, "cannot be read: "+err.Error())
+		} else {
+			fh.Close()
+		}
+	}
+	c.TLSReloadInterval = time.Minute
+	if v := getenv("TLS_RELOAD_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			bad("TLS_RELOAD_INTERVAL", v, "must be a duration like 1m, or 0 to never re-read the TLS files")
+		} else {
+			c.TLSReloadInterval = d
 		}
 	}
 	c.HealthAddr = or(getenv("HEALTH_ADDR"), ":8081")

@@ -32,6 +32,7 @@ import (
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
 	"github.com/convergeplane/converge/dispatch/egress"
+	"github.com/convergeplane/converge/internal/tlsreload"
 	"github.com/convergeplane/converge/internal/version"
 	"github.com/convergeplane/converge/migrations"
 	"github.com/convergeplane/converge/ui"
@@ -111,7 +112,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		}
 	}()
 	// Bind first: in dev mode the callback URL is the bound address.
-	if s.ln, err = s.listen(cfg.ListenAddr); err != nil {
+	if s.ln, err = s.listen(ctx, cfg.ListenAddr); err != nil {
 		return nil, err
 	}
 	callbackBase, err := s.callbackBase(dispatching)
@@ -374,20 +375,29 @@ func (s *Server) serveDispatch(d *dispatch.Dispatcher, callbackBase string) erro
 	return s.serveHealth()
 }
 
-func (s *Server) listen(addr string) (net.Listener, error) {
+// listen binds addr; with TLS it serves the certificate files through a
+// reloader, started here, that re-reads them every TLS_RELOAD_INTERVAL.
+func (s *Server) listen(ctx context.Context, addr string) (net.Listener, error) {
+	if !s.cfg.TLS {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		return ln, nil
+	}
+	rl, err := tlsreload.New(tlsreload.Config{CertFile: s.cfg.TLSCertFile, KeyFile: s.cfg.TLSKeyFile,
+		ClientCAFile: s.cfg.TLSClientCAFile, Interval: s.cfg.TLSReloadInterval, Logger: s.log})
+	if err != nil {
+		return nil, fmt.Errorf("TLS_CERT_FILE, TLS_KEY_FILE, TLS_CLIENT_CA_FILE: %w", err)
+	}
+	if err := s.startService(ctx, rl); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	if !s.cfg.TLS {
-		return ln, nil
-	}
-	cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("cannot load the TLS keypair: %w", err)
-	}
-	return tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}), nil
+	return tls.NewListener(ln, rl.TLSConfig()), nil
 }
 
 // readyChecks are /readyz's checks: the database answers, its schema is at
