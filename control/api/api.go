@@ -255,6 +255,9 @@ func (s *Server) ErrorFor(ctx context.Context, err error, in string) error {
 func (s *Server) withTimeout(c *fiber.Ctx) error {
 	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.RequestTimeout)
 	defer cancel()
+	if c.Method() == fiber.MethodGet || c.Method() == fiber.MethodHead {
+		ctx = store.PreferReadPool(ctx) // a read route writes nothing it reads back
+	}
 	c.SetUserContext(ctx)
 	return c.Next()
 }

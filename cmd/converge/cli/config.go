@@ -37,6 +37,10 @@ type Config struct {
 	// DatabaseURL is the Postgres DSN (DATABASE_URL). Required except in
 	// dev mode, which starts an embedded Postgres when it is empty.
 	DatabaseURL string
+	// DatabaseReadURL, when set, is a second DSN (a read replica) the API's
+	// read routes query (DATABASE_READ_URL); writes, the engine, dispatch
+	// and the drainer always use DatabaseURL.
+	DatabaseReadURL string
 	// Role is ROLE: all (default), control or dispatch.
 	Role Role
 	// ListenAddr is the API's listen address (LISTEN_ADDR, default :8080):
@@ -118,9 +122,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		errs = append(errs, fmt.Errorf("%s=%q: %s", name, val, why))
 	}
 	c.DatabaseURL = getenv("DATABASE_URL")
-	if c.DatabaseURL != "" {
-		if _, err := url.Parse(c.DatabaseURL); err != nil && !strings.Contains(c.DatabaseURL, "=") {
-			bad("DATABASE_URL", "(redacted)", "is neither a URL nor a key=value DSN")
+	c.DatabaseReadURL = getenv("DATABASE_READ_URL")
+	for _, v := range []struct{ name, dsn string }{{"DATABASE_URL", c.DatabaseURL}, {"DATABASE_READ_URL", c.DatabaseReadURL}} {
+		if v.dsn == "" {
+			continue
+		}
+		if _, err := url.Parse(v.dsn); err != nil && !strings.Contains(v.dsn, "=") {
+			bad(v.name, "(redacted)", "is neither a URL nor a key=value DSN")
 		}
 	}
 	switch r := Role(or(getenv("ROLE"), string(RoleAll))); r {

@@ -63,7 +63,8 @@ type Server struct {
 	cfg          Config
 	log          *slog.Logger
 	pool         *pgxpool.Pool
-	migration    int64 // the newest embedded numbered migration
+	readPool     *pgxpool.Pool // DATABASE_READ_URL's, or nil
+	migration    int64         // the newest embedded numbered migration
 	store        *store.Store
 	metrics      *prometheus.Registry
 	services     []service // started in order, stopped in reverse
@@ -108,7 +109,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 			if s.ln != nil {
 				s.ln.Close()
 			}
-			s.pool.Close()
+			s.closePools()
 		}
 	}()
 	// Bind first: in dev mode the callback URL is the bound address.
@@ -176,19 +177,56 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	pcfg.MaxConnLifetime = 30 * time.Minute
 	pcfg.MaxConnLifetimeJitter = 5 * time.Minute
+	latest, err := latestMigration()
+	if err != nil {
+		return nil, err
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	latest, err := latestMigration()
+	read, err := readPool(ctx, cfg, pcfg)
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &Server{cfg: cfg, log: log, pool: pool, store: store.New(pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit}), metrics: metrics,
+	st := store.New(pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit, ReadPool: read})
+	return &Server{cfg: cfg, log: log, pool: pool, readPool: read, store: st, metrics: metrics,
 		migration: latest, served: make(chan error, 2)}, nil
+}
+
+// readPool opens the pool on DATABASE_READ_URL, if set, configured as the
+// primary's pcfg is (IAM auth included): the API's read routes use it.
+func readPool(ctx context.Context, cfg Config, pcfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	if cfg.DatabaseReadURL == "" {
+		return nil, nil
+	}
+	rcfg, err := pgxpool.ParseConfig(cfg.DatabaseReadURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_READ_URL: %w", err)
+	}
+	if pcfg.BeforeConnect != nil {
+		if err := requireTLS(rcfg.ConnConfig); err != nil {
+			return nil, fmt.Errorf("DATABASE_READ_URL: %w", err)
+		}
+		rcfg.BeforeConnect = pcfg.BeforeConnect
+	}
+	rcfg.MaxConnLifetime, rcfg.MaxConnLifetimeJitter = pcfg.MaxConnLifetime, pcfg.MaxConnLifetimeJitter
+	read, err := pgxpool.NewWithConfig(ctx, rcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to DATABASE_READ_URL: %w", err)
+	}
+	return read, nil
+}
+
+// closePools closes the database pools.
+func (s *Server) closePools() {
+	s.pool.Close()
+	if s.readPool != nil {
+		s.readPool.Close()
+	}
 }
 
 // poolConfig parses DATABASE_URL and, with DB_IAM_AUTH, mints an RDS IAM
@@ -510,7 +548,7 @@ func (s *Server) Addr() string {
 func (s *Server) HealthAddr() string { return s.healthAddr }
 
 // Stop shuts the listeners down gracefully, then the duties in reverse start
-// order, then the pool.
+// order, then the pools.
 func (s *Server) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -537,7 +575,7 @@ func (s *Server) Stop() error {
 		errs = append(errs, s.pprof.Close())
 	}
 	s.stopServices()
-	s.pool.Close()
+	s.closePools()
 	return errors.Join(errs...)
 }
 
