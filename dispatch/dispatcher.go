@@ -315,8 +315,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 }
 
 // Stop stops claiming, releases tasks still waiting for a slot, waits up to
-// DrainTimeout for deliveries in flight and completes their results, then
-// stops probing. Tasks accepted asynchronously (202) keep their claims, with
+// DrainTimeout for deliveries in flight (renewing their leases meanwhile)
+// and completes their results, then cancels those still in flight and
+// releases their tasks: claimable again at once, at the same claim epoch,
+// so a late answer to the cancelled delivery is refused. Then it stops
+// probing. Tasks accepted asynchronously (202) keep their claims, with
 // their async lease: their callbacks may land on any pod, and the reaper
 // re-pends any whose lease lapses without one.
 func (d *Dispatcher) Stop() {
@@ -359,7 +362,9 @@ func (d *Dispatcher) run(ctx context.Context) {
 		defer close(completed)
 		d.completer(bg, ops)
 	}()
-	aux, stopAux := context.WithCancel(ctx)
+	// The heartbeat outlives the claim loop: it renews the leases of the
+	// deliveries a soft stop waits for, however long DrainTimeout is.
+	aux, stopAux := context.WithCancel(bg)
 	var auxWG sync.WaitGroup
 	auxWG.Add(3)
 	go func() { defer auxWG.Done(); d.heartbeat(aux) }()

@@ -107,9 +107,18 @@ type Config struct {
 	// PprofAddr, when set (PPROF_ADDR, e.g. 127.0.0.1:6060), serves
 	// net/http/pprof there: off by default, for profiling a live process.
 	PprofAddr string
+	// ShutdownTimeout is the budget of a graceful stop (SHUTDOWN_TIMEOUT,
+	// default 30s): the dispatcher's wait for deliveries in flight, past
+	// which it cancels them and releases their tasks, then the HTTP
+	// listeners' wait for open requests. Zero takes the default.
+	ShutdownTimeout time.Duration
 	// Dev is set by `converge dev`: plain-http loopback endpoints allowed.
 	Dev bool
 }
+
+// ShutdownTimeoutDefault is SHUTDOWN_TIMEOUT's default: Kubernetes' default
+// termination grace period.
+const ShutdownTimeoutDefault = 30 * time.Second
 
 // LoadConfig reads the configuration through getenv and reports every bad
 // variable at once.
@@ -260,6 +269,15 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			bad("SPEC_HISTORY_LIMIT", v, "must be a positive integer")
 		} else {
 			c.SpecHistoryLimit = n
+		}
+	}
+	c.ShutdownTimeout = ShutdownTimeoutDefault
+	if v := getenv("SHUTDOWN_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			bad("SHUTDOWN_TIMEOUT", v, "must be a positive duration like 30s")
+		} else {
+			c.ShutdownTimeout = d
 		}
 	}
 	c.MemberID = getenv("MEMBER_ID")

@@ -138,3 +138,20 @@ func TestLoadConfigTLS(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadConfigShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	c, err := LoadConfig(env(map[string]string{}))
+	if err != nil || c.ShutdownTimeout != 30*time.Second {
+		t.Fatalf("default SHUTDOWN_TIMEOUT = %s, %v; want 30s", c.ShutdownTimeout, err)
+	}
+	c, err = LoadConfig(env(map[string]string{"SHUTDOWN_TIMEOUT": "5s"}))
+	if err != nil || c.ShutdownTimeout != 5*time.Second {
+		t.Fatalf("SHUTDOWN_TIMEOUT=5s: %s, %v", c.ShutdownTimeout, err)
+	}
+	for _, v := range []string{"0", "-1s", "soon"} {
+		if _, err := LoadConfig(env(map[string]string{"SHUTDOWN_TIMEOUT": v})); err == nil || !strings.Contains(err.Error(), `SHUTDOWN_TIMEOUT="`+v+`"`) {
+			t.Errorf("SHUTDOWN_TIMEOUT=%s: err = %v, want one naming it", v, err)
+		}
+	}
+}

@@ -332,7 +332,8 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 	callbackBase string) (*dispatch.Dispatcher, error) {
 	d, err := dispatch.New(dispatch.Config{Claimer: member.ID(), Range: member.Range,
 		CallbackBaseURL: callbackBase, TokenKey: s.cfg.CallbackKey, SecretBox: box,
-		DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs, AWS: s.cfg.AWS, Version: version.Version, Metrics: s.metrics, Logger: s.log},
+		DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs, AWS: s.cfg.AWS, Version: version.Version, Metrics: s.metrics, Logger: s.log,
+		DrainTimeout: s.shutdownTimeout()},
 		s.store, dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
 	if err != nil {
 		return nil, err
@@ -547,16 +548,32 @@ func (s *Server) Addr() string {
 // without the API; else "".
 func (s *Server) HealthAddr() string { return s.healthAddr }
 
-// Stop shuts the listeners down gracefully, then the duties in reverse start
-// order, then the pools.
+// shutdownTimeout is SHUTDOWN_TIMEOUT, or its default for a Config built
+// by hand.
+func (s *Server) shutdownTimeout() time.Duration {
+	return cmp.Or(s.cfg.ShutdownTimeout, ShutdownTimeoutDefault)
+}
+
+// listenerGrace is the least time the HTTP listeners get to finish open
+// requests once the dispatcher has drained, even if that used up
+// SHUTDOWN_TIMEOUT: closing a connection that just went idle takes a moment.
+const listenerGrace = 2 * time.Second
+
+// Stop stops within SHUTDOWN_TIMEOUT: the dispatcher first, which waits for
+// its deliveries in flight up to that budget and then cancels them and
+// releases their tasks; then the listeners, which wait for open requests
+// until the same deadline (but at least listenerGrace); then the duties in
+// reverse start order, then the pools. On SIGTERM the duties' context has
+// already ended, so the dispatcher stopped claiming when the signal came.
 func (s *Server) Stop() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	deadline := time.Now().Add(s.shutdownTimeout())
 	var errs []error
 	// The dispatcher drains first, while callbacks can still land.
 	if d := s.dispatcher.Load(); d != nil {
 		d.Stop()
 	}
+	ctx, cancel := context.WithDeadline(context.Background(), later(deadline, time.Now().Add(listenerGrace)))
+	defer cancel()
 	if s.dispatchHTTP != nil {
 		errs = append(errs, s.dispatchHTTP.Shutdown(ctx))
 	}
@@ -577,6 +594,13 @@ func (s *Server) Stop() error {
 	s.stopServices()
 	s.closePools()
 	return errors.Join(errs...)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (s *Server) stopServices() {
