@@ -320,8 +320,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 }
 
 // Stop stops claiming, releases tasks still waiting for a slot, waits up to
-// DrainTimeout for deliveries in flight and completes their results, then
-// stops probing. Tasks accepted asynchronously (202) keep their claims, with
+// DrainTimeout for deliveries in flight (renewing their leases meanwhile)
+// and completes their results, then cancels those still in flight and
+// releases their tasks: claimable again at once, at the same claim epoch,
+// so a late answer to the cancelled delivery is refused. Then it stops
+// probing. Tasks accepted asynchronously (202) keep their claims, with
 // their async lease: their callbacks may land on any pod, and the reaper
 // re-pends any whose lease lapses without one.
 func (d *Dispatcher) Stop() {
@@ -329,6 +332,10 @@ func (d *Dispatcher) Stop() {
 	d.prober.Stop()
 	d.reg.Stop()
 }
+
+// Running reports whether the claim loop runs (for readiness): from Start
+// until Stop, or the context Start was given, ends it.
+func (d *Dispatcher) Running() bool { return d.loop.Running() }
 
 // errSuperseded and errShutdown are the causes a delivery's context is
 // cancelled with.
@@ -360,7 +367,9 @@ func (d *Dispatcher) run(ctx context.Context) {
 		defer close(completed)
 		d.completer(bg, ops)
 	}()
-	aux, stopAux := context.WithCancel(ctx)
+	// The heartbeat outlives the claim loop: it renews the leases of the
+	// deliveries a soft stop waits for, however long DrainTimeout is.
+	aux, stopAux := context.WithCancel(bg)
 	var auxWG sync.WaitGroup
 	auxWG.Add(3)
 	go func() { defer auxWG.Done(); d.heartbeat(aux) }()
