@@ -38,20 +38,27 @@ const (
 	taskDeadline   = 10               // seconds: kind_config task_deadline_secs
 	requestTimeout = 2                // seconds: the endpoint's request_timeout_secs
 	faultedFloor   = 90 * time.Second // see docs/operations.md, Chaos suite
+	dispatchLease  = 60 * time.Second
 	childrenPer    = 8
+	// Pacing: every Work takes workTime and the endpoint takes at most
+	// settings.concurrency deliveries at once, so the faults land while the
+	// workload converges rather than after it.
+	workTime = 250 * time.Millisecond
 )
 
 type settings struct {
-	seed       uint64
-	resources  int
-	short      bool
-	breakFence bool
+	seed        uint64
+	resources   int
+	short       bool
+	concurrency int
+	breakFence  bool
 }
 
 func loadSettings(t *testing.T) settings {
 	s := settings{resources: 3000, short: os.Getenv("CHAOS_SHORT") != "", breakFence: os.Getenv("CHAOS_BREAK_FENCE") != ""}
+	s.concurrency = 8
 	if s.short {
-		s.resources = 800
+		s.resources, s.concurrency = 600, 6
 	}
 	if v := os.Getenv("CHAOS_RESOURCES"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -74,6 +81,9 @@ func loadSettings(t *testing.T) settings {
 // TestChaos is the chaos suite: a clean run measures the time T to
 // converge the workload, then a run with faults must converge it within
 // max(2T, T+faultedFloor) and keep every invariant. Only with CHAOS=1.
+// With CHAOS_BREAK_FENCE=1 the faulted run's database accepts outcomes
+// without the claim_epoch fence, and the test passes only if the
+// no-double-apply check reports it.
 func TestChaos(t *testing.T) {
 	if os.Getenv("CHAOS") == "" {
 		t.Skip("the chaos suite runs with CHAOS=1 (make chaos, make chaos-short)")
@@ -123,9 +133,25 @@ func TestChaos(t *testing.T) {
 	fmt.Printf("  time: clean %s, faulted %s (bound %s)\n", clean.took.Round(100*time.Millisecond), faulted.took.Round(100*time.Millisecond), bound.Round(time.Second))
 	fmt.Printf("  process and network faults (%d): %s\n", len(plan), faulted.faultTally())
 	fmt.Printf("  provider faults: %s\n", faulted.providerTally)
-	fmt.Printf("  provider calls: %d deliveries, %d Work runs, %d callbacks; accepted outcomes %d; stale-claim samples %d\n",
-		faulted.deliveries, faulted.works, faulted.callbacks, faulted.accepted, faulted.samples)
+	fmt.Printf("  provider calls: %d deliveries, %d Work runs, %d callbacks; applied outcomes %d\n",
+		faulted.deliveries, faulted.works, faulted.callbacks, faulted.applied)
+	fmt.Printf("  claims: %d samples of the queue, %d sightings of a claim past its lease\n", faulted.sampled, faulted.samples)
 	fmt.Printf("  invariant violations: %d\n", len(faulted.violations))
+	if s.breakFence {
+		// The broken build must be caught by the no-double-apply check.
+		caught := 0
+		for _, v := range faulted.violations {
+			if strings.HasPrefix(v, "stale outcome applied") || strings.HasPrefix(v, "double apply") {
+				caught++
+			}
+		}
+		fmt.Printf("chaos: with the claim_epoch fence removed, the no-double-apply check reported %d violations:\n  %s\n",
+			caught, strings.Join(faulted.violations, "\n  "))
+		if caught == 0 {
+			fail("the claim_epoch fence was removed and the no-double-apply check did not notice")
+		}
+		return
+	}
 	if len(faulted.violations) > 0 {
 		fail("%d invariant violations in the faulted run (logs in %s):\n  %s", len(faulted.violations), faulted.dir, strings.Join(faulted.violations, "\n  "))
 	}
@@ -154,22 +180,28 @@ func schedule(s settings, window time.Duration) []fault {
 	}
 	step := window / time.Duration(len(kinds)+1)
 	out := make([]fault, len(kinds))
+	longDispatch := false
 	for i, k := range kinds {
 		out[i] = fault{at: step*time.Duration(i+1) + time.Duration(r.Int64N(int64(step/2))), kind: k,
 			target: r.IntN(4), down: time.Second + time.Duration(r.Int64N(int64(4*time.Second)))}
+		// The first dispatch process killed stays dead past its lease, so
+		// its claims are the reaper's to take back.
+		if k == "kill-dispatch" && !longDispatch {
+			out[i].down, longDispatch = dispatchLease+10*time.Second, true
+		}
 	}
 	return out
 }
 
 // result is what one run measured and found.
 type result struct {
-	dir                                             string
-	took                                            time.Duration
-	converged                                       int
-	violations                                      []string
-	faults                                          map[string]int
-	providerTally                                   string
-	deliveries, works, callbacks, accepted, samples int
+	dir                                                     string
+	took                                                    time.Duration
+	converged                                               int
+	violations                                              []string
+	faults                                                  map[string]int
+	providerTally                                           string
+	deliveries, works, callbacks, applied, samples, sampled int
 }
 
 func (r *result) faultTally() string {
@@ -273,7 +305,7 @@ func newKey(n int) string {
 // of plan (none for the clean run), and checks every invariant.
 func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, label string, plan []fault) *result {
 	ctx := t.Context()
-	res := &result{dir: filepath.Join(t.TempDir(), label), faults: map[string]int{}}
+	res := &result{dir: filepath.Join(runDir(t), label), faults: map[string]int{}}
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -298,7 +330,7 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 	db, err := pgxpool.New(ctx, direct)
 	must(err)
 	defer db.Close()
-	must(installAcceptLog(ctx, db))
+	must(installApplyLog(ctx, db))
 	if s.breakFence && plan != nil {
 		must(breakFence(ctx, db))
 	}
@@ -355,11 +387,11 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 		faultsUntil = start.Add(plan[len(plan)-1].at + 5*time.Second).UnixMilli()
 	}
 	provider.args0 = func(boot int) []string {
-		a := []string{"-seed", fmt.Sprint(s.seed), "-log", callLog, "-boot", fmt.Sprint(boot), "-work", "15ms",
-			"-hang", fmt.Sprint(requestTimeout+2) + "s", "-late", fmt.Sprint(taskDeadline+60+5) + "s"}
+		a := []string{"-seed", fmt.Sprint(s.seed), "-log", callLog, "-boot", fmt.Sprint(boot), "-work", workTime.String(), "-sync-budget", "1s",
+			"-hang", fmt.Sprint(requestTimeout+2) + "s", "-late-for", "10s"}
 		if faultsUntil > 0 {
-			a = append(a, "-faults-until", fmt.Sprint(faultsUntil), "-latency", "200ms", "-p-5xx", "0.05", "-p-timeout", "0.02",
-				"-p-async", "0.1", "-p-drop", "0.1", "-p-dup", "0.2")
+			a = append(a, "-faults-until", fmt.Sprint(faultsUntil), "-latency", "200ms", "-p-5xx", "0.1", "-p-timeout", "0.05",
+				"-p-async", "0.25", "-p-drop", "0.25", "-p-dup", "0.25")
 		}
 		return a
 	}
@@ -393,7 +425,7 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 	url := "http://" + providerProxy.Addr() + "/"
 	must(api.do(ctx, "POST", "/endpoints", map[string]any{"name": "chaos", "secret": secret,
 		"kinds":  []map[string]any{{"kind": "leaf", "kind_version": 1}, {"kind": "comp", "kind_version": 1}},
-		"target": map[string]any{"type": "https", "url": url}, "max_concurrency": 16, "request_timeout_secs": requestTimeout,
+		"target": map[string]any{"type": "https", "url": url}, "max_concurrency": s.concurrency, "request_timeout_secs": requestTimeout,
 		"health": map[string]any{"url": url, "interval_secs": 1, "healthy_threshold": 1, "unhealthy_threshold": 2}}, nil))
 
 	// The workload: about half the resources are in composites (a comp
@@ -506,6 +538,7 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 			if err == nil {
 				wmu.Lock()
 				samples = append(samples, got...)
+				res.sampled++
 				wmu.Unlock()
 			}
 		}
@@ -535,14 +568,14 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 	// The checks.
 	rs, err := readResources(ctx, db)
 	must(err)
-	acc, err := readAccepted(ctx, db)
+	acc, err := readApplied(ctx, db)
 	must(err)
 	evs, err := readEvents(ctx, db)
 	must(err)
 	calls, err := calllog.Read(callLog)
 	must(err)
-	res.accepted, res.samples = len(acc), len(samples)
-	tally := map[string]int{}
+	res.applied, res.samples = len(acc), len(samples)
+	tally, lateAnswers := map[string]int{}, map[string]int{}
 	for _, c := range calls {
 		switch c.Type {
 		case calllog.Delivery:
@@ -558,12 +591,21 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 		if c.Type == calllog.Delivery && c.Answer == "202" {
 			tally["async-202"]++
 		}
+		if c.Fault == "late" && c.Answer == "sending" {
+			tally["late"]-- // counted once, with converge's answer
+		}
+		if c.Fault == "late" && c.Answer != "sending" {
+			lateAnswers[c.Answer]++
+		}
 	}
 	var tparts []string
-	for _, k := range []string{"5xx", "timeout", "async-202", "drop", "late", "dup-first"} {
+	for _, k := range []string{"5xx", "timeout", "async-202", "drop", "dup-first", "late"} {
 		tparts = append(tparts, fmt.Sprintf("%s %d", strings.TrimSuffix(k, "-first"), tally[k]))
+		if plan != nil && tally[k] == 0 {
+			res.violations = append(res.violations, fmt.Sprintf("provider fault %s was never injected: the run tested less than it claims (raise CHAOS_RESOURCES)", k))
+		}
 	}
-	res.providerTally = strings.Join(tparts, ", ")
+	res.providerTally = strings.Join(tparts, ", ") + fmt.Sprintf(" (late callbacks by converge's answer: %v)", lateAnswers)
 	wmu.Lock()
 	defer wmu.Unlock()
 	res.violations = append(res.violations, CheckConverged(rs, s.resources)...)
@@ -572,6 +614,21 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 	res.violations = append(res.violations, CheckClaims(samples, reaperPass+claimSlack, windows)...)
 	res.violations = append(res.violations, CheckEvents(rs, evs)...)
 	return res
+}
+
+// runDir is where the runs keep their processes' logs and the provider's
+// call log: kept when the test fails (the failure names it), else removed.
+func runDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "converge-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			_ = os.RemoveAll(dir)
+		}
+	})
+	return dir
 }
 
 func planEnd(plan []fault) time.Duration {
@@ -661,23 +718,37 @@ func (a *apiClient) send(ctx context.Context, method, path, ctype string, body [
 	return fmt.Errorf("%s %s: %s", method, path, last)
 }
 
-// installAcceptLog records every outcome the engine accepts: the outbox
-// insert complete_tasks makes only while the claim holds (the same point
-// internal/applylog reads), with all triggers, failures and the outcome's
-// status, which names the claim the provider produced it under.
-func installAcceptLog(ctx context.Context, db *pgxpool.Pool) error {
+// installApplyLog records every outcome the engine applies: the drain pops
+// it from work_outbox (logged by a delete trigger) and, if its claim still
+// holds, writes it to its resource, naming the task and claim_epoch
+// (logged by an update trigger), in one transaction. Accepted but not yet
+// applied outcomes are not counted: the outbox is UNLOGGED, so a crash of
+// PostgreSQL discards them and the reaper schedules the work again, by
+// design (see Running at scale). Each outcome's status names the claim the
+// provider produced it under.
+func installApplyLog(ctx context.Context, db *pgxpool.Pool) error {
 	_, err := db.Exec(ctx, `
-CREATE TABLE chaos_accepted (resource_id uuid, generation bigint, task_id uuid, claim_epoch bigint, trigger text,
+CREATE TABLE chaos_popped (resource_id uuid, generation bigint, task_id uuid, claim_epoch bigint, trigger text,
 	success bool, status jsonb);
-CREATE FUNCTION chaos_accepted() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION chaos_popped() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO chaos_accepted
-    SELECT resource_id, generation, task_id, claim_epoch, trigger, error IS NULL, outcome->'status' FROM new_rows;
+    INSERT INTO chaos_popped
+    SELECT resource_id, generation, task_id, claim_epoch, trigger, error IS NULL, outcome->'status' FROM old_rows;
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER chaos_accepted AFTER INSERT ON work_outbox
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION chaos_accepted();`)
+CREATE TRIGGER chaos_popped AFTER DELETE ON work_outbox
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION chaos_popped();
+CREATE TABLE chaos_applied (resource_id uuid, task_id uuid, claim_epoch bigint);
+CREATE FUNCTION chaos_applied() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos_applied VALUES (NEW.id, NEW.last_task_id, NEW.last_task_epoch);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER chaos_applied AFTER UPDATE ON resources FOR EACH ROW
+    WHEN (NEW.last_task_id IS DISTINCT FROM OLD.last_task_id OR NEW.last_task_epoch IS DISTINCT FROM OLD.last_task_epoch)
+    EXECUTE FUNCTION chaos_applied();`)
 	return err
 }
 
@@ -732,15 +803,17 @@ func readResources(ctx context.Context, db *pgxpool.Pool) ([]Resource, error) {
 	return out, rows.Err()
 }
 
-func readAccepted(ctx context.Context, db *pgxpool.Pool) ([]Accepted, error) {
-	rows, err := db.Query(ctx, `SELECT resource_id::text, task_id::text, trigger, generation, claim_epoch, success,
-		coalesce(status->>'task', ''), coalesce((status->>'epoch')::bigint, 0) FROM chaos_accepted`)
+func readApplied(ctx context.Context, db *pgxpool.Pool) ([]Applied, error) {
+	rows, err := db.Query(ctx, `SELECT p.resource_id::text, p.task_id::text, p.trigger, p.generation, p.claim_epoch, p.success,
+		coalesce(p.status->>'task', ''), coalesce((p.status->>'epoch')::bigint, 0)
+		FROM chaos_popped p JOIN (SELECT DISTINCT * FROM chaos_applied) a
+		  ON a.resource_id = p.resource_id AND a.task_id = p.task_id AND a.claim_epoch = p.claim_epoch`)
 	if err != nil {
 		return nil, err
 	}
-	var out []Accepted
+	var out []Applied
 	for rows.Next() {
-		var a Accepted
+		var a Applied
 		if err := rows.Scan(&a.ResourceID, &a.TaskID, &a.Trigger, &a.Generation, &a.ClaimEpoch, &a.Success, &a.StatusTask, &a.StatusEpoch); err != nil {
 			return nil, err
 		}

@@ -21,10 +21,11 @@ type Resource struct {
 	Generation, SyncedGen int64
 }
 
-// Accepted is one outcome the engine accepted (a work_outbox insert, which
-// happens only while the claim holds), with the claim the provider said,
-// in the outcome's status, that it produced it under.
-type Accepted struct {
+// Applied is one outcome the engine applied to its resource (accepted into
+// work_outbox while its claim held, then written to the resource by the
+// drain), with the claim the provider said, in the outcome's status, that
+// it produced it under.
+type Applied struct {
 	ResourceID, TaskID, Trigger string
 	Generation, ClaimEpoch      int64
 	Success                     bool
@@ -79,18 +80,18 @@ func CheckConverged(rs []Resource, want int) []string {
 
 // CheckApplies is the no-double-apply invariant, checked against the
 // provider's own log:
-//   - no (resource, generation) has two accepted successful specChange
+//   - no (resource, generation) has two applied successful specChange
 //     outcomes;
-//   - every accepted success was produced under the claim it was accepted
+//   - every applied success was produced under the claim it was applied
 //     for (its status names that task and claim_epoch: a stale result
-//     accepted for a newer claim breaks this, the claim_epoch fence's job);
-//   - every accepted success matches a provider call at that claim_epoch
+//     applied for a newer claim breaks this, the claim_epoch fence's job);
+//   - every applied success matches a provider call at that claim_epoch
 //     that answered it, inline (200 with an outcome) or by a callback that
 //     was sent, and exactly one Work run of that claim per provider start
 //     (the SDK runs Work once per webhook-id; its memory of them dies with
 //     the process, so a restarted provider may run a re-delivered claim
 //     again).
-func CheckApplies(acc []Accepted, calls []calllog.Record) []string {
+func CheckApplies(acc []Applied, calls []calllog.Record) []string {
 	type claim struct {
 		task  string
 		epoch int64
@@ -126,15 +127,15 @@ func CheckApplies(acc []Accepted, calls []calllog.Record) []string {
 		}
 		k := claim{a.TaskID, a.ClaimEpoch}
 		if a.StatusTask != a.TaskID || a.StatusEpoch != a.ClaimEpoch {
-			out = append(out, fmt.Sprintf("stale outcome accepted: task %s accepted at claim_epoch %d carries the result of task %q claim_epoch %d",
+			out = append(out, fmt.Sprintf("stale outcome applied: task %s applied at claim_epoch %d carries the result of task %q claim_epoch %d",
 				a.TaskID, a.ClaimEpoch, a.StatusTask, a.StatusEpoch))
 		}
 		if !answered[k] {
-			out = append(out, fmt.Sprintf("accepted outcome without a provider answer: task %s claim_epoch %d (resource %s generation %d)",
+			out = append(out, fmt.Sprintf("applied outcome without a provider answer: task %s claim_epoch %d (resource %s generation %d)",
 				a.TaskID, a.ClaimEpoch, a.ResourceID, a.Generation))
 		}
 		if len(works[k]) == 0 {
-			out = append(out, fmt.Sprintf("accepted outcome without a provider Work run: task %s claim_epoch %d", a.TaskID, a.ClaimEpoch))
+			out = append(out, fmt.Sprintf("applied outcome without a provider Work run: task %s claim_epoch %d", a.TaskID, a.ClaimEpoch))
 		}
 		for boot, n := range works[k] {
 			if n > 1 {
@@ -145,7 +146,7 @@ func CheckApplies(acc []Accepted, calls []calllog.Record) []string {
 	for k, epochs := range applied {
 		if len(epochs) > 1 {
 			sort.Slice(epochs, func(i, j int) bool { return epochs[i] < epochs[j] })
-			out = append(out, fmt.Sprintf("double apply: resource %s generation %d accepted %d times (claim_epochs %v)", k.id, k.gen, len(epochs), epochs))
+			out = append(out, fmt.Sprintf("double apply: resource %s generation %d applied %d times (claim_epochs %v)", k.id, k.gen, len(epochs), epochs))
 		}
 	}
 	sort.Strings(out)

@@ -48,7 +48,7 @@ func TestCheckApplies(t *testing.T) {
 		// A restarted provider (boot 1) ran a re-delivered claim again: allowed.
 		{Type: calllog.Work, WebhookID: "w2", TaskID: "t2", ClaimEpoch: 3, Success: true, Boot: 1},
 	}
-	good := []Accepted{
+	good := []Applied{
 		{ResourceID: "r1", TaskID: "t1", Trigger: "specChange", Generation: 1, ClaimEpoch: 1, Success: true, StatusTask: "t1", StatusEpoch: 1},
 		{ResourceID: "r2", TaskID: "t2", Trigger: "specChange", Generation: 1, ClaimEpoch: 3, Success: true, StatusTask: "t2", StatusEpoch: 3},
 		// A failure the dispatcher recorded (no provider answer) is not an apply.
@@ -57,19 +57,19 @@ func TestCheckApplies(t *testing.T) {
 	wantViolations(t, "good", CheckApplies(good, calls))
 
 	// The same (resource, generation) accepted at a second claim.
-	dup := append(good, Accepted{ResourceID: "r1", TaskID: "t1", Trigger: "specChange", Generation: 1, ClaimEpoch: 2,
+	dup := append(good, Applied{ResourceID: "r1", TaskID: "t1", Trigger: "specChange", Generation: 1, ClaimEpoch: 2,
 		Success: true, StatusTask: "t1", StatusEpoch: 2})
 	dupCalls := append(calls, calllog.Record{Type: calllog.Delivery, WebhookID: "w3", TaskID: "t1", ClaimEpoch: 2, Success: true},
 		calllog.Record{Type: calllog.Work, WebhookID: "w3", TaskID: "t1", ClaimEpoch: 2, Success: true})
-	wantViolations(t, "double apply", CheckApplies(dup, dupCalls), "double apply: resource r1 generation 1 accepted 2 times (claim_epochs [1 2])")
+	wantViolations(t, "double apply", CheckApplies(dup, dupCalls), "double apply: resource r1 generation 1 applied 2 times (claim_epochs [1 2])")
 
 	// A stale result (produced under epoch 3) accepted for claim_epoch 4:
 	// what a missing claim_epoch fence lets through.
-	stale := []Accepted{{ResourceID: "r2", TaskID: "t2", Trigger: "specChange", Generation: 1, ClaimEpoch: 4, Success: true, StatusTask: "t2", StatusEpoch: 3}}
+	stale := []Applied{{ResourceID: "r2", TaskID: "t2", Trigger: "specChange", Generation: 1, ClaimEpoch: 4, Success: true, StatusTask: "t2", StatusEpoch: 3}}
 	wantViolations(t, "stale", CheckApplies(stale, calls),
-		"accepted outcome without a provider Work run: task t2 claim_epoch 4",
-		"accepted outcome without a provider answer: task t2 claim_epoch 4",
-		"stale outcome accepted: task t2 accepted at claim_epoch 4")
+		"applied outcome without a provider Work run: task t2 claim_epoch 4",
+		"applied outcome without a provider answer: task t2 claim_epoch 4",
+		"stale outcome applied: task t2 applied at claim_epoch 4")
 
 	// An answer only by a dropped callback is no answer; two Work runs of
 	// one claim in one provider start break the SDK's once per webhook-id.
@@ -78,10 +78,10 @@ func TestCheckApplies(t *testing.T) {
 		{Type: calllog.Work, WebhookID: "w9", TaskID: "t9", ClaimEpoch: 1, Success: true},
 		{Type: calllog.Callback, TaskID: "t9", ClaimEpoch: 1, Success: true, Fault: "drop", Answer: "dropped"},
 	}
-	acc := []Accepted{{ResourceID: "r9", TaskID: "t9", Trigger: "specChange", Generation: 1, ClaimEpoch: 1, Success: true, StatusTask: "t9", StatusEpoch: 1}}
+	acc := []Applied{{ResourceID: "r9", TaskID: "t9", Trigger: "specChange", Generation: 1, ClaimEpoch: 1, Success: true, StatusTask: "t9", StatusEpoch: 1}}
 	wantViolations(t, "dropped", CheckApplies(acc, dropped),
 		"Work ran 2 times for task t9 claim_epoch 1 in provider start 0",
-		"accepted outcome without a provider answer: task t9 claim_epoch 1")
+		"applied outcome without a provider answer: task t9 claim_epoch 1")
 }
 
 func TestCheckClaims(t *testing.T) {

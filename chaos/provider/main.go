@@ -6,12 +6,14 @@
 //
 // While faults are on (until -faults-until), each delivery draws from its
 // webhook-id and the seed: extra latency up to -latency; a 503 without
-// running Work (-p-5xx); a hang longer than the endpoint's request timeout
-// before Work runs, so the answer is lost (-p-timeout); a Work slower than
-// the sync budget, so the SDK answers 202 and calls back (-p-async). Each
-// callback then draws: dropped (the SDK is told it was delivered; the real
-// callback is sent -late later, when its claim is long gone, and must be
-// refused) with -p-drop, or sent twice with -p-dup.
+// running Work (-p-5xx); a timeout (-p-timeout): the provider holds the
+// request until the dispatcher gives up on it (or -hang), then runs Work
+// anyway and, as a provider that answers late would, posts the result to
+// the envelope's callback every 50ms for -late-for, while the task is
+// retried under a newer claim: each of these stale results must be refused;
+// a Work slower than the sync budget, so the SDK answers 202 and calls back
+// (-p-async). Each callback then draws: dropped (the SDK is told it was
+// delivered, and it never arrives) with -p-drop, or sent twice with -p-dup.
 //
 // PROVIDER_ADDR and PROVIDER_SECRETS configure the listener and the
 // endpoint's signing secret, as for the example providers.
@@ -52,7 +54,7 @@ type faults struct {
 	pDrop      float64
 	pDup       float64
 	hang       time.Duration
-	late       time.Duration
+	lateFor    time.Duration
 	syncBudget time.Duration
 	logPath    string
 	boot       int
@@ -66,12 +68,12 @@ func main() {
 	flag.DurationVar(&f.latency, "latency", 0, "extra latency, uniform up to this, while faults are on")
 	flag.DurationVar(&f.work, "work", 10*time.Millisecond, "the time every Work takes (paces the run)")
 	flag.Float64Var(&f.p5xx, "p-5xx", 0, "chance a delivery is answered 503")
-	flag.Float64Var(&f.pTimeout, "p-timeout", 0, "chance a delivery hangs past the request timeout")
+	flag.Float64Var(&f.pTimeout, "p-timeout", 0, "chance a delivery is held until the dispatcher gives up, then answered late by callback")
 	flag.Float64Var(&f.pAsync, "p-async", 0, "chance a Work outlasts the sync budget (202, then a callback)")
-	flag.Float64Var(&f.pDrop, "p-drop", 0, "chance an async callback is dropped (and sent -late later)")
+	flag.Float64Var(&f.pDrop, "p-drop", 0, "chance an async callback is dropped")
 	flag.Float64Var(&f.pDup, "p-dup", 0, "chance an async callback is sent twice")
-	flag.DurationVar(&f.hang, "hang", 5*time.Second, "how long a timed-out delivery hangs")
-	flag.DurationVar(&f.late, "late", 80*time.Second, "how long after it was dropped a callback is sent anyway")
+	flag.DurationVar(&f.hang, "hang", 5*time.Second, "the longest a timed-out delivery is held")
+	flag.DurationVar(&f.lateFor, "late-for", 10*time.Second, "how long a timed-out delivery's result is posted to its callback, every 50ms")
 	flag.DurationVar(&f.syncBudget, "sync-budget", 300*time.Millisecond, "the SDK's sync budget")
 	flag.StringVar(&f.logPath, "log", "provider-calls.jsonl", "the call log")
 	flag.IntVar(&f.boot, "boot", 0, "which start of the provider this is")
@@ -170,7 +172,11 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		case p.roll(id, "timeout") < p.f.pTimeout:
 			rec.Fault = "timeout"
-			time.Sleep(p.f.hang)
+			select {
+			case <-r.Context().Done():
+			case <-time.After(p.f.hang):
+			}
+			r = r.WithContext(context.WithoutCancel(r.Context()))
 		}
 	}
 	p.mu.Lock()
@@ -188,11 +194,40 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p.record(rec)
+	if rec.Fault == "timeout" && rec.Success && env.Callback != nil {
+		go p.answerLate(env, out.Body.Bytes())
+	}
 	for k, v := range out.Header() {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(out.Code)
 	_, _ = w.Write(out.Body.Bytes())
+}
+
+// answerLate posts a timed-out delivery's result to its callback, again and
+// again: the dispatcher gave that claim up, so converge must refuse each one.
+func (p *provider) answerLate(env webhooksdk.Envelope, result []byte) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	for end := time.Now().Add(p.f.lateFor); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		rec := calllog.Record{Type: calllog.Callback, TaskID: env.TaskID, ClaimEpoch: env.ClaimEpoch, Success: true, Fault: "late"}
+		req, err := http.NewRequest(http.MethodPost, env.Callback.URL, bytes.NewReader(result))
+		if err != nil {
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+env.Callback.Token)
+		// Logged before it is sent: a callback converge might accept is
+		// never missing from the log.
+		rec.Answer = "sending"
+		p.record(rec)
+		resp, err := client.Do(req)
+		if err != nil {
+			continue
+		}
+		_ = resp.Body.Close()
+		rec.Answer = fmt.Sprint(resp.StatusCode)
+		p.record(rec)
+	}
 }
 
 // callbacks is the SDK's transport for callbacks and heartbeats: it logs
@@ -234,12 +269,6 @@ func (c *callbacks) RoundTrip(r *http.Request) (*http.Response, error) {
 		case c.p.roll(key, "drop") < c.p.f.pDrop:
 			rec.Fault, rec.Answer = "drop", "dropped"
 			c.p.record(rec)
-			go func() {
-				time.Sleep(c.p.f.late)
-				if resp, err := send("late"); err == nil {
-					_ = resp.Body.Close()
-				}
-			}()
 			return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Header: http.Header{},
 				Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
 		case c.p.roll(key, "dup") < c.p.f.pDup:

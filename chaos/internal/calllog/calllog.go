@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 )
 
 // What a record is.
@@ -20,17 +21,18 @@ const (
 
 // Record is one line.
 type Record struct {
-	Type       string `json:"type"`
-	Boot       int    `json:"boot"` // which start of the provider process (0, 1, ...)
-	WebhookID  string `json:"webhook_id,omitempty"`
-	TaskID     string `json:"task_id"`
-	ClaimEpoch int64  `json:"claim_epoch"`
-	Resource   string `json:"resource,omitempty"` // the resource's id
-	Generation int64  `json:"generation,omitempty"`
-	Reaction   string `json:"reaction,omitempty"`
-	Success    bool   `json:"success"` // a Work run or an answer that carried an outcome
-	Answer     string `json:"answer,omitempty"`
-	Fault      string `json:"fault,omitempty"` // the fault injected into this call, if any
+	Type       string    `json:"type"`
+	At         time.Time `json:"at"`
+	Boot       int       `json:"boot"` // which start of the provider process (0, 1, ...)
+	WebhookID  string    `json:"webhook_id,omitempty"`
+	TaskID     string    `json:"task_id"`
+	ClaimEpoch int64     `json:"claim_epoch"`
+	Resource   string    `json:"resource,omitempty"` // the resource's id
+	Generation int64     `json:"generation,omitempty"`
+	Reaction   string    `json:"reaction,omitempty"`
+	Success    bool      `json:"success"` // a Work run or an answer that carried an outcome
+	Answer     string    `json:"answer,omitempty"`
+	Fault      string    `json:"fault,omitempty"` // the fault injected into this call, if any
 }
 
 // Writer appends records to a file.
@@ -48,8 +50,10 @@ func Open(path string) (*Writer, error) {
 	return &Writer{f: f}, nil
 }
 
-// Write appends r in one write(2), so a killed process leaves whole lines.
+// Write stamps r with the time and appends it in one write(2), so a killed
+// process leaves whole lines.
 func (w *Writer) Write(r Record) error {
+	r.At = time.Now()
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
