@@ -384,13 +384,13 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 		env: []string{"PROVIDER_ADDR=" + providerAddr, "PROVIDER_SECRETS=" + secret}}
 	start := time.Now()
 	if plan != nil {
-		faultsUntil = start.Add(plan[len(plan)-1].at + 5*time.Second).UnixMilli()
+		faultsUntil = start.Add(plan[len(plan)-1].at + 20*time.Second).UnixMilli()
 	}
 	provider.args0 = func(boot int) []string {
 		a := []string{"-seed", fmt.Sprint(s.seed), "-log", callLog, "-boot", fmt.Sprint(boot), "-work", workTime.String(), "-sync-budget", "1s",
 			"-hang", fmt.Sprint(requestTimeout+2) + "s", "-late-for", "10s"}
 		if faultsUntil > 0 {
-			a = append(a, "-faults-until", fmt.Sprint(faultsUntil), "-latency", "200ms", "-p-5xx", "0.1", "-p-timeout", "0.05",
+			a = append(a, "-faults-until", fmt.Sprint(faultsUntil), "-latency", "200ms", "-p-5xx", "0.1", "-p-timeout", "0.08",
 				"-p-async", "0.25", "-p-drop", "0.25", "-p-dup", "0.25")
 		}
 		return a

@@ -7,10 +7,11 @@
 // While faults are on (until -faults-until), each delivery draws from its
 // webhook-id and the seed: extra latency up to -latency; a 503 without
 // running Work (-p-5xx); a timeout (-p-timeout): the provider holds the
-// request until the dispatcher gives up on it (or -hang), then runs Work
+// request until the dispatcher gives up on it (or -hang), then runs it
 // anyway and, as a provider that answers late would, posts the result to
-// the envelope's callback every 50ms for -late-for, while the task is
-// retried under a newer claim: each of these stale results must be refused;
+// the envelope's callback (inline or, its sync budget spent, by the SDK's
+// callback) every 50ms for -late-for, while the task is retried under a
+// newer claim: each of these stale results must be refused;
 // a Work slower than the sync budget, so the SDK answers 202 and calls back
 // (-p-async). Each callback then draws: dropped (the SDK is told it was
 // delivered, and it never arrives) with -p-drop, or sent twice with -p-dup.
@@ -96,7 +97,7 @@ func run(ctx context.Context, f faults, log *slog.Logger) error {
 		return err
 	}
 	defer calls.Close()
-	p := &provider{f: f, calls: calls, ids: map[string]string{}}
+	p := &provider{f: f, calls: calls, ids: map[string]string{}, late: map[string]struct{}{}}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &callbacks{p: p, next: http.DefaultTransport},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	h, err := webhooksdk.Handler([]webhooksdk.Provider{&kind{p: p, name: "leaf"}, &kind{p: p, name: "comp"}},
@@ -126,8 +127,9 @@ type provider struct {
 	calls *calllog.Writer
 	next  http.Handler
 
-	mu  sync.Mutex
-	ids map[string]string // "task/epoch" -> webhook-id, for Work's record
+	mu   sync.Mutex
+	ids  map[string]string   // "task/epoch" -> webhook-id, for Work's record
+	late map[string]struct{} // "task/epoch" of timed-out deliveries: their callbacks are sent late, again and again
 }
 
 // roll draws a number in [0, 1) for one decision about one key.
@@ -179,8 +181,12 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r = r.WithContext(context.WithoutCancel(r.Context()))
 		}
 	}
+	key := fmt.Sprintf("%s/%d", env.TaskID, env.ClaimEpoch)
 	p.mu.Lock()
-	p.ids[fmt.Sprintf("%s/%d", env.TaskID, env.ClaimEpoch)] = id
+	p.ids[key] = id
+	if rec.Fault == "timeout" {
+		p.late[key] = struct{}{} // the SDK, its budget spent, may answer by callback
+	}
 	p.mu.Unlock()
 	out := httptest.NewRecorder()
 	p.next.ServeHTTP(out, r)
@@ -195,7 +201,7 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.record(rec)
 	if rec.Fault == "timeout" && rec.Success && env.Callback != nil {
-		go p.answerLate(env, out.Body.Bytes())
+		go p.answerLate(env.Callback.URL, env.Callback.Token, env.TaskID, env.ClaimEpoch, out.Body.Bytes())
 	}
 	for k, v := range out.Header() {
 		w.Header()[k] = v
@@ -206,16 +212,18 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // answerLate posts a timed-out delivery's result to its callback, again and
 // again: the dispatcher gave that claim up, so converge must refuse each one.
-func (p *provider) answerLate(env webhooksdk.Envelope, result []byte) {
+func (p *provider) answerLate(url, token, task string, epoch int64, result []byte) {
+	var res webhooksdk.Result
+	_ = json.Unmarshal(result, &res) // an unreadable one is logged as a failure
 	client := &http.Client{Timeout: 5 * time.Second}
 	for end := time.Now().Add(p.f.lateFor); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		rec := calllog.Record{Type: calllog.Callback, TaskID: env.TaskID, ClaimEpoch: env.ClaimEpoch, Success: true, Fault: "late"}
-		req, err := http.NewRequest(http.MethodPost, env.Callback.URL, bytes.NewReader(result))
+		rec := calllog.Record{Type: calllog.Callback, TaskID: task, ClaimEpoch: epoch, Success: res.Outcome != nil, Fault: "late"}
+		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(result))
 		if err != nil {
 			return
 		}
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+env.Callback.Token)
+		req.Header.Set("Authorization", "Bearer "+token)
 		// Logged before it is sent: a callback converge might accept is
 		// never missing from the log.
 		rec.Answer = "sending"
@@ -250,6 +258,15 @@ func (c *callbacks) RoundTrip(r *http.Request) (*http.Response, error) {
 	_ = json.Unmarshal(body, &res) // an unreadable one is logged as a failure
 	rec := calllog.Record{Type: calllog.Callback, TaskID: res.TaskID, ClaimEpoch: res.ClaimEpoch, Success: res.Outcome != nil}
 	key := fmt.Sprintf("%s/%d", res.TaskID, res.ClaimEpoch)
+	c.p.mu.Lock()
+	_, late := c.p.late[key]
+	delete(c.p.late, key)
+	c.p.mu.Unlock()
+	if late {
+		go c.p.answerLate(r.URL.String(), strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), res.TaskID, res.ClaimEpoch, body)
+		return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Header: http.Header{},
+			Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
+	}
 	send := func(fault string) (*http.Response, error) {
 		req := r.Clone(context.WithoutCancel(r.Context()))
 		req.Body = io.NopCloser(bytes.NewReader(body))
