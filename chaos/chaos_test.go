@@ -221,10 +221,11 @@ type proc struct {
 	ready  string // URL answering 200 once it serves
 	logDir string
 
-	mu    sync.Mutex
-	cmd   *exec.Cmd
-	boots int
-	args0 func(boot int) []string
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd has been waited for
+	boots  int
+	args0  func(boot int) []string
 }
 
 func (p *proc) start() error {
@@ -245,8 +246,13 @@ func (p *proc) start() error {
 		_ = logf.Close()
 		return err
 	}
-	go func() { _ = cmd.Wait(); _ = logf.Close() }()
-	p.cmd = cmd
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // killed or stopped on purpose
+		_ = logf.Close()
+		close(exited)
+	}()
+	p.cmd, p.exited = cmd, exited
 	p.boots++
 	return nil
 }
@@ -255,20 +261,19 @@ func (p *proc) kill() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_ = p.cmd.Process.Kill() // SIGKILL
-	for p.cmd.ProcessState == nil && syscall.Kill(p.cmd.Process.Pid, 0) == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
+	<-p.exited
 }
 
 func (p *proc) stop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	deadline := time.Now().Add(5 * time.Second)
-	for syscall.Kill(p.cmd.Process.Pid, 0) == nil && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
 	}
-	_ = p.cmd.Process.Kill()
 }
 
 func (p *proc) waitReady(within time.Duration) error {
@@ -518,10 +523,10 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 			time.Sleep(f.down)
 		}
 	}
+	faultWG.Add(len(plan))
 	go func() {
 		for _, f := range plan {
 			time.Sleep(time.Until(start.Add(f.at)))
-			faultWG.Add(1)
 			go inject(f)
 		}
 	}()
@@ -557,7 +562,6 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 		done = n == s.resources && !busy
 	}
 	res.took = time.Since(start)
-	time.Sleep(time.Until(start.Add(planEnd(plan))))
 	faultWG.Wait()
 	close(sampleEnd)
 	if !done {
@@ -629,13 +633,6 @@ func runDir(t *testing.T) string {
 		}
 	})
 	return dir
-}
-
-func planEnd(plan []fault) time.Duration {
-	if len(plan) == 0 {
-		return 0
-	}
-	return plan[len(plan)-1].at
 }
 
 func waitListening(addr string, within time.Duration) error {
