@@ -53,7 +53,7 @@ type Event struct {
 // time a returning process takes to rejoin.
 type Window struct{ From, To time.Time }
 
-// CheckSynced: no resource is synced past its generation.
+// CheckSynced reports every resource synced past its generation.
 func CheckSynced(rs []Resource) []string {
 	var out []string
 	for _, r := range rs {
@@ -64,7 +64,8 @@ func CheckSynced(rs []Resource) []string {
 	return out
 }
 
-// CheckConverged: want resources, every one Ready at its generation.
+// CheckConverged reports unless there are want resources, every one Ready
+// at its generation.
 func CheckConverged(rs []Resource, want int) []string {
 	var out []string
 	if len(rs) != want {
@@ -153,9 +154,10 @@ func CheckApplies(acc []Applied, calls []calllog.Record) []string {
 	return out
 }
 
-// CheckClaims: no claim outlives its lease by more than bound (one reaper
-// pass and the sampling's slack), counting from the later of the lease's
-// end and the end of any window in which the reaper could not run.
+// CheckClaims reports each claim that outlived its lease by more than
+// bound (one reaper pass and the sampling's slack), counting from the later
+// of the lease's end and the end of any window in which the reaper could
+// not run.
 func CheckClaims(samples []ClaimSample, bound time.Duration, disrupted []Window) []string {
 	var out []string
 	seen := map[string]bool{}
@@ -176,10 +178,10 @@ func CheckClaims(samples []ClaimSample, bound time.Duration, disrupted []Window)
 	return out
 }
 
-// CheckEvents: the event log lost nothing a Ready resource must have: the
-// phase transition that made it Ready is logged ('succeeded', the reaper
-// keeps each resource's newest 100), and no event is logged at a
-// generation the resource never had. Event ids come from a sequence and
+// CheckEvents reports what the event log lost that a Ready resource must
+// have, the phase transition that made it Ready ('succeeded'; the reaper
+// keeps each resource's newest 100), and any event logged at a generation
+// the resource never had. Event ids come from a sequence and
 // are not checked for gaps: a rolled-back transaction or a restarted
 // server (sequences cache ahead) skips ids, and the schema promises only
 // that they increase.

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,9 +58,9 @@ func TestCheckApplies(t *testing.T) {
 	wantViolations(t, "good", CheckApplies(good, calls))
 
 	// The same (resource, generation) accepted at a second claim.
-	dup := append(good, Applied{ResourceID: "r1", TaskID: "t1", Trigger: "specChange", Generation: 1, ClaimEpoch: 2,
+	dup := append(slices.Clone(good), Applied{ResourceID: "r1", TaskID: "t1", Trigger: "specChange", Generation: 1, ClaimEpoch: 2,
 		Success: true, StatusTask: "t1", StatusEpoch: 2})
-	dupCalls := append(calls, calllog.Record{Type: calllog.Delivery, WebhookID: "w3", TaskID: "t1", ClaimEpoch: 2, Success: true},
+	dupCalls := append(slices.Clone(calls), calllog.Record{Type: calllog.Delivery, WebhookID: "w3", TaskID: "t1", ClaimEpoch: 2, Success: true},
 		calllog.Record{Type: calllog.Work, WebhookID: "w3", TaskID: "t1", ClaimEpoch: 2, Success: true})
 	wantViolations(t, "double apply", CheckApplies(dup, dupCalls), "double apply: resource r1 generation 1 applied 2 times (claim_epochs [1 2])")
 
@@ -99,7 +100,7 @@ func TestCheckClaims(t *testing.T) {
 	later := []Window{{From: t0.Add(30 * time.Second), To: t0.Add(40 * time.Second)}}
 	wantViolations(t, "later window", CheckClaims(samples, bound, later), "task b")
 	// A claim sampled stale many times is reported once.
-	again := append(samples, ClaimSample{At: t0.Add(26 * time.Second), LeaseUntil: t0, TaskID: "b", ClaimEpoch: 1})
+	again := append(slices.Clone(samples), ClaimSample{At: t0.Add(26 * time.Second), LeaseUntil: t0, TaskID: "b", ClaimEpoch: 1})
 	wantViolations(t, "once", CheckClaims(again, bound, nil), "task b")
 }
 

@@ -84,8 +84,9 @@ func main() {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, f, log); err != nil {
+	err := run(ctx, f, log)
+	stop()
+	if err != nil {
 		log.Error("chaos provider failed", "err", err)
 		os.Exit(1)
 	}
