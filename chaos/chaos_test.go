@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -136,6 +137,7 @@ func TestChaos(t *testing.T) {
 	fmt.Printf("  provider calls: %d deliveries, %d Work runs, %d callbacks; applied outcomes %d\n",
 		faulted.deliveries, faulted.works, faulted.callbacks, faulted.applied)
 	fmt.Printf("  claims: %d samples of the queue, %d sightings of a claim past its lease\n", faulted.sampled, faulted.samples)
+	fmt.Printf("  restarted processes that exited at boot and were started again: %d\n", faulted.bootExits)
 	fmt.Printf("  invariant violations: %d\n", len(faulted.violations))
 	if s.breakFence {
 		// The broken build must be caught by the no-double-apply check.
@@ -202,6 +204,7 @@ type result struct {
 	faults                                                  map[string]int
 	providerTally                                           string
 	deliveries, works, callbacks, applied, samples, sampled int
+	bootExits                                               int // restarts that exited at boot and were started again
 }
 
 func (r *result) faultTally() string {
@@ -276,9 +279,20 @@ func (p *proc) stop() {
 	}
 }
 
+// errExited is waitReady's answer when the process exited before it served.
+var errExited = errors.New("exited before it was ready")
+
 func (p *proc) waitReady(within time.Duration) error {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("%s %w", p.name, errExited)
+		default:
+		}
 		resp, err := http.Get(p.ready)
 		if err == nil {
 			_ = resp.Body.Close()
@@ -461,11 +475,25 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 		windows = append(windows, Window{From: from, To: to.Add(rejoin)})
 		wmu.Unlock()
 	}
+	// restartAfter starts p again after down, as a supervisor would: a
+	// converge process that cannot reach its database at boot exits
+	// (its migration step fails), and is started again after a second, up to
+	// five times, the way a Deployment restarts a crashed pod.
 	restartAfter := func(p *proc, down time.Duration) {
 		time.Sleep(down)
-		err := p.start()
-		if err == nil {
-			err = p.waitReady(90 * time.Second)
+		var err error
+		for attempt := range 5 {
+			if err = p.start(); err == nil {
+				err = p.waitReady(90 * time.Second)
+			}
+			if !errors.Is(err, errExited) {
+				break
+			}
+			wmu.Lock()
+			res.bootExits++
+			wmu.Unlock()
+			fmt.Printf("chaos: %s %s exited at boot (attempt %d, see its log); starting it again\n", label, p.name, attempt+1)
+			time.Sleep(time.Second)
 		}
 		if err != nil {
 			t.Errorf("seed %d: restart %s: %v", s.seed, p.name, err)
