@@ -224,6 +224,10 @@ type proc struct {
 	ready  string // URL answering 200 once it serves
 	logDir string
 
+	// down is held by the fault that has the process down, so two faults
+	// never kill and restart one process at once (which would start it twice).
+	down sync.Mutex
+
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once cmd has been waited for
@@ -234,6 +238,13 @@ type proc struct {
 func (p *proc) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.exited != nil {
+		select {
+		case <-p.exited:
+		default:
+			return fmt.Errorf("%s is already running", p.name)
+		}
+	}
 	args := p.args
 	if p.args0 != nil {
 		args = p.args0(p.boots)
@@ -499,23 +510,51 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 			t.Errorf("seed %d: restart %s: %v", s.seed, p.name, err)
 		}
 	}
+	// takeDown picks the process a kill fault takes down: its target, or the
+	// other one of its role if a fault already has the target down.
+	takeDown := func(pool []*proc, target int) *proc {
+		for i := range pool {
+			if p := pool[(target+i)%len(pool)]; p.down.TryLock() {
+				return p
+			}
+		}
+		return nil
+	}
 	inject := func(f fault) {
 		defer faultWG.Done()
 		at := time.Now()
+		var victim *proc
+		switch f.kind {
+		case "kill-control":
+			victim = takeDown(controls, f.target)
+		case "kill-dispatch":
+			victim = takeDown(dispatchers, f.target)
+		case "kill-provider":
+			victim = takeDown([]*proc{provider}, 0)
+		}
+		if strings.HasPrefix(f.kind, "kill-") {
+			if victim == nil {
+				fmt.Printf("chaos: %s +%s %s skipped: every such process is already down\n", label, time.Since(start).Round(100*time.Millisecond), f.kind)
+				return
+			}
+			defer victim.down.Unlock()
+		}
 		wmu.Lock()
 		res.faults[f.kind]++
 		wmu.Unlock()
-		fmt.Printf("chaos: %s +%s %s target %d for %s\n", label, time.Since(start).Round(100*time.Millisecond), f.kind, f.target, f.down)
+		name := ""
+		if victim != nil {
+			name = " " + victim.name
+		}
+		fmt.Printf("chaos: %s +%s %s%s target %d for %s\n", label, time.Since(start).Round(100*time.Millisecond), f.kind, name, f.target, f.down)
 		switch f.kind {
 		case "kill-control":
-			p := controls[f.target%2]
-			p.kill()
-			restartAfter(p, f.down)
+			victim.kill()
+			restartAfter(victim, f.down)
 			disrupt(at, time.Now())
 		case "kill-dispatch":
-			p := dispatchers[f.target%2]
-			p.kill()
-			restartAfter(p, f.down)
+			victim.kill()
+			restartAfter(victim, f.down)
 		case "kill-provider":
 			provider.kill()
 			time.Sleep(f.down)
