@@ -11,7 +11,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart dev test test-race test-docker build functions lint bench bench-demo bench-scale soak postgres clean check-sam infra-synth test-infra ui test-ui bench-ui chromium
+.PHONY: help demo demo-quickstart dev test test-race test-docker build functions lint bench bench-demo bench-scale soak chaos chaos-short postgres clean check-sam infra-synth test-infra ui test-ui bench-ui chromium
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -130,6 +130,18 @@ SCALE_MAX_BATCH ?= 32
 
 bench-scale: postgres ## 1M leaves created through the bulk API and converged over HTTP, batched (SCALE_N, SCALE_MAX_BATCH)
 	SCALE_N=$(SCALE_N) SCALE_MAX_BATCH=$(SCALE_MAX_BATCH) $(GO) test -run '^$$' -bench BenchmarkScale -benchtime 1x -timeout 3h ./integration/
+
+# The chaos suite (issue #14, docs/operations.md "Chaos suite"): real converge
+# processes, PostgreSQL and a faulty provider, killed, restarted and cut off
+# while CHAOS_RESOURCES converge; CHAOS_SEED=N replays a run's fault schedule.
+CHAOS_RESOURCES ?= 3000
+CHAOS_SEED ?=
+
+chaos: postgres ## the chaos suite, ~10 min: a clean run, then one under faults, then its invariants (CHAOS_RESOURCES, CHAOS_SEED)
+	CHAOS=1 CHAOS_RESOURCES=$(CHAOS_RESOURCES) CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -v -run 'TestChaos$$' -timeout 40m ./chaos/
+
+chaos-short: postgres ## the chaos suite for CI, under 5 min: 600 resources, every fault type once (CHAOS_SEED)
+	CHAOS=1 CHAOS_SHORT=1 CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -v -run 'TestChaos$$' -timeout 15m ./chaos/
 
 # cfn-lint (with aws-sam-translator, so it expands the SAM transform) checks
 # template.yaml against the CloudFormation schema; `make test` checks its IAM.
