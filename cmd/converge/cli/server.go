@@ -240,7 +240,7 @@ func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *
 	if err != nil {
 		return err
 	}
-	dr := drainer.New(drainer.Config{Range: member.Range}, s.store, lis.Subscribe("outbox_ready"), s.log)
+	dr := drainer.New(drainer.Config{Range: member.Range, Metrics: s.metrics}, s.store, lis.Subscribe("outbox_ready"), s.log)
 	s.events = api.NewEventHub(api.EventHubConfig{}, lis.Subscribe)
 	for _, svc := range []service{dr, rp, s.events} {
 		if err := s.startService(ctx, svc); err != nil {
