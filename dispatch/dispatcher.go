@@ -124,7 +124,8 @@ type Config struct {
 	// RegistryRefresh is the failsafe endpoint re-read interval behind the
 	// endpoints_changed NOTIFY. Defaults to 30s.
 	RegistryRefresh time.Duration
-	// PendingEvery is how often the pending_tasks gauge is recounted.
+	// PendingEvery is how often the pending_tasks and oldest_pending_seconds
+	// gauges are recounted.
 	// Defaults to 10s; negative disables it.
 	PendingEvery time.Duration
 
@@ -591,7 +592,8 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 	}
 }
 
-// countPending refreshes the pending_tasks gauge for this pod's range.
+// countPending refreshes the pending_tasks and oldest_pending_seconds gauges
+// for this pod's range.
 func (d *Dispatcher) countPending(ctx context.Context) {
 	if d.cfg.PendingEvery < 0 {
 		return
