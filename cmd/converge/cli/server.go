@@ -276,7 +276,7 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 		s.log.Info("this binary has no web console built in: / serves a page saying how to build it (make ui)")
 	}
 	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens,
-		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), Console: console, Events: s.events}
+		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), MetricsRegistry: s.metrics, Console: console, Events: s.events}
 	if box != nil {
 		policy := egress.Policy{DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs}
 		acfg.Endpoints = &api.EndpointsConfig{Box: box,
