@@ -14,7 +14,7 @@ import (
 
 // routeUnrouted is the route label of a request no route answered: an
 // unknown path or method (404, 405), or one a middleware refused before
-// routing (401 or 403 for its token, 400 for an unknown query parameter,
+// routing (401 or 403 for its token, 400 for a malformed query string,
 // 415 for its content type). Raw paths never become labels.
 const routeUnrouted = "unrouted"
 
