@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/cluster"
@@ -56,6 +57,7 @@ type Server struct {
 	ln           net.Listener
 	health       *http.Server
 	pprof        *http.Server
+	tracing      *sdktrace.TracerProvider // nil unless OTLP export is configured
 	served       chan error
 }
 
@@ -85,6 +87,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 				d.Stop()
 			}
 			s.stopServices()
+			if s.tracing != nil {
+				_ = s.tracing.Shutdown(context.Background()) // nothing was exported yet
+			}
 			if s.ln != nil {
 				s.ln.Close()
 			}
@@ -121,6 +126,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}
 	var d *dispatch.Dispatcher
 	if dispatching {
+		if s.tracing, err = startTracing(ctx, version.Version); err != nil {
+			return nil, err
+		}
 		if d, err = s.startDispatch(ctx, lis, member, box, callbackBase); err != nil {
 			return nil, err
 		}
@@ -254,10 +262,13 @@ func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *
 // receiver (Dispatcher.Callbacks) comes with it, from the same config.
 func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member *cluster.Member, box *store.SecretBox,
 	callbackBase string) (*dispatch.Dispatcher, error) {
-	d, err := dispatch.New(dispatch.Config{Claimer: member.ID(), Range: member.Range,
+	dcfg := dispatch.Config{Claimer: member.ID(), Range: member.Range,
 		CallbackBaseURL: callbackBase, TokenKey: s.cfg.CallbackKey, SecretBox: box,
-		DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs, AWS: s.cfg.AWS, Version: version.Version, Metrics: s.metrics, Logger: s.log},
-		s.store, dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
+		DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs, AWS: s.cfg.AWS, Version: version.Version, Metrics: s.metrics, Logger: s.log}
+	if s.tracing != nil {
+		dcfg.Tracer = s.tracing
+	}
+	d, err := dispatch.New(dcfg, s.store, dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
 	if err != nil {
 		return nil, err
 	}
@@ -432,6 +443,9 @@ func (s *Server) Stop() error {
 		errs = append(errs, s.pprof.Close())
 	}
 	s.stopServices()
+	if s.tracing != nil {
+		errs = append(errs, s.tracing.Shutdown(ctx)) // flushes the spans still batched
+	}
 	s.pool.Close()
 	return errors.Join(errs...)
 }
