@@ -164,7 +164,7 @@ func TestDeliveryTrace(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range attempt.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["converge.endpoint"] != "leaves" || attrs["converge.result"] != "accepted" || attrs["http.response.status_code"] != "202" {
 		t.Errorf("attempt attributes %v", attrs)
