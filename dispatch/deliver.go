@@ -115,7 +115,8 @@ func (d *Dispatcher) encode(it *item, endpoint string, limit int, buf *bytes.Buf
 	}
 	env := it.env
 	env.Type = webhooksdk.EnvelopeTask
-	env.Callback = &webhooksdk.Callback{URL: d.cbBase + "/v1/tasks/" + t.ID + "/outcome", Token: tok}
+	env.Callback = &webhooksdk.Callback{URL: d.cbBase + "/v1/tasks/" + t.ID + "/outcome", Token: tok,
+		BatchURL: d.cbBase + "/v1/tasks/outcomes"}
 	start := buf.Len()
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)

@@ -994,3 +994,38 @@ func TestStopKeepsAcceptedClaims(t *testing.T) {
 		t.Fatal("after Stop the accepted task does not hold its async lease")
 	}
 }
+
+// TestClaimsBoundedWhileCompletionsStall: when the database stops recording
+// results (here a lock holds the outbox), the dispatcher stops claiming at
+// its endpoints' capacity plus the completer's queue, instead of claiming
+// everything pending while finished deliveries pile up in memory.
+func TestClaimsBoundedWhileCompletionsStall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.kind("leaf", model.Policy{})
+	s := e.endpoint("leaves", endpointOpts{kinds: []string{"leaf"}, maxConcurrency: 2})
+	s.set(verified(s.secret, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(resultBody(decodeEnvelope(r), `{}`))
+	}))
+	tx, err := e.db.Pool.Begin(e.ctx)
+	must(t, err)
+	defer tx.Rollback(e.ctx) //nolint:errcheck // committed below; a failed test's rollback needs no check
+	_, err = tx.Exec(e.ctx, `LOCK TABLE work_outbox IN EXCLUSIVE MODE`)
+	must(t, err)
+
+	const batch, pending = 8, 300
+	e.dispatcher(dispatch.Config{BatchSize: batch})
+	e.listen()
+	e.applyMany("leaf", pending)
+	// The bound: 2 slots and one claim tracked, the completer's queue (4
+	// batches), and the batch the completer is blocked writing.
+	const bound = 2 + batch + 4*batch + batch
+	claimed := func() int { return e.count(`SELECT count(*) FROM work_queue WHERE state = 'claimed'`) }
+	waitFor(t, 10*time.Second, "the dispatcher to claim", func() bool { return claimed() >= bound-batch })
+	time.Sleep(time.Second) // a dispatcher without the bound claims on
+	if n := claimed(); n > bound {
+		t.Fatalf("%d tasks claimed while no result could be recorded, want at most %d", n, bound)
+	}
+	must(t, tx.Commit(e.ctx))
+	e.waitReady("leaf", pending, 60*time.Second)
+}

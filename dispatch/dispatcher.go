@@ -233,6 +233,10 @@ type Dispatcher struct {
 
 	mu      sync.Mutex
 	tracked map[string]*item // delivering and queued tasks, heartbeated
+	// throttled is set while claims are held back by the tracked cap; the
+	// next untrack then signals settled, which wakes the claim loop.
+	throttled atomic.Bool
+	settled   chan struct{}
 }
 
 // New returns a Dispatcher with its callback receiver (see Callbacks), both
@@ -275,6 +279,7 @@ func New(cfg Config, st *store.Store, wake Wakeups) (*Dispatcher, error) {
 		regCh:   reg.Subscribe(),
 		cbBase:  strings.TrimSuffix(cfg.CallbackBaseURL, "/"),
 		tracked: map[string]*item{},
+		settled: make(chan struct{}, 1),
 	}
 	if cfg.Tracer != nil {
 		d.tracer = cfg.Tracer.Tracer(tracerName)
@@ -325,8 +330,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 }
 
 // Stop stops claiming, releases tasks still waiting for a slot, waits up to
-// DrainTimeout for deliveries in flight and completes their results, then
-// stops probing. Tasks accepted asynchronously (202) keep their claims, with
+// DrainTimeout for deliveries in flight (renewing their leases meanwhile)
+// and completes their results, then cancels those still in flight and
+// releases their tasks: claimable again at once, at the same claim epoch,
+// so a late answer to the cancelled delivery is refused. Then it stops
+// probing. Tasks accepted asynchronously (202) keep their claims, with
 // their async lease: their callbacks may land on any pod, and the reaper
 // re-pends any whose lease lapses without one.
 func (d *Dispatcher) Stop() {
@@ -334,6 +342,10 @@ func (d *Dispatcher) Stop() {
 	d.prober.Stop()
 	d.reg.Stop()
 }
+
+// Running reports whether the claim loop runs (for readiness): from Start
+// until Stop, or the context Start was given, ends it.
+func (d *Dispatcher) Running() bool { return d.loop.Running() }
 
 // errSuperseded and errShutdown are the causes a delivery's context is
 // cancelled with.
@@ -365,7 +377,9 @@ func (d *Dispatcher) run(ctx context.Context) {
 		defer close(completed)
 		d.completer(bg, ops)
 	}()
-	aux, stopAux := context.WithCancel(ctx)
+	// The heartbeat outlives the claim loop: it renews the leases of the
+	// deliveries a soft stop waits for, however long DrainTimeout is.
+	aux, stopAux := context.WithCancel(bg)
 	var auxWG sync.WaitGroup
 	auxWG.Add(3)
 	go func() { defer auxWG.Done(); d.heartbeat(aux) }()
@@ -391,6 +405,7 @@ func (d *Dispatcher) run(ctx context.Context) {
 		case <-d.wake:
 		case <-d.regCh:
 		case <-d.reg.Freed():
+		case <-d.settled:
 		case <-poll.C:
 			polled = true
 		}
@@ -487,7 +502,19 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 		queued[it.pair]++
 	}
 	pairs, spare, capacity := d.reg.Claimable(queued)
-	limit := min(spare, d.cfg.BatchSize)
+	// A task stays tracked from its claim until its result is handed to the
+	// completer, and its endpoint slot is free again as soon as the answer
+	// came. When the database records results slower than endpoints answer,
+	// finished deliveries wait on the completer, so the slots alone do not
+	// bound what this pod holds: at a million resources it held 57k claimed
+	// tasks and 3.4 GiB. Tracked tasks are capped at the endpoints' capacity
+	// plus one claim; with the completer's queue and the batch it is
+	// writing, a pod holds at most capacity + 6·BatchSize tasks.
+	room := capacity + d.cfg.BatchSize - d.InFlight()
+	if room < min(spare, d.cfg.BatchSize) {
+		d.throttled.Store(true)
+	}
+	limit := min(spare, d.cfg.BatchSize, room)
 	if limit <= 0 || len(pairs) == 0 {
 		return 0, 0
 	}
@@ -559,6 +586,12 @@ func (d *Dispatcher) untrack(it *item) {
 	}
 	d.mu.Unlock()
 	it.cancel(nil)
+	if d.throttled.CompareAndSwap(true, false) {
+		select {
+		case d.settled <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // heartbeat renews the leases of tracked tasks every Lease/3, and cancels

@@ -40,7 +40,9 @@ func HeartbeatURL(callbackURL string) (string, error) {
 }
 
 // deliver POSTs the result body to the callback URL until it is accepted, refused for
-// good, or the task deadline plus the grace passes. Network errors, 408, 425, 429 and
+// good, or the task deadline plus the grace passes. The first attempt goes in a batched
+// callback when the dispatcher offers one; if that request fails as a whole, the same
+// attempt falls back to the task's own URL. Network errors, 408, 425, 429 and
 // 5xx are retried with exponential backoff (at least the Retry-After the callback asks
 // for); anything else ends delivery.
 func (e *Endpoint) deliver(rn *run, body []byte, log *slog.Logger) {
@@ -58,7 +60,17 @@ func (e *Endpoint) deliver(rn *run, body []byte, log *slog.Logger) {
 		backoff.WithMaxElapsedTime(0), // bounded by ctx's deadline instead
 	)
 	for attempt := 1; ; attempt++ {
-		status, retryAfter, err := e.post(ctx, cb.URL, cb.Token, body)
+		var (
+			status, batched = 0, false
+			retryAfter      time.Duration
+			err             error
+		)
+		if attempt == 1 && cb.BatchURL != "" && e.batcher != nil {
+			status, batched = e.batcher.send(ctx, cb.BatchURL, cb.Token, body)
+		}
+		if !batched {
+			status, retryAfter, err = e.post(ctx, cb.URL, cb.Token, body)
+		}
 		switch {
 		case err != nil:
 			log.Warn("callback attempt failed", "attempt", attempt, "err", err)

@@ -50,6 +50,8 @@ type Endpoint struct {
 	closing  bool
 	inflight map[string]*run // by deliveryKey
 	results  *resultCache    // by deliveryKey
+
+	batcher *callbackBatcher // nil: every Result to its own callback URL
 }
 
 // providerSlot is one registered provider and the fingerprint of the last config its
@@ -114,6 +116,9 @@ func Handler(providers []Provider, opts ...Option) (*Endpoint, error) {
 		byKind:   make(map[KindVersion]*providerSlot, len(providers)),
 		inflight: make(map[string]*run),
 		results:  newResultCache(cfg.cacheEntries, cfg.cacheBytes, cfg.cacheTTL),
+	}
+	if cfg.cbBatchMax > 1 {
+		e.batcher = &callbackBatcher{e: e, window: cfg.cbBatchWindow, max: cfg.cbBatchMax, open: make(map[string]*callbackBatch)}
 	}
 	if e.client == nil {
 		// Callbacks all go to the same few dispatch hosts; keep enough idle

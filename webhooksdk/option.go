@@ -28,6 +28,11 @@ const (
 	CallbackTimeoutDefault = 30 * time.Second
 	// BatchConcurrencyDefault is how many tasks of one batched delivery are served at once.
 	BatchConcurrencyDefault = 16
+	// CallbackBatchWindowDefault is how long the first of several asynchronous Results
+	// waits for others to share its batched callback.
+	CallbackBatchWindowDefault = 2 * time.Millisecond
+	// CallbackBatchMaxDefault caps the Results of one batched callback.
+	CallbackBatchMaxDefault = 64
 	// RetryAfterUnready is the Retry-After, in seconds, of a 503 for an unready provider
 	// or a shutting-down endpoint.
 	RetryAfterUnready = 5
@@ -52,6 +57,8 @@ type config struct {
 	retryInitial     time.Duration
 	retryMax         time.Duration
 	batchConcurrency int
+	cbBatchWindow    time.Duration
+	cbBatchMax       int
 }
 
 func defaultConfig() config {
@@ -67,6 +74,8 @@ func defaultConfig() config {
 		retryInitial:     500 * time.Millisecond,
 		retryMax:         30 * time.Second,
 		batchConcurrency: BatchConcurrencyDefault,
+		cbBatchWindow:    CallbackBatchWindowDefault,
+		cbBatchMax:       CallbackBatchMaxDefault,
 	}
 }
 
@@ -193,6 +202,21 @@ func WithCallbackRetry(initial, maxInterval, grace time.Duration) Option {
 			return errors.New("with callback retry: need 0 < initial <= max and grace >= 0")
 		}
 		c.retryInitial, c.retryMax, c.callbackGrace = initial, maxInterval, grace
+		return nil
+	}
+}
+
+// WithCallbackBatch sets how asynchronous Results share a batched callback
+// (docs/protocol.md §8.1) when the dispatcher offers one (Callback.BatchURL): the first
+// Result waits up to window for others, and at most max go in one request. max 1 sends
+// each Result on its own. Defaults to CallbackBatchWindowDefault and
+// CallbackBatchMaxDefault.
+func WithCallbackBatch(window time.Duration, max int) Option {
+	return func(c *config) error {
+		if window < 0 || max < 1 || max > MaxCallbackBatch {
+			return fmt.Errorf("with callback batch: need window >= 0 and 1 <= max <= %d", MaxCallbackBatch)
+		}
+		c.cbBatchWindow, c.cbBatchMax = window, max
 		return nil
 	}
 }

@@ -153,6 +153,44 @@ type Callback struct {
 	URL string `json:"url"`
 	// Token is the bearer capability for URL and the heartbeat URL.
 	Token string `json:"token"`
+	// BatchURL, when set, takes the Results of several tasks in one POST of a
+	// [CallbackBatch], each item carrying its own task's Token (protocol §8.1).
+	// Dispatchers that predate it leave it out; URL always works.
+	BatchURL string `json:"batch_url,omitempty"`
+}
+
+// CallbackBatch is the body of a batched callback: the Results of up to
+// [MaxCallbackBatch] tasks, each with its own task's callback token.
+type CallbackBatch struct {
+	Outcomes []CallbackItem `json:"outcomes"`
+}
+
+// MaxCallbackBatch caps the items of one [CallbackBatch].
+const MaxCallbackBatch = 256
+
+// CallbackItem is one task's Result in a [CallbackBatch].
+type CallbackItem struct {
+	// Token is the task's Callback.Token: it authorizes this item alone.
+	Token string `json:"token"`
+	// Result is the task's Result, exactly as a single callback's body.
+	Result json.RawMessage `json:"result"`
+}
+
+// CallbackBatchAnswer is the 200 answer to a [CallbackBatch]: one entry per
+// item, in order.
+type CallbackBatchAnswer struct {
+	Results []CallbackItemAnswer `json:"results"`
+}
+
+// CallbackItemAnswer is one item's answer: Status is the HTTP status a
+// single callback of that Result would have had (200, 400, 401, 409, 503),
+// Result its outcome on 200 (applied or duplicate), Detail the reason
+// otherwise.
+type CallbackItemAnswer struct {
+	TaskID string `json:"task_id,omitempty"`
+	Status int    `json:"status"`
+	Result string `json:"result,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // Result is the body of an inline 200 response and of a callback: exactly one of Outcome

@@ -67,9 +67,11 @@ type Config struct {
 	// RequestTimeout bounds the work of one request (its database calls).
 	// Defaults to 30 seconds.
 	RequestTimeout time.Duration
-	// ReadyTimeout bounds the database ping of /readyz. Defaults to 2
-	// seconds.
+	// ReadyTimeout bounds the checks of /readyz. Defaults to 2 seconds.
 	ReadyTimeout time.Duration
+	// ReadyChecks are the checks of /readyz, run in order. Nil checks that
+	// the database answers (DatabaseCheck) and nothing else.
+	ReadyChecks []ReadyCheck
 	// Endpoints enables the provider endpoint routes; nil leaves them out.
 	Endpoints *EndpointsConfig
 	// Metrics, when set, is served at GET /metrics (Prometheus). When API
@@ -266,6 +268,9 @@ func (s *Server) ErrorFor(ctx context.Context, err error, in string) error {
 func (s *Server) withTimeout(c *fiber.Ctx) error {
 	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.RequestTimeout)
 	defer cancel()
+	if c.Method() == fiber.MethodGet || c.Method() == fiber.MethodHead {
+		ctx = store.PreferReadPool(ctx) // a read route writes nothing it reads back
+	}
 	c.SetUserContext(ctx)
 	return c.Next()
 }

@@ -115,6 +115,9 @@ func (h *EventHub) Stop() {
 	h.loop.Stop()
 }
 
+// Running reports whether the hub forwards wakes (for readiness).
+func (h *EventHub) Running() bool { return h.loop.Running() }
+
 func (h *EventHub) run(ctx context.Context) {
 	woken := make(chan string, len(h.wakes))
 	var wg sync.WaitGroup

@@ -2,14 +2,64 @@ package api
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/convergeplane/converge/control/store"
 )
 
-// HealthStatus is the body of /livez and /readyz.
+// HealthStatus is the body of /livez.
 type HealthStatus struct {
 	Status string `json:"status" example:"ok"`
+}
+
+// ReadyStatus is the body of /readyz.
+type ReadyStatus struct {
+	Status string            `json:"status" enum:"ok,unavailable" example:"ok"`
+	Checks map[string]string `json:"checks" doc:"Each check by name: ok, or why it failed."`
+}
+
+// ReadyCheck is one check of /readyz: Check returns nil when its part of the
+// process is ready, else an error saying why not (served to anyone who asks,
+// so it must not carry secrets).
+type ReadyCheck struct {
+	Name  string
+	Check func(context.Context) error
+}
+
+// DatabaseCheck is the "database" check: the store's database answers a
+// ping. The cause of a failure is logged, not served.
+func DatabaseCheck(st *store.Store, log *slog.Logger) ReadyCheck {
+	return ReadyCheck{Name: "database", Check: func(ctx context.Context) error {
+		if err := st.Ping(ctx); err != nil {
+			log.Warn("readiness: the database does not answer", "err", err)
+			return errors.New("does not answer")
+		}
+		return nil
+	}}
+}
+
+// CheckReady runs checks in order and returns the status they make and the
+// names of those that failed.
+func CheckReady(ctx context.Context, checks []ReadyCheck) (ReadyStatus, []string) {
+	st := ReadyStatus{Status: "ok", Checks: make(map[string]string, len(checks))}
+	var failed []string
+	for _, c := range checks {
+		if err := c.Check(ctx); err != nil {
+			st.Checks[c.Name] = err.Error()
+			failed = append(failed, c.Name)
+			continue
+		}
+		st.Checks[c.Name] = "ok"
+	}
+	if failed != nil {
+		st.Status = "unavailable"
+	}
+	return st, failed
 }
 
 // VersionInfo is the body of GET /api/v1/version.
@@ -26,7 +76,10 @@ func (s *Server) registerHealth() {
 	})
 	registerOp(s.api, huma.Operation{
 		OperationID: "readyz", Method: http.MethodGet, Path: "/readyz", Tags: []string{"Health"},
-		Summary: "Readiness", Description: "200 when the database answers a ping within the ready timeout, else 503.",
+		Summary: "Readiness",
+		Description: "200 when every readiness check passes within the ready timeout: the database answers, its schema " +
+			"is at this binary's migration version, and each duty of this process runs. Else 503, a problem naming " +
+			"the failed checks in its detail and errors (location checks.<name>).",
 		Errors: []int{503},
 	}, s.readyz)
 	register(s, huma.Operation{
@@ -37,12 +90,21 @@ func (s *Server) registerHealth() {
 	})
 }
 
-func (s *Server) readyz(ctx context.Context, _ *struct{}) (*bodyOutput[HealthStatus], error) {
+func (s *Server) readyz(ctx context.Context, _ *struct{}) (*bodyOutput[ReadyStatus], error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	defer cancel()
-	if err := s.store.Ping(ctx); err != nil {
-		s.log.Warn("api: readiness ping failed", "err", err)
-		return nil, newProblem(http.StatusServiceUnavailable, typeUnavailable, "the database does not answer").retryAfter(RetryAfterUnreachable)
+	checks := s.cfg.ReadyChecks
+	if checks == nil {
+		checks = []ReadyCheck{DatabaseCheck(s.store, s.log)}
 	}
-	return &bodyOutput[HealthStatus]{Body: HealthStatus{Status: "ok"}}, nil
+	st, failed := CheckReady(ctx, checks)
+	if failed == nil {
+		return &bodyOutput[ReadyStatus]{Body: st}, nil
+	}
+	errs := make([]ProblemError, len(failed))
+	for i, name := range failed {
+		errs[i] = ProblemError{Location: "checks." + name, Message: st.Checks[name]}
+	}
+	return nil, newProblem(http.StatusServiceUnavailable, typeUnavailable,
+		"not ready: "+strings.Join(failed, ", ")+" failed", errs...).retryAfter(RetryAfterUnreachable)
 }

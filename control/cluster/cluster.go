@@ -98,6 +98,9 @@ func (m *Member) Stop() {
 	}
 }
 
+// Running reports whether the heartbeat loop runs (for readiness).
+func (m *Member) Running() bool { return m.loop.Running() }
+
 func (m *Member) run(ctx context.Context) {
 	t := time.NewTicker(m.cfg.Heartbeat)
 	defer t.Stop()

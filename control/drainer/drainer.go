@@ -117,6 +117,9 @@ func (d *Drainer) Start(ctx context.Context) error {
 // Stop stops the loop; an in-flight batch finishes or rolls back.
 func (d *Drainer) Stop() { d.loop.Stop() }
 
+// Running reports whether the drain loop runs (for readiness).
+func (d *Drainer) Running() bool { return d.loop.Running() }
+
 func (d *Drainer) run(ctx context.Context) {
 	t := time.NewTicker(d.cfg.Poll)
 	defer t.Stop()

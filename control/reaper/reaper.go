@@ -140,6 +140,9 @@ func (r *Reaper) Start(ctx context.Context) error {
 // Stop stops the loop.
 func (r *Reaper) Stop() { r.loop.Stop() }
 
+// Running reports whether the reaper loop runs (for readiness).
+func (r *Reaper) Running() bool { return r.loop.Running() }
+
 func (r *Reaper) run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()

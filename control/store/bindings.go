@@ -203,7 +203,7 @@ const bindingGetSQL = `SELECT ` + bindingCols + ` FROM reactor_bindings WHERE na
 
 // GetReactorBinding returns the binding name, or a *NotFoundError.
 func (s *Store) GetReactorBinding(ctx context.Context, name string) (ReactorBinding, error) {
-	b, err := collectOne(ctx, s.pool, rowToBinding, bindingGetSQL, name)
+	b, err := collectOne(ctx, s.reader(ctx), rowToBinding, bindingGetSQL, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ReactorBinding{}, bindingNotFound(name)
 	}
@@ -237,7 +237,7 @@ func (s *Store) ListReactorBindings(ctx context.Context, p ListReactorBindingsPa
 	if p.Reactor != "" {
 		reactor = p.Reactor
 	}
-	rows, err := s.pool.Query(ctx, bindingListSQL, watch, reactor)
+	rows, err := s.reader(ctx).Query(ctx, bindingListSQL, watch, reactor)
 	if err != nil {
 		return nil, fmt.Errorf("list reactor bindings: %w", err)
 	}

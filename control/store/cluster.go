@@ -82,7 +82,7 @@ type ClusterMember struct {
 // ListClusterMembers returns every member; Ready is derived from heartbeat
 // age against the liveness window at read time.
 func (s *Store) ListClusterMembers(ctx context.Context, liveness time.Duration) ([]ClusterMember, error) {
-	rows, err := s.pool.Query(ctx, `SELECT member_id, role, host, pid, version, shard_lo, shard_hi, in_flight, info,
+	rows, err := s.reader(ctx).Query(ctx, `SELECT member_id, role, host, pid, version, shard_lo, shard_hi, in_flight, info,
 		started_at, last_heartbeat, last_heartbeat > now() - make_interval(secs => $1) AS ready
 		FROM cluster_members ORDER BY role, member_id`, liveness.Seconds())
 	if err != nil {

@@ -127,7 +127,7 @@ func (s *Store) ListDeliveries(ctx context.Context, endpoint string, limit int) 
 	if _, err := s.GetEndpoint(ctx, endpoint); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+deliveryCols+` FROM endpoint_deliveries
+	rows, err := s.reader(ctx).Query(ctx, `SELECT `+deliveryCols+` FROM endpoint_deliveries
 		WHERE endpoint = $1 ORDER BY id DESC LIMIT $2`, endpoint, clampLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of %s: %w", endpoint, err)
@@ -142,7 +142,7 @@ func (s *Store) ListDeliveries(ctx context.Context, endpoint string, limit int) 
 // ListDeliveriesForResource returns the newest failed deliveries of the
 // resource's tasks across all endpoints, newest first.
 func (s *Store) ListDeliveriesForResource(ctx context.Context, resourceID string, limit int) ([]EndpointDelivery, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+deliveryCols+` FROM endpoint_deliveries
+	rows, err := s.reader(ctx).Query(ctx, `SELECT `+deliveryCols+` FROM endpoint_deliveries
 		WHERE resource_id = $1 ORDER BY id DESC LIMIT $2`, resourceID, clampLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of resource %s: %w", resourceID, err)

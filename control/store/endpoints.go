@@ -583,7 +583,7 @@ func mustJSON(v any) []byte {
 
 // GetEndpoint returns the endpoint name, or a *NotFoundError.
 func (s *Store) GetEndpoint(ctx context.Context, name string) (Endpoint, error) {
-	e, err := collectOne(ctx, s.pool, rowToEndpoint, `SELECT `+endpointCols+` FROM endpoints WHERE name = $1`, name)
+	e, err := collectOne(ctx, s.reader(ctx), rowToEndpoint, `SELECT `+endpointCols+` FROM endpoints WHERE name = $1`, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, endpointNotFound(name)
 	}
@@ -596,7 +596,7 @@ func (s *Store) GetEndpoint(ctx context.Context, name string) (Endpoint, error) 
 // ListEndpoints returns every endpoint by name. Endpoints are operator
 // wiring, few by nature, so the list is not paginated.
 func (s *Store) ListEndpoints(ctx context.Context) ([]Endpoint, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+endpointCols+` FROM endpoints ORDER BY name`)
+	rows, err := s.reader(ctx).Query(ctx, `SELECT `+endpointCols+` FROM endpoints ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}

@@ -30,7 +30,7 @@ const pendingReactionsSQL = `SELECT binding_name AS binding, transition, generat
 // oldest first. A delivery is acked (and leaves this list) only once its
 // reactor succeeded.
 func (s *Store) PendingReactions(ctx context.Context, resourceID string) ([]PendingReaction, error) {
-	rows, err := s.pool.Query(ctx, pendingReactionsSQL, resourceID)
+	rows, err := s.reader(ctx).Query(ctx, pendingReactionsSQL, resourceID)
 	if err != nil {
 		return nil, fmt.Errorf("pending reactions: %w", err)
 	}

@@ -67,7 +67,7 @@ func (s *Store) GetKindConfig(ctx context.Context, kind string, version int) (Ki
 	if !model.ValidKindVersion(version) {
 		return KindConfig{}, manifestNotFound(kind, version)
 	}
-	c, err := collectOne(ctx, s.pool, pgx.RowToStructByName[KindConfig], kindConfigGetSQL, kind, version)
+	c, err := collectOne(ctx, s.reader(ctx), pgx.RowToStructByName[KindConfig], kindConfigGetSQL, kind, version)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return KindConfig{}, manifestNotFound(kind, version)
 	}

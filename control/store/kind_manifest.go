@@ -315,7 +315,7 @@ func (s *Store) GetManifest(ctx context.Context, kind string, version int) (*mod
 	if !model.ValidKindVersion(version) {
 		return nil, manifestNotFound(kind, version)
 	}
-	m, err := scanManifest(s.pool.QueryRow(ctx, kindManifestGetSQL, kind, version))
+	m, err := scanManifest(s.reader(ctx).QueryRow(ctx, kindManifestGetSQL, kind, version))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, manifestNotFound(kind, version)
 	}
@@ -345,7 +345,7 @@ func (s *Store) ListManifests(ctx context.Context, p ListManifestsParams) ([]*mo
 	if p.Kind != "" {
 		kind = p.Kind
 	}
-	rows, err := s.pool.Query(ctx, kindManifestListSQL, kind)
+	rows, err := s.reader(ctx).Query(ctx, kindManifestListSQL, kind)
 	if err != nil {
 		return nil, fmt.Errorf("list manifests: %w", err)
 	}
@@ -369,7 +369,7 @@ const kindListSQL = `SELECT kind, array_agg(kind_version::int ORDER BY kind_vers
 
 // ListKinds returns every kind with its published versions, ascending.
 func (s *Store) ListKinds(ctx context.Context) ([]KindVersions, error) {
-	rows, err := s.pool.Query(ctx, kindListSQL)
+	rows, err := s.reader(ctx).Query(ctx, kindListSQL)
 	if err != nil {
 		return nil, fmt.Errorf("list kinds: %w", err)
 	}

@@ -131,6 +131,9 @@ func (c *KindCache) Start(ctx context.Context) error {
 // cache keeps serving its last view. Safe to call twice and before Start.
 func (c *KindCache) Stop() { c.loop.Stop() }
 
+// Running reports whether the refresh loop runs (for readiness).
+func (c *KindCache) Running() bool { return c.loop.Running() }
+
 func (c *KindCache) run(ctx context.Context, wake <-chan struct{}) {
 	tick := time.NewTicker(c.cfg.ResyncInterval)
 	defer tick.Stop()

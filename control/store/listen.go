@@ -51,6 +51,10 @@ func (l *Listener) Start(ctx context.Context) error {
 // Stop stops listening and releases the connection.
 func (l *Listener) Stop() { l.loop.Stop() }
 
+// Running reports whether the listen loop runs (for readiness); it keeps
+// running, reconnecting, while the connection is down.
+func (l *Listener) Running() bool { return l.loop.Running() }
+
 func (l *Listener) run(ctx context.Context) {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 100 * time.Millisecond

@@ -133,7 +133,7 @@ func (s *Store) ListOperations(ctx context.Context, kind, name string, limit int
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+operationCols+` FROM resource_operations o
+	rows, err := s.reader(ctx).Query(ctx, `SELECT `+operationCols+` FROM resource_operations o
 		WHERE o.resource_id = $1 ORDER BY o.created_at DESC, o.id DESC LIMIT $2`, rid, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list operations of %s/%s: %w", kind, name, err)
@@ -151,7 +151,7 @@ func (s *Store) GetOperation(ctx context.Context, kind, name, id string) (Operat
 	if err != nil {
 		return Operation{}, err
 	}
-	op, err := scanOperation(s.pool.QueryRow(ctx, `SELECT `+operationCols+` FROM resource_operations o
+	op, err := scanOperation(s.reader(ctx).QueryRow(ctx, `SELECT `+operationCols+` FROM resource_operations o
 		WHERE o.id = $1 AND o.resource_id = $2`, oid, rid))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Operation{}, operationNotFound(kind, name, id)

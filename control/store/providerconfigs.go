@@ -204,7 +204,7 @@ const providerConfigGetSQL = `SELECT ` + providerConfigCols + ` FROM providercon
 
 // GetProviderConfig returns the provider config name, or a *NotFoundError.
 func (s *Store) GetProviderConfig(ctx context.Context, name string) (ProviderConfig, error) {
-	c, err := collectOne(ctx, s.pool, pgx.RowToStructByName[ProviderConfig], providerConfigGetSQL, name)
+	c, err := collectOne(ctx, s.reader(ctx), pgx.RowToStructByName[ProviderConfig], providerConfigGetSQL, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ProviderConfig{}, providerConfigNotFound(name)
 	}
@@ -269,7 +269,7 @@ func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsPa
 		q.WriteString(` AND name > ` + arg(string(after)))
 	}
 	q.WriteString(` ORDER BY name LIMIT ` + arg(limit+1))
-	rows, err := s.pool.Query(ctx, q.String(), qa...)
+	rows, err := s.reader(ctx).Query(ctx, q.String(), qa...)
 	if err != nil {
 		return ProviderConfigPage{}, fmt.Errorf("list provider configs: %w", err)
 	}

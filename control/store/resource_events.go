@@ -30,7 +30,7 @@ type EventsParams struct {
 
 // Events returns the resource's events, newest first, before the id cursor.
 func (s *Store) Events(ctx context.Context, p EventsParams) ([]Event, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, at, type, generation, message FROM resource_events
+	rows, err := s.reader(ctx).Query(ctx, `SELECT id, at, type, generation, message FROM resource_events
 		WHERE resource_id = $1 AND ($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3`, p.ResourceID, p.Before, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)

@@ -13,7 +13,7 @@ import (
 
 // Children returns the resources a composite owns directly.
 func (s *Store) Children(ctx context.Context, ownerID string) ([]model.Resource, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+resourceCols+` FROM resources r WHERE r.owner_id = $1 ORDER BY r.kind, r.name`, ownerID)
+	rows, err := s.reader(ctx).Query(ctx, `SELECT `+resourceCols+` FROM resources r WHERE r.owner_id = $1 ORDER BY r.kind, r.name`, ownerID)
 	if err != nil {
 		return nil, fmt.Errorf("children: %w", err)
 	}
@@ -58,14 +58,14 @@ func collectEdges(rows pgx.Rows) ([]DepEdge, error) {
 // Dependencies returns the edges on which the resource depends (upstream)
 // and those that depend on it (downstream).
 func (s *Store) Dependencies(ctx context.Context, id string) (upstream, downstream []DepEdge, err error) {
-	rows, err := s.pool.Query(ctx, edgeSelect+`WHERE d.dependent_id = $1 ORDER BY b.kind, b.name`, id)
+	rows, err := s.reader(ctx).Query(ctx, edgeSelect+`WHERE d.dependent_id = $1 ORDER BY b.kind, b.name`, id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dependencies: %w", err)
 	}
 	if upstream, err = collectEdges(rows); err != nil {
 		return nil, nil, fmt.Errorf("dependencies: %w", err)
 	}
-	rows, err = s.pool.Query(ctx, edgeSelect+`WHERE d.dependency_id = $1 ORDER BY a.kind, a.name`, id)
+	rows, err = s.reader(ctx).Query(ctx, edgeSelect+`WHERE d.dependency_id = $1 ORDER BY a.kind, a.name`, id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dependents: %w", err)
 	}
@@ -91,7 +91,7 @@ func (s *Store) Graph(ctx context.Context, id string) (Graph, error) {
 			SELECT id, 0 FROM resources WHERE id = $1
 			UNION ALL
 			SELECT r.id, t.depth + 1 FROM resources r JOIN t ON r.owner_id = t.id WHERE t.depth < 64)`
-	rows, err := s.pool.Query(ctx, tree+` SELECT `+resourceCols+` FROM resources r JOIN t ON t.id = r.id
+	rows, err := s.reader(ctx).Query(ctx, tree+` SELECT `+resourceCols+` FROM resources r JOIN t ON t.id = r.id
 		ORDER BY t.depth, r.kind, r.name LIMIT $2`, id, GraphLimit)
 	if err != nil {
 		return Graph{}, fmt.Errorf("graph: %w", err)
@@ -100,7 +100,7 @@ func (s *Store) Graph(ctx context.Context, id string) (Graph, error) {
 	if g.Nodes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Resource, error) { return scanResource(r) }); err != nil {
 		return Graph{}, fmt.Errorf("graph: %w", err)
 	}
-	rows, err = s.pool.Query(ctx, tree+` `+edgeSelect+`
+	rows, err = s.reader(ctx).Query(ctx, tree+` `+edgeSelect+`
 		WHERE d.dependent_id IN (SELECT id FROM t) AND d.dependency_id IN (SELECT id FROM t)
 		ORDER BY a.kind, a.name, b.kind, b.name`, id)
 	if err != nil {

@@ -438,7 +438,7 @@ func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDet
 		claimedAt  *time.Time
 	)
 	targets, finish := resourceScanTargets(&d.Resource)
-	err := s.pool.QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions, &taskID, &epoch, &enqueuedAt, &claimedAt)...)
+	err := s.reader(ctx).QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions, &taskID, &epoch, &enqueuedAt, &claimedAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ResourceDetail{}, resourceNotFound(kind, name)
 	}
@@ -462,7 +462,7 @@ func resourceNotFound(kind, name string) error {
 // ResourceID resolves (kind, name) to an id.
 func (s *Store) ResourceID(ctx context.Context, kind, name string) (string, error) {
 	var id string
-	err := s.pool.QueryRow(ctx, `SELECT id FROM resources WHERE kind = $1 AND name = $2`, kind, name).Scan(&id)
+	err := s.reader(ctx).QueryRow(ctx, `SELECT id FROM resources WHERE kind = $1 AND name = $2`, kind, name).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", &NotFoundError{Message: fmt.Sprintf("resource %s/%s does not exist", kind, name)}
 	}
@@ -581,7 +581,7 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 	// One row more than the page says whether another page follows.
 	q.WriteString(` ORDER BY r.created_at, r.id LIMIT ` + arg(limit+1))
 
-	rows, err := s.pool.Query(ctx, q.String(), qa...)
+	rows, err := s.reader(ctx).Query(ctx, q.String(), qa...)
 	if err != nil {
 		return ResourcePage{}, fmt.Errorf("list resources: %w", err)
 	}

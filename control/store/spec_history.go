@@ -37,7 +37,7 @@ func (s *Store) SpecHistory(ctx context.Context, kind, name string) ([]SpecRevis
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+specHistoryCols+` FROM resource_spec_history h
+	rows, err := s.reader(ctx).Query(ctx, `SELECT `+specHistoryCols+` FROM resource_spec_history h
 		WHERE h.resource_id = $1 ORDER BY h.revision DESC`, rid)
 	if err != nil {
 		return nil, fmt.Errorf("spec history of %s/%s: %w", kind, name, err)

@@ -32,6 +32,10 @@ type Config struct {
 	// SpecHistoryLimit is how many spec revisions each root resource keeps
 	// (the newest). Defaults to 20.
 	SpecHistoryLimit int
+	// ReadPool, when set, serves the read methods called with a context
+	// marked by PreferReadPool (the API's GET routes): a replica, say, so
+	// reads take no primary connections. Nil: everything uses the pool.
+	ReadPool *pgxpool.Pool
 }
 
 // The Config defaults.
@@ -53,13 +57,37 @@ func (c Config) withDefaults() Config {
 // Store reads and writes the control plane's state in Postgres.
 type Store struct {
 	pool      *pgxpool.Pool
+	read      *pgxpool.Pool // Config.ReadPool, or nil
 	cfg       Config
 	specCheck specCheckFunc
 }
 
 // New returns a Store over pool.
 func New(pool *pgxpool.Pool, cfg Config) *Store {
-	return &Store{pool: pool, cfg: cfg.withDefaults()}
+	return &Store{pool: pool, read: cfg.ReadPool, cfg: cfg.withDefaults()}
+}
+
+// readPoolKey marks a context whose reads may use the read pool.
+type readPoolKey struct{}
+
+// PreferReadPool marks ctx so the store's read methods (gets and lists of
+// resources, kinds, events, endpoints, operations and the like) run on
+// Config.ReadPool, if there is one. A read pool may be a replica a little
+// behind, so mark only reads that need not see the caller's own writes: a
+// write, and a read after it, keeps an unmarked context. Writes, and the
+// engine's reads of the work queue (UNLOGGED, so absent from replicas),
+// always use the pool.
+func PreferReadPool(ctx context.Context) context.Context {
+	return context.WithValue(ctx, readPoolKey{}, true)
+}
+
+// reader is the pool a read method runs on: the read pool for a context
+// PreferReadPool marked, when there is one; else the pool.
+func (s *Store) reader(ctx context.Context) *pgxpool.Pool {
+	if s.read != nil && ctx.Value(readPoolKey{}) != nil {
+		return s.read
+	}
+	return s.pool
 }
 
 // Ping checks that the database answers.

@@ -2,6 +2,7 @@
 // of a task it accepted with 202, and heartbeats while it works.
 //
 //	POST /v1/tasks/{task_id}/outcome    Authorization: Bearer <token>
+//	POST /v1/tasks/outcomes             {"outcomes":[{"token","result"},…]}
 //	POST /v1/tasks/{task_id}/heartbeat  Authorization: Bearer <token>
 //	GET  /v1/tasks/{task_id}            Authorization: Bearer <token>
 //
@@ -46,6 +47,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,6 +166,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 		h.tracer = cfg.Tracer.Tracer("github.com/convergeplane/converge/dispatch/callback")
 	}
 	h.mux.HandleFunc("POST /v1/tasks/{id}/outcome", h.outcome)
+	h.mux.HandleFunc("POST /v1/tasks/outcomes", h.outcomes)
 	h.mux.HandleFunc("POST /v1/tasks/{id}/heartbeat", h.heartbeat)
 	h.mux.HandleFunc("GET /v1/tasks/{id}", h.payload)
 	return h, nil
@@ -258,31 +261,90 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 		h.callbacks.WithLabelValues(fail).Inc()
 		return
 	}
+	a := h.settle(r.Context(), c, body)
+	switch a.Status {
+	case http.StatusOK:
+		writeJSON(w, http.StatusOK, map[string]string{"result": a.Result})
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", "1")
+		fallthrough
+	default:
+		problem(w, a.Status, a.Detail)
+	}
+}
+
+// outcomes serves a batched callback: each item is authorized by its own
+// token and settled as a single callback of it would be, and all of them
+// join the same batched write. The answer is 200 with one status per item;
+// only a body that is not a batch at all is refused whole.
+func (h *Handler) outcomes(w http.ResponseWriter, r *http.Request) {
+	body, fail := readBody(w, r, h.cfg.MaxBodyBytes)
+	if fail != "" {
+		h.callbacks.WithLabelValues(fail).Inc()
+		return
+	}
+	var b webhooksdk.CallbackBatch
+	if err := json.Unmarshal(body, &b); err != nil || b.Outcomes == nil {
+		h.callbacks.WithLabelValues("malformed").Inc()
+		problem(w, http.StatusBadRequest, `body must be {"outcomes":[{"token":…,"result":…},…]}`)
+		return
+	}
+	if len(b.Outcomes) > webhooksdk.MaxCallbackBatch {
+		h.callbacks.WithLabelValues("too_large").Inc()
+		problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%d outcomes in one batch; at most %d", len(b.Outcomes), webhooksdk.MaxCallbackBatch))
+		return
+	}
+	answers := make([]webhooksdk.CallbackItemAnswer, len(b.Outcomes))
+	seen := make(map[string]bool, len(b.Outcomes))
+	now := h.cfg.Now()
+	var wg sync.WaitGroup
+	for i, it := range b.Outcomes {
+		c, err := h.cfg.Tokens.Verify(strings.TrimSpace(it.Token), now)
+		switch {
+		case err != nil:
+			h.callbacks.WithLabelValues("unauthorized").Inc()
+			answers[i] = webhooksdk.CallbackItemAnswer{Status: http.StatusUnauthorized, Detail: "callback token refused: " + err.Error()}
+		case seen[c.TaskID]:
+			h.callbacks.WithLabelValues("malformed").Inc()
+			answers[i] = webhooksdk.CallbackItemAnswer{TaskID: c.TaskID, Status: http.StatusBadRequest, Detail: "the task's outcome is already in this batch"}
+		default:
+			seen[c.TaskID] = true
+			wg.Go(func() { answers[i] = h.settle(r.Context(), c, it.Result) })
+		}
+	}
+	wg.Wait()
+	writeJSON(w, http.StatusOK, webhooksdk.CallbackBatchAnswer{Results: answers})
+}
+
+// settle decodes one authorized Result and completes its task, answering
+// as a single callback would and counting the answer.
+func (h *Handler) settle(ctx context.Context, c Claim, body []byte) webhooksdk.CallbackItemAnswer {
+	a := webhooksdk.CallbackItemAnswer{TaskID: c.TaskID}
 	res, err := wire.DecodeResult(body, c.TaskID, c.Epoch)
 	if err != nil {
 		// The claim stays as it is: its lease or deadline lapses and the task
 		// is retried, rather than a garbled body deciding anything.
 		h.callbacks.WithLabelValues("malformed").Inc()
-		problem(w, http.StatusBadRequest, err.Error())
-		return
+		a.Status, a.Detail = http.StatusBadRequest, err.Error()
+		return a
 	}
-	st, err := h.group.complete(r.Context(), c.Task(), res)
+	st, err := h.group.complete(ctx, c.Task(), res)
 	switch {
 	case st == store.Superseded:
 		h.callbacks.WithLabelValues("superseded").Inc()
-		problem(w, http.StatusConflict, "task superseded: this claim no longer holds it; the result was not applied")
+		a.Status, a.Detail = http.StatusConflict, "task superseded: this claim no longer holds it; the result was not applied"
 	case err != nil:
 		h.callbacks.WithLabelValues("error").Inc()
 		h.cfg.Logger.Error("callback: complete failed", "task_id", c.TaskID, "claim_epoch", c.Epoch, "err", err)
-		w.Header().Set("Retry-After", "1")
-		problem(w, http.StatusServiceUnavailable, "cannot record the outcome now; retry")
+		a.Status, a.Detail = http.StatusServiceUnavailable, "cannot record the outcome now; retry"
 	default:
 		h.callbacks.WithLabelValues(string(st)).Inc()
 		if st == store.Applied && res.Error != nil {
-			h.recordFailure(r.Context(), c, res.Error.Message)
+			h.recordFailure(ctx, c, res.Error.Message)
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"result": string(st)})
+		a.Status, a.Result = http.StatusOK, string(st)
 	}
+	return a
 }
 
 // checkEcho refuses a heartbeat body whose claim_epoch is not the token's:
@@ -424,7 +486,7 @@ func problem(w http.ResponseWriter, status int, detail string) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, _ := json.Marshal(v) // a map of strings
+	body, _ := json.Marshal(v) // strings and ints only
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)

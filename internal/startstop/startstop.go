@@ -7,13 +7,15 @@ package startstop
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Loop runs one goroutine between Start and Stop. Embed it in a service.
 type Loop struct {
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	running atomic.Bool
 }
 
 // Start runs run(ctx) in a new goroutine, with ctx cancelled by Stop or by
@@ -27,12 +29,19 @@ func (l *Loop) Start(parent context.Context, run func(ctx context.Context)) bool
 	ctx, cancel := context.WithCancel(parent)
 	done := make(chan struct{})
 	l.cancel, l.done = cancel, done
+	l.running.Store(true)
 	go func() {
 		defer close(done)
+		defer l.running.Store(false)
 		run(ctx)
 	}()
 	return true
 }
+
+// Running reports whether the loop's goroutine is running: true from Start
+// until run returns, whether Stop or the parent context ended it or it
+// returned by itself. Readiness probes read it.
+func (l *Loop) Running() bool { return l.running.Load() }
 
 // Stop cancels the loop and waits for it to return.
 func (l *Loop) Stop() {

@@ -54,3 +54,44 @@ func TestWakeCoalesces(t *testing.T) {
 		t.Fatalf("len = %d, want 1", len(ch))
 	}
 }
+
+// TestLoopRunning: Running is true while run runs, and false once it has
+// returned: after Stop, after the parent context ends, or by itself.
+func TestLoopRunning(t *testing.T) {
+	t.Parallel()
+	var l Loop
+	if l.Running() {
+		t.Fatal("Running before Start")
+	}
+	parent, cancel := context.WithCancel(context.Background())
+	l.Start(parent, func(ctx context.Context) { <-ctx.Done() })
+	if !l.Running() {
+		t.Fatal("not Running after Start")
+	}
+	cancel()
+	waitUntil(t, "the loop to end with its parent", func() bool { return !l.Running() })
+	l.Stop()
+
+	returned := make(chan struct{})
+	l.Start(context.Background(), func(context.Context) { close(returned) })
+	<-returned
+	waitUntil(t, "a loop that returned by itself to report so", func() bool { return !l.Running() })
+	l.Stop()
+
+	l.Start(context.Background(), func(ctx context.Context) { <-ctx.Done() })
+	l.Stop()
+	if l.Running() {
+		t.Fatal("Running after Stop")
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond) // polling a flag set by another goroutine
+	}
+}

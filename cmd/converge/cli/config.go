@@ -37,6 +37,10 @@ type Config struct {
 	// DatabaseURL is the Postgres DSN (DATABASE_URL). Required except in
 	// dev mode, which starts an embedded Postgres when it is empty.
 	DatabaseURL string
+	// DatabaseReadURL, when set, is a second DSN (a read replica) the API's
+	// read routes query (DATABASE_READ_URL); writes, the engine, dispatch
+	// and the drainer always use DatabaseURL.
+	DatabaseReadURL string
 	// Role is ROLE: all (default), control or dispatch.
 	Role Role
 	// ListenAddr is the API's listen address (LISTEN_ADDR, default :8080):
@@ -46,6 +50,14 @@ type Config struct {
 	TLS         bool
 	TLSCertFile string
 	TLSKeyFile  string
+	// TLSReloadInterval is how often the TLS files are re-read, a changed
+	// pair (or client CA bundle) serving new connections without a restart
+	// (TLS_RELOAD_INTERVAL, default 1m; 0 never re-reads them).
+	TLSReloadInterval time.Duration
+	// TLSClientCAFile, when set, requires every client of LISTEN_ADDR to
+	// present a certificate this PEM bundle verifies (TLS_CLIENT_CA_FILE;
+	// https:// only).
+	TLSClientCAFile string
 	// HealthAddr serves /livez and /readyz for pods without the API
 	// (HEALTH_ADDR, default :8081; used by ROLE=dispatch).
 	HealthAddr string
@@ -95,9 +107,18 @@ type Config struct {
 	// PprofAddr, when set (PPROF_ADDR, e.g. 127.0.0.1:6060), serves
 	// net/http/pprof there: off by default, for profiling a live process.
 	PprofAddr string
+	// ShutdownTimeout is the budget of a graceful stop (SHUTDOWN_TIMEOUT,
+	// default 30s): the dispatcher's wait for deliveries in flight, past
+	// which it cancels them and releases their tasks, then the HTTP
+	// listeners' wait for open requests. Zero takes the default.
+	ShutdownTimeout time.Duration
 	// Dev is set by `converge dev`: plain-http loopback endpoints allowed.
 	Dev bool
 }
+
+// ShutdownTimeoutDefault is SHUTDOWN_TIMEOUT's default: Kubernetes' default
+// termination grace period.
+const ShutdownTimeoutDefault = 30 * time.Second
 
 // LoadConfig reads the configuration through getenv and reports every bad
 // variable at once.
@@ -110,9 +131,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		errs = append(errs, fmt.Errorf("%s=%q: %s", name, val, why))
 	}
 	c.DatabaseURL = getenv("DATABASE_URL")
-	if c.DatabaseURL != "" {
-		if _, err := url.Parse(c.DatabaseURL); err != nil && !strings.Contains(c.DatabaseURL, "=") {
-			bad("DATABASE_URL", "(redacted)", "is neither a URL nor a key=value DSN")
+	c.DatabaseReadURL = getenv("DATABASE_READ_URL")
+	for _, v := range []struct{ name, dsn string }{{"DATABASE_URL", c.DatabaseURL}, {"DATABASE_READ_URL", c.DatabaseReadURL}} {
+		if v.dsn == "" {
+			continue
+		}
+		if _, err := url.Parse(v.dsn); err != nil && !strings.Contains(v.dsn, "=") {
+			bad(v.name, "(redacted)", "is neither a URL nor a key=value DSN")
 		}
 	}
 	switch r := Role(or(getenv("ROLE"), string(RoleAll))); r {
@@ -134,6 +159,30 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			bad("LISTEN_ADDR", getenv("LISTEN_ADDR"), "https:// needs TLS_CERT_FILE and TLS_KEY_FILE")
 		case !tls && (c.TLSCertFile != "" || c.TLSKeyFile != ""):
 			bad("TLS_CERT_FILE", c.TLSCertFile, "is set but LISTEN_ADDR is not https://; refusing to serve plain HTTP by mistake")
+		}
+	}
+	c.TLSClientCAFile = getenv("TLS_CLIENT_CA_FILE")
+	if c.TLSClientCAFile != "" && !c.TLS {
+		bad("TLS_CLIENT_CA_FILE", c.TLSClientCAFile, "is set but LISTEN_ADDR is not https://; client certificates need TLS")
+	}
+	for _, f := range []struct{ name, path string }{
+		{"TLS_CERT_FILE", c.TLSCertFile}, {"TLS_KEY_FILE", c.TLSKeyFile}, {"TLS_CLIENT_CA_FILE", c.TLSClientCAFile}} {
+		if f.path == "" {
+			continue
+		}
+		if fh, err := os.Open(f.path); err != nil {
+			bad(f.name, f.path, "cannot be read: "+err.Error())
+		} else {
+			fh.Close()
+		}
+	}
+	c.TLSReloadInterval = time.Minute
+	if v := getenv("TLS_RELOAD_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			bad("TLS_RELOAD_INTERVAL", v, "must be a duration like 1m, or 0 to never re-read the TLS files")
+		} else {
+			c.TLSReloadInterval = d
 		}
 	}
 	c.HealthAddr = or(getenv("HEALTH_ADDR"), ":8081")
@@ -220,6 +269,15 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			bad("SPEC_HISTORY_LIMIT", v, "must be a positive integer")
 		} else {
 			c.SpecHistoryLimit = n
+		}
+	}
+	c.ShutdownTimeout = ShutdownTimeoutDefault
+	if v := getenv("SHUTDOWN_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			bad("SHUTDOWN_TIMEOUT", v, "must be a positive duration like 30s")
+		} else {
+			c.ShutdownTimeout = d
 		}
 	}
 	c.MemberID = getenv("MEMBER_ID")

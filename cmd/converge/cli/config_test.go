@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +98,60 @@ func TestLoadConfigPprofAddr(t *testing.T) {
 	}
 	if _, err := LoadConfig(env(map[string]string{"PPROF_ADDR": "6060"})); err == nil || !strings.Contains(err.Error(), "PPROF_ADDR") {
 		t.Fatalf("PPROF_ADDR=6060: err = %v, want one naming PPROF_ADDR", err)
+	}
+}
+
+// TestLoadConfigTLS: the TLS variables are checked at boot, every bad one
+// named: a bad reload interval, a client CA without https, files that
+// cannot be read.
+func TestLoadConfigTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cert, key, ca := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
+	for _, f := range []string{cert, key, ca} {
+		if err := os.WriteFile(f, []byte("pem"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := LoadConfig(env(map[string]string{"LISTEN_ADDR": "https://:8443", "TLS_CERT_FILE": cert, "TLS_KEY_FILE": key}))
+	if err != nil || c.TLSReloadInterval != time.Minute || c.TLSClientCAFile != "" {
+		t.Fatalf("defaults: interval %s, client CA %q, err %v; want 1m, none", c.TLSReloadInterval, c.TLSClientCAFile, err)
+	}
+	c, err = LoadConfig(env(map[string]string{"LISTEN_ADDR": "https://:8443", "TLS_CERT_FILE": cert, "TLS_KEY_FILE": key,
+		"TLS_CLIENT_CA_FILE": ca, "TLS_RELOAD_INTERVAL": "0"}))
+	if err != nil || c.TLSReloadInterval != 0 || c.TLSClientCAFile != ca {
+		t.Fatalf("TLS_RELOAD_INTERVAL=0 with a client CA: interval %s, client CA %q, err %v", c.TLSReloadInterval, c.TLSClientCAFile, err)
+	}
+
+	_, err = LoadConfig(env(map[string]string{"LISTEN_ADDR": "https://:8443", "TLS_CERT_FILE": cert + ".gone",
+		"TLS_KEY_FILE": key + ".gone", "TLS_CLIENT_CA_FILE": ca + ".gone", "TLS_RELOAD_INTERVAL": "soon"}))
+	for _, want := range []string{`TLS_CERT_FILE="` + cert + `.gone": cannot be read`, `TLS_KEY_FILE="` + key + `.gone": cannot be read`,
+		`TLS_CLIENT_CA_FILE="` + ca + `.gone": cannot be read`, `TLS_RELOAD_INTERVAL="soon"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s:\n%v", want, err)
+		}
+	}
+	_, err = LoadConfig(env(map[string]string{"TLS_CLIENT_CA_FILE": ca, "TLS_RELOAD_INTERVAL": "-1m"}))
+	for _, want := range []string{`TLS_CLIENT_CA_FILE="` + ca + `": is set but LISTEN_ADDR is not https://`, `TLS_RELOAD_INTERVAL="-1m"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s:\n%v", want, err)
+		}
+	}
+}
+
+func TestLoadConfigShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	c, err := LoadConfig(env(map[string]string{}))
+	if err != nil || c.ShutdownTimeout != 30*time.Second {
+		t.Fatalf("default SHUTDOWN_TIMEOUT = %s, %v; want 30s", c.ShutdownTimeout, err)
+	}
+	c, err = LoadConfig(env(map[string]string{"SHUTDOWN_TIMEOUT": "5s"}))
+	if err != nil || c.ShutdownTimeout != 5*time.Second {
+		t.Fatalf("SHUTDOWN_TIMEOUT=5s: %s, %v", c.ShutdownTimeout, err)
+	}
+	for _, v := range []string{"0", "-1s", "soon"} {
+		if _, err := LoadConfig(env(map[string]string{"SHUTDOWN_TIMEOUT": v})); err == nil || !strings.Contains(err.Error(), `SHUTDOWN_TIMEOUT="`+v+`"`) {
+			t.Errorf("SHUTDOWN_TIMEOUT=%s: err = %v, want one naming it", v, err)
+		}
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +20,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,6 +33,7 @@ import (
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
 	"github.com/convergeplane/converge/dispatch/egress"
+	"github.com/convergeplane/converge/internal/tlsreload"
 	"github.com/convergeplane/converge/internal/version"
 	"github.com/convergeplane/converge/migrations"
 	"github.com/convergeplane/converge/ui"
@@ -41,21 +45,38 @@ type service interface {
 	Stop()
 }
 
+// duty is a service that /readyz watches: Running is false once its loop
+// has ended, by Stop or by itself.
+type duty interface {
+	service
+	Running() bool
+}
+
+// namedDuty is a duty as /readyz names it.
+type namedDuty struct {
+	name    string
+	running func() bool
+}
+
 // Server is a running converge process: its pool, its duties, and its HTTP
 // listeners.
 type Server struct {
 	cfg          Config
 	log          *slog.Logger
 	pool         *pgxpool.Pool
+	readPool     *pgxpool.Pool // DATABASE_READ_URL's, or nil
+	migration    int64         // the newest embedded numbered migration
 	store        *store.Store
 	metrics      *prometheus.Registry
 	services     []service // started in order, stopped in reverse
+	duties       []namedDuty
 	dispatcher   atomic.Pointer[dispatch.Dispatcher]
 	events       *api.EventHub // the console's change stream, on a control pod
 	app          *fiber.App
 	dispatchHTTP *http.Server
 	ln           net.Listener
 	health       *http.Server
+	healthAddr   string
 	pprof        *http.Server
 	tracing      *sdktrace.TracerProvider // nil unless OTLP export is configured
 	served       chan error
@@ -93,11 +114,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 			if s.ln != nil {
 				s.ln.Close()
 			}
-			s.pool.Close()
+			s.closePools()
 		}
 	}()
 	// Bind first: in dev mode the callback URL is the bound address.
-	if s.ln, err = s.listen(cfg.ListenAddr); err != nil {
+	if s.ln, err = s.listen(ctx, cfg.ListenAddr); err != nil {
 		return nil, err
 	}
 	callbackBase, err := s.callbackBase(dispatching)
@@ -134,7 +155,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		}
 	}
 	// Every duty has subscribed; the listener wakes them all on connect.
-	if err := s.startService(ctx, lis); err != nil {
+	if err := s.startDuty(ctx, "listener", lis); err != nil {
 		return nil, err
 	}
 
@@ -164,14 +185,56 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	pcfg.MaxConnLifetime = 30 * time.Minute
 	pcfg.MaxConnLifetimeJitter = 5 * time.Minute
+	latest, err := latestMigration()
+	if err != nil {
+		return nil, err
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
+	read, err := readPool(ctx, cfg, pcfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &Server{cfg: cfg, log: log, pool: pool, store: store.New(pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit}), metrics: metrics,
-		served: make(chan error, 2)}, nil
+	st := store.New(pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit, ReadPool: read})
+	return &Server{cfg: cfg, log: log, pool: pool, readPool: read, store: st, metrics: metrics,
+		migration: latest, served: make(chan error, 2)}, nil
+}
+
+// readPool opens the pool on DATABASE_READ_URL, if set, configured as the
+// primary's pcfg is (IAM auth included): the API's read routes use it.
+func readPool(ctx context.Context, cfg Config, pcfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	if cfg.DatabaseReadURL == "" {
+		return nil, nil
+	}
+	rcfg, err := pgxpool.ParseConfig(cfg.DatabaseReadURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_READ_URL: %w", err)
+	}
+	if pcfg.BeforeConnect != nil {
+		if err := requireTLS(rcfg.ConnConfig); err != nil {
+			return nil, fmt.Errorf("DATABASE_READ_URL: %w", err)
+		}
+		rcfg.BeforeConnect = pcfg.BeforeConnect
+	}
+	rcfg.MaxConnLifetime, rcfg.MaxConnLifetimeJitter = pcfg.MaxConnLifetime, pcfg.MaxConnLifetimeJitter
+	read, err := pgxpool.NewWithConfig(ctx, rcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to DATABASE_READ_URL: %w", err)
+	}
+	return read, nil
+}
+
+// closePools closes the database pools.
+func (s *Server) closePools() {
+	s.pool.Close()
+	if s.readPool != nil {
+		s.readPool.Close()
+	}
 }
 
 // poolConfig parses DATABASE_URL and, with DB_IAM_AUTH, mints an RDS IAM
@@ -221,6 +284,15 @@ func (s *Server) startService(ctx context.Context, svc service) error {
 	return nil
 }
 
+// startDuty starts d as a service that /readyz reports under name.
+func (s *Server) startDuty(ctx context.Context, name string, d duty) error {
+	if err := s.startService(ctx, d); err != nil {
+		return err
+	}
+	s.duties = append(s.duties, namedDuty{name, d.Running})
+	return nil
+}
+
 // startShared starts what every role runs: cluster membership (which
 // assigns this pod its shards) and the kind cache.
 func (s *Server) startShared(ctx context.Context, lis *store.Listener) (*cluster.Member, *store.KindCache, error) {
@@ -232,10 +304,11 @@ func (s *Server) startShared(ctx context.Context, lis *store.Listener) (*cluster
 			return 0
 		}}, s.store, lis.Subscribe("cluster_changed"), s.log)
 	kinds := store.NewKindCache(s.store, store.KindCacheConfig{}, s.log)
-	for _, svc := range []service{member, kinds} {
-		if err := s.startService(ctx, svc); err != nil {
-			return nil, nil, err
-		}
+	if err := s.startDuty(ctx, "cluster", member); err != nil {
+		return nil, nil, err
+	}
+	if err := s.startDuty(ctx, "kinds", kinds); err != nil {
+		return nil, nil, err
 	}
 	return member, kinds, nil
 }
@@ -250,8 +323,11 @@ func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *
 	}
 	dr := drainer.New(drainer.Config{Range: member.Range, Metrics: s.metrics}, s.store, lis.Subscribe("outbox_ready"), s.log)
 	s.events = api.NewEventHub(api.EventHubConfig{}, lis.Subscribe)
-	for _, svc := range []service{dr, rp, s.events} {
-		if err := s.startService(ctx, svc); err != nil {
+	for _, d := range []struct {
+		name string
+		duty duty
+	}{{"drainer", dr}, {"reaper", rp}, {"events", s.events}} {
+		if err := s.startDuty(ctx, d.name, d.duty); err != nil {
 			return err
 		}
 	}
@@ -264,7 +340,8 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 	callbackBase string) (*dispatch.Dispatcher, error) {
 	dcfg := dispatch.Config{Claimer: member.ID(), Range: member.Range,
 		CallbackBaseURL: callbackBase, TokenKey: s.cfg.CallbackKey, SecretBox: box,
-		DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs, AWS: s.cfg.AWS, Version: version.Version, Metrics: s.metrics, Logger: s.log}
+		DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs, AWS: s.cfg.AWS, Version: version.Version, Metrics: s.metrics, Logger: s.log,
+		DrainTimeout: s.shutdownTimeout()}
 	if s.tracing != nil {
 		dcfg.Tracer = s.tracing
 	}
@@ -276,6 +353,7 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 		return nil, err
 	}
 	s.dispatcher.Store(d)
+	s.duties = append(s.duties, namedDuty{"dispatcher", d.Running})
 	return d, nil
 }
 
@@ -287,7 +365,8 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 		s.log.Info("this binary has no web console built in: / serves a page saying how to build it (make ui)")
 	}
 	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens,
-		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), MetricsRegistry: s.metrics, Console: console, Events: s.events}
+		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), MetricsRegistry: s.metrics, Console: console, Events: s.events,
+		ReadyChecks: s.readyChecks()}
 	if box != nil {
 		policy := egress.Policy{DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs}
 		acfg.Endpoints = &api.EndpointsConfig{Box: box,
@@ -346,40 +425,101 @@ func (s *Server) serveDispatch(d *dispatch.Dispatcher, callbackBase string) erro
 	return s.serveHealth()
 }
 
-func (s *Server) listen(addr string) (net.Listener, error) {
+// listen binds addr; with TLS it serves the certificate files through a
+// reloader, started here, that re-reads them every TLS_RELOAD_INTERVAL.
+func (s *Server) listen(ctx context.Context, addr string) (net.Listener, error) {
+	if !s.cfg.TLS {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		return ln, nil
+	}
+	rl, err := tlsreload.New(tlsreload.Config{CertFile: s.cfg.TLSCertFile, KeyFile: s.cfg.TLSKeyFile,
+		ClientCAFile: s.cfg.TLSClientCAFile, Interval: s.cfg.TLSReloadInterval, Logger: s.log})
+	if err != nil {
+		return nil, fmt.Errorf("TLS_CERT_FILE, TLS_KEY_FILE, TLS_CLIENT_CA_FILE: %w", err)
+	}
+	if err := s.startService(ctx, rl); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	if !s.cfg.TLS {
-		return ln, nil
-	}
-	cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("cannot load the TLS keypair: %w", err)
-	}
-	return tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}), nil
+	return tls.NewListener(ln, rl.TLSConfig()), nil
 }
 
-// serveHealth serves /livez and /readyz for a pod without the API.
+// readyChecks are /readyz's checks: the database answers, its schema is at
+// this binary's latest migration, and every duty started runs.
+func (s *Server) readyChecks() []api.ReadyCheck {
+	checks := []api.ReadyCheck{api.DatabaseCheck(s.store, s.log), {Name: "migrations", Check: s.checkMigrations}}
+	for _, d := range s.duties {
+		checks = append(checks, api.ReadyCheck{Name: d.name, Check: func(context.Context) error {
+			if !d.running() {
+				return errors.New("stopped")
+			}
+			return nil
+		}})
+	}
+	return checks
+}
+
+// checkMigrations compares the database's goose version with the newest
+// numbered migration embedded in this binary: a pod of another release
+// (behind or ahead) is not ready.
+func (s *Server) checkMigrations(ctx context.Context) error {
+	var applied int64
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&applied); err != nil {
+		s.log.Warn("readiness: cannot read the schema version", "err", err)
+		return errors.New("cannot read the schema version")
+	}
+	if applied != s.migration {
+		return fmt.Errorf("the database is at migration %d, this binary's migrations end at %d", applied, s.migration)
+	}
+	return nil
+}
+
+// latestMigration returns the version of the newest numbered migration
+// embedded in this binary.
+func latestMigration() (int64, error) {
+	names, err := fs.Glob(migrations.FS(), "*.sql")
+	if err != nil {
+		return 0, err
+	}
+	var latest int64
+	for _, name := range names {
+		v, err := goose.NumericComponent(name)
+		if err != nil {
+			return 0, fmt.Errorf("migration %s: %w", name, err)
+		}
+		latest = max(latest, v)
+	}
+	return latest, nil
+}
+
+// serveHealth serves /livez and /readyz for a pod without the API: /readyz
+// answers ReadyStatus as JSON, 200 or 503.
 func (s *Server) serveHealth() error {
+	checks := s.readyChecks()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), api.ReadyTimeoutDefault)
 		defer cancel()
-		if err := s.store.Ping(ctx); err != nil {
-			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
-			return
+		st, failed := api.CheckReady(ctx, checks)
+		w.Header().Set("Content-Type", "application/json")
+		if failed != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		_, _ = io.WriteString(w, "ok\n") // a client gone mid-answer needs nothing more
+		_ = json.NewEncoder(w).Encode(st) // a client gone mid-answer needs nothing more
 	})
 	ln, err := net.Listen("tcp", s.cfg.HealthAddr)
 	if err != nil {
 		return fmt.Errorf("listen on HEALTH_ADDR %s: %w", s.cfg.HealthAddr, err)
 	}
 	s.health = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.healthAddr = ln.Addr().String()
 	go func() { s.served <- s.health.Serve(ln) }()
 	return nil
 }
@@ -415,16 +555,36 @@ func (s *Server) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// Stop shuts the listeners down gracefully, then the duties in reverse start
-// order, then the pool.
+// HealthAddr returns the bound address of HEALTH_ADDR's listener, on a pod
+// without the API; else "".
+func (s *Server) HealthAddr() string { return s.healthAddr }
+
+// shutdownTimeout is SHUTDOWN_TIMEOUT, or its default for a Config built
+// by hand.
+func (s *Server) shutdownTimeout() time.Duration {
+	return cmp.Or(s.cfg.ShutdownTimeout, ShutdownTimeoutDefault)
+}
+
+// listenerGrace is the least time the HTTP listeners get to finish open
+// requests once the dispatcher has drained, even if that used up
+// SHUTDOWN_TIMEOUT: closing a connection that just went idle takes a moment.
+const listenerGrace = 2 * time.Second
+
+// Stop stops within SHUTDOWN_TIMEOUT: the dispatcher first, which waits for
+// its deliveries in flight up to that budget and then cancels them and
+// releases their tasks; then the listeners, which wait for open requests
+// until the same deadline (but at least listenerGrace); then the duties in
+// reverse start order, then the pools. On SIGTERM the duties' context has
+// already ended, so the dispatcher stopped claiming when the signal came.
 func (s *Server) Stop() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	deadline := time.Now().Add(s.shutdownTimeout())
 	var errs []error
 	// The dispatcher drains first, while callbacks can still land.
 	if d := s.dispatcher.Load(); d != nil {
 		d.Stop()
 	}
+	ctx, cancel := context.WithDeadline(context.Background(), later(deadline, time.Now().Add(listenerGrace)))
+	defer cancel()
 	if s.dispatchHTTP != nil {
 		errs = append(errs, s.dispatchHTTP.Shutdown(ctx))
 	}
@@ -446,8 +606,15 @@ func (s *Server) Stop() error {
 	if s.tracing != nil {
 		errs = append(errs, s.tracing.Shutdown(ctx)) // flushes the spans still batched
 	}
-	s.pool.Close()
+	s.closePools()
 	return errors.Join(errs...)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (s *Server) stopServices() {
