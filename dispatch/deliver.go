@@ -168,6 +168,8 @@ func (d *Dispatcher) deliver(items []*item, slot *registry.Slot, ops chan<- op) 
 	}(items)
 	buf := bufPool.Get().(*bytes.Buffer)
 	defer bufPool.Put(buf)
+	span := d.startDelivery(items)
+	defer span.End()
 	var tried []string
 	for {
 		ep := slot.Endpoint()
@@ -208,9 +210,11 @@ func (d *Dispatcher) deliver(items []*item, slot *registry.Slot, ops chan<- op) 
 		if len(items) > 1 {
 			ctx = d.work
 		}
+		aspan, traceparent := d.startAttempt(span, ep.Name())
 		start := time.Now()
-		v, each := d.attempt(ctx, items, ep, msgID, buf.Bytes(), start)
+		v, each := d.attempt(ctx, items, ep, msgID, traceparent, buf.Bytes(), start)
 		lat := time.Since(start)
+		endAttempt(aspan, v)
 		slot.Done(v.breaker)
 		for i, it := range items {
 			d.record(it, ep, each[i], start, lat, ops)
@@ -232,6 +236,7 @@ func (d *Dispatcher) deliver(items []*item, slot *registry.Slot, ops chan<- op) 
 			}
 		}
 		for i, it := range items {
+			traceOutcome(span, it, ep.Name(), each[i])
 			d.finish(it, ep, each[i], ops)
 		}
 		return
@@ -297,7 +302,7 @@ func (d *Dispatcher) disable(ctx context.Context, ep *registry.Endpoint, reason 
 // back-off, failover) and each task's. Outside a batch's 2xx answer every
 // task shares the request's verdict; a 202 for a whole batch (a Lambda
 // Event invoke) accepts every task.
-func (d *Dispatcher) attempt(ctx context.Context, items []*item, ep *registry.Endpoint, msgID string, body []byte, now time.Time) (verdict, []verdict) {
+func (d *Dispatcher) attempt(ctx context.Context, items []*item, ep *registry.Endpoint, msgID, traceparent string, body []byte, now time.Time) (verdict, []verdict) {
 	var deadline time.Time
 	for _, it := range items {
 		if it.task.Deadline.IsZero() {
@@ -317,7 +322,7 @@ func (d *Dispatcher) attempt(ctx context.Context, items []*item, ep *registry.En
 		defer cancelD()
 	}
 	resp, err := ep.Deliver(rctx, &target.Delivery{MsgID: msgID, Timestamp: now, Body: body,
-		Signature: ep.Sign(msgID, now, body)})
+		Signature: ep.Sign(msgID, now, body), TraceParent: traceparent})
 	var v verdict
 	switch {
 	case err != nil:

@@ -578,6 +578,10 @@ func TestUnhealthyKindParks(t *testing.T) {
 	waitFor(t, 5*time.Second, "pending_tasks{alpha} = 3", func() bool {
 		return metricValue(t, e, "converge_dispatch_pending_tasks", map[string]string{"kind": "alpha", "kind_version": "1"}) == 3
 	})
+	// Parked tasks are claimable and wait: their age shows it.
+	waitFor(t, 5*time.Second, "oldest_pending_seconds{alpha} > 0", func() bool {
+		return metricValue(t, e, "converge_dispatch_oldest_pending_seconds", map[string]string{"kind": "alpha", "kind_version": "1"}) > 0
+	})
 
 	alpha.ready.Store(true)
 	e.waitReady("alpha", 3, 20*time.Second)

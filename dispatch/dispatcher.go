@@ -17,6 +17,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
@@ -124,13 +125,18 @@ type Config struct {
 	// RegistryRefresh is the failsafe endpoint re-read interval behind the
 	// endpoints_changed NOTIFY. Defaults to 30s.
 	RegistryRefresh time.Duration
-	// PendingEvery is how often the pending_tasks gauge is recounted.
+	// PendingEvery is how often the pending_tasks and oldest_pending_seconds
+	// gauges are recounted.
 	// Defaults to 10s; negative disables it.
 	PendingEvery time.Duration
 
 	// Metrics registers the dispatcher's metrics and its receiver's. Nil
 	// skips registration.
 	Metrics prometheus.Registerer
+	// Tracer, when set, records a span per delivery and per HTTP attempt,
+	// and its receiver one per callback (see trace.go). Nil records none;
+	// every attempt carries a traceparent header either way.
+	Tracer trace.TracerProvider
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 }
@@ -211,6 +217,7 @@ type Dispatcher struct {
 	tokens *callback.Tokens
 	cb     *callback.Handler
 	m      *metrics
+	tracer trace.Tracer // nil: tracing off
 	log    *slog.Logger
 	wake   <-chan struct{}
 	regCh  <-chan struct{}
@@ -274,12 +281,15 @@ func New(cfg Config, st *store.Store, wake Wakeups) (*Dispatcher, error) {
 		tracked: map[string]*item{},
 		settled: make(chan struct{}, 1),
 	}
+	if cfg.Tracer != nil {
+		d.tracer = cfg.Tracer.Tracer(tracerName)
+	}
 	d.async = newAsyncWatch(d)
 	if d.m, err = newMetrics(cfg.Metrics, reg); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	d.cb, err = callback.NewHandler(callback.Config{Tokens: tokens, Store: st, MaxBodyBytes: cfg.MaxCallbackBytes,
-		AsyncLease: cfg.AsyncLease, Grace: cfg.CallbackGrace, Metrics: cfg.Metrics, Logger: cfg.Logger})
+		AsyncLease: cfg.AsyncLease, Grace: cfg.CallbackGrace, Metrics: cfg.Metrics, Tracer: cfg.Tracer, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
@@ -624,7 +634,8 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 	}
 }
 
-// countPending refreshes the pending_tasks gauge for this pod's range.
+// countPending refreshes the pending_tasks and oldest_pending_seconds gauges
+// for this pod's range.
 func (d *Dispatcher) countPending(ctx context.Context) {
 	if d.cfg.PendingEvery < 0 {
 		return

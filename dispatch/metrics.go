@@ -17,6 +17,7 @@ type metrics struct {
 	deliveries    *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	pending       *prometheus.GaugeVec
+	oldest        *prometheus.GaugeVec
 	asyncTimeouts prometheus.Counter
 }
 
@@ -35,6 +36,10 @@ func newMetrics(r prometheus.Registerer, reg *registry.Registry) (*metrics, erro
 			Namespace: "converge", Subsystem: "dispatch", Name: "pending_tasks",
 			Help: "Tasks waiting to be claimed in this pod's shard range, by kind (recounted periodically).",
 		}, []string{"kind", "kind_version"}),
+		oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "converge", Subsystem: "dispatch", Name: "oldest_pending_seconds",
+			Help: "How long the oldest claimable pending task in this pod's shard range has waited since its not_before, by kind (0 when none is claimable yet; recounted with pending_tasks).",
+		}, []string{"kind", "kind_version"}),
 		asyncTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "converge", Subsystem: "dispatch", Name: "async_timeouts_total",
 			Help: "Accepted (202) tasks whose lease lapsed without a callback; each was retried.",
@@ -43,7 +48,7 @@ func newMetrics(r prometheus.Registerer, reg *registry.Registry) (*metrics, erro
 	if r == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.deliveries, m.duration, m.pending, m.asyncTimeouts, endpointCollector{reg}} {
+	for _, c := range []prometheus.Collector{m.deliveries, m.duration, m.pending, m.oldest, m.asyncTimeouts, endpointCollector{reg}} {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -58,8 +63,11 @@ func (m *metrics) observe(endpoint, result string, d time.Duration) {
 
 func (m *metrics) setPending(counts []store.PendingCount) {
 	m.pending.Reset()
+	m.oldest.Reset()
 	for _, c := range counts {
-		m.pending.WithLabelValues(c.Kind, strconv.Itoa(c.KindVersion)).Set(float64(c.Pending))
+		v := strconv.Itoa(c.KindVersion)
+		m.pending.WithLabelValues(c.Kind, v).Set(float64(c.Pending))
+		m.oldest.WithLabelValues(c.Kind, v).Set(c.OldestSeconds)
 	}
 }
 

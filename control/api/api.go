@@ -37,6 +37,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/convergeplane/converge/control/store"
 )
@@ -77,6 +78,10 @@ type Config struct {
 	// tokens are configured it needs a read or admin token, like the read
 	// routes; without tokens it is open like the rest of the API.
 	Metrics http.Handler
+	// MetricsRegistry, when set, receives the request metrics
+	// (converge_api_requests_total, converge_api_request_duration_seconds;
+	// see metrics.go). Nil records none.
+	MetricsRegistry prometheus.Registerer
 	// PairStatus, where a dispatcher runs in this process, says whether a
 	// (kind, kind_version) has a ready endpoint and if not why; the resource
 	// detail shows it for a task that waits. Nil omits it.
@@ -174,6 +179,14 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 		ErrorHandler:          s.fiberError,
 		DisableStartupMessage: true,
 	})
+	if cfg.MetricsRegistry != nil {
+		m, err := newRequestMetrics(cfg.MetricsRegistry)
+		if err != nil {
+			return nil, err
+		}
+		// Outermost, so it sees a panic's 500 and every refusal.
+		s.app.Use(m.middleware(s.fiberError))
+	}
 	s.app.Use(recover.New(recover.Config{EnableStackTrace: true, StackTraceHandler: s.logPanic}))
 	s.app.Use(s.withTimeout)
 	s.app.Use(Prefix, s.auth.middleware)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/convergeplane/converge/control/api"
 )
 
@@ -82,4 +84,103 @@ func TestMetricsNeedsReadToken(t *testing.T) {
 			t.Errorf("without tokens: status %d, want 200", w.Code)
 		}
 	})
+}
+
+// TestRequestMetrics drives the API and reads its registry: requests are
+// counted by route template (never the raw path), method and status; what
+// no route answered is one "unrouted" series; the event stream is counted
+// but never timed as one endless request.
+func TestRequestMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	b := setupEvents(t, api.Config{AdminTokens: []string{"admin"}, MetricsRegistry: reg}, api.EventHubConfig{})
+	call := func(method, path, body string, auth bool) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, b.base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if auth {
+			req.Header.Set("Authorization", "Bearer admin")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		method, path, body string
+		auth               bool
+		want               int
+	}{
+		{http.MethodPut, "/api/v1/kinds/noop/manifest", `{"kind_version":1,"reactions":[{"name":"work","trigger":"specChange","emits":["status"]}]}`, true, 201},
+		{http.MethodPost, "/api/v1/resources", `{"kind":"noop","kind_version":1,"name":"n0"}`, true, 201},
+		{http.MethodGet, "/api/v1/resources/noop/n0", "", true, 200},
+		{http.MethodGet, "/api/v1/resources/noop/n1", "", true, 404},
+		{http.MethodHead, "/api/v1/resources/noop/n0", "", true, 200},
+		{http.MethodPost, "/api/v1/resources:batch", `{"items":"no"}`, true, 400},
+		{http.MethodGet, "/api/v1/no/such/route", "", true, 404},
+		{http.MethodGet, "/api/v1/resources/noop/n0", "", false, 401},
+	} {
+		if got := call(c.method, c.path, c.body, c.auth); got != c.want {
+			t.Fatalf("%s %s = %d, want %d", c.method, c.path, got, c.want)
+		}
+	}
+	s := b.open(t, "Authorization: Bearer admin", "")
+	if s.resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream = %d", s.resp.StatusCode)
+	}
+
+	requests := map[string]float64{}
+	timed := map[string]uint64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			switch mf.GetName() {
+			case "converge_api_requests_total":
+				requests[l["method"]+" "+l["route"]+" "+l["code"]] = m.GetCounter().GetValue()
+			case "converge_api_request_duration_seconds":
+				timed[l["method"]+" "+l["route"]] = m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	for _, want := range []string{
+		"PUT /api/v1/kinds/{kind}/manifest 201",
+		"POST /api/v1/resources 201",
+		"GET /api/v1/resources/{kind}/{name} 200",
+		"GET /api/v1/resources/{kind}/{name} 404",
+		"HEAD /api/v1/resources/{kind}/{name} 200",
+		"POST /api/v1/resources:batch 400",
+		"GET unrouted 404",
+		"GET unrouted 401",
+		"GET /api/v1/events/stream 200",
+	} {
+		if requests[want] != 1 {
+			t.Errorf("requests{%s} = %v, want 1", want, requests[want])
+		}
+	}
+	for k := range requests {
+		if strings.Contains(k, "n0") || strings.Contains(k, "noop") || strings.Contains(k, "no/such") {
+			t.Errorf("a raw path became a label: %s", k)
+		}
+	}
+	if n := timed["GET /api/v1/resources/{kind}/{name}"]; n != 2 {
+		t.Errorf("GET /resources/{kind}/{name} timed %d times, want 2", n)
+	}
+	if n, ok := timed["GET /api/v1/events/stream"]; ok {
+		t.Errorf("the event stream was timed (%d)", n)
+	}
 }

@@ -9,8 +9,11 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/startstop"
@@ -32,6 +35,9 @@ type Config struct {
 	RetryBase time.Duration
 	// RetryMax caps the retry delay. Defaults to 5m.
 	RetryMax time.Duration
+	// Metrics, if set, receives the converge_drainer_* metrics when the
+	// drainer starts.
+	Metrics prometheus.Registerer
 }
 
 // Defaults for Config.
@@ -60,16 +66,50 @@ type Drainer struct {
 	wake  <-chan struct{}
 	log   *slog.Logger
 	loop  startstop.Loop
+	m     metrics
+}
+
+// metrics count what the drain applies. A batch is one drain_outbox_batch
+// transaction that applied at least one outcome: the empty polls of an idle
+// queue are not counted or timed.
+type metrics struct {
+	batches  prometheus.Counter
+	items    prometheus.Counter
+	duration prometheus.Histogram
+	errors   prometheus.Counter
+}
+
+func newMetrics() metrics {
+	return metrics{
+		batches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "converge", Subsystem: "drainer", Name: "batches_total",
+			Help: "Drain transactions that applied at least one task outcome."}),
+		items: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "converge", Subsystem: "drainer", Name: "items_total",
+			Help: "Task outcomes applied to resources by the drain."}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "converge", Subsystem: "drainer", Name: "batch_duration_seconds",
+			Help:    "Time one drain transaction that applied outcomes took.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12), // 1ms .. ~24s
+		}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "converge", Subsystem: "drainer", Name: "errors_total",
+			Help: "Drain passes that failed (each is logged as \"drain failed\" and retried on the next wake or poll)."}),
+	}
 }
 
 // New returns a Drainer woken by wake (typically a Listener subscription to
 // outbox_ready; nil means poll only).
 func New(cfg Config, st *store.Store, wake <-chan struct{}, log *slog.Logger) *Drainer {
-	return &Drainer{cfg: cfg.withDefaults(), store: st, wake: wake, log: log}
+	return &Drainer{cfg: cfg.withDefaults(), store: st, wake: wake, log: log, m: newMetrics()}
 }
 
-// Start launches the drain loop.
+// Start registers the metrics on cfg.Metrics (if set) and launches the
+// drain loop.
 func (d *Drainer) Start(ctx context.Context) error {
+	if r := d.cfg.Metrics; r != nil {
+		for _, c := range []prometheus.Collector{d.m.batches, d.m.items, d.m.duration, d.m.errors} {
+			if err := r.Register(c); err != nil {
+				return fmt.Errorf("drainer metrics: %w", err)
+			}
+		}
+	}
 	d.loop.Start(ctx, d.run)
 	return nil
 }
@@ -85,6 +125,7 @@ func (d *Drainer) run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if err := d.DrainOnce(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			d.m.errors.Inc()
 			d.log.Error("drain failed", "err", err)
 		}
 		select {
@@ -102,9 +143,15 @@ func (d *Drainer) DrainOnce(ctx context.Context) error {
 	lo, hi := d.cfg.Range()
 	p := store.DrainParams{Lo: lo, Hi: hi, Limit: d.cfg.BatchSize, RetryBase: d.cfg.RetryBase, RetryMax: d.cfg.RetryMax}
 	for ctx.Err() == nil {
+		start := time.Now()
 		n, err := d.store.Drain(ctx, p)
 		if err != nil {
 			return err
+		}
+		if n > 0 {
+			d.m.batches.Inc()
+			d.m.items.Add(float64(n))
+			d.m.duration.Observe(time.Since(start).Seconds())
 		}
 		if n < d.cfg.BatchSize {
 			break

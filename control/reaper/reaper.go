@@ -44,7 +44,7 @@ type Config struct {
 	// in the cluster view (as not ready) before it is forgotten. Defaults
 	// to 1h.
 	MemberRetention time.Duration
-	// Metrics, if set, receives converge_reaper_event_prune_lag.
+	// Metrics, if set, receives the converge_reaper_* metrics.
 	Metrics prometheus.Registerer
 }
 
@@ -82,17 +82,50 @@ type Reaper struct {
 	// resynced is when each resync kind ("kind/version") was last scanned
 	// to the end.
 	resynced map[string]time.Time
-	lag      prometheus.Gauge
+	m        metrics
 }
 
-// New returns a Reaper. It fails only if cfg.Metrics refuses its gauge.
+// metrics are the reaper's: what its passes find is what a healthy fleet
+// rarely needs, so a lasting rate of reclaims or requeues points at dying
+// dispatchers or a lost cascade.
+type metrics struct {
+	lag       prometheus.Gauge
+	passes    prometheus.Counter
+	errors    prometheus.Counter
+	duration  prometheus.Histogram
+	reclaimed prometheus.Counter
+	requeued  prometheus.Counter
+	dropped   prometheus.Counter
+}
+
+func newMetrics() metrics {
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "converge", Subsystem: "reaper", Name: name, Help: help})
+	}
+	return metrics{
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "converge", Subsystem: "reaper", Name: "event_prune_lag",
+			Help: "Event ids logged since this pod's event prune last looked (0 when caught up): a pod that falls behind a burst works it off over its next passes."}),
+		passes: counter("passes_total", "Reaper passes run, failed ones included."),
+		errors: counter("errors_total", "Reaper passes that failed (each is logged as \"reaper pass failed\")."),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "converge", Subsystem: "reaper", Name: "pass_duration_seconds",
+			Help:    "Time one reaper pass took, failed ones included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12), // 1ms .. ~24s
+		}),
+		reclaimed: counter("reclaimed_total", "Claimed tasks whose lease lapsed (a dead or stalled dispatcher), put back to pending."),
+		requeued:  counter("requeued_total", "Lagging resources with no live task re-scheduled (work the reactive cascade missed, e.g. after a crash)."),
+		dropped:   counter("dropped_unclaimed_total", "Tasks dropped because nobody claimed them within the unclaimed window."),
+	}
+}
+
+// New returns a Reaper. It fails only if cfg.Metrics refuses a metric.
 func New(cfg Config, st *store.Store, log *slog.Logger) (*Reaper, error) {
 	r := &Reaper{cfg: cfg.withDefaults(), store: st, log: log, eventWM: store.PruneEventsFromEnd, resynced: map[string]time.Time{},
-		lag: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "converge", Subsystem: "reaper", Name: "event_prune_lag",
-			Help: "Event ids logged since this pod's event prune last looked (0 when caught up): a pod that falls behind a burst works it off over its next passes."})}
+		m: newMetrics()}
 	if cfg.Metrics != nil {
-		if err := cfg.Metrics.Register(r.lag); err != nil {
-			return nil, fmt.Errorf("reaper metrics: %w", err)
+		for _, c := range []prometheus.Collector{r.m.lag, r.m.passes, r.m.errors, r.m.duration, r.m.reclaimed, r.m.requeued, r.m.dropped} {
+			if err := cfg.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("reaper metrics: %w", err)
+			}
 		}
 	}
 	return r, nil
@@ -118,6 +151,7 @@ func (r *Reaper) run(ctx context.Context) {
 		err := r.RunOnce(tctx)
 		cancel()
 		if err != nil && !errors.Is(err, context.Canceled) {
+			r.m.errors.Inc()
 			r.log.Error("reaper pass failed", "err", err)
 		}
 		select {
@@ -130,23 +164,35 @@ func (r *Reaper) run(ctx context.Context) {
 
 // RunOnce runs every pass once and reports what it did at debug level.
 func (r *Reaper) RunOnce(ctx context.Context) error {
+	start := time.Now()
+	err := r.pass(ctx)
+	r.m.passes.Inc()
+	r.m.duration.Observe(time.Since(start).Seconds())
+	return err
+}
+
+// pass runs each backstop pass in turn, counting what they did.
+func (r *Reaper) pass(ctx context.Context) error {
 	lo, hi := r.cfg.Range()
 	p := store.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit}
 	reclaimed, err := r.store.ReapExpiredLeases(ctx, p)
 	if err != nil {
 		return err
 	}
+	r.m.reclaimed.Add(float64(reclaimed))
 	var requeued int
 	if time.Since(r.swept) >= r.cfg.RetryWindow/4 {
 		if requeued, err = r.store.RequeueLagging(ctx, store.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit, Window: r.cfg.RetryWindow}); err != nil {
 			return err
 		}
+		r.m.requeued.Add(float64(requeued))
 		r.swept = time.Now()
 	}
 	dropped, err := r.store.DeleteUnclaimedWork(ctx, store.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit, Window: r.cfg.UnclaimedWindow})
 	if err != nil {
 		return err
 	}
+	r.m.dropped.Add(float64(dropped))
 	if err := r.store.RecountInflight(ctx, lo, hi); err != nil {
 		return err
 	}
@@ -216,7 +262,7 @@ func (r *Reaper) pruneEvents(ctx context.Context, lo, hi int) error {
 		}
 		caughtUp := r.eventWM >= 0 && wm < r.eventWM+int64(window)
 		r.eventWM = wm
-		r.lag.Set(float64(max(last-wm, 0)))
+		r.m.lag.Set(float64(max(last-wm, 0)))
 		if caughtUp || time.Since(start) >= r.cfg.Interval/2 {
 			return nil
 		}

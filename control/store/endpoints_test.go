@@ -461,8 +461,28 @@ func TestEndpointExpireAsync(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if counts, err := b.st.PendingTaskCounts(b.ctx, 0, 255); err != nil || len(counts) != 1 || counts[0] != (store.PendingCount{Kind: "leaf", KindVersion: 1, Pending: 3}) {
-		t.Fatalf("pending counts = %+v, %v; want leaf/1: 3", counts, err)
+	// Tasks that back off are pending but not waiting: no age until one's
+	// not_before passes.
+	for _, tc := range []struct {
+		set        string
+		oldest, to float64
+	}{
+		{`UPDATE work_queue SET not_before = now() + interval '1 hour'`, 0, 0},
+		{`UPDATE work_queue w SET not_before = now() - interval '90 seconds' FROM resources r WHERE r.id = w.resource_id AND r.name = 'r1'`, 90, 120},
+	} {
+		if _, err := b.db.Pool.Exec(b.ctx, tc.set); err != nil {
+			t.Fatal(err)
+		}
+		counts, err := b.st.PendingTaskCounts(b.ctx, 0, 255)
+		if err != nil || len(counts) != 1 || counts[0].Kind != "leaf" || counts[0].KindVersion != 1 || counts[0].Pending != 3 {
+			t.Fatalf("pending counts = %+v, %v; want leaf/1: 3", counts, err)
+		}
+		if o := counts[0].OldestSeconds; o < tc.oldest || o > tc.to {
+			t.Errorf("after %s: oldest pending = %vs, want %v..%v", tc.set, o, tc.oldest, tc.to)
+		}
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE work_queue SET not_before = now()`); err != nil {
+		t.Fatal(err)
 	}
 	tasks, err := b.st.Claim(b.ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
 	if err != nil || len(tasks) != 3 {

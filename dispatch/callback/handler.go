@@ -51,6 +51,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
@@ -92,6 +96,10 @@ type Config struct {
 	// Metrics registers callbacks_total and heartbeats_total. Nil skips
 	// registration.
 	Metrics prometheus.Registerer
+	// Tracer, when set, records a server span per request, joined to the
+	// trace of the request's W3C traceparent header (the one the provider
+	// received with the delivery, passed on). Nil records none.
+	Tracer trace.TracerProvider
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 	// Now is the clock tokens are checked against. Defaults to time.Now.
@@ -105,6 +113,7 @@ type Config struct {
 // Handler serves the callback routes. Create it with NewHandler.
 type Handler struct {
 	cfg        Config
+	tracer     trace.Tracer // nil: tracing off
 	group      *group
 	mux        *http.ServeMux
 	callbacks  *prometheus.CounterVec
@@ -153,6 +162,9 @@ func NewHandler(cfg Config) (*Handler, error) {
 			}
 		}
 	}
+	if cfg.Tracer != nil {
+		h.tracer = cfg.Tracer.Tracer("github.com/convergeplane/converge/dispatch/callback")
+	}
 	h.mux.HandleFunc("POST /v1/tasks/{id}/outcome", h.outcome)
 	h.mux.HandleFunc("POST /v1/tasks/outcomes", h.outcomes)
 	h.mux.HandleFunc("POST /v1/tasks/{id}/heartbeat", h.heartbeat)
@@ -160,8 +172,38 @@ func NewHandler(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
-// ServeHTTP routes a callback request.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+// ServeHTTP routes a callback request, in a span when tracing is on.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.tracer == nil {
+		h.mux.ServeHTTP(w, r)
+		return
+	}
+	_, route := h.mux.Handler(r)
+	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := h.tracer.Start(ctx, "converge.callback "+route, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.route", route), attribute.String("url.path", r.URL.Path)))
+	defer span.End()
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	h.mux.ServeHTTP(sw, r.WithContext(ctx))
+	span.SetAttributes(attribute.Int("http.response.status_code", sw.status))
+	if sw.status >= 400 {
+		span.SetStatus(codes.Error, http.StatusText(sw.status))
+	}
+}
+
+// statusWriter remembers the status a handler answered, for its span.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // authorize verifies the bearer token and that it is for the task in the
 // path. A token for another task is as good as forged here.

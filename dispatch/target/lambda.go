@@ -49,6 +49,8 @@ type EventHeaders struct {
 	WebhookID        string `json:"webhook-id"`
 	WebhookTimestamp string `json:"webhook-timestamp"`
 	WebhookSignature string `json:"webhook-signature"`
+	// TraceParent is the delivery attempt's W3C traceparent.
+	TraceParent string `json:"traceparent,omitempty"`
 	// Invocation is "event" on an Event invocation, whose answer nobody
 	// reads: the function must post its Result to the callback before it
 	// returns (webhooksdk/lambda). Absent on a sync invocation.
@@ -148,7 +150,7 @@ func EncodeEvent(d *Delivery, event bool) ([]byte, error) {
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	h := EventHeaders{ContentType: "application/json", WebhookID: d.MsgID,
-		WebhookTimestamp: strconv.FormatInt(d.Timestamp.Unix(), 10), WebhookSignature: d.Signature}
+		WebhookTimestamp: strconv.FormatInt(d.Timestamp.Unix(), 10), WebhookSignature: d.Signature, TraceParent: d.TraceParent}
 	if event {
 		h.Invocation = "event"
 	}

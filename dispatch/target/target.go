@@ -29,6 +29,9 @@ type Delivery struct {
 	Signature string
 	// Body is the JSON envelope.
 	Body []byte
+	// TraceParent is the W3C traceparent header of this attempt; empty
+	// sends none.
+	TraceParent string
 }
 
 // Response is the provider's answer.
@@ -148,6 +151,9 @@ func (h *HTTPS) request(ctx context.Context, d *Delivery) (*http.Request, error)
 		"Webhook-Id":        {d.MsgID},
 		"Webhook-Timestamp": {strconv.FormatInt(d.Timestamp.Unix(), 10)},
 		"Webhook-Signature": {d.Signature},
+	}
+	if d.TraceParent != "" { // a health probe has none
+		req.Header["Traceparent"] = []string{d.TraceParent}
 	}
 	return req, nil
 }

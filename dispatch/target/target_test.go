@@ -94,3 +94,20 @@ func TestHTTPSDeliver(t *testing.T) {
 		t.Error("a cancelled context delivered")
 	}
 }
+
+// TestEventTraceparent: a Lambda event carries the attempt's traceparent
+// among its headers, and none when the delivery has none (a health probe).
+func TestEventTraceparent(t *testing.T) {
+	t.Parallel()
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, tc := range []struct{ traceparent, want string }{{tp, `"traceparent":"` + tp + `"`}, {"", ""}} {
+		b, err := target.EncodeEvent(&target.Delivery{MsgID: "msg_1", Timestamp: time.Unix(1767225600, 0), Body: []byte(`{}`),
+			Signature: "v1,x", TraceParent: tc.traceparent}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(b), "traceparent"); got != (tc.want != "") || !strings.Contains(string(b), tc.want) {
+			t.Errorf("traceparent %q: event %s", tc.traceparent, b)
+		}
+	}
+}

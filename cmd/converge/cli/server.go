@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/cluster"
@@ -77,6 +78,7 @@ type Server struct {
 	health       *http.Server
 	healthAddr   string
 	pprof        *http.Server
+	tracing      *sdktrace.TracerProvider // nil unless OTLP export is configured
 	served       chan error
 }
 
@@ -106,6 +108,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 				d.Stop()
 			}
 			s.stopServices()
+			if s.tracing != nil {
+				_ = s.tracing.Shutdown(context.Background()) // nothing was exported yet
+			}
 			if s.ln != nil {
 				s.ln.Close()
 			}
@@ -142,6 +147,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}
 	var d *dispatch.Dispatcher
 	if dispatching {
+		if s.tracing, err = startTracing(ctx, version.Version); err != nil {
+			return nil, err
+		}
 		if d, err = s.startDispatch(ctx, lis, member, box, callbackBase); err != nil {
 			return nil, err
 		}
@@ -313,7 +321,7 @@ func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *
 	if err != nil {
 		return err
 	}
-	dr := drainer.New(drainer.Config{Range: member.Range}, s.store, lis.Subscribe("outbox_ready"), s.log)
+	dr := drainer.New(drainer.Config{Range: member.Range, Metrics: s.metrics}, s.store, lis.Subscribe("outbox_ready"), s.log)
 	s.events = api.NewEventHub(api.EventHubConfig{}, lis.Subscribe)
 	for _, d := range []struct {
 		name string
@@ -330,11 +338,14 @@ func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *
 // receiver (Dispatcher.Callbacks) comes with it, from the same config.
 func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member *cluster.Member, box *store.SecretBox,
 	callbackBase string) (*dispatch.Dispatcher, error) {
-	d, err := dispatch.New(dispatch.Config{Claimer: member.ID(), Range: member.Range,
+	dcfg := dispatch.Config{Claimer: member.ID(), Range: member.Range,
 		CallbackBaseURL: callbackBase, TokenKey: s.cfg.CallbackKey, SecretBox: box,
 		DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs, AWS: s.cfg.AWS, Version: version.Version, Metrics: s.metrics, Logger: s.log,
-		DrainTimeout: s.shutdownTimeout()},
-		s.store, dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
+		DrainTimeout: s.shutdownTimeout()}
+	if s.tracing != nil {
+		dcfg.Tracer = s.tracing
+	}
+	d, err := dispatch.New(dcfg, s.store, dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
 	if err != nil {
 		return nil, err
 	}
@@ -354,7 +365,7 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 		s.log.Info("this binary has no web console built in: / serves a page saying how to build it (make ui)")
 	}
 	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens,
-		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), Console: console, Events: s.events,
+		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), MetricsRegistry: s.metrics, Console: console, Events: s.events,
 		ReadyChecks: s.readyChecks()}
 	if box != nil {
 		policy := egress.Policy{DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs}
@@ -592,6 +603,9 @@ func (s *Server) Stop() error {
 		errs = append(errs, s.pprof.Close())
 	}
 	s.stopServices()
+	if s.tracing != nil {
+		errs = append(errs, s.tracing.Shutdown(ctx)) // flushes the spans still batched
+	}
 	s.closePools()
 	return errors.Join(errs...)
 }

@@ -1,0 +1,90 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Spans, when Config.Tracer is set: one per delivery (a task, or a batch),
+// "converge.deliver", with an "outcome" event per task; under it one client
+// span per HTTP attempt, "converge.deliver.attempt" (a failover makes
+// several). Each attempt's request carries that span's W3C traceparent, so
+// the provider's spans, and its callback's (package callback), join the
+// trace. Without a tracer no span is made and the traceparent carries
+// fresh random ids, not sampled: a provider can still correlate its logs.
+
+// tracerName names the dispatcher's spans' instrumentation scope.
+const tracerName = "github.com/convergeplane/converge/dispatch"
+
+// noSpan is what the span helpers return with tracing off: every method a
+// no-op.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// startDelivery opens the span of one delivery of items.
+func (d *Dispatcher) startDelivery(items []*item) trace.Span {
+	if d.tracer == nil {
+		return noSpan
+	}
+	t := items[0].task
+	attrs := []attribute.KeyValue{attribute.String("converge.kind", t.Kind), attribute.Int("converge.kind_version", t.KindVersion),
+		attribute.Int("converge.tasks", len(items))}
+	if len(items) == 1 {
+		attrs = append(attrs, attribute.String("converge.task_id", t.ID), attribute.Int64("converge.claim_epoch", t.Epoch))
+	}
+	_, span := d.tracer.Start(context.Background(), "converge.deliver", trace.WithAttributes(attrs...))
+	return span
+}
+
+// startAttempt opens the span of one HTTP attempt under the delivery's and
+// returns the traceparent its request carries.
+func (d *Dispatcher) startAttempt(delivery trace.Span, endpoint string) (trace.Span, string) {
+	if d.tracer == nil {
+		return noSpan, traceParent(trace.SpanContext{})
+	}
+	_, span := d.tracer.Start(trace.ContextWithSpan(context.Background(), delivery), "converge.deliver.attempt",
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.String("converge.endpoint", endpoint)))
+	return span, traceParent(span.SpanContext())
+}
+
+// endAttempt records the attempt's verdict and ends its span.
+func endAttempt(span trace.Span, v verdict) {
+	defer span.End()
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.String("converge.result", v.result))
+	if v.status != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", v.status))
+	}
+	if v.failed {
+		span.SetStatus(codes.Error, v.result)
+	}
+}
+
+// traceOutcome adds a task's verdict to its delivery's span.
+func traceOutcome(span trace.Span, it *item, endpoint string, v verdict) {
+	if !span.IsRecording() {
+		return
+	}
+	span.AddEvent("outcome", trace.WithAttributes(attribute.String("converge.task_id", it.task.ID),
+		attribute.String("converge.endpoint", endpoint), attribute.String("converge.result", v.result)))
+}
+
+// traceParent is the W3C traceparent header of sc, or, for an invalid sc
+// (tracing off), of fresh random ids with the sampled flag clear.
+func traceParent(sc trace.SpanContext) string {
+	if !sc.IsValid() {
+		var tid trace.TraceID
+		var sid trace.SpanID
+		binary.BigEndian.PutUint64(tid[:8], rand.Uint64())
+		binary.BigEndian.PutUint64(tid[8:], rand.Uint64()|1) // never all zeros, which is invalid
+		binary.BigEndian.PutUint64(sid[:], rand.Uint64()|1)
+		sc = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid})
+	}
+	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+}
