@@ -116,7 +116,11 @@ func TestShutdownReleasesWithinBudget(t *testing.T) {
 	// The first claim's outcome, late: refused, and nothing changes.
 	late, _ := json.Marshal(webhooksdk.Result{TaskID: env.TaskID, ClaimEpoch: env.ClaimEpoch,
 		Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"by":"first"}`)}})
-	cb := "http://" + b.Addr() + env.Callback.URL[strings.Index(env.Callback.URL, "/v1/tasks/"):]
+	_, path, ok := strings.Cut(env.Callback.URL, "/v1/tasks/")
+	if !ok {
+		t.Fatalf("callback URL %q has no /v1/tasks/", env.Callback.URL)
+	}
+	cb := "http://" + b.Addr() + "/v1/tasks/" + path
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, cb, bytes.NewReader(late))
 	must(t, err)
 	req.Header.Set("Content-Type", "application/json")
