@@ -66,10 +66,10 @@ func (e *Endpoint) deliver(rn *run, body []byte, log *slog.Logger) {
 			err             error
 		)
 		if attempt == 1 && cb.BatchURL != "" && e.batcher != nil {
-			status, batched = e.batcher.send(ctx, cb.BatchURL, cb.Token, body)
+			status, batched = e.batcher.send(ctx, cb.BatchURL, cb.Token, rn.traceparent, body)
 		}
 		if !batched {
-			status, retryAfter, err = e.post(ctx, cb.URL, cb.Token, body)
+			status, retryAfter, err = e.post(ctx, cb.URL, cb.Token, rn.traceparent, body)
 		}
 		switch {
 		case err != nil:
@@ -143,7 +143,7 @@ func (e *Endpoint) heartbeat(ctx context.Context, rn *run) {
 			return
 		case <-tick.C:
 		}
-		status, _, err := e.post(ctx, hbURL, cb.Token, body)
+		status, _, err := e.post(ctx, hbURL, cb.Token, rn.traceparent, body)
 		switch {
 		case err != nil:
 			if ctx.Err() == nil {
@@ -159,9 +159,9 @@ func (e *Endpoint) heartbeat(ctx context.Context, rn *run) {
 	}
 }
 
-// post sends one authenticated JSON POST and returns the status and the Retry-After the
-// response asks for (0 if none).
-func (e *Endpoint) post(ctx context.Context, target, token string, body []byte) (int, time.Duration, error) {
+// post sends one authenticated JSON POST, in the delivery's trace when traceparent is
+// set, and returns the status and the Retry-After the response asks for (0 if none).
+func (e *Endpoint) post(ctx context.Context, target, token, traceparent string, body []byte) (int, time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, fmt.Errorf("build request: %w", err)
@@ -169,6 +169,7 @@ func (e *Endpoint) post(ctx context.Context, target, token string, body []byte) 
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("User-Agent", "converge-webhooksdk")
+	setTraceParent(req.Header, traceparent)
 	resp, err := e.client.Do(req)
 	if err != nil {
 		return 0, 0, err // *url.Error names the URL, never the token
@@ -202,13 +203,14 @@ func retryAfter(v string) time.Duration {
 // Descendants, Operation, Config, Bundle). The answer must be for env's task and claim;
 // a 409 (the claim no longer holds the task) is ErrSuperseded. The body is capped like
 // a delivery's (WithMaxBody).
-func (e *Endpoint) fetchPayload(ctx context.Context, env *Envelope) (*Envelope, error) {
+func (e *Endpoint) fetchPayload(ctx context.Context, env *Envelope, traceparent string) (*Envelope, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.PayloadURL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("fetch task payload: %w", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+env.Callback.Token)
 	req.Header.Set("Accept", "application/json")
+	setTraceParent(req.Header, traceparent)
 	req.Header.Set("User-Agent", "converge-webhooksdk")
 	resp, err := e.client.Do(req)
 	if err != nil {
@@ -238,4 +240,33 @@ func (e *Endpoint) fetchPayload(ctx context.Context, env *Envelope) (*Envelope, 
 	out.Resource, out.Status, out.Observed, out.Descendants = full.Resource, full.Status, full.Observed, full.Descendants
 	out.Operation, out.Config, out.Bundle = full.Operation, full.Config, full.Bundle
 	return &out, nil
+}
+
+// traceParent returns the request's W3C traceparent (protocol §17) when it is a
+// well-formed one, else "": the header is not signed, so a malformed value is dropped
+// rather than passed on.
+func traceParent(h http.Header) string {
+	v := h.Get("traceparent")
+	if len(v) != 55 || v[2] != '-' || v[35] != '-' || v[52] != '-' || v[:2] == "ff" {
+		return ""
+	}
+	for i := range len(v) {
+		c := v[i]
+		if i == 2 || i == 35 || i == 52 {
+			continue
+		}
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return ""
+		}
+	}
+	if strings.Trim(v[3:35], "0") == "" || strings.Trim(v[36:52], "0") == "" {
+		return "" // an all-zero trace or parent id is invalid
+	}
+	return v
+}
+
+func setTraceParent(h http.Header, traceparent string) {
+	if traceparent != "" {
+		h.Set("traceparent", traceparent)
+	}
 }

@@ -30,23 +30,24 @@ type callbackBatcher struct {
 }
 
 type callbackBatch struct {
-	items   []CallbackItem
-	full    chan struct{} // closed when the batch reached max
-	done    chan struct{} // closed once answers/err are set
-	answers []CallbackItemAnswer
-	err     error
+	items       []CallbackItem
+	traceparent string        // the first item's: a request carries one
+	full        chan struct{} // closed when the batch reached max
+	done        chan struct{} // closed once answers/err are set
+	answers     []CallbackItemAnswer
+	err         error
 }
 
 // send delivers one Result as part of a batch to url and returns the status the
-// dispatcher gave it. ok is false when the batch request failed as a whole (a network
+// dispatcher gave it. The request carries the first Result's traceparent. ok is false when the batch request failed as a whole (a network
 // error, a dispatcher without the batch route, a malformed answer) or ctx ended first;
 // the caller then sends the Result on its own.
-func (b *callbackBatcher) send(ctx context.Context, url, token string, result []byte) (status int, ok bool) {
+func (b *callbackBatcher) send(ctx context.Context, url, token, traceparent string, result []byte) (status int, ok bool) {
 	b.mu.Lock()
 	cb := b.open[url]
 	leader := cb == nil
 	if leader {
-		cb = &callbackBatch{full: make(chan struct{}), done: make(chan struct{})}
+		cb = &callbackBatch{traceparent: traceparent, full: make(chan struct{}), done: make(chan struct{})}
 		b.open[url] = cb
 	}
 	i := len(cb.items)
@@ -72,7 +73,7 @@ func (b *callbackBatcher) send(ctx context.Context, url, token string, result []
 		// The request belongs to every Result in it: this one's context ending must
 		// not cancel the others'.
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CallbackTimeoutDefault)
-		cb.answers, cb.err = b.post(pctx, url, cb.items)
+		cb.answers, cb.err = b.post(pctx, url, cb.traceparent, cb.items)
 		cancel()
 		close(cb.done)
 	}
@@ -89,7 +90,7 @@ func (b *callbackBatcher) send(ctx context.Context, url, token string, result []
 }
 
 // post sends one batch and returns its per-item answers, exactly one per item.
-func (b *callbackBatcher) post(ctx context.Context, url string, items []CallbackItem) ([]CallbackItemAnswer, error) {
+func (b *callbackBatcher) post(ctx context.Context, url, traceparent string, items []CallbackItem) ([]CallbackItemAnswer, error) {
 	body, err := json.Marshal(CallbackBatch{Outcomes: items})
 	if err != nil {
 		return nil, fmt.Errorf("encode batched callback: %w", err)
@@ -100,6 +101,7 @@ func (b *callbackBatcher) post(ctx context.Context, url string, items []Callback
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "converge-webhooksdk")
+	setTraceParent(req.Header, traceparent)
 	resp, err := b.e.client.Do(req)
 	if err != nil {
 		return nil, err // *url.Error names the URL; the tokens are in the body

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/webhooksdk"
+	"github.com/convergeplane/converge/webhooksdk/sdktest"
 )
 
 // batchDispatcher fakes a dispatcher's callback routes: the batched one
@@ -22,6 +23,7 @@ type batchDispatcher struct {
 	itemStatus  func(attempt int) int // by how many times the task was seen
 
 	mu      sync.Mutex
+	traces  []string        // the traceparent of every request
 	batches [][]string      // task ids per batched request
 	singles []string        // task ids of single callbacks
 	seen    map[string]int  // task id -> posts
@@ -45,6 +47,9 @@ func newBatchDispatcher(t *testing.T) *batchDispatcher {
 			return
 		}
 		var ids []string
+		d.mu.Lock()
+		d.traces = append(d.traces, r.Header.Get("traceparent"))
+		d.mu.Unlock()
 		a := webhooksdk.CallbackBatchAnswer{Results: make([]webhooksdk.CallbackItemAnswer, len(b.Outcomes))}
 		d.mu.Lock()
 		for i, it := range b.Outcomes {
@@ -69,6 +74,7 @@ func newBatchDispatcher(t *testing.T) *batchDispatcher {
 			t.Errorf("single callback for %s: Authorization %q", id, r.Header.Get("Authorization"))
 		}
 		d.mu.Lock()
+		d.traces = append(d.traces, r.Header.Get("traceparent"))
 		d.singles = append(d.singles, id)
 		d.seen[id]++
 		d.done[id] = true
@@ -112,6 +118,7 @@ func (d *batchDispatcher) waitDone(t *testing.T, ids []string) {
 func TestCallbackBatch(t *testing.T) {
 	t.Parallel()
 	const n = 8
+	const trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	run := func(t *testing.T, d *batchDispatcher, opts ...webhooksdk.Option) []string {
 		g := newGate(t)
 		b := setup(t, func(ctx context.Context, _ webhooksdk.Request) (webhooksdk.Outcome, error) {
@@ -123,7 +130,10 @@ func TestCallbackBatch(t *testing.T) {
 			env.TaskID = fmt.Sprintf("task-%d", i)
 			env.Callback = &webhooksdk.Callback{URL: d.srv.URL + "/v1/tasks/" + env.TaskID + "/outcome", Token: "tok-" + env.TaskID,
 				BatchURL: d.srv.URL + "/v1/tasks/outcomes"}
-			if resp := b.post(t, "", env); resp.status != http.StatusAccepted {
+			body, _ := json.Marshal(env)
+			req := sdktest.NewSignedRequest(t, b.srv.URL, vectorSecret, "", time.Time{}, body)
+			req.Header.Set("traceparent", trace)
+			if resp := b.do(t, req); resp.status != http.StatusAccepted {
 				t.Fatalf("status = %d, want 202", resp.status)
 			}
 			ids = append(ids, env.TaskID)
@@ -141,6 +151,9 @@ func TestCallbackBatch(t *testing.T) {
 		if len(d.singles) != 0 || len(d.batches) != 1 || len(d.batches[0]) != n {
 			t.Fatalf("batches %v, singles %v; want one batch of %d", d.batches, d.singles, n)
 		}
+		if len(d.traces) != 1 || d.traces[0] != trace {
+			t.Errorf("the batch's traceparent = %q, want the delivery's %q", d.traces, trace)
+		}
 	})
 	t.Run("max 1 sends each on its own", func(t *testing.T) {
 		t.Parallel()
@@ -148,6 +161,11 @@ func TestCallbackBatch(t *testing.T) {
 		run(t, d, webhooksdk.WithCallbackBatch(0, 1))
 		if len(d.batches) != 0 || len(d.singles) != n {
 			t.Fatalf("batches %v, singles %v; want %d singles", d.batches, d.singles, n)
+		}
+		for _, tp := range d.traces {
+			if tp != trace {
+				t.Errorf("a single callback's traceparent = %q, want the delivery's %q", tp, trace)
+			}
 		}
 	})
 	t.Run("a dispatcher without the route", func(t *testing.T) {

@@ -69,9 +69,12 @@ type providerSlot struct {
 type run struct {
 	id        string // deliveryKey
 	webhookID string
-	env       *Envelope
-	slot      *providerSlot
-	cancel    context.CancelCauseFunc
+	// traceparent is the delivery's W3C trace context (protocol §17), sent on
+	// the callbacks, heartbeats and payload fetch of this run; "" if none.
+	traceparent string
+	env         *Envelope
+	slot        *providerSlot
+	cancel      context.CancelCauseFunc
 
 	done    chan struct{}  // closed once body is set
 	asyncCh chan struct{}  // closed when the result was promised to the callback
@@ -388,7 +391,7 @@ func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelo
 		if m == modeEvent {
 			// Nobody reads this answer: the result reaches the dispatcher only through
 			// the callback (a duplicate outcome is a no-op there).
-			again := &run{webhookID: webhookID, env: env, slot: slot}
+			again := &run{webhookID: webhookID, traceparent: traceParent(r.Header), env: env, slot: slot}
 			e.deliver(again, body, e.taskLogger(again))
 			w.WriteHeader(http.StatusAccepted)
 			return
@@ -428,12 +431,13 @@ func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelo
 		return
 	}
 	rn := &run{
-		id:        id,
-		webhookID: webhookID,
-		env:       env,
-		slot:      slot,
-		done:      make(chan struct{}),
-		asyncCh:   make(chan struct{}),
+		id:          id,
+		webhookID:   webhookID,
+		traceparent: traceParent(r.Header),
+		env:         env,
+		slot:        slot,
+		done:        make(chan struct{}),
+		asyncCh:     make(chan struct{}),
 	}
 	if m == modeEvent {
 		e.markAsyncLocked(rn)
@@ -587,7 +591,7 @@ func (e *Endpoint) work(ctx context.Context, rn *run, log *slog.Logger) (res Res
 	res = Result{TaskID: rn.env.TaskID, ClaimEpoch: rn.env.ClaimEpoch}
 	env := rn.env
 	if env.PayloadURL != "" {
-		full, err := e.fetchPayload(ctx, env)
+		full, err := e.fetchPayload(ctx, env, rn.traceparent)
 		if err != nil {
 			if errors.Is(err, ErrSuperseded) {
 				rn.cancel(ErrSuperseded)
