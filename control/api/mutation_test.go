@@ -637,3 +637,16 @@ func (m *mutator) editRaw(r *request, raw string) {
 	enc, _ := json.Marshal(marker)
 	r.body = bytes.Replace(r.body, enc, []byte(raw), 1)
 }
+
+// TestUnknownMethodIsProblem: a method outside Fiber's list, which the
+// mutation run found answered in plain text, is a problem document too.
+func TestUnknownMethodIsProblem(t *testing.T) {
+	t.Parallel()
+	m := newMutator(t, 1)
+	for _, method := range []string{"PROPFIND", "get", "BREW"} {
+		r := m.send(request{method: method, path: "/api/v1/resources"})
+		if r.err != nil || r.status != http.StatusBadRequest || notProblem(r) != "" {
+			t.Errorf("%s: %d %s (%v): %s", method, r.status, notProblem(r), r.err, excerpt(r.body))
+		}
+	}
+}
