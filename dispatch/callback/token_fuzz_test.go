@@ -61,7 +61,8 @@ func addClaimSeeds(f *testing.F) {
 }
 
 // FuzzTokenRoundTrip: a minted token verifies to the claim it was minted
-// for, and minting that claim again gives the same token.
+// for, and minting that claim again gives the same token; changing any one
+// character of it, cutting it short or extending it makes it fail.
 func FuzzTokenRoundTrip(f *testing.F) {
 	addClaimSeeds(f)
 	tk := fuzzTokens(f)
@@ -94,20 +95,6 @@ func FuzzTokenRoundTrip(f *testing.F) {
 		}
 		if _, err := tk.Verify(tok, c.Expires); !errors.Is(err, ErrTokenExpired) {
 			t.Fatalf("at its expiry the token gave %v, want ErrTokenExpired", err)
-		}
-	})
-}
-
-// FuzzTokenMutation: changing any one character of a valid token, cutting
-// it short or extending it makes it fail verification.
-func FuzzTokenMutation(f *testing.F) {
-	addClaimSeeds(f)
-	tk := fuzzTokens(f)
-	f.Fuzz(func(t *testing.T, task, resource []byte, endpoint string, attempt uint16, shard int16, epoch int64, emits uint8, deadlineMS, issuedMS, expiresIn int64) {
-		c := fuzzClaim(task, resource, endpoint, attempt, shard, epoch, emits, deadlineMS, issuedMS, expiresIn)
-		tok, err := tk.Mint(c)
-		if err != nil {
-			return
 		}
 		const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 		// Every position, each changed to a character the fuzzed emits and
