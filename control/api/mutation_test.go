@@ -36,13 +36,21 @@ import (
 // a hash of the rows' xmin, before and after each request), and the heap
 // flat (in use after a GC, at the end against after warm-up).
 //
-// It runs only when MUTATE_N is set: `make mutate` sends 10,000; see
-// docs/operations.md, "Fuzzing and mutation". MUTATE_SEED picks the random
-// sequence (default 1), so a failure replays.
+// The default suite sends 500 (a few seconds); MUTATE_N sets the number
+// (`make mutate` sends 10,000; 0 skips the run); see docs/operations.md,
+// "Fuzzing and mutation". MUTATE_SEED picks the random sequence (default
+// 1), so a failure replays. Not parallel: the heap it measures is the test
+// process's.
 func TestMutation(t *testing.T) {
-	n, err := strconv.Atoi(os.Getenv("MUTATE_N"))
-	if err != nil || n <= 0 {
-		t.Skip("set MUTATE_N to run the mutation run (make mutate)")
+	n := 500
+	if v := os.Getenv("MUTATE_N"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("MUTATE_N=%q: %v", v, err)
+		}
+	}
+	if n <= 0 {
+		t.Skip("MUTATE_N=0")
 	}
 	seed, _ := strconv.ParseUint(os.Getenv("MUTATE_SEED"), 10, 64)
 	m := newMutator(t, max(seed, 1))
