@@ -11,7 +11,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart dev test test-race test-docker build functions lint bench bench-demo bench-scale soak chaos chaos-short postgres clean check-sam infra-synth test-infra ui test-ui bench-ui chromium
+.PHONY: help demo demo-quickstart dev test test-race test-docker build functions lint bench bench-demo bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui test-ui bench-ui chromium
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -170,6 +170,21 @@ infra-synth: ## synthesize the CDK stack into infra/cdk.out and cfn-lint it (INF
 
 test-infra: ## the CDK stack's assertion tests (slow to compile cold; not part of make test)
 	cd infra && $(GO) test -count=1 -timeout 20m ./...
+
+
+# Native Go fuzzing (issue #14): every target in scripts/fuzz.sh, one
+# `go test -fuzz` each, FUZZTIME each (17 targets: about 4 minutes at 10s).
+FUZZTIME ?= 10s
+
+fuzz: ## run every fuzz target for FUZZTIME each (default 10s; targets listed in scripts/fuzz.sh)
+	GO="$(GO)" FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+# The black-box mutation run (issue #14): MUTATE_N mutated requests against a
+# live API server on a real database.
+MUTATE_N ?= 10000
+
+mutate: postgres ## MUTATE_N (10000) mutated requests against a live API server: no 5xx, problem documents, nothing written by a refusal
+	MUTATE_N=$(MUTATE_N) $(GO) test -count=1 -timeout 30m -run '^TestMutation$$' -v ./control/api/
 
 postgres: ## make sure PostgreSQL server binaries are installed (apt-get as root if not)
 	@./scripts/ensure-postgres.sh >/dev/null

@@ -38,6 +38,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
 
 	"github.com/convergeplane/converge/control/store"
 )
@@ -179,6 +180,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 		ErrorHandler:          s.fiberError,
 		DisableStartupMessage: true,
 	})
+	s.answerUnknownMethods()
 	if cfg.MetricsRegistry != nil {
 		m, err := newRequestMetrics(cfg.MetricsRegistry)
 		if err != nil {
@@ -273,6 +275,28 @@ func (s *Server) withTimeout(c *fiber.Ctx) error {
 	}
 	c.SetUserContext(ctx)
 	return c.Next()
+}
+
+// answerUnknownMethods answers a request whose method is not in Fiber's
+// list (PROPFIND, a lowercase get) with the problem document every other
+// refusal is: Fiber answers those itself, before any middleware, with a
+// plain-text 400.
+func (s *Server) answerUnknownMethods() {
+	serve, methods := s.app.Server().Handler, s.app.Config().RequestMethods
+	s.app.Server().Handler = func(rc *fasthttp.RequestCtx) {
+		for _, m := range methods {
+			if string(rc.Method()) == m {
+				serve(rc)
+				return
+			}
+		}
+		c := s.app.AcquireCtx(rc)
+		defer s.app.ReleaseCtx(c)
+		p := newProblem(http.StatusBadRequest, typeMalformed, fmt.Sprintf("the method %q is not an HTTP method this server knows", c.Method()))
+		if err := writeProblem(c, p); err != nil {
+			s.log.Error("api: cannot answer an unknown method", "err", err)
+		}
+	}
 }
 
 func (s *Server) logPanic(c *fiber.Ctx, e any) {

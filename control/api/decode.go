@@ -38,7 +38,8 @@ func decodeJSON(raw []byte, v any) *Problem {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
-	if err == nil && dec.More() {
+	// Not dec.More(): it reports no more for a stray ']' or '}'.
+	if err == nil && len(bytes.Trim(raw[dec.InputOffset():], " \t\r\n")) > 0 {
 		err = errors.New("unexpected data after the JSON document")
 	}
 	if err == nil {

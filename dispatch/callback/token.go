@@ -149,8 +149,11 @@ func (t *Tokens) Verify(tok string, now time.Time) (Claim, error) {
 	if dl := base64.RawURLEncoding.DecodedLen(len(tok)); dl < tokenFixed+sha256.Size || dl > tokenMaxLen {
 		return Claim{}, ErrBadToken
 	}
-	n, err := base64.RawURLEncoding.Decode(arr[:], []byte(tok))
-	if err != nil || n < tokenFixed+sha256.Size || arr[0] != tokenVersion {
+	// Strict, and the length checked against the decoded bytes: a token
+	// verifies only in the one encoding Mint writes, not with other
+	// trailing bits or with a CR or LF (which the decoder skips) inserted.
+	n, err := base64.RawURLEncoding.Strict().Decode(arr[:], []byte(tok))
+	if err != nil || n < tokenFixed+sha256.Size || arr[0] != tokenVersion || base64.RawURLEncoding.EncodedLen(n) != len(tok) {
 		return Claim{}, ErrBadToken
 	}
 	b := arr[:n]

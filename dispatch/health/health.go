@@ -175,15 +175,25 @@ func (p *Prober) Probe(ctx context.Context, pr registry.Probe) registry.ProbeRes
 	if resp.Truncated {
 		return registry.ProbeResult{Err: fmt.Errorf("answer exceeds %d bytes", len(resp.Body))}
 	}
+	ready, err := readiness(resp.Body)
+	if err != nil {
+		return registry.ProbeResult{Err: err}
+	}
+	return registry.ProbeResult{Ready: ready}
+}
+
+// readiness decodes a probe's 200 answer, a webhooksdk.HealthResponse,
+// into each pair's readiness, keyed "kind/kind_version".
+func readiness(body []byte) (map[string]bool, error) {
 	var hr webhooksdk.HealthResponse
-	if err := json.Unmarshal(resp.Body, &hr); err != nil {
-		return registry.ProbeResult{Err: fmt.Errorf("unreadable answer: %v", err)}
+	if err := json.Unmarshal(body, &hr); err != nil {
+		return nil, fmt.Errorf("unreadable answer: %v", err)
 	}
 	ready := make(map[string]bool, len(hr.Kinds))
 	for _, k := range hr.Kinds {
 		ready[fmt.Sprintf("%s/%d", k.Kind, k.KindVersion)] = k.Ready
 	}
-	return registry.ProbeResult{Ready: ready}
+	return ready, nil
 }
 
 func excerpt(b []byte) string {
