@@ -23,8 +23,9 @@ type listDeliveriesOutput struct {
 	Body       DeliveryList
 }
 
-// deliveryQuery are the filters both delivery lists take.
-type deliveryQuery struct {
+// DeliveryQuery are the filters both delivery lists take (exported: huma
+// reads the parameters of an embedded struct only when its type is).
+type DeliveryQuery struct {
 	Kind           string    `query:"kind" doc:"With name: only this resource's attempts (by the name it had then)."`
 	Name           string    `query:"name" doc:"With kind: only this resource's attempts."`
 	Classification string    `query:"classification" doc:"Only attempts so classified: ok, task_error, accepted, callback_ok, callback_error, or a failure class."`
@@ -34,13 +35,13 @@ type deliveryQuery struct {
 	Cursor         string    `query:"cursor" doc:"The next_cursor of the previous page."`
 }
 
-func (q deliveryQuery) filter(endpoint string) store.DeliveryFilter {
+func (q DeliveryQuery) filter(endpoint string) store.DeliveryFilter {
 	return store.DeliveryFilter{Endpoint: endpoint, Kind: q.Kind, Name: q.Name, Classification: q.Classification,
 		Failed: q.Failed, Since: q.Since, Limit: q.Limit, Cursor: q.Cursor}
 }
 
 // value echoes a filter's value in a problem.
-func (q deliveryQuery) value(f string) any {
+func (q DeliveryQuery) value(f string) any {
 	switch f {
 	case "kind":
 		return q.Kind
@@ -56,12 +57,12 @@ func (q deliveryQuery) value(f string) any {
 
 type listDeliveriesInput struct {
 	Endpoint string `query:"endpoint" doc:"Only this endpoint's attempts."`
-	deliveryQuery
+	DeliveryQuery
 }
 
 type endpointDeliveriesInput struct {
 	Name string `path:"name" doc:"The endpoint's name."`
-	deliveryQuery
+	DeliveryQuery
 }
 
 type deliveryPath struct {
@@ -106,17 +107,17 @@ func (s *Server) registerDeliveries() {
 }
 
 func (s *Server) listDeliveries(ctx context.Context, in *listDeliveriesInput) (*listDeliveriesOutput, error) {
-	return s.deliveries(ctx, in.deliveryQuery.filter(in.Endpoint), in.deliveryQuery)
+	return s.deliveries(ctx, in.DeliveryQuery.filter(in.Endpoint), in.DeliveryQuery)
 }
 
 func (s *Server) listEndpointDeliveries(ctx context.Context, in *endpointDeliveriesInput) (*listDeliveriesOutput, error) {
 	if _, err := s.store.GetEndpoint(ctx, in.Name); err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
-	return s.deliveries(ctx, in.deliveryQuery.filter(in.Name), in.deliveryQuery)
+	return s.deliveries(ctx, in.DeliveryQuery.filter(in.Name), in.DeliveryQuery)
 }
 
-func (s *Server) deliveries(ctx context.Context, f store.DeliveryFilter, q deliveryQuery) (*listDeliveriesOutput, error) {
+func (s *Server) deliveries(ctx context.Context, f store.DeliveryFilter, q DeliveryQuery) (*listDeliveriesOutput, error) {
 	page, err := s.store.ListDeliveries(ctx, f)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "query", value: q.value})
