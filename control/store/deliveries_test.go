@@ -41,8 +41,11 @@ func TestDeliveries(t *testing.T) {
 		{Endpoint: "b", TaskID: task(5), Resource: store.DeliveryResource{ID: rid}, ClaimEpoch: 5, Attempt: 1, HTTPStatus: 202,
 			Classification: store.DeliveryCallbackError, Excerpt: "quota"},
 	}
-	if err := b.st.RecordDeliveries(b.ctx, ds); err != nil {
-		t.Fatal(err)
+	// The dispatcher's rows (all named), then the callback's (looked up).
+	for _, batch := range [][]store.Delivery{ds[:4], ds[4:]} {
+		if err := b.st.RecordDeliveries(b.ctx, batch); err != nil {
+			t.Fatal(err)
+		}
 	}
 	list := func(f store.DeliveryFilter) []store.Delivery {
 		t.Helper()
