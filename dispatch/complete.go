@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/convergeplane/converge/control/model"
@@ -34,13 +35,22 @@ func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
 		}
 		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
 		defer cancel()
+		// The delivery log's insert runs beside the completion on its own
+		// connection: in line it lengthened every flush of this one
+		// goroutine, which paces the dispatcher's completions.
+		var logged sync.WaitGroup
 		if len(attempts) > 0 {
-			if err := d.st.RecordDeliveries(fctx, attempts); err != nil {
-				d.log.Warn("cannot record deliveries", "err", err, "attempts", len(attempts))
-			}
+			logged.Go(func() {
+				if err := d.st.RecordDeliveries(fctx, attempts); err != nil {
+					d.log.Warn("cannot record deliveries", "err", err, "attempts", len(attempts))
+				}
+			})
+		}
+		defer func() {
+			logged.Wait()
 			clear(attempts)
 			attempts = attempts[:0]
-		}
+		}()
 		if len(completes) > 0 {
 			if _, err := d.st.CompleteBatch(fctx, completes); err != nil {
 				// The claims stay held; their leases lapse and the reaper
