@@ -214,7 +214,7 @@ func (w *asyncWatch) expire(ctx context.Context, due []dueTask) {
 		}
 		return
 	}
-	var failures []store.EndpointDelivery
+	var timeouts []store.Delivery
 	for i, c := range checks {
 		dt := due[i]
 		switch c.State {
@@ -222,17 +222,17 @@ func (w *asyncWatch) expire(ctx context.Context, due []dueTask) {
 			w.d.m.asyncTimeouts.Inc()
 			w.d.log.Info("accepted task timed out without a callback", "task_id", dt.task.ID, "claim_epoch", dt.task.Epoch,
 				"endpoint", dt.endpoint, "kind", dt.task.Kind, "kind_version", dt.task.KindVersion)
-			failures = append(failures, store.EndpointDelivery{Endpoint: dt.endpoint, TaskID: dt.task.ID,
-				ResourceID: dt.task.ResourceID, ClaimEpoch: dt.task.Epoch, Attempt: dt.task.Attempts + 1,
-				HTTPStatus: http.StatusAccepted, Reason: resultAsyncTimeout, Excerpt: asyncTimeoutMessage})
+			timeouts = append(timeouts, store.Delivery{Endpoint: dt.endpoint, TaskID: dt.task.ID,
+				Resource: store.DeliveryResource{ID: dt.task.ResourceID, Kind: dt.task.Kind}, TaskType: string(dt.task.Type), ClaimEpoch: dt.task.Epoch, Attempt: dt.task.Attempts + 1,
+				HTTPStatus: http.StatusAccepted, Classification: resultAsyncTimeout, Excerpt: asyncTimeoutMessage})
 		case store.AsyncHeld:
 			dt.at = c.LeaseUntil
 			w.push(dt)
 		case store.AsyncGone:
 		}
 	}
-	if len(failures) > 0 {
-		if err := w.d.st.RecordDeliveryFailures(ectx, failures); err != nil {
+	if len(timeouts) > 0 {
+		if err := w.d.st.RecordDeliveries(ectx, timeouts); err != nil {
 			w.d.log.Warn("cannot record async timeouts", "err", err)
 		}
 	}

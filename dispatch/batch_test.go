@@ -222,7 +222,7 @@ func TestBatchUnusableAnswers(t *testing.T) {
 		if status != want {
 			t.Errorf("%s: status from the %s answer, want the %s", name, status, want)
 		}
-		if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND reason = 'malformed'`, id); n != failures {
+		if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'malformed'`, id); n != failures {
 			t.Errorf("%s: %d malformed deliveries recorded, want %d", name, n, failures)
 		}
 	}
@@ -279,7 +279,7 @@ func TestBatchWholeRequest(t *testing.T) {
 			t.Fatalf("the failed request carried %d tasks, want all %d", firstSize, len(ids))
 		}
 		for _, id := range ids {
-			if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND reason = 'server_error' AND claim_epoch = 1`, id); n != 1 {
+			if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'server_error' AND claim_epoch = 1`, id); n != 1 {
 				t.Errorf("resource %s: %d server_error records for its first claim, want 1", id, n)
 			}
 		}

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/convergeplane/converge/control/model"
@@ -12,8 +13,8 @@ import (
 const flushTimeout = 30 * time.Second
 
 // completer batches the outcomes of finished deliveries into one round trip
-// per kind of write: CompleteBatch for results, Release per (delay, reason),
-// and one insert of failed attempts. A batch goes out when BatchSize ops have gathered or FlushEvery
+// per kind of write: one insert of the batch's attempts into the delivery
+// log, CompleteBatch for results, Release per (delay, reason). A batch goes out when BatchSize ops have gathered or FlushEvery
 // after the first, so a burst is written at database speed and a lone
 // result waits at most FlushEvery. It returns once ops is closed and the
 // last batch is written.
@@ -25,7 +26,7 @@ func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
 	var (
 		completes []store.Completion
 		releases  = map[relKey][]model.Task{}
-		failures  []store.EndpointDelivery
+		attempts  []store.Delivery
 		n         int
 	)
 	flush := func() {
@@ -34,12 +35,22 @@ func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
 		}
 		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
 		defer cancel()
-		if len(failures) > 0 {
-			if err := d.st.RecordDeliveryFailures(fctx, failures); err != nil {
-				d.log.Warn("cannot record failed deliveries", "err", err, "failures", len(failures))
-			}
-			failures = failures[:0]
+		// The delivery log's insert runs beside the completion on its own
+		// connection: in line it lengthened every flush of this one
+		// goroutine, which paces the dispatcher's completions.
+		var logged sync.WaitGroup
+		if len(attempts) > 0 {
+			logged.Go(func() {
+				if err := d.st.RecordDeliveries(fctx, attempts); err != nil {
+					d.log.Warn("cannot record deliveries", "err", err, "attempts", len(attempts))
+				}
+			})
 		}
+		defer func() {
+			logged.Wait()
+			clear(attempts)
+			attempts = attempts[:0]
+		}()
 		if len(completes) > 0 {
 			if _, err := d.st.CompleteBatch(fctx, completes); err != nil {
 				// The claims stay held; their leases lapse and the reaper
@@ -72,8 +83,8 @@ func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
 			case opRelease:
 				k := relKey{o.delay.Round(100 * time.Millisecond), o.reason}
 				releases[k] = append(releases[k], o.task)
-			case opFailure:
-				failures = append(failures, o.failure)
+			case opRecord:
+				attempts = append(attempts, o.delivery)
 			}
 			n++
 			if n == 1 {

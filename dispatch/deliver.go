@@ -21,8 +21,8 @@ import (
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
-// Delivery results: the deliveries_total{result} label values and, for
-// failures, the endpoint_deliveries reason.
+// Delivery results: the deliveries_total{result} label values and the
+// delivery log's classification (store.DeliveryClassifications).
 const (
 	resultOK           = "ok"            // 200 with an outcome, or 204
 	resultTaskError    = "task_error"    // 200 with an error body: the task failed, the delivery did not
@@ -50,7 +50,7 @@ type opKind int
 const (
 	opComplete opKind = iota // store.CompleteBatch with result
 	opRelease                // store.Release after delay, no attempt burnt
-	opFailure                // record a failed attempt in endpoint_deliveries
+	opRecord                 // record an attempt in the delivery log
 )
 
 type op struct {
@@ -62,7 +62,7 @@ type op struct {
 	abandoned bool
 	delay     time.Duration
 	reason    string
-	failure   store.EndpointDelivery
+	delivery  store.Delivery
 }
 
 // verdict is one attempt's classification.
@@ -71,7 +71,7 @@ type verdict struct {
 	status   int
 	breaker  registry.Verdict
 	failover bool // no answer: another endpoint may take it
-	failed   bool // record it as a failed delivery
+	failed   bool // a failed attempt: its excerpt says why
 	detail   string
 	excerpt  []byte
 
@@ -243,17 +243,26 @@ func (d *Dispatcher) deliver(items []*item, slot *registry.Slot, ops chan<- op) 
 	}
 }
 
-// record counts one task's attempt in the metrics and, if it failed, in the
-// endpoint's delivery log.
+// record counts one task's attempt in the metrics and in the delivery log:
+// every attempt, whatever its verdict, goes to the completer, which writes
+// a batch's attempts in one insert.
 func (d *Dispatcher) record(it *item, ep *registry.Endpoint, v verdict, start time.Time, lat time.Duration, ops chan<- op) {
 	d.m.observe(ep.Name(), v.result, lat)
-	if v.failed {
-		ops <- op{kind: opFailure, failure: store.EndpointDelivery{
-			Endpoint: ep.Name(), At: start, TaskID: it.task.ID, ResourceID: it.task.ResourceID,
-			ClaimEpoch: it.task.Epoch, Attempt: it.task.Attempts + 1, HTTPStatus: v.status,
-			LatencyMS: int(lat / time.Millisecond), Reason: v.result, Excerpt: failureExcerpt(v),
-		}}
+	rec := store.Delivery{
+		Endpoint: ep.Name(), At: start, TaskID: it.task.ID, Resource: store.DeliveryResource{ID: it.task.ResourceID, Kind: it.task.Kind},
+		TaskType: string(it.task.Type), ClaimEpoch: it.task.Epoch, Attempt: it.task.Attempts + 1, HTTPStatus: v.status,
+		LatencyMS: int(lat / time.Millisecond), Classification: v.result,
 	}
+	if r := it.env.Resource; r != nil {
+		rec.Resource.Name = r.Name
+	}
+	if o := it.env.Operation; o != nil {
+		rec.Action = o.Verb
+	}
+	if v.failed {
+		rec.Excerpt = failureExcerpt(v)
+	}
+	ops <- op{kind: opRecord, delivery: rec}
 }
 
 // finish does what a task's verdict says: complete, release, hold for its

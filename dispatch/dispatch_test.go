@@ -204,7 +204,7 @@ func TestAsyncTimeout(t *testing.T) {
 	if v := metricValue(t, e, "converge_dispatch_async_timeouts_total", nil); v != 1 {
 		t.Errorf("async_timeouts_total = %v, want 1", v)
 	}
-	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND reason = 'async_timeout' AND endpoint = 'leaves'`, id); n != 1 {
+	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'async_timeout' AND endpoint = 'leaves'`, id); n != 1 {
 		t.Errorf("%d async timeouts recorded in endpoint_deliveries, want 1", n)
 	}
 }
@@ -257,7 +257,7 @@ func TestLateCallbackOfAbandonedClaimIsSuperseded(t *testing.T) {
 	}
 	first := delivery(1)
 	second := delivery(2)
-	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND claim_epoch = 1 AND reason = 'timeout'`, id); n != 1 {
+	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND claim_epoch = 1 AND classification = 'timeout'`, id); n != 1 {
 		t.Fatalf("%d timeouts recorded for claim 1, want 1", n)
 	}
 
@@ -329,28 +329,34 @@ func postWithToken(t *testing.T, url, token string, body []byte) *http.Response 
 func TestTerminalOnlyFromTheBody(t *testing.T) {
 	t.Parallel()
 	rows := failLeaf(t, nil, 0, "cidr overlaps an existing vpc")
-	if len(rows) != 1 || rows[0].Reason != "task_error" || rows[0].HTTPStatus != 200 || !strings.Contains(rows[0].Excerpt, "terminal: cidr overlaps") {
+	if len(rows) != 1 || rows[0].Classification != "task_error" || rows[0].HTTPStatus != 200 || !strings.Contains(rows[0].Excerpt, "terminal: cidr overlaps") {
 		t.Fatalf("deliveries = %+v, want the terminal task error", rows)
 	}
 }
 
 // TestAsyncFailureRecorded: a failure the provider reports by callback is a
-// failed attempt of the delivering endpoint, recorded as one answered inline
-// is (task_error), against the delivery's 202.
+// failed attempt of the delivering endpoint (callback_error), against the
+// delivery's 202.
 func TestAsyncFailureRecorded(t *testing.T) {
 	t.Parallel()
 	// Past the zero sync budget: answered 202, then by callback.
 	rows := failLeaf(t, []webhooksdk.Option{webhooksdk.WithSyncBudget(0)}, 20*time.Millisecond, "quota exhausted in eu-west-1")
-	if len(rows) != 1 || rows[0].Endpoint != "leaves" || rows[0].Reason != "task_error" || rows[0].HTTPStatus != http.StatusAccepted ||
+	if len(rows) != 1 || rows[0].Endpoint != "leaves" || rows[0].Classification != "callback_error" || rows[0].HTTPStatus != http.StatusAccepted ||
 		rows[0].Attempt != 1 || rows[0].ClaimEpoch != 1 || !strings.Contains(rows[0].Excerpt, "quota exhausted") {
 		t.Fatalf("deliveries = %+v, want the reported failure against the 202 delivery", rows)
 	}
 }
 
+// failedDeliveries returns the resource's failed attempts, newest first.
+func (e *env) failedDeliveries(id string) ([]store.Delivery, error) {
+	page, err := e.st.ListDeliveries(e.ctx, store.DeliveryFilter{ResourceID: id, Failed: true, Limit: 10})
+	return page.Items, err
+}
+
 // failLeaf runs one leaf against a webhooksdk provider (opts) whose Work
 // takes delay and fails terminally with msg; it returns the failed
 // deliveries recorded for the leaf once it is Failed.
-func failLeaf(t *testing.T, opts []webhooksdk.Option, delay time.Duration, msg string) []store.EndpointDelivery {
+func failLeaf(t *testing.T, opts []webhooksdk.Option, delay time.Duration, msg string) []store.Delivery {
 	t.Helper()
 	e := newEnv(t)
 	e.kind("leaf", model.Policy{})
@@ -363,7 +369,7 @@ func failLeaf(t *testing.T, opts []webhooksdk.Option, delay time.Duration, msg s
 	e.listen()
 	id := e.apply("leaf", "a", map[string]any{})
 	e.waitPhase("leaf", "a", "Failed", 20*time.Second)
-	rows, err := e.st.ListDeliveriesForResource(e.ctx, id, 10)
+	rows, err := e.failedDeliveries(id)
 	must(t, err)
 	return rows
 }
@@ -402,7 +408,7 @@ func TestDeadlineExceeded(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM resource_events WHERE resource_id = $1 AND type = 'failed' AND message LIKE '%transient%deadline%'`, id); n != 1 {
 		t.Errorf("%d transient deadline failures recorded, want 1", n)
 	}
-	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND reason = 'deadline' AND http_status IS NULL`, id); n != 1 {
+	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'deadline' AND http_status IS NULL`, id); n != 1 {
 		t.Errorf("%d deadline deliveries recorded, want 1", n)
 	}
 }
@@ -429,13 +435,13 @@ func TestServerErrorsThenOK(t *testing.T) {
 	id := e.apply("leaf", "a", map[string]any{"v": 1})
 	e.waitPhase("leaf", "a", "Ready", 20*time.Second)
 
-	rows, err := e.st.ListDeliveriesForResource(e.ctx, id, 10)
+	rows, err := e.failedDeliveries(id)
 	must(t, err)
 	if len(rows) != 3 {
 		t.Fatalf("%d failed deliveries recorded, want 3: %+v", len(rows), rows)
 	}
 	for i, r := range rows {
-		if r.HTTPStatus != 500 || r.Reason != "server_error" || r.Endpoint != "leaves" || r.Attempt != 3-i ||
+		if r.HTTPStatus != 500 || r.Classification != "server_error" || r.Endpoint != "leaves" || r.Attempt != 3-i ||
 			!strings.Contains(r.Excerpt, "database is on fire") {
 			t.Errorf("delivery %d = %+v", i, r)
 		}
@@ -483,7 +489,7 @@ func TestRateLimited(t *testing.T) {
 	if seen[1].env.Attempt != 1 || seen[1].env.ClaimEpoch != 2 {
 		t.Errorf("retry was attempt %d of claim %d, want attempt 1 (not burnt) of claim 2", seen[1].env.Attempt, seen[1].env.ClaimEpoch)
 	}
-	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND reason = 'rate_limited' AND http_status = 429`, id); n != 1 {
+	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'rate_limited' AND http_status = 429`, id); n != 1 {
 		t.Errorf("%d rate-limited deliveries recorded, want 1", n)
 	}
 	if n := e.count(`SELECT count(*) FROM resource_events WHERE resource_id = $1 AND type = 'failed'`, id); n != 0 {
@@ -699,7 +705,7 @@ func TestSSRF(t *testing.T) {
 	id := e.apply("named", "b", map[string]any{})
 
 	waitFor(t, 10*time.Second, "a blocked dial to be recorded", func() bool {
-		return e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND reason = 'blocked'`, id) > 0
+		return e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'blocked'`, id) > 0
 	})
 	if queries.Load() == 0 {
 		t.Fatal("the name was never resolved")
@@ -741,9 +747,9 @@ func TestRedirectNotFollowed(t *testing.T) {
 	if followed.Load() != 0 {
 		t.Errorf("the redirect was followed %d times", followed.Load())
 	}
-	rows, err := e.st.ListDeliveriesForResource(e.ctx, id, 10)
+	rows, err := e.failedDeliveries(id)
 	must(t, err)
-	if len(rows) != 1 || rows[0].Reason != "redirect" || rows[0].HTTPStatus != 307 {
+	if len(rows) != 1 || rows[0].Classification != "redirect" || rows[0].HTTPStatus != 307 {
 		t.Fatalf("deliveries = %+v, want one redirect failure", rows)
 	}
 }

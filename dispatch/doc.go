@@ -36,15 +36,16 @@
 //     error, so the engine backs off and counts the attempt; a Retry-After
 //     also keeps the endpoint idle that long. 429 releases the task after
 //     Retry-After without counting an attempt and backs the endpoint off;
-//     410 disables the endpoint and releases the task. Every failed attempt
-//     — a failed delivery, a task error the provider reported inline, an
-//     accepted task that never called back — is recorded in
-//     endpoint_deliveries with its classified reason (the result label of
-//     deliveries_total). A batch's answer is classified once for the
+//     410 disables the endpoint and releases the task. Every attempt — a
+//     success, a failed delivery, a task error the provider reported
+//     inline, a 202, an accepted task that never called back; one per task
+//     of a batch — is recorded in the delivery log (endpoint_deliveries)
+//     with its classification (the result label of deliveries_total); the
+//     callback receiver records each callback's outcome. A batch's answer is classified once for the
 //     request (breaker, back-off, failover) and, when it is a batch
 //     response, per task as that task's inline answer would be.
-//  5. Complete. Results, releases and failure records are written in
-//     batches (one round trip each per batch).
+//  5. Complete. Results, releases and the delivery log's rows are written
+//     in batches (one round trip each per batch).
 //
 // # Fencing
 //

@@ -105,9 +105,11 @@ func (s *server) lambdaDetail(kind, name string) lambdaDetail {
 	return d
 }
 
-func (s *server) lambdaDeliveries(endpoint string) []map[string]any {
+// lambdaDeliveries lists an endpoint's delivery log, newest first, with
+// query q (e.g. failed=true).
+func (s *server) lambdaDeliveries(endpoint, q string) []map[string]any {
 	var ds struct{ Items []map[string]any }
-	_, body := s.call("GET", "/endpoints/"+endpoint+"/deliveries", nil)
+	_, body := s.call("GET", "/endpoints/"+endpoint+"/deliveries?"+q, nil)
 	_ = json.Unmarshal(body, &ds)
 	return ds.Items
 }
@@ -188,9 +190,13 @@ func TestLambdaTargets(t *testing.T) {
 	})
 	t.Run("FunctionErrorIsTransient", func(t *testing.T) {
 		waitFor(t, 90*time.Second, "f1 Ready after two function errors", func() bool { return s.lambdaDetail("flaky", "f1").Phase == "Ready" })
-		ds := s.lambdaDeliveries("lam-flaky")
-		if len(ds) != 2 || ds[0]["reason"] != "task_error" || !strings.Contains(fmt.Sprint(ds[0]["excerpt"]), "boom: the database is down") {
+		ds := s.lambdaDeliveries("lam-flaky", "failed=true")
+		if len(ds) != 2 || ds[0]["classification"] != "task_error" || !strings.Contains(fmt.Sprint(ds[0]["excerpt"]), "boom: the database is down") {
 			t.Errorf("lam-flaky deliveries = %v, want 2 task_error carrying the function's error", ds)
+		}
+		// The success that followed is in the log too.
+		if all := s.lambdaDeliveries("lam-flaky", ""); len(all) != 3 || all[0]["classification"] != "ok" || all[0]["failed"] != false {
+			t.Errorf("lam-flaky log = %v, want the two failures and the success", all)
 		}
 	})
 	t.Run("TerminalFunctionErrorPinsFailed", func(t *testing.T) {
@@ -204,12 +210,12 @@ func TestLambdaTargets(t *testing.T) {
 		if busy.Throttled.Load() != 3 || busy.Invocations.Load() != 1 {
 			t.Errorf("busy: %d throttled, %d ran; want 3, 1", busy.Throttled.Load(), busy.Invocations.Load())
 		}
-		ds := s.lambdaDeliveries("lam-busy")
+		ds := s.lambdaDeliveries("lam-busy", "failed=true")
 		if len(ds) != 3 {
 			t.Fatalf("lam-busy deliveries = %v, want 3 rate_limited", ds)
 		}
 		for _, d := range ds {
-			if d["reason"] != "rate_limited" || d["attempt"] != float64(1) {
+			if d["classification"] != "rate_limited" || d["attempt"] != float64(1) {
 				t.Errorf("throttled delivery %v: want rate_limited at attempt 1 (no attempt burnt)", d)
 			}
 		}

@@ -60,21 +60,11 @@ type EndpointList struct {
 	Items []EndpointView `json:"items"`
 }
 
-// DeliveryList is the body of GET /endpoints/{name}/deliveries.
-type DeliveryList struct {
-	Items []store.EndpointDelivery `json:"items"`
-}
-
 // RotatedSecret is the body of POST /endpoints/{name}/rotate-secret.
 type RotatedSecret struct {
 	Secret string `json:"secret" doc:"The new signing secret, shown once."`
 	// PreviousValidUntil is when the old secret stops signing.
 	PreviousValidUntil time.Time `json:"previous_valid_until"`
-}
-
-type deliveriesInput struct {
-	Name  string `path:"name" doc:"The endpoint's name."`
-	Limit int    `query:"limit" minimum:"1" maximum:"1000" default:"100"`
 }
 
 func (s *Server) registerEndpoints() {
@@ -108,12 +98,7 @@ func (s *Server) registerEndpoints() {
 		Description: "Returns the new secret once. Until previous_valid_until both secrets sign every delivery.",
 		Errors:      []int{404},
 	}, nil, s.rotateEndpointSecret)
-	register(s, huma.Operation{
-		OperationID: "list-endpoint-deliveries", Method: http.MethodGet, Path: "/endpoints/{name}/deliveries", Tags: []string{"Endpoints"},
-		Summary:     "List an endpoint's failed delivery attempts",
-		Description: "Newest first: task, claim epoch, attempt, HTTP status, latency, classified reason and a bounded excerpt.",
-		Errors:      []int{404},
-	}, nil, s.listDeliveries)
+	s.registerDeliveries()
 }
 
 func (s *Server) applyEndpoint(ctx context.Context, in *rawBodyInput) (*applyOutput[EndpointView], error) {
@@ -198,20 +183,6 @@ func (s *Server) rotateEndpointSecret(ctx context.Context, in *namePath) (*bodyO
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
 	return &bodyOutput[RotatedSecret]{Body: RotatedSecret{Secret: sec.Reveal(), PreviousValidUntil: until}}, nil
-}
-
-func (s *Server) listDeliveries(ctx context.Context, in *deliveriesInput) (*bodyOutput[DeliveryList], error) {
-	if _, err := s.store.GetEndpoint(ctx, in.Name); err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
-	}
-	ds, err := s.store.ListDeliveries(ctx, in.Name, in.Limit)
-	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{})
-	}
-	if ds == nil {
-		ds = []store.EndpointDelivery{}
-	}
-	return &bodyOutput[DeliveryList]{Body: DeliveryList{Items: ds}}, nil
 }
 
 // errNoEndpoints guards a misconfigured wiring.

@@ -178,7 +178,7 @@ type ResourceView struct {
 	// Parked says why a queued task is not being claimed.
 	Parked string `json:"parked,omitempty" doc:"Why a queued task waits: no ready endpoint serves its (kind, kind_version)."`
 	// Deliveries are the newest failed delivery attempts for this resource.
-	Deliveries []store.EndpointDelivery `json:"recent_failed_deliveries,omitempty"`
+	Deliveries []store.Delivery `json:"recent_failed_deliveries,omitempty" doc:"The newest failed delivery attempts for it (GET /deliveries?kind=&name=&failed=true has them all)."`
 	// PendingReactions are the reactor deliveries not acked yet.
 	PendingReactions []store.PendingReaction `json:"pending_reactions,omitempty" doc:"Reactor deliveries this resource's lifecycle transitions fired (one per matching reactor binding) that no reactor has acknowledged yet: binding, transition, generation, failed attempts, last error, and whether one is being delivered now. A delivery leaves the list once its reactor succeeds."`
 }
@@ -206,9 +206,11 @@ func (s *Server) getResource(ctx context.Context, in *resourcePath) (*bodyOutput
 		}
 	}
 	if s.cfg.Endpoints != nil {
-		if v.Deliveries, err = s.store.ListDeliveriesForResource(ctx, r.ID, recentDeliveries); err != nil {
+		page, err := s.store.ListDeliveries(ctx, store.DeliveryFilter{Kind: r.Kind, Name: r.Name, ResourceID: r.ID, Failed: true, Limit: recentDeliveries})
+		if err != nil {
 			return nil, s.problemFor(ctx, err, problemOpts{})
 		}
+		v.Deliveries = page.Items
 	}
 	if v.PendingReactions, err = s.store.PendingReactions(ctx, r.ID); err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{})

@@ -2,8 +2,9 @@
 // reclaims tasks whose lease lapsed (a dead dispatcher), re-schedules lagging
 // resources the reactive cascade missed (crash recovery), drops work nobody
 // claimed for a long window, recounts per-kind in-flight caps, sweeps
-// orphans whose grace expired, re-pends resources of kinds that resync, and
-// bounds per-resource event logs. Every pass
+// orphans whose grace expired, re-pends resources of kinds that resync,
+// bounds per-resource event logs, and prunes the delivery log by age and
+// per endpoint by count. Every pass
 // is shard-range scoped, SKIP LOCKED, and probes an index that is empty on a
 // settled fleet, so an idle tick costs a few index lookups.
 package reaper
@@ -44,6 +45,16 @@ type Config struct {
 	// in the cluster view (as not ready) before it is forgotten. Defaults
 	// to 1h.
 	MemberRetention time.Duration
+	// DeliveryMaxAge is how long the delivery log keeps an attempt.
+	// Defaults to store.DeliveryLogMaxAgeDefault (168h).
+	DeliveryMaxAge time.Duration
+	// DeliveryKeep is how many attempts the delivery log keeps per
+	// endpoint. Defaults to store.DeliveryLogKeepDefault (10,000).
+	DeliveryKeep int
+	// DeliveryPruneEvery is the least time between two prunes of the
+	// delivery log (the count prune walks each endpoint's newest
+	// DeliveryKeep index entries). Defaults to 1m.
+	DeliveryPruneEvery time.Duration
 	// Metrics, if set, receives the converge_reaper_* metrics.
 	Metrics prometheus.Registerer
 }
@@ -56,6 +67,7 @@ const (
 	EventsKeepDefault      = 100
 	LimitDefault           = 1000
 	MemberRetentionDefault = time.Hour
+	DeliveryPruneDefault   = time.Minute
 )
 
 func (c Config) withDefaults() Config {
@@ -68,6 +80,9 @@ func (c Config) withDefaults() Config {
 	c.EventsKeep = cmp.Or(c.EventsKeep, EventsKeepDefault)
 	c.Limit = cmp.Or(c.Limit, LimitDefault)
 	c.MemberRetention = cmp.Or(c.MemberRetention, MemberRetentionDefault)
+	c.DeliveryMaxAge = cmp.Or(c.DeliveryMaxAge, store.DeliveryLogMaxAgeDefault)
+	c.DeliveryKeep = cmp.Or(c.DeliveryKeep, store.DeliveryLogKeepDefault)
+	c.DeliveryPruneEvery = cmp.Or(c.DeliveryPruneEvery, DeliveryPruneDefault)
 	return c
 }
 
@@ -79,6 +94,7 @@ type Reaper struct {
 	loop    startstop.Loop
 	eventWM int64
 	swept   time.Time // the last lagging sweep
+	pruned  time.Time // the last delivery log prune
 	// resynced is when each resync kind ("kind/version") was last scanned
 	// to the end.
 	resynced map[string]time.Time
@@ -211,9 +227,26 @@ func (r *Reaper) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var aged, counted int64
+	if time.Since(r.pruned) >= r.cfg.DeliveryPruneEvery {
+		// Every control pod prunes the whole log (it is not sharded); the
+		// deletes are idempotent, so pods racing only repeat a cheap walk.
+		window := r.cfg.Limit * 10
+		if aged, counted, err = r.store.PruneDeliveries(ctx, r.cfg.DeliveryMaxAge, r.cfg.DeliveryKeep, window); err != nil {
+			return err
+		}
+		// A full window of aged rows: more may be due, so the next pass
+		// prunes again rather than a DeliveryPruneEvery later.
+		if aged < int64(window) {
+			r.pruned = time.Now()
+		}
+	}
 	if reclaimed+requeued+dropped+orphans+forgotten > 0 {
 		r.log.Info("reaper pass", "reclaimed", reclaimed, "requeued", requeued, "dropped", dropped, "orphans_swept", orphans,
 			"members_forgotten", forgotten)
+	}
+	if aged+counted > 0 {
+		r.log.Debug("reaper pass", "deliveries_aged_out", aged, "deliveries_over_keep", counted)
 	}
 	if resyncs > 0 {
 		r.log.Debug("reaper pass", "resyncs", resyncs)

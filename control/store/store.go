@@ -4,7 +4,7 @@
 //
 // Queries live next to the methods that run them, one file per table or
 // concern: the registries (kind_manifest.go, kind_config.go, resources.go,
-// providerconfigs.go, bindings.go, endpoints.go, endpoint_deliveries.go,
+// providerconfigs.go, bindings.go, endpoints.go, deliveries.go,
 // cluster.go) and the engine's calls, one engine_*.go file each (claim,
 // request, complete, lease, async, drain, pending, reaper, schedule, task).
 // Behaviour that must hold for every writer — the manifest lattice, the

@@ -2,6 +2,7 @@ package callback
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -18,9 +19,11 @@ import (
 // load this turns N concurrent single-row transactions, which contend with
 // each other, into one batched write at a time per pod; a lone callback
 // waits only the window. There is no background goroutine: each batch's
-// first caller does its write.
+// first caller does its write. The applied callbacks' rows of the delivery
+// log follow in one insert per batch, once every caller has its answer.
 type group struct {
 	st     *store.Store
+	log    *slog.Logger
 	window time.Duration
 	max    int
 	writer chan struct{} // held by the batch being written
@@ -31,14 +34,16 @@ type group struct {
 
 type batch struct {
 	items    []store.Completion
-	full     chan struct{} // closed when the batch reached max
-	done     chan struct{} // closed once statuses/err are set
+	records  []*store.Delivery // per item; nil: not logged
+	full     chan struct{}     // closed when the batch reached max
+	done     chan struct{}     // closed once statuses/err are set
 	statuses []store.CompleteStatus
 	err      error
 }
 
-// complete records one result as part of a batch and returns its status.
-func (g *group) complete(ctx context.Context, t model.Task, r webhooksdk.Result) (store.CompleteStatus, error) {
+// complete records one result as part of a batch and returns its status;
+// rec (nil: none) is its row of the delivery log, written if it is applied.
+func (g *group) complete(ctx context.Context, t model.Task, r webhooksdk.Result, rec *store.Delivery) (store.CompleteStatus, error) {
 	g.mu.Lock()
 	b := g.open
 	leader := b == nil
@@ -48,6 +53,7 @@ func (g *group) complete(ctx context.Context, t model.Task, r webhooksdk.Result)
 	}
 	i := len(b.items)
 	b.items = append(b.items, store.Completion{Task: t, Result: r})
+	b.records = append(b.records, rec)
 	if len(b.items) >= g.max {
 		g.open = nil
 		close(b.full)
@@ -72,8 +78,9 @@ func (g *group) complete(ctx context.Context, t model.Task, r webhooksdk.Result)
 		// must not cancel the others' writes.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		b.statuses, b.err = g.st.CompleteBatch(wctx, b.items)
-		cancel()
 		close(b.done)
+		g.record(wctx, b)
+		cancel()
 	}
 	select {
 	case <-b.done:
@@ -85,4 +92,20 @@ func (g *group) complete(ctx context.Context, t model.Task, r webhooksdk.Result)
 		return "", b.err
 	}
 	return b.statuses[i], nil
+}
+
+// record writes the delivery log's rows of the batch's applied callbacks.
+func (g *group) record(ctx context.Context, b *batch) {
+	if b.err != nil {
+		return
+	}
+	var recs []store.Delivery
+	for i, rec := range b.records {
+		if rec != nil && b.statuses[i] == store.Applied {
+			recs = append(recs, *rec)
+		}
+	}
+	if err := g.st.RecordDeliveries(ctx, recs); err != nil {
+		g.log.Warn("callback: cannot record deliveries", "err", err, "callbacks", len(recs))
+	}
 }

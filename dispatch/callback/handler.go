@@ -140,7 +140,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 	cfg.BatchWindow = cmp.Or(cfg.BatchWindow, 2*time.Millisecond)
 	h := &Handler{
 		cfg:   cfg,
-		group: &group{st: cfg.Store, window: max(cfg.BatchWindow, 0), max: 256, writer: make(chan struct{}, 1)},
+		group: &group{st: cfg.Store, log: cfg.Logger, window: max(cfg.BatchWindow, 0), max: 256, writer: make(chan struct{}, 1)},
 		mux:   http.NewServeMux(),
 		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "converge", Subsystem: "dispatch", Name: "callbacks_total",
@@ -328,7 +328,7 @@ func (h *Handler) settle(ctx context.Context, c Claim, body []byte) webhooksdk.C
 		a.Status, a.Detail = http.StatusBadRequest, err.Error()
 		return a
 	}
-	st, err := h.group.complete(ctx, c.Task(), res)
+	st, err := h.group.complete(ctx, c.Task(), res, h.record(c, res))
 	switch {
 	case st == store.Superseded:
 		h.callbacks.WithLabelValues("superseded").Inc()
@@ -339,9 +339,6 @@ func (h *Handler) settle(ctx context.Context, c Claim, body []byte) webhooksdk.C
 		a.Status, a.Detail = http.StatusServiceUnavailable, "cannot record the outcome now; retry"
 	default:
 		h.callbacks.WithLabelValues(string(st)).Inc()
-		if st == store.Applied && res.Error != nil {
-			h.recordFailure(ctx, c, res.Error.Message)
-		}
 		a.Status, a.Result = http.StatusOK, string(st)
 	}
 	return a
@@ -367,29 +364,30 @@ func checkEcho(body []byte, c Claim) error {
 	return nil
 }
 
-// reasonTaskError is the endpoint_deliveries reason of a task the provider
-// failed: the dispatcher records an inline one under the same name.
-const reasonTaskError = "task_error"
-
-// recordFailure records a failure the provider reported by callback as a
-// failed attempt of the delivery the token names, as the dispatcher records
-// one answered inline. The outcome is applied either way.
-func (h *Handler) recordFailure(ctx context.Context, c Claim, msg string) {
+// record is the delivery log's row of a callback, written once its
+// outcome is applied: a row of its own after the delivery's (accepted), as
+// the attempt the token names, classified callback_ok or callback_error
+// with the reported error as its excerpt, its latency from the delivery.
+// nil for a token that names no endpoint.
+func (h *Handler) record(c Claim, res webhooksdk.Result) *store.Delivery {
 	if c.Endpoint == "" {
-		return
+		return nil
 	}
+	now := h.cfg.Now()
 	var latency time.Duration
 	if !c.Issued.IsZero() {
-		latency = h.cfg.Now().Sub(c.Issued)
+		latency = now.Sub(c.Issued)
 	}
-	err := h.cfg.Store.RecordDeliveryFailures(ctx, []store.EndpointDelivery{{
-		Endpoint: c.Endpoint, At: h.cfg.Now(), TaskID: c.TaskID, ResourceID: c.ResourceID, ClaimEpoch: c.Epoch,
-		Attempt: max(c.Attempt, 1), HTTPStatus: http.StatusAccepted, LatencyMS: int(latency / time.Millisecond),
-		Reason: reasonTaskError, Excerpt: msg[:min(len(msg), store.DeliveryExcerptMax)],
-	}})
-	if err != nil {
-		h.cfg.Logger.Warn("callback: cannot record the reported failure", "task_id", c.TaskID, "endpoint", c.Endpoint, "err", err)
+	d := &store.Delivery{Endpoint: c.Endpoint, At: now, TaskID: c.TaskID, Resource: store.DeliveryResource{ID: c.ResourceID},
+		ClaimEpoch: c.Epoch, Attempt: max(c.Attempt, 1), HTTPStatus: http.StatusAccepted, LatencyMS: int(latency / time.Millisecond),
+		Classification: store.DeliveryCallbackOK}
+	if res.Error != nil {
+		d.Classification, d.Excerpt = store.DeliveryCallbackError, res.Error.Message
+		if res.Error.Terminal {
+			d.Excerpt = "terminal: " + d.Excerpt
+		}
 	}
+	return d
 }
 
 func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {

@@ -52,13 +52,16 @@ export interface Delivery {
   id: number;
   endpoint: string;
   at: string;
+  resource: { id?: string; kind?: string; name?: string };
   task_id: string;
-  resource_id?: string;
+  task_type?: string;
+  action?: string;
   claim_epoch: number;
   attempt: number;
-  http_status?: number;
+  http_status: number;
   latency_ms: number;
-  reason: string;
+  classification: string;
+  failed: boolean;
   excerpt?: string;
 }
 

@@ -132,7 +132,8 @@ func (a *app) command() *cobra.Command {
 It applies kind manifests, resources, provider configs, reactor bindings,
 endpoints and per-version kind configs from JSON or YAML files, and gets,
 lists and deletes them. It operates resources: waits for them, quarantines,
-reconciles, invokes their verbs and rolls back their specs.
+reconciles, invokes their verbs and rolls back their specs. It reads the
+delivery log and replays a delivery's task.
 
 Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		Example: `  conctl apply --type manifest -f account.kind.json
@@ -175,6 +176,8 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		a.historyCommand(),
 		a.rollbackCommand(),
 		a.rotateSecretCommand(),
+		a.deliveriesCommand(),
+		a.replayCommand(),
 		a.versionCommand(),
 	)
 	root.AddCommand(a.quarantineCommands()...)

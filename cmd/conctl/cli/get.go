@@ -150,6 +150,8 @@ func collectionPath(t *objectType) string {
 		return "/kinds"
 	case typeClusterMember:
 		return "/cluster-members"
+	case typeDelivery:
+		return "/deliveries"
 	}
 	panic("conctl: no collection for " + t.name)
 }

@@ -304,6 +304,23 @@ func columnsFor(t *objectType) []column {
 			field("ID", "id"), field("VERB", "verb"), field("STATE", "state"), ageColumn(),
 			{"ERROR", func(o obj, _ time.Time) string { return truncate(o.str("error"), 60) }},
 		}
+	case typeDelivery:
+		return []column{
+			field("ID", "id"),
+			{"AT", func(o obj, _ time.Time) string { return timestamp(o.str("at")) }},
+			field("ENDPOINT", "endpoint"),
+			{"RESOURCE", func(o obj, _ time.Time) string { return o.str("resource", "kind") + "/" + o.str("resource", "name") }},
+			{"TASK", func(o obj, _ time.Time) string {
+				if v := o.str("action"); v != "" {
+					return o.str("task_type") + ":" + v
+				}
+				return cmpOrText(o.str("task_type"), "-")
+			}},
+			field("EPOCH", "claim_epoch"), field("ATTEMPT", "attempt"), field("STATUS", "http_status"),
+			{"LATENCY", func(o obj, _ time.Time) string { return o.str("latency_ms") + "ms" }},
+			field("CLASSIFICATION", "classification"),
+			{"EXCERPT", func(o obj, _ time.Time) string { return truncate(o.str("excerpt"), 60) }},
+		}
 	case typeRevision:
 		return []column{
 			field("REVISION", "revision"), field("GENERATION", "generation"), field("VERSION", "kind_version"),

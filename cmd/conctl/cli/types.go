@@ -37,6 +37,8 @@ var (
 	typeOperation = &objectType{name: "operation", plural: "operations"}
 	// typeRevision is a resource's spec revision (`history`).
 	typeRevision = &objectType{name: "revision", plural: "spec revisions"}
+	// typeDelivery is an attempt of the delivery log (`deliveries`).
+	typeDelivery = &objectType{name: "delivery", plural: "deliveries"}
 )
 
 // applyTypes are the types `apply --type` and a document's `type` field accept.

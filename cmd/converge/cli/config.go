@@ -98,6 +98,12 @@ type Config struct {
 	// ReaperRetryWindow is how long a lagging resource with no live task
 	// waits before the reaper re-schedules it (REAPER_RETRY_WINDOW, 30s).
 	ReaperRetryWindow time.Duration
+	// DeliveryLogMaxAge and DeliveryLogKeep bound the delivery log: the
+	// reaper drops attempts older than the age (DELIVERY_LOG_MAX_AGE,
+	// 168h) and all but each endpoint's newest Keep (DELIVERY_LOG_KEEP,
+	// 10000).
+	DeliveryLogMaxAge time.Duration
+	DeliveryLogKeep   int
 	// SpecHistoryLimit is how many spec revisions each root resource keeps
 	// (SPEC_HISTORY_LIMIT, default 20).
 	SpecHistoryLimit int
@@ -260,6 +266,24 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			bad("REAPER_RETRY_WINDOW", v, "must be a positive duration like 30s")
 		} else {
 			c.ReaperRetryWindow = d
+		}
+	}
+	c.DeliveryLogMaxAge = store.DeliveryLogMaxAgeDefault
+	if v := getenv("DELIVERY_LOG_MAX_AGE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			bad("DELIVERY_LOG_MAX_AGE", v, "must be a positive duration like 168h")
+		} else {
+			c.DeliveryLogMaxAge = d
+		}
+	}
+	c.DeliveryLogKeep = store.DeliveryLogKeepDefault
+	if v := getenv("DELIVERY_LOG_KEEP"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			bad("DELIVERY_LOG_KEEP", v, "must be a positive integer")
+		} else {
+			c.DeliveryLogKeep = n
 		}
 	}
 	c.SpecHistoryLimit = store.SpecHistoryLimitDefault

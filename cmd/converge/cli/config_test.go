@@ -17,7 +17,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Role != RoleAll || c.ListenAddr != ":8080" || c.TLS || c.HealthAddr != ":8081" || c.LogFormat != "text" ||
-		c.ReaperRetryWindow != 30*time.Second || c.DataDir != "/tmp/x" {
+		c.ReaperRetryWindow != 30*time.Second || c.DataDir != "/tmp/x" || c.DeliveryLogMaxAge != 168*time.Hour || c.DeliveryLogKeep != 10_000 {
 		t.Errorf("defaults = %+v", c)
 	}
 }
@@ -34,12 +34,15 @@ func TestLoadConfigReportsEveryBadVariable(t *testing.T) {
 		"REAPER_RETRY_WINDOW":   "-1s",
 		"CALLBACK_BASE_URL":     "ftp://x",
 		"CONVERGE_ADMIN_TOKENS": "short",
+		"DELIVERY_LOG_MAX_AGE":  "a week",
+		"DELIVERY_LOG_KEEP":     "0",
 	}))
 	if err == nil {
 		t.Fatal("want an error")
 	}
 	for _, want := range []string{`ROLE="worker"`, "https:// needs TLS_CERT_FILE", `LOG_LEVEL="loud"`, `LOG_FORMAT="xml"`,
-		"CONVERGE_SECRET_KEY", `DISPATCH_ALLOW_CIDRS="nope"`, `REAPER_RETRY_WINDOW="-1s"`, `CALLBACK_BASE_URL="ftp://x"`, "at least 16 characters"} {
+		"CONVERGE_SECRET_KEY", `DISPATCH_ALLOW_CIDRS="nope"`, `REAPER_RETRY_WINDOW="-1s"`, `CALLBACK_BASE_URL="ftp://x"`, "at least 16 characters",
+		`DELIVERY_LOG_MAX_AGE="a week"`, `DELIVERY_LOG_KEEP="0"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}

@@ -317,7 +317,8 @@ func (s *Server) startShared(ctx context.Context, lis *store.Listener) (*cluster
 // drainer and the reaper; and the console's change stream, which shares the
 // pod's one LISTEN connection.
 func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *cluster.Member) error {
-	rp, err := reaper.New(reaper.Config{Range: member.Range, RetryWindow: s.cfg.ReaperRetryWindow, Metrics: s.metrics}, s.store, s.log)
+	rp, err := reaper.New(reaper.Config{Range: member.Range, RetryWindow: s.cfg.ReaperRetryWindow, Metrics: s.metrics,
+		DeliveryMaxAge: s.cfg.DeliveryLogMaxAge, DeliveryKeep: s.cfg.DeliveryLogKeep}, s.store, s.log)
 	if err != nil {
 		return err
 	}

@@ -80,7 +80,7 @@ export function Endpoints() {
 export function EndpointDetail({ name }: { name: string }) {
   const path = `/endpoints/${enc(name)}`;
   const ep = useLive(() => get<Endpoint>(path), [path], ["endpoints", "resources"], 1000);
-  const deliveries = useLive(() => get<Items<Delivery>>(`${path}/deliveries?limit=50`), [path], ["resources"], 2000);
+  const deliveries = useLive(() => get<Items<Delivery>>(`${path}/deliveries?failed=true&limit=50`), [path], ["resources"], 2000);
   const [secret, setSecret] = useState<{ secret: string; previous_valid_until: string } | null>(null);
   const [error, setError] = useState<unknown>();
   const rotate = async () => {
@@ -169,7 +169,7 @@ export function EndpointDetail({ name }: { name: string }) {
                 <th scope="col">attempt</th>
                 <th scope="col">HTTP status</th>
                 <th scope="col">latency</th>
-                <th scope="col">reason</th>
+                <th scope="col">classification</th>
                 <th scope="col">excerpt</th>
               </tr>
             </thead>
@@ -184,9 +184,9 @@ export function EndpointDetail({ name }: { name: string }) {
                   </td>
                   <td>{d.claim_epoch}</td>
                   <td>{d.attempt}</td>
-                  <td>{d.http_status ?? ""}</td>
+                  <td>{d.http_status || ""}</td>
                   <td>{d.latency_ms} ms</td>
-                  <td>{d.reason}</td>
+                  <td>{d.classification}</td>
                   <td className="excerpt">{d.excerpt}</td>
                 </tr>
               ))}

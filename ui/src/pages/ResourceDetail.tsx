@@ -204,7 +204,7 @@ export function ResourceDetail({ kind, name }: { kind: string; name: string }) {
                   <th scope="col">attempt</th>
                   <th scope="col">HTTP</th>
                   <th scope="col">latency</th>
-                  <th scope="col">reason</th>
+                  <th scope="col">classification</th>
                 </tr>
               </thead>
               <tbody>
@@ -217,9 +217,9 @@ export function ResourceDetail({ kind, name }: { kind: string; name: string }) {
                       <Link to={`/endpoints/${enc(d.endpoint)}`}>{d.endpoint}</Link>
                     </td>
                     <td>{d.attempt}</td>
-                    <td>{d.http_status ?? ""}</td>
+                    <td>{d.http_status || ""}</td>
                     <td>{d.latency_ms} ms</td>
-                    <td>{d.reason}</td>
+                    <td>{d.classification}</td>
                   </tr>
                 ))}
               </tbody>

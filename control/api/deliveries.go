@@ -1,0 +1,146 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/convergeplane/converge/control/store"
+)
+
+// DeliveryList is one page of the delivery log: GET /deliveries and GET
+// /endpoints/{name}/deliveries.
+type DeliveryList struct {
+	Items []store.Delivery `json:"items"`
+	// NextCursor continues the listing; absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as ?cursor= for the next (older) page; absent on the last page."`
+}
+
+type listDeliveriesOutput struct {
+	NextCursor string `header:"X-Next-Cursor" doc:"Same as body.next_cursor."`
+	Body       DeliveryList
+}
+
+// DeliveryQuery are the filters both delivery lists take (exported: huma
+// reads the parameters of an embedded struct only when its type is).
+type DeliveryQuery struct {
+	Kind           string    `query:"kind" doc:"With name: only this resource's attempts (by the name it had then)."`
+	Name           string    `query:"name" doc:"With kind: only this resource's attempts."`
+	Classification string    `query:"classification" doc:"Only attempts so classified: ok, task_error, accepted, callback_ok, callback_error, or a failure class."`
+	Failed         bool      `query:"failed" doc:"Only failures: every classification but ok, accepted and callback_ok."`
+	Since          time.Time `query:"since" doc:"Only attempts at or after this RFC 3339 time."`
+	Limit          int       `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
+	Cursor         string    `query:"cursor" doc:"The next_cursor of the previous page."`
+}
+
+func (q DeliveryQuery) filter(endpoint string) store.DeliveryFilter {
+	return store.DeliveryFilter{Endpoint: endpoint, Kind: q.Kind, Name: q.Name, Classification: q.Classification,
+		Failed: q.Failed, Since: q.Since, Limit: q.Limit, Cursor: q.Cursor}
+}
+
+// value echoes a filter's value in a problem.
+func (q DeliveryQuery) value(f string) any {
+	switch f {
+	case "kind":
+		return q.Kind
+	case "name":
+		return q.Name
+	case "classification":
+		return q.Classification
+	case "cursor":
+		return q.Cursor
+	}
+	return nil
+}
+
+type listDeliveriesInput struct {
+	Endpoint string `query:"endpoint" doc:"Only this endpoint's attempts."`
+	DeliveryQuery
+}
+
+type endpointDeliveriesInput struct {
+	Name string `path:"name" doc:"The endpoint's name."`
+	DeliveryQuery
+}
+
+type deliveryPath struct {
+	ID int64 `path:"id" minimum:"1" doc:"The attempt's id."`
+}
+
+// ReplayAccepted is the body of POST /deliveries/{id}/replay.
+type ReplayAccepted struct {
+	Message string `json:"message"`
+	store.Replay
+}
+
+func (s *Server) registerDeliveries() {
+	register(s, huma.Operation{
+		OperationID: "list-deliveries", Method: http.MethodGet, Path: "/deliveries", Tags: []string{"Deliveries"},
+		Summary: "List delivery attempts",
+		Description: "The delivery log, newest first with a keyset cursor: every attempt to deliver a task (success or failure, " +
+			"one per task of a batch), every 202 and the callback that followed it. Filters: endpoint, kind+name, classification, " +
+			"failed, since.",
+		Errors: []int{422},
+	}, nil, s.listDeliveries)
+	register(s, huma.Operation{
+		OperationID: "get-delivery", Method: http.MethodGet, Path: "/deliveries/{id}", Tags: []string{"Deliveries"},
+		Summary: "Get one delivery attempt", Errors: []int{404, 422},
+	}, nil, s.getDelivery)
+	register(s, huma.Operation{
+		OperationID: "replay-delivery", Method: http.MethodPost, Path: "/deliveries/{id}/replay", Tags: []string{"Deliveries"},
+		Summary: "Run a delivery's task again",
+		Description: "Schedules the attempt's task anew through the engine (202): a reconcile or delete task as POST …/reconcile does, " +
+			"an operation as a new operation of the same verb and input. The provider is asked again under a new claim epoch; " +
+			"the stored outcome is never re-applied. Logs \"replayed delivery N\" in the resource's events. 404 unknown id; " +
+			"409 when the resource is gone, quarantined or orphaned, being deleted (for a reconcile), or the attempt was a reactor delivery.",
+		DefaultStatus: http.StatusAccepted,
+		Errors:        []int{404, 409, 422},
+	}, nil, s.replayDelivery)
+	register(s, huma.Operation{
+		OperationID: "list-endpoint-deliveries", Method: http.MethodGet, Path: "/endpoints/{name}/deliveries", Tags: []string{"Endpoints"},
+		Summary:     "List an endpoint's delivery attempts",
+		Description: "GET /deliveries?endpoint={name}, 404 for an unknown endpoint.",
+		Errors:      []int{404, 422},
+	}, nil, s.listEndpointDeliveries)
+}
+
+func (s *Server) listDeliveries(ctx context.Context, in *listDeliveriesInput) (*listDeliveriesOutput, error) {
+	return s.deliveries(ctx, in.DeliveryQuery.filter(in.Endpoint), in.DeliveryQuery)
+}
+
+func (s *Server) listEndpointDeliveries(ctx context.Context, in *endpointDeliveriesInput) (*listDeliveriesOutput, error) {
+	if _, err := s.store.GetEndpoint(ctx, in.Name); err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return s.deliveries(ctx, in.DeliveryQuery.filter(in.Name), in.DeliveryQuery)
+}
+
+func (s *Server) deliveries(ctx context.Context, f store.DeliveryFilter, q DeliveryQuery) (*listDeliveriesOutput, error) {
+	page, err := s.store.ListDeliveries(ctx, f)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "query", value: q.value})
+	}
+	return &listDeliveriesOutput{NextCursor: page.NextCursor, Body: DeliveryList{Items: page.Items, NextCursor: page.NextCursor}}, nil
+}
+
+func (s *Server) getDelivery(ctx context.Context, in *deliveryPath) (*bodyOutput[store.Delivery], error) {
+	d, err := s.store.GetDelivery(ctx, in.ID)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return &bodyOutput[store.Delivery]{Body: d}, nil
+}
+
+func (s *Server) replayDelivery(ctx context.Context, in *deliveryPath) (*bodyOutput[ReplayAccepted], error) {
+	rep, err := s.store.ReplayDelivery(ctx, in.ID)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	msg := "replay requested: the task runs again under a new claim"
+	if rep.Operation != nil {
+		msg = "replay requested: operation " + rep.Operation.ID + " runs the verb again"
+	}
+	return &bodyOutput[ReplayAccepted]{Body: ReplayAccepted{Message: msg, Replay: rep}}, nil
+}

@@ -1,0 +1,37 @@
+package api_test
+
+import (
+	"bytes"
+	"net/http"
+	"testing"
+
+	"github.com/convergeplane/converge/control/api"
+	"github.com/convergeplane/converge/control/store"
+)
+
+// TestDeliveriesAuth: with tokens on, a read token lists the delivery log
+// but cannot replay; an admin token can (here: 404, no such delivery), and
+// a refused replay writes no event.
+func TestDeliveriesAuth(t *testing.T) {
+	t.Parallel()
+	box, err := store.NewSecretBox(bytes.Repeat([]byte{7}, store.SecretKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, api.Config{ReadTokens: []string{"reader-token"}, AdminTokens: []string{"admin-token"},
+		Endpoints: &api.EndpointsConfig{Box: box, ValidateURL: func(string) error { return nil }}})
+	const (
+		read  = "Authorization: Bearer reader-token"
+		admin = "Authorization: Bearer admin-token"
+	)
+	if items := b.do(http.MethodGet, "/api/v1/deliveries?failed=true", nil, read).want(t, http.StatusOK).object(t)["items"]; items == nil {
+		t.Errorf("a read token's list has no items array")
+	}
+	b.do(http.MethodPost, "/api/v1/deliveries/1/replay", nil, read).wantProblem(t, http.StatusForbidden, "")
+	b.do(http.MethodPost, "/api/v1/deliveries/1/replay", nil).wantProblem(t, http.StatusUnauthorized, "")
+	b.do(http.MethodPost, "/api/v1/deliveries/1/replay", nil, admin).wantProblem(t, http.StatusNotFound, "")
+	b.do(http.MethodPost, "/api/v1/deliveries/-3/replay", nil, admin).wantProblem(t, http.StatusUnprocessableEntity, "path.id")
+	if n := b.count(`SELECT count(*) FROM resource_events`); n != 0 {
+		t.Errorf("refused replays wrote %d events", n)
+	}
+}
