@@ -107,14 +107,14 @@ func (s *Server) registerDeliveries() {
 }
 
 func (s *Server) listDeliveries(ctx context.Context, in *listDeliveriesInput) (*listDeliveriesOutput, error) {
-	return s.deliveries(ctx, in.DeliveryQuery.filter(in.Endpoint), in.DeliveryQuery)
+	return s.deliveries(ctx, in.filter(in.Endpoint), in.DeliveryQuery)
 }
 
 func (s *Server) listEndpointDeliveries(ctx context.Context, in *endpointDeliveriesInput) (*listDeliveriesOutput, error) {
 	if _, err := s.store.GetEndpoint(ctx, in.Name); err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
-	return s.deliveries(ctx, in.DeliveryQuery.filter(in.Name), in.DeliveryQuery)
+	return s.deliveries(ctx, in.filter(in.Name), in.DeliveryQuery)
 }
 
 func (s *Server) deliveries(ctx context.Context, f store.DeliveryFilter, q DeliveryQuery) (*listDeliveriesOutput, error) {
