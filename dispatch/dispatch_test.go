@@ -1027,8 +1027,8 @@ func TestClaimsBoundedWhileCompletionsStall(t *testing.T) {
 	// batches), and the batch the completer is blocked writing.
 	const bound = 2 + batch + 4*batch + batch
 	claimed := func() int { return e.count(`SELECT count(*) FROM work_queue WHERE state = 'claimed'`) }
-	waitFor(t, 10*time.Second, "the dispatcher to claim", func() bool { return claimed() >= bound-batch })
-	time.Sleep(time.Second) // a dispatcher without the bound claims on
+	waitFor(t, 10*time.Second, "the dispatcher to claim", func() bool { return claimed() >= batch })
+	time.Sleep(2 * time.Second) // a dispatcher without the bound claims on
 	if n := claimed(); n > bound {
 		t.Fatalf("%d tasks claimed while no result could be recorded, want at most %d", n, bound)
 	}
