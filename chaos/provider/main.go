@@ -104,7 +104,11 @@ func run(ctx context.Context, f faults, log *slog.Logger) error {
 	h, err := webhooksdk.Handler([]webhooksdk.Provider{&kind{p: p, name: "leaf"}, &kind{p: p, name: "comp"}},
 		webhooksdk.WithSecrets(strings.Split(os.Getenv("PROVIDER_SECRETS"), ",")...),
 		webhooksdk.WithSyncBudget(f.syncBudget), webhooksdk.WithHTTPClient(client),
-		webhooksdk.WithCallbackRetry(200*time.Millisecond, 2*time.Second, time.Minute), webhooksdk.WithLogger(log))
+		webhooksdk.WithCallbackRetry(200*time.Millisecond, 2*time.Second, time.Minute), webhooksdk.WithLogger(log),
+		// Each Result to its own callback URL: the fault transport below logs,
+		// drops and duplicates callbacks one task at a time. Batched callbacks
+		// (protocol §8.1) have their own tests in dispatch/callback and webhooksdk.
+		webhooksdk.WithCallbackBatch(0, 1))
 	if err != nil {
 		return err
 	}
