@@ -421,7 +421,7 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 			"-hang", fmt.Sprint(requestTimeout+2) + "s", "-late-for", "10s"}
 		if faultsUntil > 0 {
 			a = append(a, "-faults-until", fmt.Sprint(faultsUntil), "-latency", "200ms", "-p-5xx", "0.1", "-p-timeout", "0.08",
-				"-p-async", "0.25", "-p-drop", "0.25", "-p-dup", "0.25")
+				"-p-async", "0.4", "-p-drop", "0.25", "-p-dup", "0.35")
 		}
 		return a
 	}
