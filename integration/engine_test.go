@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/convergeplane/converge/control/drainer"
@@ -369,6 +370,85 @@ func TestKindCapTokenReturnsAtCompletion(t *testing.T) {
 	must(t, e.st.RecountInflight(ctx, 0, 255))
 	if n := e.count(`SELECT coalesce(sum(in_flight), 0) FROM kind_inflight WHERE kind = 'leaf'`); n != 2 {
 		t.Errorf("recounted in flight = %d, want 2", n)
+	}
+}
+
+// TestKindCapTokenReleasedOnceWhenCompletionsRace: two completions of one
+// claim that pass complete_tasks' outbox probe together settle at the
+// outbox's key, and only the first releases the capped kind's token. The
+// second call's other task is still applied and released: it releases what
+// it inserted, not what it was given.
+func TestKindCapTokenReleasedOnceWhenCompletionsRace(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{noDrain: true})
+	e.manifest("leaf", 1, leafReactions, model.Policy{MaxInflight: 4})
+	for i := range 4 {
+		e.apply("leaf", fmt.Sprintf("l-%d", i), map[string]any{})
+	}
+	ctx := t.Context()
+	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "c", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	must(t, err)
+	if len(tasks) != 4 {
+		t.Fatalf("claimed %d tasks, want 4", len(tasks))
+	}
+	const completeSQL = `SELECT task_id::text, result FROM complete_tasks($1::uuid[], $2::smallint[], $3::bigint[], $4::uuid[],
+		array_fill('{"status":{}}'::jsonb, ARRAY[cardinality($1::uuid[])]), array_fill(NULL::text, ARRAY[cardinality($1::uuid[])]),
+		array_fill(false, ARRAY[cardinality($1::uuid[])]), array_fill(false, ARRAY[cardinality($1::uuid[])]))`
+	args := func(ts ...model.Task) []any {
+		var ids, rids []string
+		var shards []int16
+		var epochs []int64
+		for _, tk := range ts {
+			ids, shards, epochs, rids = append(ids, tk.ID), append(shards, tk.Shard), append(epochs, tk.Epoch), append(rids, tk.ResourceID)
+		}
+		return []any{ids, shards, epochs, rids}
+	}
+	// The first completes tasks 0 and 1 and holds its transaction open.
+	tx, err := e.db.Pool.Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below; a failed test rolls back
+	rows, err := tx.Query(ctx, completeSQL, args(tasks[0], tasks[1])...)
+	must(t, err)
+	rows.Close()
+	must(t, rows.Err())
+	// The second completes tasks 1 and 2: its probe cannot see the first's
+	// uncommitted outbox row for task 1, so it waits on that row's key.
+	type answer struct {
+		results map[string]string
+		err     error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		rows, err := e.db.Pool.Query(ctx, completeSQL, args(tasks[1], tasks[2])...)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		res := map[string]string{}
+		var id, result string
+		_, err = pgx.ForEachRow(rows, []any{&id, &result}, func() error { res[id] = result; return nil })
+		done <- answer{res, err}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second completion never waited on the first")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	must(t, tx.Commit(ctx))
+	a := <-done
+	must(t, a.err)
+	if got := a.results; len(got) != 1 || got[tasks[1].ID] != "duplicate" {
+		t.Errorf("second completion answered %v, want only task 1, as duplicate (task 2 applied)", got)
+	}
+	if n := e.count(`SELECT count(*) FROM work_outbox`); n != 3 {
+		t.Errorf("outbox holds %d outcomes, want 3", n)
+	}
+	// Tasks 0, 1 and 2 are back: one token of four is still out (task 3).
+	// Releasing everything the second call was given would leave none.
+	if n := e.count(`SELECT coalesce(sum(in_flight), 0) FROM kind_inflight WHERE kind = 'leaf'`); n != 1 {
+		t.Errorf("in flight = %d after three of four tasks completed, want 1", n)
 	}
 }
 
