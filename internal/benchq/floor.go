@@ -2,6 +2,7 @@ package benchq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -19,6 +20,12 @@ type FloorConfig struct {
 	// DrainBatch is the most outcomes one drain applies. Defaults to 2000,
 	// the drainer's default.
 	DrainBatch int
+	// Direct measures the floor of the next design step instead (issue
+	// #13's "a completion applied directly where the outcome arrives"): no
+	// outbox, each completion deletes its claimed row, updates the resource
+	// and logs the event in one statement, and two claim loops (each on half
+	// the shards) take the drain loop's place. Five row writes per task.
+	Direct bool
 }
 
 // The design floor: the row writes the engine's design needs per task, on
@@ -40,7 +47,7 @@ const (
 		 WHERE kind = 'benchfloor' AND synced_gen < generation`
 	floorClaimSQL = `WITH c AS (
 		SELECT shard_id, resource_id, task_type FROM work_queue
-		 WHERE shard_id BETWEEN 0 AND 255 AND state = 'pending' AND not_before <= now()
+		 WHERE shard_id BETWEEN $2 AND $3 AND state = 'pending' AND not_before <= now()
 		 LIMIT $1 FOR UPDATE SKIP LOCKED
 	), u AS (
 		UPDATE work_queue w SET state = 'claimed', claim_epoch = w.claim_epoch + 1, claimed_by = 'floor', claim_lo = 0,
@@ -49,6 +56,21 @@ const (
 		RETURNING w.shard_id, w.task_id, w.claim_epoch
 	)
 	SELECT shard_id, task_id, claim_epoch FROM u`
+	// floorDirectSQL is a completion applied where it arrives: fenced by
+	// the claim as the outbox insert is, then the drain's three writes.
+	floorDirectSQL = `WITH w AS (
+		DELETE FROM work_queue q USING unnest($1::smallint[], $2::uuid[], $3::bigint[]) AS i(shard_id, task_id, epoch)
+		 WHERE q.shard_id = i.shard_id AND q.task_id = i.task_id AND q.claim_epoch = i.epoch AND q.state = 'claimed'
+		RETURNING q.*
+	), r AS (
+		UPDATE resources r SET status = '{"ok":true}', spec_gen = w.claimed_gen, synced_gen = w.claimed_gen,
+			health_ok = true, failure_gen = 0, failure_terminal = false, last_error = NULL,
+			last_task_id = w.task_id, last_task_epoch = w.claim_epoch, last_task_abandoned = false,
+			last_claimed_at = w.claimed_at, updated_at = now()
+		  FROM w WHERE r.id = w.resource_id
+	)
+	INSERT INTO resource_events (resource_id, type, generation, message)
+	SELECT w.resource_id, 'succeeded', w.claimed_gen, w.trigger FROM w`
 	floorCompleteSQL = `INSERT INTO work_outbox (shard_id, resource_id, task_id, task_type, kind, kind_version, trigger,
 		claim_epoch, claimed_at, generation, emits, outcome)
 	SELECT w.shard_id, w.resource_id, w.task_id, w.task_type, w.kind, w.kind_version, w.trigger,
@@ -114,10 +136,14 @@ func Floor(ctx context.Context, pool *pgxpool.Pool, n int, cfg FloorConfig) (flo
 		}
 		return time.Since(start), nil
 	}
-	if _, err := round("warm", max(n/10, 1)); err != nil {
+	prefix := "floor" // one database can hold a run of each design
+	if cfg.Direct {
+		prefix = "direct"
+	}
+	if _, err := round(prefix+"-warm", max(n/10, 1)); err != nil {
 		return 0, err
 	}
-	elapsed, err := round("floor", n)
+	elapsed, err := round(prefix, n)
 	if err != nil {
 		return 0, err
 	}
@@ -133,8 +159,12 @@ func Floor(ctx context.Context, pool *pgxpool.Pool, n int, cfg FloorConfig) (flo
 }
 
 // floorLoops claims and completes in one goroutine and drains in another
-// until n outcomes are drained.
+// until n outcomes are drained; with cfg.Direct, two goroutines claim and
+// apply, each on half the shards, until n are applied.
 func floorLoops(ctx context.Context, pool *pgxpool.Pool, n int, cfg FloorConfig) error {
+	if cfg.Direct {
+		return floorDirectLoops(ctx, pool, n, cfg)
+	}
 	var (
 		wg              sync.WaitGroup
 		claimErr, drErr error
@@ -144,7 +174,7 @@ func floorLoops(ctx context.Context, pool *pgxpool.Pool, n int, cfg FloorConfig)
 		defer wg.Done()
 		for claimed := 0; claimed < n && claimErr == nil; {
 			var k int
-			k, claimErr = floorClaim(ctx, pool, cfg.ClaimBatch)
+			k, claimErr = floorClaim(ctx, pool, cfg.ClaimBatch, 0, 255, floorCompleteSQL)
 			claimed += k
 		}
 	}()
@@ -169,8 +199,46 @@ func floorLoops(ctx context.Context, pool *pgxpool.Pool, n int, cfg FloorConfig)
 	return nil
 }
 
-func floorClaim(ctx context.Context, pool *pgxpool.Pool, batch int) (int, error) {
-	rows, err := pool.Query(ctx, floorClaimSQL, batch)
+// floorDirectLoops runs the two claim-and-apply loops of cfg.Direct. The
+// loops stop when no task is left: each one's half holds about n/2.
+func floorDirectLoops(ctx context.Context, pool *pgxpool.Pool, n int, cfg FloorConfig) error {
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		applied int
+		errs    [2]error
+	)
+	for w, r := range [2][2]int{{0, 127}, {128, 255}} {
+		wg.Go(func() {
+			for {
+				k, err := floorClaim(ctx, pool, cfg.ClaimBatch, r[0], r[1], floorDirectSQL)
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				mu.Lock()
+				applied += k
+				mu.Unlock()
+				if k == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		return fmt.Errorf("floor claim and apply: %w", err)
+	}
+	if applied != n {
+		return fmt.Errorf("floor applied %d of %d tasks", applied, n)
+	}
+	return nil
+}
+
+// floorClaim claims up to batch tasks in [lo, hi] and completes them with
+// complete (the outbox insert, or the direct apply).
+func floorClaim(ctx context.Context, pool *pgxpool.Pool, batch, lo, hi int, complete string) (int, error) {
+	rows, err := pool.Query(ctx, floorClaimSQL, batch, lo, hi)
 	if err != nil {
 		return 0, err
 	}
@@ -188,7 +256,7 @@ func floorClaim(ctx context.Context, pool *pgxpool.Pool, batch int) (int, error)
 	}); err != nil || len(ids) == 0 {
 		return 0, err
 	}
-	if _, err := pool.Exec(ctx, floorCompleteSQL, shards, ids, epochs); err != nil {
+	if _, err := pool.Exec(ctx, complete, shards, ids, epochs); err != nil {
 		return 0, err
 	}
 	return len(ids), nil
