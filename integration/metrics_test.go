@@ -87,8 +87,6 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	if code, _ := s.call("GET", "/no/such/route", nil); code != 404 {
 		t.Fatalf("GET an unknown route = %d", code)
 	}
-	m = s.scrape()
-
 	atLeast := map[string]float64{
 		`converge_dispatch_deliveries_total{endpoint="echo",result="ok"}`:                                   2,
 		`converge_drainer_batches_total`:                                                                    1,
@@ -102,6 +100,23 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		`converge_api_requests_total{code="404",method="GET",route="unrouted"}`:                             1,
 		`converge_api_requests_total{code="200",method="GET",route="/metrics"}`:                             1,
 		`converge_api_request_duration_seconds_count{method="GET",route="/api/v1/resources/{kind}/{name}"}`: 3,
+	}
+	// A counter moves just after the work it counts: the drainer counts a
+	// batch once its transaction returned, so a resource reads Ready a moment
+	// before the batch is counted. Scrape until every series is there (or
+	// the wait ends), then report the ones that are not.
+	reached := func() bool {
+		m = s.scrape()
+		for series, least := range atLeast {
+			if m[series] < least {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !reached() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
 	}
 	for series, least := range atLeast {
 		if v, ok := m[series]; !ok || v < least {
