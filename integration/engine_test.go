@@ -322,11 +322,7 @@ func TestKindCapHoldsAcrossClaimers(t *testing.T) {
 // and each claim of it queued behind the drain's row lock on kind_inflight.
 func TestKindCapTokenReturnsAtCompletion(t *testing.T) {
 	t.Parallel()
-	e := newEngine(t, engineOpts{noDrain: true})
-	e.manifest("leaf", 1, leafReactions, model.Policy{MaxInflight: 2})
-	for i := range 5 {
-		e.apply("leaf", fmt.Sprintf("l-%d", i), map[string]any{})
-	}
+	e := cappedLeaves(t, 2, 5)
 	ctx := t.Context()
 	claim := func() []model.Task {
 		t.Helper()
@@ -380,11 +376,7 @@ func TestKindCapTokenReturnsAtCompletion(t *testing.T) {
 // it inserted, not what it was given.
 func TestKindCapTokenReleasedOnceWhenCompletionsRace(t *testing.T) {
 	t.Parallel()
-	e := newEngine(t, engineOpts{noDrain: true})
-	e.manifest("leaf", 1, leafReactions, model.Policy{MaxInflight: 4})
-	for i := range 4 {
-		e.apply("leaf", fmt.Sprintf("l-%d", i), map[string]any{})
-	}
+	e := cappedLeaves(t, 4, 4)
 	ctx := t.Context()
 	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "c", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
 	must(t, err)
@@ -450,6 +442,18 @@ func TestKindCapTokenReleasedOnceWhenCompletionsRace(t *testing.T) {
 	if n := e.count(`SELECT coalesce(sum(in_flight), 0) FROM kind_inflight WHERE kind = 'leaf'`); n != 1 {
 		t.Errorf("in flight = %d after three of four tasks completed, want 1", n)
 	}
+}
+
+// cappedLeaves is an engine with no drain and n leaves of a kind capped at
+// maxInflight tasks in flight, all pending.
+func cappedLeaves(t *testing.T, maxInflight, n int) *engine {
+	t.Helper()
+	e := newEngine(t, engineOpts{noDrain: true})
+	e.manifest("leaf", 1, leafReactions, model.Policy{MaxInflight: maxInflight})
+	for i := range n {
+		e.apply("leaf", fmt.Sprintf("l-%d", i), map[string]any{})
+	}
+	return e
 }
 
 // TestKindAtCapDoesNotStarveOthers: a capped kind with no budget left costs
