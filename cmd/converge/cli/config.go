@@ -118,9 +118,18 @@ type Config struct {
 	// which it cancels them and releases their tasks, then the HTTP
 	// listeners' wait for open requests. Zero takes the default.
 	ShutdownTimeout time.Duration
+	// DatabaseWait is how long a starting process waits for the database
+	// to accept connections (DATABASE_WAIT, default 60s): a pod started
+	// with, or just before, its database retries instead of exiting. A
+	// refusal that retrying cannot fix (a bad password, a missing
+	// database) fails at once. Zero takes the default.
+	DatabaseWait time.Duration
 	// Dev is set by `converge dev`: plain-http loopback endpoints allowed.
 	Dev bool
 }
+
+// DatabaseWaitDefault is DATABASE_WAIT's default.
+const DatabaseWaitDefault = 60 * time.Second
 
 // ShutdownTimeoutDefault is SHUTDOWN_TIMEOUT's default: Kubernetes' default
 // termination grace period.
@@ -302,6 +311,15 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			bad("SHUTDOWN_TIMEOUT", v, "must be a positive duration like 30s")
 		} else {
 			c.ShutdownTimeout = d
+		}
+	}
+	c.DatabaseWait = DatabaseWaitDefault
+	if v := getenv("DATABASE_WAIT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			bad("DATABASE_WAIT", v, "must be a positive duration like 60s")
+		} else {
+			c.DatabaseWait = d
 		}
 	}
 	c.MemberID = getenv("MEMBER_ID")

@@ -142,19 +142,29 @@ func TestLoadConfigTLS(t *testing.T) {
 	}
 }
 
-func TestLoadConfigShutdownTimeout(t *testing.T) {
+// TestLoadConfigDurations: each duration variable has its default, takes a
+// Go duration, and refuses zero, negative and malformed values by name.
+func TestLoadConfigDurations(t *testing.T) {
 	t.Parallel()
-	c, err := LoadConfig(env(map[string]string{}))
-	if err != nil || c.ShutdownTimeout != 30*time.Second {
-		t.Fatalf("default SHUTDOWN_TIMEOUT = %s, %v; want 30s", c.ShutdownTimeout, err)
-	}
-	c, err = LoadConfig(env(map[string]string{"SHUTDOWN_TIMEOUT": "5s"}))
-	if err != nil || c.ShutdownTimeout != 5*time.Second {
-		t.Fatalf("SHUTDOWN_TIMEOUT=5s: %s, %v", c.ShutdownTimeout, err)
-	}
-	for _, v := range []string{"0", "-1s", "soon"} {
-		if _, err := LoadConfig(env(map[string]string{"SHUTDOWN_TIMEOUT": v})); err == nil || !strings.Contains(err.Error(), `SHUTDOWN_TIMEOUT="`+v+`"`) {
-			t.Errorf("SHUTDOWN_TIMEOUT=%s: err = %v, want one naming it", v, err)
+	for name, c := range map[string]struct {
+		def time.Duration
+		get func(Config) time.Duration
+	}{
+		"SHUTDOWN_TIMEOUT": {30 * time.Second, func(c Config) time.Duration { return c.ShutdownTimeout }},
+		"DATABASE_WAIT":    {60 * time.Second, func(c Config) time.Duration { return c.DatabaseWait }},
+	} {
+		cfg, err := LoadConfig(env(map[string]string{}))
+		if err != nil || c.get(cfg) != c.def {
+			t.Fatalf("default %s = %s, %v; want %s", name, c.get(cfg), err, c.def)
+		}
+		cfg, err = LoadConfig(env(map[string]string{name: "5s"}))
+		if err != nil || c.get(cfg) != 5*time.Second {
+			t.Fatalf("%s=5s: %s, %v", name, c.get(cfg), err)
+		}
+		for _, v := range []string{"0", "-1s", "soon"} {
+			if _, err := LoadConfig(env(map[string]string{name: v})); err == nil || !strings.Contains(err.Error(), name+`="`+v+`"`) {
+				t.Errorf("%s=%s: err = %v, want one naming it", name, v, err)
+			}
 		}
 	}
 }

@@ -18,6 +18,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -176,6 +178,9 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := waitForDatabase(ctx, pcfg, cmp.Or(cfg.DatabaseWait, DatabaseWaitDefault), log); err != nil {
+		return nil, err
+	}
 	var opts []stdlib.OptionOpenDB
 	if pcfg.BeforeConnect != nil {
 		opts = append(opts, stdlib.OptionBeforeConnect(pcfg.BeforeConnect))
@@ -240,6 +245,57 @@ func (s *Server) closePools() {
 // poolConfig parses DATABASE_URL and, with DB_IAM_AUTH, mints an RDS IAM
 // token as each new connection's password (region and credentials from the
 // AWS default chain).
+// waitForDatabase connects once to the database, retrying with backoff
+// (250ms doubling to 5s) for up to wait while it cannot be reached or is
+// starting up, so that a pod started with its database does not exit for
+// arriving first. A refusal that a retry cannot fix (authentication, a
+// missing database) returns at once.
+func waitForDatabase(ctx context.Context, pcfg *pgxpool.Config, wait time.Duration, log *slog.Logger) error {
+	deadline := time.Now().Add(wait)
+	delay := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		cc := pcfg.ConnConfig.Copy()
+		err := error(nil)
+		if pcfg.BeforeConnect != nil {
+			err = pcfg.BeforeConnect(ctx, cc)
+		}
+		if err == nil {
+			var conn *pgx.Conn
+			if conn, err = pgx.ConnectConfig(ctx, cc); err == nil {
+				return conn.Close(ctx)
+			}
+		}
+		if !retryableConnectError(err) || ctx.Err() != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		if time.Now().Add(delay).After(deadline) {
+			return fmt.Errorf("connect: the database was not reachable within DATABASE_WAIT (%s): %w", wait, err)
+		}
+		log.Warn("the database is not reachable yet; retrying", "attempt", attempt, "in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// retryableConnectError reports whether a failed connect may succeed later:
+// anything but a refusal by the server, or the server's own "starting up",
+// "shutting down" or "too many connections".
+func retryableConnectError(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return true // the network: refused, reset, timed out, unresolvable
+	}
+	switch pgErr.Code {
+	case "57P03", "57P01", "57P02", "53300": // cannot_connect_now, admin_shutdown, crash_shutdown, too_many_connections
+		return true
+	}
+	return false
+}
+
 func poolConfig(ctx context.Context, cfg Config) (*pgxpool.Config, error) {
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
