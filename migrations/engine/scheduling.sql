@@ -154,13 +154,20 @@ DECLARE
     v_rest uuid[];
     n int;
 BEGIN
-    WITH r AS MATERIALIZED (
+    -- The chunk's resources are found first, by (kind, name), on their own:
+    -- joined in one step with kind_manifest, the planner probed the
+    -- (kind, name) index by kind alone after joining the manifest, reading
+    -- every resource of the kind for each item (500 items of a 2,750-row
+    -- kind: 1.4M rows, 218 ms a chunk, growing with the kind).
+    WITH w AS MATERIALIZED (
         SELECT res.id, res.shard_id, res.kind, res.kind_version, res.generation,
-               res.created_at = now() AND res.generation = 1 AS fresh, m.spec_reaction
+               res.created_at = now() AND res.generation = 1 AS fresh
           FROM unnest(p_kinds, p_names) AS a(kind, name)
           JOIN resources res ON res.kind = a.kind AND res.name = a.name
-          JOIN kind_manifest m ON m.kind = res.kind AND m.kind_version = res.kind_version
          WHERE res.updated_at = now() AND res.synced_gen < res.generation
+    ), r AS MATERIALIZED (
+        SELECT w.*, m.spec_reaction
+          FROM w JOIN kind_manifest m ON m.kind = w.kind AND m.kind_version = w.kind_version
     ), q AS (
         INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
         SELECT shard_id, id, 'reconcile', kind, kind_version, generation, 'specChange'
