@@ -145,6 +145,32 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	bad := func(name, val, why string) {
 		errs = append(errs, fmt.Errorf("%s=%q: %s", name, val, why))
 	}
+	// positiveDuration and positiveInt read an optional variable that must
+	// be above zero; an unset one takes def, a bad one is reported.
+	positiveDuration := func(name string, def time.Duration, example string) time.Duration {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			bad(name, v, "must be a positive duration like "+example)
+			return def
+		}
+		return d
+	}
+	positiveInt := func(name string, def int) int {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			bad(name, v, "must be a positive integer")
+			return def
+		}
+		return n
+	}
 	c.DatabaseURL = getenv("DATABASE_URL")
 	c.DatabaseReadURL = getenv("DATABASE_READ_URL")
 	for _, v := range []struct{ name, dsn string }{{"DATABASE_URL", c.DatabaseURL}, {"DATABASE_READ_URL", c.DatabaseReadURL}} {
@@ -268,60 +294,12 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 		c.AllowCIDRs = append(c.AllowCIDRs, p)
 	}
-	c.ReaperRetryWindow = 30 * time.Second
-	if v := getenv("REAPER_RETRY_WINDOW"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			bad("REAPER_RETRY_WINDOW", v, "must be a positive duration like 30s")
-		} else {
-			c.ReaperRetryWindow = d
-		}
-	}
-	c.DeliveryLogMaxAge = store.DeliveryLogMaxAgeDefault
-	if v := getenv("DELIVERY_LOG_MAX_AGE"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			bad("DELIVERY_LOG_MAX_AGE", v, "must be a positive duration like 168h")
-		} else {
-			c.DeliveryLogMaxAge = d
-		}
-	}
-	c.DeliveryLogKeep = store.DeliveryLogKeepDefault
-	if v := getenv("DELIVERY_LOG_KEEP"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			bad("DELIVERY_LOG_KEEP", v, "must be a positive integer")
-		} else {
-			c.DeliveryLogKeep = n
-		}
-	}
-	c.SpecHistoryLimit = store.SpecHistoryLimitDefault
-	if v := getenv("SPEC_HISTORY_LIMIT"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			bad("SPEC_HISTORY_LIMIT", v, "must be a positive integer")
-		} else {
-			c.SpecHistoryLimit = n
-		}
-	}
-	c.ShutdownTimeout = ShutdownTimeoutDefault
-	if v := getenv("SHUTDOWN_TIMEOUT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			bad("SHUTDOWN_TIMEOUT", v, "must be a positive duration like 30s")
-		} else {
-			c.ShutdownTimeout = d
-		}
-	}
-	c.DatabaseWait = DatabaseWaitDefault
-	if v := getenv("DATABASE_WAIT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			bad("DATABASE_WAIT", v, "must be a positive duration like 60s")
-		} else {
-			c.DatabaseWait = d
-		}
-	}
+	c.ReaperRetryWindow = positiveDuration("REAPER_RETRY_WINDOW", 30*time.Second, "30s")
+	c.DeliveryLogMaxAge = positiveDuration("DELIVERY_LOG_MAX_AGE", store.DeliveryLogMaxAgeDefault, "168h")
+	c.DeliveryLogKeep = positiveInt("DELIVERY_LOG_KEEP", store.DeliveryLogKeepDefault)
+	c.SpecHistoryLimit = positiveInt("SPEC_HISTORY_LIMIT", store.SpecHistoryLimitDefault)
+	c.ShutdownTimeout = positiveDuration("SHUTDOWN_TIMEOUT", ShutdownTimeoutDefault, "30s")
+	c.DatabaseWait = positiveDuration("DATABASE_WAIT", DatabaseWaitDefault, "60s")
 	c.MemberID = getenv("MEMBER_ID")
 	if c.PprofAddr = getenv("PPROF_ADDR"); c.PprofAddr != "" {
 		if _, _, err := net.SplitHostPort(c.PprofAddr); err != nil {
