@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -303,10 +304,21 @@ func checkRefusal(t *testing.T, p *Problem, prefix string) {
 // storable reports whether Postgres can store s as text.
 func storable(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
+// jsonEqual reports whether a and b hold the same JSON value. Their bytes
+// may differ: json.Marshal escapes <, > and & inside a RawMessage's strings
+// ("&" becomes "\u0026"), which a byte comparison took for a changed spec.
+// Numbers compare by their text (UseNumber), as the stored spec keeps it.
 func jsonEqual(a, b json.RawMessage) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return len(a) == len(b)
 	}
-	var x, y bytes.Buffer
-	return json.Compact(&x, a) == nil && json.Compact(&y, b) == nil && bytes.Equal(x.Bytes(), y.Bytes())
+	decode := func(raw json.RawMessage) (any, error) {
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		var v any
+		return v, d.Decode(&v)
+	}
+	x, errX := decode(a)
+	y, errY := decode(b)
+	return errX == nil && errY == nil && reflect.DeepEqual(x, y)
 }
