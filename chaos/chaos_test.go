@@ -316,13 +316,26 @@ func (p *proc) waitReady(within time.Duration) error {
 	return fmt.Errorf("%s not ready after %s", p.name, within)
 }
 
+// freeAddr returns a loopback address free now, for a process started
+// later to listen on. Its port is drawn below the kernel's ephemeral range
+// (32768 and up on Linux): a port from ":0" comes from that range, and in
+// the time between this check and the process binding it, any outbound
+// connection (the other processes' pools) could take it as its source
+// port: a CI run lost dispatch-0 to "bind: address already in use".
 func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+mrand.IntN(12000)))
+		if err != nil {
+			continue // taken: draw again
+		}
+		addr := ln.Addr().String()
+		if err := ln.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return addr
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free port in 20000-31999 after 100 draws")
+	return ""
 }
 
 func newKey(n int) string {
