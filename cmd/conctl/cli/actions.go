@@ -60,15 +60,7 @@ func (a *app) resourceAction(use, short, long, example, suffix string, line func
 			if err != nil {
 				return err
 			}
-			if p.format != outputTable {
-				return p.stream(resp.Body, true)
-			}
-			o, err := decodeObject(resp.Body)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(a.stdout, line(t.id, o))
-			return nil
+			return p.answer(resp.Body, func(o obj) string { return line(t.id, o) })
 		},
 	}
 	ref.register(c)

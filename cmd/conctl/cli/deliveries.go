@@ -127,16 +127,10 @@ was a reactor delivery; -o json or -o yaml prints the server's answer.`,
 			if err != nil {
 				return err
 			}
-			if p.format != outputTable {
-				return p.stream(resp.Body, true)
-			}
-			o, err := decodeObject(resp.Body)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "delivery %d of %s/%s: %s\n", id, o.str("delivery", "resource", "kind"),
-				o.str("delivery", "resource", "name"), o.str("message"))
-			return nil
+			return p.answer(resp.Body, func(o obj) string {
+				return fmt.Sprintf("delivery %d of %s/%s: %s", id, o.str("delivery", "resource", "kind"),
+					o.str("delivery", "resource", "name"), o.str("message"))
+			})
 		},
 	}
 }

@@ -68,16 +68,10 @@ generation; -o json or -o yaml prints the resource. --revision is required.`,
 			if err != nil {
 				return err
 			}
-			if p.format != outputTable {
-				return p.stream(resp.Body, true)
-			}
-			o, err := decodeObject(resp.Body)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "%s rolled back to revision %d: %s (generation %s)\n",
-				t.id, revision, resp.ApplyResult(), o.str("generation"))
-			return nil
+			return p.answer(resp.Body, func(o obj) string {
+				return fmt.Sprintf("%s rolled back to revision %d: %s (generation %s)",
+					t.id, revision, resp.ApplyResult(), o.str("generation"))
+			})
 		},
 	}
 	ref.register(c)

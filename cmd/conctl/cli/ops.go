@@ -238,15 +238,9 @@ cancelled (409 otherwise).`,
 				if err != nil {
 					return err
 				}
-				if p.format != outputTable {
-					return p.stream(resp.Body, true)
-				}
-				op, err := decodeObject(resp.Body)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(a.stdout, "operation %s %s\n", op.str("id"), op.str("state"))
-				return nil
+				return p.answer(resp.Body, func(op obj) string {
+					return fmt.Sprintf("operation %s %s", op.str("id"), op.str("state"))
+				})
 			}
 			q := url.Values{}
 			if limit > 0 {

@@ -52,6 +52,20 @@ func (p *printer) list(t *objectType, items []json.RawMessage, body json.RawMess
 	return p.table(t, items)
 }
 
+// answer prints an action's answer: as the server sent it in json and yaml
+// output, else as the one line summary makes of it.
+func (p *printer) answer(raw json.RawMessage, summary func(obj) string) error {
+	if p.format != outputTable {
+		return p.stream(raw, true)
+	}
+	o, err := decodeObject(raw)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(p.w, summary(o))
+	return err
+}
+
 // stream prints one of several objects produced one by one (apply -o json),
 // as a JSON stream or YAML documents separated by "---".
 func (p *printer) stream(raw json.RawMessage, first bool) error {
