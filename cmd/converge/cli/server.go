@@ -242,9 +242,6 @@ func (s *Server) closePools() {
 	}
 }
 
-// poolConfig parses DATABASE_URL and, with DB_IAM_AUTH, mints an RDS IAM
-// token as each new connection's password (region and credentials from the
-// AWS default chain).
 // waitForDatabase connects once to the database, retrying with backoff
 // (250ms doubling to 5s) for up to wait while it cannot be reached or is
 // starting up, so that a pod started with its database does not exit for
@@ -255,7 +252,7 @@ func waitForDatabase(ctx context.Context, pcfg *pgxpool.Config, wait time.Durati
 	delay := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		cc := pcfg.ConnConfig.Copy()
-		err := error(nil)
+		var err error
 		if pcfg.BeforeConnect != nil {
 			err = pcfg.BeforeConnect(ctx, cc)
 		}
@@ -296,6 +293,9 @@ func retryableConnectError(err error) bool {
 	return false
 }
 
+// poolConfig parses DATABASE_URL and, with DB_IAM_AUTH, mints an RDS IAM
+// token as each new connection's password (region and credentials from the
+// AWS default chain).
 func poolConfig(ctx context.Context, cfg Config) (*pgxpool.Config, error) {
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
