@@ -28,6 +28,7 @@ import (
 	"github.com/convergeplane/converge/chaos/internal/calllog"
 	"github.com/convergeplane/converge/chaos/internal/proxy"
 	"github.com/convergeplane/converge/internal/embeddedpg"
+	"github.com/convergeplane/converge/internal/testnet"
 )
 
 // The suite's fixed settings. The dispatch lease (60 s) and the reaper's
@@ -316,28 +317,6 @@ func (p *proc) waitReady(within time.Duration) error {
 	return fmt.Errorf("%s not ready after %s", p.name, within)
 }
 
-// freeAddr returns a loopback address free now, for a process started
-// later to listen on. Its port is drawn below the kernel's ephemeral range
-// (32768 and up on Linux): a port from ":0" comes from that range, and in
-// the time between this check and the process binding it, any outbound
-// connection (the other processes' pools) could take it as its source
-// port: a CI run lost dispatch-0 to "bind: address already in use".
-func freeAddr(t *testing.T) string {
-	for range 100 {
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+mrand.IntN(12000)))
-		if err != nil {
-			continue // taken: draw again
-		}
-		addr := ln.Addr().String()
-		if err := ln.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return addr
-	}
-	t.Fatal("no free port in 20000-31999 after 100 draws")
-	return ""
-}
-
 func newKey(n int) string {
 	k := make([]byte, n)
 	_, _ = rand.Read(k)
@@ -395,14 +374,14 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 		}
 	}()
 	pgAddr, _, _ := strings.Cut(strings.SplitN(direct, "@", 2)[1], "/")
-	providerAddr := freeAddr(t)
+	providerAddr := testnet.FreeAddr(t)
 	providerProxy := newProxy(providerAddr)
 	faultsUntil := int64(0)
 	var controls, dispatchers []*proc
 	dbProxies := map[*proc]*proxy.Proxy{}
 	callbackProxies := map[*proc]*proxy.Proxy{}
 	for i, role := range []string{"control", "control", "dispatch", "dispatch"} {
-		listen, health := freeAddr(t), freeAddr(t)
+		listen, health := testnet.FreeAddr(t), testnet.FreeAddr(t)
 		dbp := newProxy(pgAddr)
 		p := &proc{name: fmt.Sprintf("%s-%d", role, i%2), bin: filepath.Join(bin, "converge"), args: []string{"dev"}, logDir: res.dir,
 			env: []string{"DATABASE_URL=" + strings.Replace(direct, pgAddr, dbp.Addr(), 1), "ROLE=" + role,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
+	"github.com/convergeplane/converge/internal/testnet"
 )
 
 // TestStartWaitsForTheDatabase: a converge process started before its
@@ -36,7 +37,7 @@ func TestStartWaitsForTheDatabase(t *testing.T) {
 	t.Run("database arrives late", func(t *testing.T) {
 		u, err := url.Parse(e.db.DSN)
 		must(t, err)
-		addr := freeAddr(t)
+		addr := testnet.FreeAddr(t)
 		// Nothing listens at addr for the first second; then a forwarder
 		// to the real server does.
 		fwd := startForwarder(t, addr, u.Host, time.Second)
@@ -51,7 +52,7 @@ func TestStartWaitsForTheDatabase(t *testing.T) {
 
 	t.Run("database never arrives", func(t *testing.T) {
 		begin := time.Now()
-		_, err := convergecli.Start(t.Context(), config(at(freeAddr(t)), time.Second), e.log)
+		_, err := convergecli.Start(t.Context(), config(at(testnet.FreeAddr(t)), time.Second), e.log)
 		if err == nil || !strings.Contains(err.Error(), "DATABASE_WAIT") {
 			t.Fatalf("Start = %v, want an error naming DATABASE_WAIT", err)
 		}

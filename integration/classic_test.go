@@ -17,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/convergeplane/converge/internal/logbuf"
 )
 
 // classicObjects is what `classic-provider objects` prints.
@@ -208,7 +210,7 @@ func startMoto(t *testing.T, bucket string) (string, *s3.Client) {
 	must(t, err)
 	port := ln.Addr().(*net.TCPAddr).Port
 	must(t, ln.Close())
-	var out lockedBuffer
+	var out logbuf.Buffer
 	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", fmt.Sprint(port))
 	cmd.Stdout, cmd.Stderr = &out, &out
 	must(t, cmd.Start())

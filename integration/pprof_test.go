@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
+	"github.com/convergeplane/converge/internal/testnet"
 )
 
 // TestPprofListener: PPROF_ADDR serves net/http/pprof on its own listener,
 // and the API listener does not serve it.
 func TestPprofListener(t *testing.T) {
 	t.Parallel()
-	addr := freeAddr(t)
+	addr := testnet.FreeAddr(t)
 	srv, _ := startOps(t, t.Context(), convergecli.RoleAll, func(c *convergecli.Config) { c.PprofAddr = addr })
 	get := func(url string) (int, string) {
 		t.Helper()

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/convergeplane/converge/internal/logbuf"
 )
 
 // startProviderProcess runs cmd, a provider's own process, until the test
@@ -15,7 +17,7 @@ import (
 // PROVIDER_ADDR added to its Env. At the end it gets SIGTERM and must exit
 // cleanly; its output is logged if the test failed. It returns the
 // provider's address and its output so far.
-func (s *server) startProviderProcess(name string, cmd *exec.Cmd, kinds []map[string]any) (string, *lockedBuffer) {
+func (s *server) startProviderProcess(name string, cmd *exec.Cmd, kinds []map[string]any) (string, *logbuf.Buffer) {
 	t := s.t
 	t.Helper()
 	key := make([]byte, 32)
@@ -25,7 +27,7 @@ func (s *server) startProviderProcess(name string, cmd *exec.Cmd, kinds []map[st
 	must(t, err)
 	addr := ln.Addr().String()
 	must(t, ln.Close())
-	output := &lockedBuffer{}
+	output := &logbuf.Buffer{}
 	cmd.Env = append(cmd.Env, "PROVIDER_SECRETS="+secret, "PROVIDER_ADDR="+addr)
 	cmd.Stdout, cmd.Stderr = output, output
 	must(t, cmd.Start())

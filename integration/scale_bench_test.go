@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,9 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/convergeplane/converge/internal/logbuf"
+	"github.com/convergeplane/converge/internal/testnet"
 )
 
 // BenchmarkScale is issue #13's million: SCALE_N leaf resources (make
@@ -57,7 +59,7 @@ func benchScale(b *testing.B, n, maxBatch int) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/converge").CombinedOutput(); err != nil {
 		b.Fatalf("build converge: %v\n%s", err, out)
 	}
-	addr, health := freeAddr(b), freeAddr(b)
+	addr, health := testnet.FreeAddr(b), testnet.FreeAddr(b)
 	key := func(n int) string {
 		k := make([]byte, n)
 		_, _ = rand.Read(k)
@@ -68,7 +70,7 @@ func benchScale(b *testing.B, n, maxBatch int) {
 	cmd := exec.Command(bin, "dev")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+e.db.DSN, "LISTEN_ADDR="+addr, "HEALTH_ADDR="+health,
 		"CONVERGE_DATA_DIR="+b.TempDir(), "CONVERGE_SECRET_KEY="+key(32), "CONVERGE_CALLBACK_KEY="+key(32), "LOG_LEVEL=warn")
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	must(b, cmd.Start())
 	b.Cleanup(func() {
@@ -183,16 +185,6 @@ func benchScale(b *testing.B, n, maxBatch int) {
 		fmt.Fprintf(&line, "  %dk: created %.1f s, converged %.1f s\n", (i+1)*step/1000, c.Seconds(), t)
 	}
 	fmt.Print("scale: per tenth of the run (cumulative)\n" + line.String())
-}
-
-// freeAddr returns a loopback address nothing listens on yet.
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(tb, err)
-	addr := ln.Addr().String()
-	must(tb, ln.Close())
-	return addr
 }
 
 // peakRSS reads a process's peak resident set (VmHWM) from /proc, in bytes.

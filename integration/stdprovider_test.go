@@ -12,30 +12,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/convergeplane/converge/control/model"
 )
-
-// lockedBuffer collects a process's stderr for the test log.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // startStdProvider builds cmd/stdprovider, applies the manifests it prints
 // for env, and runs it with env as the endpoint "std" of those kinds. It

@@ -15,13 +15,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/api/apitest"
 	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/internal/logbuf"
 	"github.com/convergeplane/converge/internal/pgtest"
 )
 
@@ -161,28 +161,10 @@ type mutator struct {
 	base   string
 	client *http.Client
 	rnd    *rand.Rand
-	logs   *lockedBuffer
+	logs   *logbuf.Buffer
 	tables string // the fingerprint query
 	opID   string // the operation the {id} routes name
 	fails  int
-}
-
-// lockedBuffer is the server log.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func (m *mutator) panicked() bool { return strings.Contains(m.logs.String(), "panic") }
@@ -201,7 +183,7 @@ func (m *mutator) failf(format string, args ...any) {
 func newMutator(t *testing.T, seed uint64) *mutator {
 	t.Helper()
 	db := pgtest.New(t)
-	logs := &lockedBuffer{}
+	logs := &logbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st := store.New(db.Pool, store.Config{})
 	kinds := store.NewKindCache(st, store.KindCacheConfig{}, log)

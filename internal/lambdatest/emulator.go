@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/convergeplane/converge/internal/testnet"
 )
 
 // EmulatorEnv names the AWS Lambda Runtime Interface Emulator binary;
@@ -48,7 +50,7 @@ func StartEmulator(t testing.TB, rie, bootstrap string, env ...string) string {
 	t.Helper()
 	// Both of the emulator's listeners on free ports: its Runtime API
 	// defaults to a fixed one, which a concurrent run would collide on.
-	addr, runtimeAddr := freeAddr(t), freeAddr(t)
+	addr, runtimeAddr := testnet.FreeAddr(t), testnet.FreeAddr(t)
 	cmd := exec.Command(rie, "--runtime-interface-emulator-address", addr, "--runtime-api-address", runtimeAddr, bootstrap)
 	cmd.Env = append(append(os.Environ(), "AWS_LAMBDA_FUNCTION_TIMEOUT=30", "LOG_LEVEL=warn"), env...)
 	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
@@ -71,15 +73,4 @@ func StartEmulator(t testing.TB, rie, bootstrap string, env ...string) string {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

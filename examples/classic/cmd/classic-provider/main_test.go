@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/examples/classic"
+	"github.com/convergeplane/converge/internal/testnet"
 	"github.com/convergeplane/converge/webhooksdk"
 	"github.com/convergeplane/converge/webhooksdk/sdktest"
 )
@@ -126,24 +126,11 @@ func newSecret(t *testing.T) string {
 	return s
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 // TestRunServes starts the provider as the binary would and drives it over
 // HTTP: the health probe lists every kind, a signed task runs, a delete
 // shows in /debug/teardowns, and cancelling the context shuts it down.
 func TestRunServes(t *testing.T) {
-	secret, addr := newSecret(t), freeAddr(t)
+	secret, addr := newSecret(t), testnet.FreeAddr(t)
 	t.Setenv("PROVIDER_ADDR", addr)
 	t.Setenv("PROVIDER_SECRETS", "whsec_"+strings.Repeat("B", 32)+","+secret) // the second of two secrets signs
 	t.Setenv("FAKE_FAULT_RATE", "0")
