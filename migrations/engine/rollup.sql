@@ -9,14 +9,17 @@
 CREATE OR REPLACE FUNCTION schedule_rollup(p_roots uuid[]) RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
+    v_shards smallint[];
     v_ready uuid[];
-    v_trigs text[];
+    v_kinds text[];
+    v_vers smallint[];
+    v_gens bigint[];
 BEGIN
     IF p_roots IS NULL OR cardinality(p_roots) = 0 THEN RETURN 0; END IF;
     WITH t AS MATERIALIZED (
         SELECT * FROM resources WHERE id = ANY (p_roots)
     ), c AS (
-        SELECT r.id, r.shard_id, EXISTS (
+        SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation, EXISTS (
                 SELECT 1 FROM resources ch
                 WHERE ch.owner_id = r.id AND ch.synced_gen < ch.generation
                   AND ch.failure_gen <> ch.generation AND ch.frozen_until IS NULL AND ch.deletion_requested_at IS NULL) AS lagging
@@ -32,10 +35,13 @@ BEGIN
         SELECT shard_id, id FROM c WHERE lagging
         ON CONFLICT DO NOTHING
     )
-    SELECT array_agg(id) FILTER (WHERE NOT lagging), array_agg('childrenSettled'::text) FILTER (WHERE NOT lagging)
-      INTO v_ready, v_trigs FROM c;
+    SELECT array_agg(shard_id) FILTER (WHERE NOT lagging), array_agg(id) FILTER (WHERE NOT lagging),
+           array_agg(kind) FILTER (WHERE NOT lagging), array_agg(kind_version) FILTER (WHERE NOT lagging),
+           array_agg(generation) FILTER (WHERE NOT lagging)
+      INTO v_shards, v_ready, v_kinds, v_vers, v_gens FROM c;
     IF v_ready IS NULL THEN RETURN 0; END IF;
-    RETURN enqueue_reconcile(v_ready, v_trigs);
+    RETURN enqueue_tasks(v_shards, v_ready, v_kinds, v_vers, v_gens,
+                         array_fill('childrenSettled'::text, ARRAY[cardinality(v_ready)]));
 END
 $$;
 

@@ -7,29 +7,25 @@
 -- ON CONFLICT every time, which costs more than the insert. Every lookup is
 -- keyed (id = ANY), so the generic plan is as good as a custom one.
 
--- enqueue_reconcile upserts reconcile rows. The ON CONFLICT arm is the
--- generation gate that makes scheduling idempotent: a newer generation
--- supersedes a pending one, and a claimed row is only marked so the drain
--- re-evaluates it (never two live tasks for one resource). A finished task's
--- row is gone (the drain deletes it), so the next one is a plain insert.
-CREATE OR REPLACE FUNCTION enqueue_reconcile(p_ids uuid[], p_triggers text[]) RETURNS int
+-- enqueue_tasks upserts reconcile rows for resources the caller has read
+-- (shard, id, kind, version, generation, trigger), so scheduling reads each
+-- resource once: the gate reads it to decide, and the upsert takes the
+-- columns from the gate (re-reading 10,000 resources by id cost the gate's
+-- own read again). The ON CONFLICT arm is the generation gate that makes
+-- scheduling idempotent: a newer generation supersedes a pending one, and a
+-- claimed row is only marked so the drain re-evaluates it (never two live
+-- tasks for one resource). A finished task's row is gone (the drain deletes
+-- it), so the next one is a plain insert.
+CREATE OR REPLACE FUNCTION enqueue_tasks(p_shards smallint[], p_ids uuid[], p_kinds text[], p_vers smallint[],
+                                         p_gens bigint[], p_triggers text[]) RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     n int;
 BEGIN
-    -- The resources are read in one scan by id = ANY, then joined to the
-    -- triggers: with the two in one join, the planner may probe the primary
-    -- key per id with id = ANY as a second index condition, which walks the
-    -- whole array on every probe (quadratic in the batch).
-    WITH r AS MATERIALIZED (
-        SELECT id, shard_id, kind, kind_version, generation FROM resources WHERE id = ANY (p_ids)
-    ), c AS (
-        SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation, t.trig
-        FROM unnest(p_ids, p_triggers) AS t(id, trig)
-        JOIN r ON r.id = t.id
-    ), up AS (
+    WITH up AS (
         INSERT INTO work_queue AS w (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
-        SELECT shard_id, id, 'reconcile', kind, kind_version, generation, trig FROM c
+        SELECT c.shard_id, c.id, 'reconcile', c.kind, c.kind_version, c.generation, c.trig
+          FROM unnest(p_shards, p_ids, p_kinds, p_vers, p_gens, p_triggers) AS c(shard_id, id, kind, kind_version, generation, trig)
         ON CONFLICT (shard_id, resource_id, task_type) DO UPDATE SET
             generation   = GREATEST(w.generation, EXCLUDED.generation),
             kind         = CASE WHEN w.state = 'pending' THEN EXCLUDED.kind ELSE w.kind END,
@@ -42,13 +38,40 @@ BEGIN
         WHERE EXCLUDED.generation > w.generation
            OR (w.state = 'pending' AND w.trigger <> EXCLUDED.trigger)
            OR (w.state = 'claimed' AND EXCLUDED.trigger = 'childrenSettled' AND NOT w.rollup_dirty)
-        RETURNING w.resource_id, w.state
+        RETURNING w.state
     )
     SELECT count(*) FILTER (WHERE state = 'pending') INTO n FROM up;
     IF n > 0 THEN
         PERFORM notify_gated('work_ready');
     END IF;
     RETURN n;
+END
+$$;
+
+-- enqueue_reconcile is enqueue_tasks for callers holding only ids.
+CREATE OR REPLACE FUNCTION enqueue_reconcile(p_ids uuid[], p_triggers text[]) RETURNS int
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_shards smallint[];
+    v_ids uuid[];
+    v_kinds text[];
+    v_vers smallint[];
+    v_gens bigint[];
+    v_trigs text[];
+BEGIN
+    -- The resources are read in one scan by id = ANY, then joined to the
+    -- triggers: with the two in one join, the planner may probe the primary
+    -- key per id with id = ANY as a second index condition, which walks the
+    -- whole array on every probe (quadratic in the batch).
+    WITH r AS MATERIALIZED (
+        SELECT id, shard_id, kind, kind_version, generation FROM resources WHERE id = ANY (p_ids)
+    )
+    SELECT array_agg(r.shard_id), array_agg(r.id), array_agg(r.kind), array_agg(r.kind_version), array_agg(r.generation), array_agg(t.trig)
+      INTO v_shards, v_ids, v_kinds, v_vers, v_gens, v_trigs
+      FROM unnest(p_ids, p_triggers) AS t(id, trig)
+      JOIN r ON r.id = t.id;
+    IF v_ids IS NULL THEN RETURN 0; END IF;
+    RETURN enqueue_tasks(v_shards, v_ids, v_kinds, v_vers, v_gens, v_trigs);
 END
 $$;
 
@@ -62,7 +85,11 @@ $$;
 CREATE OR REPLACE FUNCTION schedule_eligible(p_ids uuid[]) RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
+    v_shards smallint[];
     v_ids uuid[];
+    v_kinds text[];
+    v_vers smallint[];
+    v_gens bigint[];
     v_trigs text[];
     v_noop uuid[];
 BEGIN
@@ -75,7 +102,7 @@ BEGIN
     WITH t AS MATERIALIZED (
         SELECT * FROM resources WHERE id = ANY (p_ids)
     ), c AS MATERIALIZED (
-        SELECT r.id,
+        SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation,
             CASE
                 WHEN r.spec_gen < r.generation AND m.spec_reaction IS NOT NULL THEN
                     CASE WHEN NOT EXISTS (
@@ -97,16 +124,20 @@ BEGIN
           AND r.frozen_until IS NULL
           AND NOT (r.failure_gen = r.generation AND r.failure_terminal)
     )
-    SELECT array_agg(id) FILTER (WHERE trig IN ('specChange','childrenSettled')),
+    SELECT array_agg(shard_id) FILTER (WHERE trig IN ('specChange','childrenSettled')),
+           array_agg(id) FILTER (WHERE trig IN ('specChange','childrenSettled')),
+           array_agg(kind) FILTER (WHERE trig IN ('specChange','childrenSettled')),
+           array_agg(kind_version) FILTER (WHERE trig IN ('specChange','childrenSettled')),
+           array_agg(generation) FILTER (WHERE trig IN ('specChange','childrenSettled')),
            array_agg(trig) FILTER (WHERE trig IN ('specChange','childrenSettled')),
            array_agg(id) FILTER (WHERE trig = 'noop')
-      INTO v_ids, v_trigs, v_noop
+      INTO v_shards, v_ids, v_kinds, v_vers, v_gens, v_trigs, v_noop
       FROM c;
     IF v_noop IS NOT NULL THEN
         UPDATE resources SET spec_gen = generation, synced_gen = generation WHERE id = ANY (v_noop);
     END IF;
     IF v_ids IS NULL THEN RETURN 0; END IF;
-    RETURN enqueue_reconcile(v_ids, v_trigs);
+    RETURN enqueue_tasks(v_shards, v_ids, v_kinds, v_vers, v_gens, v_trigs);
 END
 $$;
 
