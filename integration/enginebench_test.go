@@ -132,7 +132,7 @@ func benchLeaves(b *testing.B, n int) float64 {
 	// engine work and is timed. (Applying resources is measured by the API
 	// benchmark.)
 	must(b, execAll(ctx, e.db.Pool, fmt.Sprintf(`INSERT INTO resources (kind, kind_version, name, spec)
-		SELECT 'leaf', 1, 'l-' || i, '{}' FROM generate_series(1, %d) i`, n), `ANALYZE resources`))
+		SELECT 'leaf', 1, 'l-' || i, '{}' FROM generate_series(1, %d) i`, n), `VACUUM ANALYZE resources`))
 	start := time.Now()
 	must(b, execAll(ctx, e.db.Pool, `SELECT schedule_eligible(array_agg(id)) FROM resources WHERE synced_gen < generation`))
 	waitSettled(b, e)

@@ -124,7 +124,7 @@ func Floor(ctx context.Context, pool *pgxpool.Pool, n int, cfg FloorConfig) (flo
 		if _, err := pool.Exec(ctx, floorSeedSQL, prefix, n); err != nil {
 			return 0, fmt.Errorf("floor seed: %w", err)
 		}
-		if _, err := pool.Exec(ctx, `ANALYZE resources`); err != nil {
+		if _, err := pool.Exec(ctx, `VACUUM ANALYZE resources`); err != nil {
 			return 0, fmt.Errorf("floor analyze: %w", err)
 		}
 		start := time.Now()
