@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"testing/fstest"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
+	"github.com/convergeplane/converge/internal/logbuf"
 	"github.com/convergeplane/converge/internal/pgtest"
 	"github.com/convergeplane/converge/migrations"
 )
@@ -137,7 +137,7 @@ func TestUpgradeFromRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	if err := migrations.Up(ctx, upgraded.DSN, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
 		t.Fatalf("Up over the released schema: %v", err)
 	}
@@ -210,7 +210,7 @@ func TestEngine(t *testing.T) {
 		t.Fatalf("Up: %v", err)
 	}
 
-	var second syncBuffer
+	var second logbuf.Buffer
 	if err := migrations.Up(ctx, b.db.DSN, slog.New(slog.NewTextHandler(&second, nil))); err != nil {
 		t.Fatalf("second Up: %v", err)
 	}
@@ -227,7 +227,7 @@ func TestEngine(t *testing.T) {
 	if _, err := b.db.Pool.Exec(ctx, `DROP FUNCTION release_tasks`); err != nil {
 		t.Fatal(err)
 	}
-	var third syncBuffer
+	var third logbuf.Buffer
 	if err := migrations.Up(ctx, b.db.DSN, slog.New(slog.NewTextHandler(&third, nil))); err != nil {
 		t.Fatalf("Up after an engine edit: %v", err)
 	}
@@ -352,28 +352,4 @@ func dump(t *testing.T, dsn string) ([]string, bool) {
 		lines = append(lines, l)
 	}
 	return lines, true
-}
-
-// syncBuffer is a bytes.Buffer that slog may write to from any goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Len()
 }

@@ -23,4 +23,7 @@ func TestConcurrentWritesAllLand(t *testing.T) {
 	if got := strings.Count(b.String(), "x\n"); got != 800 {
 		t.Fatalf("%d lines written, want 800", got)
 	}
+	if b.Len() != 1600 {
+		t.Fatalf("Len = %d, want 1600", b.Len())
+	}
 }
