@@ -135,8 +135,8 @@ type provider struct {
 	mu   sync.Mutex
 	ids  map[string]string   // "task/epoch" -> webhook-id, for Work's record
 	late map[string]struct{} // "task/epoch" of timed-out deliveries: their callbacks are sent late, again and again
-	// rolled counts the deliveries that reached the timeout roll, timeouts
-	// the ones held (see owedTimeout).
+	// rolled counts the deliveries whose timeout roll drew none, timeouts
+	// the deliveries held (see owedTimeout).
 	rolled, timeouts int
 }
 

@@ -133,12 +133,12 @@ BEGIN
     -- a read, not a write). The batch's upstreams are found in one scan of
     -- idx_resource_deps_dependency (MATERIALIZED: a probe per item, with
     -- = ANY as a second condition, would walk the array on every probe).
-    WITH up AS MATERIALIZED (
+    WITH upstream AS MATERIALIZED (
         SELECT DISTINCT d.dependency_id FROM resource_deps d WHERE d.dependency_id = ANY (v_rids)
     )
     SELECT array_agg(DISTINCT i.resource_id) INTO v_status_ids
       FROM unnest(v_items) i
-      JOIN up ON up.dependency_id = i.resource_id
+      JOIN upstream u ON u.dependency_id = i.resource_id
      WHERE i.error IS NULL AND i.emits & 8 <> 0 AND jsonb_typeof(i.outcome->'status') NOT IN ('null');
 
     -- The phases before the update: a success is logged only if it moves
