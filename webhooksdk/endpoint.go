@@ -63,6 +63,10 @@ type providerSlot struct {
 	mu     sync.Mutex // serialises OnConfig
 	seen   bool
 	cfgSum [sha256.Size]byte
+	// The last config's bytes as delivered: almost every delivery repeats
+	// them, and comparing bytes skips the compaction and hash (4.5 % of a
+	// batched benchmark's CPU when done per task).
+	lastSpec, lastBundle []byte
 }
 
 // run is one execution of Work for one delivery (webhook-id).
@@ -629,14 +633,17 @@ func (e *Endpoint) work(ctx context.Context, rn *run, log *slog.Logger) (res Res
 // configure fires OnConfig if req's effective config differs from the last one this
 // provider saw (the first one included). Serialised per provider.
 func (s *providerSlot) configure(req Request) {
-	sum := configSum(req.Config, req.Bundle)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.seen && s.cfgSum == sum {
+	if s.seen && bytes.Equal(s.lastSpec, req.Config) && bytes.Equal(s.lastBundle, req.Bundle) {
 		return
 	}
-	s.p.OnConfig(ProviderConfig{Spec: req.Config, Data: req.Bundle})
-	s.seen, s.cfgSum = true, sum // only once OnConfig returned normally
+	sum := configSum(req.Config, req.Bundle)
+	if !s.seen || s.cfgSum != sum {
+		s.p.OnConfig(ProviderConfig{Spec: req.Config, Data: req.Bundle})
+		s.seen, s.cfgSum = true, sum // only once OnConfig returned normally
+	}
+	s.lastSpec, s.lastBundle = bytes.Clone(req.Config), bytes.Clone(req.Bundle)
 }
 
 func configSum(spec json.RawMessage, bundle []byte) [sha256.Size]byte {
@@ -667,13 +674,37 @@ func (e *Endpoint) ready(s *providerSlot) (ok bool) {
 }
 
 func (e *Endpoint) taskLogger(rn *run) *slog.Logger {
-	return e.log.With(
-		"task_id", rn.env.TaskID,
-		"claim_epoch", rn.env.ClaimEpoch,
-		"kind", rn.env.Kind,
-		"kind_version", rn.env.KindVersion,
-		"webhook_id", rn.webhookID,
-	)
+	return slog.New(&taskAttrs{Handler: e.log.Handler(), attrs: []slog.Attr{
+		slog.String("task_id", rn.env.TaskID),
+		slog.Int64("claim_epoch", rn.env.ClaimEpoch),
+		slog.String("kind", rn.env.Kind),
+		slog.Int("kind_version", rn.env.KindVersion),
+		slog.String("webhook_id", rn.webhookID),
+	}})
+}
+
+// taskAttrs puts a task's attributes first on each record it logs, as
+// Logger.With would, but only when a record is logged: most tasks log
+// nothing, and With formats its attributes at once (2.3 % of a batched
+// benchmark's CPU when done per task).
+type taskAttrs struct {
+	slog.Handler
+	attrs []slog.Attr
+}
+
+func (t *taskAttrs) Handle(ctx context.Context, r slog.Record) error {
+	nr := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	nr.AddAttrs(t.attrs...)
+	r.Attrs(func(a slog.Attr) bool { nr.AddAttrs(a); return true })
+	return t.Handler.Handle(ctx, nr)
+}
+
+func (t *taskAttrs) WithAttrs(as []slog.Attr) slog.Handler {
+	return t.Handler.WithAttrs(t.attrs).WithAttrs(as)
+}
+
+func (t *taskAttrs) WithGroup(name string) slog.Handler {
+	return t.Handler.WithAttrs(t.attrs).WithGroup(name)
 }
 
 // problem is an RFC 9457 problem details body.

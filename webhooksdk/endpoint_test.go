@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/convergeplane/converge/internal/logbuf"
 	"github.com/convergeplane/converge/webhooksdk"
 	"github.com/convergeplane/converge/webhooksdk/sdktest"
 )
@@ -793,16 +794,18 @@ func TestHandlerOnConfig(t *testing.T) {
 			t.Fatalf("status %d", resp.status)
 		}
 	}
-	send(`{"a":1}`, "")        // first task: fires
-	send(`{"a":1}`, "")        // unchanged
-	send(`{"a":2}`, "")        // spec changed: fires
-	send(`{"a":2}`, "")        // unchanged
-	send(`{"a":2}`, "bundle1") // bundle changed: fires
-	send(`{"a":2}`, "bundle1") // unchanged
+	send(`{"a":1}`, "")           // first task: fires
+	send(`{"a":1}`, "")           // unchanged
+	send(`{"a":2}`, "")           // spec changed: fires
+	send(`{"a":2}`, "")           // unchanged
+	send(`{"a":2}`, "bundle1")    // bundle changed: fires
+	send(`{"a":2}`, "bundle1")    // unchanged
+	send(`{ "a": 2 }`, "bundle1") // other bytes, equal JSON: unchanged
+	send(`{"a":2}`, "bundle1")    // and back: unchanged
 	want := []string{
 		"config:{\"a\":1}|", "work", "work",
 		"config:{\"a\":2}|", "work", "work",
-		"config:{\"a\":2}|bundle1", "work", "work",
+		"config:{\"a\":2}|bundle1", "work", "work", "work", "work",
 	}
 	if diff := cmp.Diff(want, b.prov.Events()); diff != "" {
 		t.Errorf("OnConfig/Work sequence (-want +got):\n%s", diff)
@@ -956,5 +959,28 @@ func shutdown(t *testing.T, b *testBundle) {
 	defer cancel()
 	if err := b.ep.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+// TestTaskLogAttrs: a task's log lines lead with the task's attributes, then
+// the line's own, as Logger.With would order them.
+func TestTaskLogAttrs(t *testing.T) {
+	t.Parallel()
+	var log logbuf.Buffer
+	b := setup(t, func(context.Context, webhooksdk.Request) (webhooksdk.Outcome, error) {
+		return webhooksdk.Outcome{}, errors.New("boom")
+	}, webhooksdk.WithLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}}))))
+	if resp := b.post(t, "msg_attrs", b.envelope(false)); resp.status != http.StatusOK {
+		t.Fatalf("status %d", resp.status)
+	}
+	want := `level=INFO msg="task failed" task_id=task-1 claim_epoch=1 kind=vpc kind_version=1 webhook_id=msg_attrs err=boom terminal=false` + "\n"
+	if !strings.Contains(log.String(), want) {
+		t.Errorf("log:\n%s\nwant a line:\n%s", log.String(), want)
 	}
 }
