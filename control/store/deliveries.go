@@ -127,7 +127,7 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []Delivery) error {
 		eps      = make([]string, n)
 		ats      = make([]time.Time, n)
 		tasks    = make([]string, n)
-		res      = make([]*string, n)
+		res      = make([]string, n) // "": NULL
 		kinds    = make([]string, n)
 		names    = make([]string, n)
 		types    = make([]string, n)
@@ -152,9 +152,7 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []Delivery) error {
 		if ats[i].IsZero() {
 			ats[i] = now
 		}
-		if d.Resource.ID != "" {
-			res[i] = &d.Resource.ID
-		}
+		res[i] = d.Resource.ID
 		if d.HTTPStatus != 0 {
 			st := int32(d.HTTPStatus)
 			statuses[i] = &st
@@ -163,7 +161,7 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []Delivery) error {
 		classes[i] = d.Classification
 		excerpts[i] = excerpt(d.Excerpt, DeliveryExcerptMax)
 	}
-	if _, err := s.pool.Exec(ctx, sql, eps, ats, tasks, res, kinds, names, types, actions,
+	if _, err := s.pool.Exec(ctx, sql, eps, ats, uuidArray(tasks), uuidArray(res), kinds, names, types, actions,
 		epochs, attempts, statuses, lats, classes, excerpts); err != nil {
 		return fmt.Errorf("record deliveries: %w", err)
 	}

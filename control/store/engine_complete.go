@@ -55,16 +55,14 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 	ids := make([]string, n)
 	shards := make([]int16, n)
 	epochs := make([]int64, n)
-	rids := make([]*string, n)
+	rids := make([]string, n) // "" for a reactor delivery's: NULL
 	outcomes := make([][]byte, n)
 	errs := make([]*string, n)
 	terms := make([]bool, n)
 	abandoned := make([]bool, n)
 	for i, c := range cs {
 		ids[i], shards[i], epochs[i], abandoned[i] = c.Task.ID, c.Task.Shard, c.Task.Epoch, c.Abandoned
-		if c.Task.ResourceID != "" {
-			rids[i] = &c.Task.ResourceID
-		}
+		rids[i] = c.Task.ResourceID
 		res := c.Result
 		if res.Error == nil && res.Outcome != nil {
 			if err := s.checkOutcome(c.Task, res.Outcome); err != nil {
@@ -87,7 +85,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 			outcomes[i] = b
 		}
 	}
-	rows, err := s.pool.Query(ctx, completeSQL, ids, shards, epochs, rids, outcomes, errs, terms, abandoned)
+	rows, err := s.pool.Query(ctx, completeSQL, uuidArray(ids), shards, epochs, uuidArray(rids), outcomes, errs, terms, abandoned)
 	if err != nil {
 		return nil, fmt.Errorf("complete tasks: %w", err)
 	}

@@ -40,12 +40,13 @@ func (s *Store) ExtendLeases(ctx context.Context, tasks []model.Task, lease time
 	return out, nil
 }
 
-func taskKeys(tasks []model.Task) ([]string, []int16, []int64) {
+// taskKeys returns tasks' keys as parameters: the IDs as a uuid[] literal.
+func taskKeys(tasks []model.Task) (string, []int16, []int64) {
 	ids := make([]string, len(tasks))
 	shards := make([]int16, len(tasks))
 	epochs := make([]int64, len(tasks))
 	for i, t := range tasks {
 		ids[i], shards[i], epochs[i] = t.ID, t.Shard, t.Epoch
 	}
-	return ids, shards, epochs
+	return uuidArray(ids), shards, epochs
 }

@@ -41,7 +41,7 @@ func (s *Store) buildRequests(ctx context.Context, tasks []model.Task, start boo
 	for i, t := range tasks {
 		ids[i] = t.ResourceID
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+resourceCols+` FROM resources r WHERE r.id = ANY ($1)`, ids)
+	rows, err := s.pool.Query(ctx, `SELECT `+resourceCols+` FROM resources r WHERE r.id = ANY ($1)`, uuidArray(ids))
 	if err != nil {
 		return nil, nil, fmt.Errorf("load task resources: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -215,7 +216,7 @@ func (e *Executor) claimAndRun(ctx context.Context, limit int, slots chan struct
 }
 
 func (e *Executor) invoke(ctx context.Context, t model.Task, req webhooksdk.Request) (res webhooksdk.Result) {
-	h := e.cfg.Handlers[fmt.Sprintf("%s/%d", t.Kind, t.KindVersion)]
+	h := e.cfg.Handlers[t.Kind+"/"+strconv.Itoa(int(t.KindVersion))]
 	// Handlers run to completion on shutdown (bounded by their deadline).
 	hctx := context.WithoutCancel(ctx)
 	if !t.Deadline.IsZero() {
