@@ -261,7 +261,11 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 		h.callbacks.WithLabelValues(fail).Inc()
 		return
 	}
-	a := h.settle(r.Context(), c, body)
+	d := h.decode(c, body)
+	a := d.CallbackItemAnswer
+	if a.Status == 0 {
+		a = h.settle(r.Context(), c, d.res)
+	}
 	switch a.Status {
 	case http.StatusOK:
 		writeJSON(w, http.StatusOK, map[string]string{"result": a.Result})
@@ -309,25 +313,46 @@ func (h *Handler) outcomes(w http.ResponseWriter, r *http.Request) {
 			answers[i] = webhooksdk.CallbackItemAnswer{TaskID: c.TaskID, Status: http.StatusBadRequest, Detail: "the task's outcome is already in this batch"}
 		default:
 			seen[c.TaskID] = true
-			wg.Go(func() { answers[i] = h.settle(r.Context(), c, it.Result) })
+			// Decoded here, not in the goroutine: each goroutine starts on a
+			// small stack, and growing it for the decoder (copied at each
+			// doubling) cost as much as the decode (measured: 8 % of the
+			// async batched benchmark's CPU).
+			d := h.decode(c, it.Result)
+			if d.Status != 0 {
+				answers[i] = d.CallbackItemAnswer
+				continue
+			}
+			wg.Go(func() { answers[i] = h.settle(r.Context(), c, d.res) })
 		}
 	}
 	wg.Wait()
 	writeJSON(w, http.StatusOK, webhooksdk.CallbackBatchAnswer{Results: answers})
 }
 
-// settle decodes one authorized Result and completes its task, answering
-// as a single callback would and counting the answer.
-func (h *Handler) settle(ctx context.Context, c Claim, body []byte) webhooksdk.CallbackItemAnswer {
-	a := webhooksdk.CallbackItemAnswer{TaskID: c.TaskID}
+// decoded is an authorized callback's Result, or (Status set) the answer
+// refusing it.
+type decoded struct {
+	webhooksdk.CallbackItemAnswer
+	res webhooksdk.Result
+}
+
+// decode reads one authorized callback's Result for its claim; a body that
+// is not one is answered 400 and counted.
+func (h *Handler) decode(c Claim, body []byte) decoded {
 	res, err := wire.DecodeResult(body, c.TaskID, c.Epoch)
 	if err != nil {
 		// The claim stays as it is: its lease or deadline lapses and the task
 		// is retried, rather than a garbled body deciding anything.
 		h.callbacks.WithLabelValues("malformed").Inc()
-		a.Status, a.Detail = http.StatusBadRequest, err.Error()
-		return a
+		return decoded{CallbackItemAnswer: webhooksdk.CallbackItemAnswer{TaskID: c.TaskID, Status: http.StatusBadRequest, Detail: err.Error()}}
 	}
+	return decoded{res: res}
+}
+
+// settle completes an authorized callback's task with its decoded Result,
+// answering as a single callback would and counting the answer.
+func (h *Handler) settle(ctx context.Context, c Claim, res webhooksdk.Result) webhooksdk.CallbackItemAnswer {
+	a := webhooksdk.CallbackItemAnswer{TaskID: c.TaskID}
 	st, err := h.group.complete(ctx, c.Task(), res, h.record(c, res))
 	switch {
 	case st == store.Superseded:
