@@ -113,12 +113,6 @@ func (e *Endpoint) heartbeat(ctx context.Context, rn *run) {
 	case <-rn.done:
 		return
 	}
-	cb := rn.env.Callback
-	hbURL, err := HeartbeatURL(cb.URL)
-	if err != nil {
-		e.taskLogger(rn).Error("no heartbeats", "err", err)
-		return
-	}
 	interval := e.cfg.heartbeatEvery
 	if interval == 0 {
 		interval = heartbeatNoDeadline
@@ -126,15 +120,11 @@ func (e *Endpoint) heartbeat(ctx context.Context, rn *run) {
 			interval = max(time.Until(rn.env.Deadline)/3, HeartbeatMinDefault)
 		}
 	}
-	body, err := json.Marshal(struct {
-		TaskID     string `json:"task_id"`
-		ClaimEpoch int64  `json:"claim_epoch"`
-	}{rn.env.TaskID, rn.env.ClaimEpoch})
-	if err != nil { // cannot happen: a string and an int
-		return
-	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	cb := rn.env.Callback
+	var hbURL string
+	var body []byte
 	for {
 		select {
 		case <-rn.done:
@@ -142,6 +132,21 @@ func (e *Endpoint) heartbeat(ctx context.Context, rn *run) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+		// Built at the first beat: most asynchronous Work ends before one
+		// is due, and building it up front was 3.7 % of the async batched
+		// benchmark's CPU.
+		if hbURL == "" {
+			u, err := HeartbeatURL(cb.URL)
+			if err != nil {
+				e.taskLogger(rn).Error("no heartbeats", "err", err)
+				return
+			}
+			hbURL = u
+			body, _ = json.Marshal(struct { // a string and an int: cannot fail
+				TaskID     string `json:"task_id"`
+				ClaimEpoch int64  `json:"claim_epoch"`
+			}{rn.env.TaskID, rn.env.ClaimEpoch})
 		}
 		status, _, err := e.post(ctx, hbURL, cb.Token, rn.traceparent, body)
 		switch {
