@@ -640,6 +640,9 @@ func runWorkload(t *testing.T, s settings, bin string, pg *embeddedpg.Server, la
 	res.applied, res.samples = len(acc), len(samples)
 	tally, lateAnswers := map[string]int{}, map[string]int{}
 	for _, c := range calls {
+		if c.Type == calllog.Callback && c.Answer == "sending" && c.Fault != "late" {
+			continue // counted once, with converge's answer (late ones below)
+		}
 		switch c.Type {
 		case calllog.Delivery:
 			res.deliveries++
@@ -774,31 +777,30 @@ func (a *apiClient) send(ctx context.Context, method, path, ctype string, body [
 	return fmt.Errorf("%s %s: %s", method, path, last)
 }
 
-// installApplyLog records every outcome the engine applies: the drain pops
-// it from work_outbox (logged by a delete trigger) and, if its claim still
-// holds, writes it to its resource, naming the task and claim_epoch
-// (logged by an update trigger), in one transaction. Accepted but not yet
-// applied outcomes are not counted: the outbox is UNLOGGED, so a crash of
-// PostgreSQL discards them and the reaper schedules the work again, by
-// design (see Running at scale). Each outcome's status names the claim the
-// provider produced it under.
+// installApplyLog records every outcome the engine applies. Applying one
+// (where the completion arrives, or in the drain for a composition) ends
+// its claim, deleting or re-pending the claimed work row (logged by a
+// trigger: the task's claim, trigger and generation), and writes the
+// outcome to its resource, naming the task and claim_epoch (logged by an
+// update trigger: the status and whether it succeeded), in one
+// transaction. A claim ended otherwise (the reaper re-pending a lapsed
+// lease) names no resource write and is not counted. Each outcome's status
+// names the claim the provider produced it under.
 func installApplyLog(ctx context.Context, db *pgxpool.Pool) error {
 	_, err := db.Exec(ctx, `
-CREATE TABLE chaos_popped (resource_id uuid, generation bigint, task_id uuid, claim_epoch bigint, trigger text,
-	success bool, status jsonb);
-CREATE FUNCTION chaos_popped() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE TABLE chaos_finished (resource_id uuid, generation bigint, task_id uuid, claim_epoch bigint, trigger text);
+CREATE FUNCTION chaos_finished() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO chaos_popped
-    SELECT resource_id, generation, task_id, claim_epoch, trigger, error IS NULL, outcome->'status' FROM old_rows;
+    INSERT INTO chaos_finished VALUES (OLD.resource_id, OLD.claimed_gen, OLD.task_id, OLD.claim_epoch, OLD.trigger);
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER chaos_popped AFTER DELETE ON work_outbox
-    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION chaos_popped();
-CREATE TABLE chaos_applied (resource_id uuid, task_id uuid, claim_epoch bigint);
+CREATE TRIGGER chaos_finished AFTER DELETE OR UPDATE OF state ON work_queue
+    FOR EACH ROW WHEN (OLD.state = 'claimed') EXECUTE FUNCTION chaos_finished();
+CREATE TABLE chaos_applied (resource_id uuid, task_id uuid, claim_epoch bigint, success bool, status jsonb);
 CREATE FUNCTION chaos_applied() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO chaos_applied VALUES (NEW.id, NEW.last_task_id, NEW.last_task_epoch);
+    INSERT INTO chaos_applied VALUES (NEW.id, NEW.last_task_id, NEW.last_task_epoch, NEW.last_error IS NULL, NEW.status);
     RETURN NULL;
 END
 $$;
@@ -860,10 +862,10 @@ func readResources(ctx context.Context, db *pgxpool.Pool) ([]Resource, error) {
 }
 
 func readApplied(ctx context.Context, db *pgxpool.Pool) ([]Applied, error) {
-	rows, err := db.Query(ctx, `SELECT p.resource_id::text, p.task_id::text, p.trigger, p.generation, p.claim_epoch, p.success,
-		coalesce(p.status->>'task', ''), coalesce((p.status->>'epoch')::bigint, 0)
-		FROM chaos_popped p JOIN (SELECT DISTINCT * FROM chaos_applied) a
-		  ON a.resource_id = p.resource_id AND a.task_id = p.task_id AND a.claim_epoch = p.claim_epoch`)
+	rows, err := db.Query(ctx, `SELECT f.resource_id::text, f.task_id::text, f.trigger, f.generation, f.claim_epoch, a.success,
+		coalesce(a.status->>'task', ''), coalesce((a.status->>'epoch')::bigint, 0)
+		FROM chaos_finished f JOIN (SELECT DISTINCT * FROM chaos_applied) a
+		  ON a.resource_id = f.resource_id AND a.task_id = f.task_id AND a.claim_epoch = f.claim_epoch`)
 	if err != nil {
 		return nil, err
 	}

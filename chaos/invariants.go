@@ -21,10 +21,10 @@ type Resource struct {
 	Generation, SyncedGen int64
 }
 
-// Applied is one outcome the engine applied to its resource (accepted into
-// work_outbox while its claim held, then written to the resource by the
-// drain), with the claim the provider said, in the outcome's status, that
-// it produced it under.
+// Applied is one outcome the engine applied to its resource (its claimed
+// work row finished and the resource written, naming the claim, in one
+// transaction), with the claim the provider said, in the outcome's status,
+// that it produced it under.
 type Applied struct {
 	ResourceID, TaskID, Trigger string
 	Generation, ClaimEpoch      int64

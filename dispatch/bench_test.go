@@ -143,7 +143,8 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// benchDB is one run's private database with the drain duty running.
+// benchDB is one run's private database with the drain duty running (for
+// compositions; the leaves' outcomes are applied as they complete).
 type benchDB struct {
 	tb   testing.TB
 	db   *pgtest.Database
@@ -253,7 +254,7 @@ func benchQ(tb testing.TB, n int) float64 {
 }
 
 // benchFloor is F (internal/benchq.Floor) on a database with no engine
-// duties running: the floor does its own draining.
+// duties running: the floor does its own completing.
 func benchFloor(tb testing.TB, n int) float64 {
 	db := pgtest.New(tb)
 	defer db.Pool.Close()

@@ -14,7 +14,7 @@ const flushTimeout = 30 * time.Second
 
 // completer batches the outcomes of finished deliveries into one round trip
 // per kind of write: one insert of the batch's attempts into the delivery
-// log, CompleteBatch for results, Release per (delay, reason). A batch goes out when BatchSize ops have gathered or FlushEvery
+// log, CompleteBatch for results (which applies them), Release per (delay, reason). A batch goes out when BatchSize ops have gathered or FlushEvery
 // after the first, so a burst is written at database speed and a lone
 // result waits at most FlushEvery. It returns once ops is closed and the
 // last batch is written.
@@ -52,10 +52,14 @@ func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
 			attempts = attempts[:0]
 		}()
 		if len(completes) > 0 {
+			start := time.Now()
 			if _, err := d.st.CompleteBatch(fctx, completes); err != nil {
 				// The claims stay held; their leases lapse and the reaper
 				// re-pends them, so the work re-runs rather than being lost.
 				d.log.Error("complete failed", "err", err, "tasks", len(completes))
+				d.m.completeFails.Inc()
+			} else {
+				d.m.completions.Observe(time.Since(start).Seconds())
 			}
 			clear(completes)
 			completes = completes[:0]

@@ -217,7 +217,7 @@ func TestAsyncTimeout(t *testing.T) {
 // not 200 duplicate, before and after epoch 2's outcome is applied. A
 // provider repeating a Result that was applied — here a transient failure
 // it reported itself, which re-pends the task just as the timeout did —
-// still gets 200 duplicate, from the outbox and from the resource.
+// still gets 200 duplicate, recognised from the resource it was applied to.
 func TestLateCallbackOfAbandonedClaimIsSuperseded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -870,8 +870,8 @@ func TestStopDrains(t *testing.T) {
 	}
 	close(release)
 	<-stopped
-	// The result was completed before Stop returned: its outcome is in the
-	// outbox, or already drained (and the task gone).
+	// The result was completed before Stop returned: its outcome is applied
+	// (the task gone), or, were it a composition, queued in the outbox.
 	if n := e.count(`SELECT count(*) FROM work_queue w WHERE w.resource_id = $1 AND NOT EXISTS (SELECT 1 FROM work_outbox o
 			WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)`, id); n != 0 {
 		t.Fatalf("after Stop the task is not completed")
@@ -1002,7 +1002,8 @@ func TestStopKeepsAcceptedClaims(t *testing.T) {
 }
 
 // TestClaimsBoundedWhileCompletionsStall: when the database stops recording
-// results (here a lock holds the outbox), the dispatcher stops claiming at
+// results (here a lock holds the outbox, which every completion statement
+// writes to, if only a composition), the dispatcher stops claiming at
 // its endpoints' capacity plus the completer's queue, instead of claiming
 // everything pending while finished deliveries pile up in memory.
 func TestClaimsBoundedWhileCompletionsStall(t *testing.T) {

@@ -62,7 +62,7 @@ func newEnv(t *testing.T) *env {
 	db := pgtest.New(t)
 	must(t, applylog.Install(t.Context(), db.Pool))
 	log := slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st := store.New(db.Pool, store.Config{})
+	st := store.New(db.Pool, store.Config{RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond})
 	key := make([]byte, store.SecretKeyBytes)
 	_, _ = rand.Read(key)
 	box, err := store.NewSecretBox(key)
@@ -72,7 +72,7 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, db: db, st: st, box: box, lis: st.NewListener(log), log: log, ctx: t.Context(),
 		tokenKey: tokenKey, metrics: prometheus.NewRegistry()}
 
-	dr := drainer.New(drainer.Config{RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, Poll: 50 * time.Millisecond},
+	dr := drainer.New(drainer.Config{Poll: 50 * time.Millisecond},
 		st, e.lis.Subscribe("outbox_ready"), log)
 	must(t, dr.Start(e.ctx))
 	t.Cleanup(dr.Stop)

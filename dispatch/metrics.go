@@ -19,6 +19,8 @@ type metrics struct {
 	pending       *prometheus.GaugeVec
 	oldest        *prometheus.GaugeVec
 	asyncTimeouts prometheus.Counter
+	completions   prometheus.Histogram
+	completeFails prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer, reg *registry.Registry) (*metrics, error) {
@@ -44,11 +46,21 @@ func newMetrics(r prometheus.Registerer, reg *registry.Registry) (*metrics, erro
 			Namespace: "converge", Subsystem: "dispatch", Name: "async_timeouts_total",
 			Help: "Accepted (202) tasks whose lease lapsed without a callback; each was retried.",
 		}),
+		completions: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "converge", Subsystem: "dispatch", Name: "completion_duration_seconds",
+			Help:    "Time of one completion write: a batch of results recorded and their outcomes applied (compositions queued for the drainer).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12), // 0.5ms .. ~12s
+		}),
+		completeFails: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "converge", Subsystem: "dispatch", Name: "completion_errors_total",
+			Help: "Completion writes that failed (logged as complete failed); their tasks re-run once their leases lapse.",
+		}),
 	}
 	if r == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.deliveries, m.duration, m.pending, m.oldest, m.asyncTimeouts, endpointCollector{reg}} {
+	for _, c := range []prometheus.Collector{m.deliveries, m.duration, m.pending, m.oldest, m.asyncTimeouts, m.completions, m.completeFails,
+		endpointCollector{reg}} {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}

@@ -317,9 +317,9 @@ func TestKindCapHoldsAcrossClaimers(t *testing.T) {
 }
 
 // TestKindCapTokenReturnsAtCompletion: a capped kind's token comes back when
-// its task's outcome is recorded, before the drain applies it. The drain
-// used to release it, so a kind at its cap waited for the outbox's queue too,
-// and each claim of it queued behind the drain's row lock on kind_inflight.
+// its task's outcome is recorded, and a claimer turned away at the cap is
+// woken. (An outcome that composes gives it back then too, before the drain
+// applies it: complete_tasks releases every outcome it accepts.)
 func TestKindCapTokenReturnsAtCompletion(t *testing.T) {
 	t.Parallel()
 	e := cappedLeaves(t, 2, 5)
@@ -355,9 +355,9 @@ func TestKindCapTokenReturnsAtCompletion(t *testing.T) {
 	if _, err := lis.Conn().WaitForNotification(wctx); err != nil {
 		t.Errorf("no work_ready wake after a capped token came back: %v", err)
 	}
-	// Nothing drained: both outcomes wait in the outbox, their tokens back.
-	if n := e.count(`SELECT count(*) FROM work_outbox`); n != 2 {
-		t.Fatalf("outbox holds %d outcomes, want 2 (no drain runs)", n)
+	// No drain runs: the completions applied their outcomes themselves.
+	if n := e.count(`SELECT count(*) FROM resources WHERE phase = 'Ready'`); n != 2 {
+		t.Fatalf("%d leaves Ready after two completions, want 2 (no drain runs)", n)
 	}
 	if n := len(claim()); n != 2 {
 		t.Errorf("after two completions a claim took %d tasks, want 2", n)
@@ -370,10 +370,10 @@ func TestKindCapTokenReturnsAtCompletion(t *testing.T) {
 }
 
 // TestKindCapTokenReleasedOnceWhenCompletionsRace: two completions of one
-// claim that pass complete_tasks' outbox probe together settle at the
-// outbox's key, and only the first releases the capped kind's token. The
-// second call's other task is still applied and released: it releases what
-// it inserted, not what it was given.
+// claim settle at its work row's lock, and only the first applies the
+// outcome and releases the capped kind's token; the second finds the claim
+// gone and answers duplicate. The second call's other task is still applied
+// and released: it releases what it applied, not what it was given.
 func TestKindCapTokenReleasedOnceWhenCompletionsRace(t *testing.T) {
 	t.Parallel()
 	e := cappedLeaves(t, 4, 4)
@@ -385,7 +385,7 @@ func TestKindCapTokenReleasedOnceWhenCompletionsRace(t *testing.T) {
 	}
 	const completeSQL = `SELECT task_id::text, result FROM complete_tasks($1::uuid[], $2::smallint[], $3::bigint[], $4::uuid[],
 		array_fill('{"status":{}}'::jsonb, ARRAY[cardinality($1::uuid[])]), array_fill(NULL::text, ARRAY[cardinality($1::uuid[])]),
-		array_fill(false, ARRAY[cardinality($1::uuid[])]), array_fill(false, ARRAY[cardinality($1::uuid[])]))`
+		array_fill(false, ARRAY[cardinality($1::uuid[])]), array_fill(false, ARRAY[cardinality($1::uuid[])]), 20, 200)`
 	args := func(ts ...model.Task) []any {
 		var ids, rids []string
 		var shards []int16
@@ -403,8 +403,8 @@ func TestKindCapTokenReleasedOnceWhenCompletionsRace(t *testing.T) {
 	must(t, err)
 	rows.Close()
 	must(t, rows.Err())
-	// The second completes tasks 1 and 2: its probe cannot see the first's
-	// uncommitted outbox row for task 1, so it waits on that row's key.
+	// The second completes tasks 1 and 2: it waits on task 1's work row,
+	// which the first locked and has not yet committed finishing.
 	type answer struct {
 		results map[string]string
 		err     error
@@ -434,8 +434,11 @@ func TestKindCapTokenReleasedOnceWhenCompletionsRace(t *testing.T) {
 	if got := a.results; len(got) != 1 || got[tasks[1].ID] != "duplicate" {
 		t.Errorf("second completion answered %v, want only task 1, as duplicate (task 2 applied)", got)
 	}
-	if n := e.count(`SELECT count(*) FROM work_outbox`); n != 3 {
-		t.Errorf("outbox holds %d outcomes, want 3", n)
+	if n := e.count(`SELECT count(*) FROM resources WHERE phase = 'Ready'`); n != 3 {
+		t.Errorf("%d leaves Ready, want 3", n)
+	}
+	if n := e.count(`SELECT count(*) FROM test_applylog`); n != 3 {
+		t.Errorf("%d outcomes applied, want 3 (task 1 once)", n)
 	}
 	// Tasks 0, 1 and 2 are back: one token of four is still out (task 3).
 	// Releasing everything the second call was given would leave none.
@@ -568,10 +571,10 @@ func (e *engine) claimOneLeaf(claimer string) model.Task {
 	return tasks[0]
 }
 
-// TestCompletedClaimOutlivesItsLease: an outcome waiting in the outbox holds
-// its task even after the claim's lease lapses — the reaper does not hand
-// it to another claimer, heartbeats are refused, and the drain applies it
-// once, later.
+// TestCompletedClaimOutlivesItsLease: a composition waiting in the outbox
+// holds its task even after the claim's lease lapses — the reaper does not
+// hand it to another claimer, heartbeats are refused, a repeat is a
+// duplicate, and the drain applies it once, later.
 func TestCompletedClaimOutlivesItsLease(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t, engineOpts{noDrain: true})
@@ -579,10 +582,19 @@ func TestCompletedClaimOutlivesItsLease(t *testing.T) {
 	e.listen()
 	ctx := t.Context()
 
-	tasks := []model.Task{e.claimOneLeaf("pod")}
-	done := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"v":1}`)}}
+	e.apply("comp", "x", compSpec{Children: []childSpec{{Name: "c"}}})
+	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Second})
+	must(t, err)
+	if len(tasks) != 1 {
+		t.Fatalf("claimed %d tasks, want 1", len(tasks))
+	}
+	done := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"v":1}`),
+		Children: []webhooksdk.Child{{Kind: "leaf", KindVersion: 1, Name: "x-c", Spec: json.RawMessage(`{}`)}}}}
 	if st, err := e.st.Complete(ctx, tasks[0], done); err != nil || st != store.Applied {
 		t.Fatalf("completion = %v, %v; want applied", st, err)
+	}
+	if n := e.count(`SELECT count(*) FROM work_outbox`); n != 1 {
+		t.Fatalf("outbox holds %d outcomes, want the composition", n)
 	}
 	time.Sleep(1100 * time.Millisecond) // the lease lapses
 	r := e.newReaper(reaper.Config{})
@@ -593,14 +605,30 @@ func TestCompletedClaimOutlivesItsLease(t *testing.T) {
 	if held, err := e.st.ExtendLeases(ctx, tasks, time.Minute); err != nil || held[tasks[0].ID] {
 		t.Fatalf("extend after completion = %v, %v; want refused", held, err)
 	}
-	d := drainer.New(drainer.Config{}, e.st, nil, e.log)
-	must(t, d.DrainOnce(ctx))
-	got := e.waitPhase("leaf", "x", "Ready", 10*time.Second)
+	if st, err := e.st.Complete(ctx, tasks[0], done); err != nil || st != store.Duplicate {
+		t.Errorf("repeat in the outbox = %v, %v; want duplicate", st, err)
+	}
+	// The drainer applies it once, and its metrics count it.
+	reg := prometheus.NewRegistry()
+	d := drainer.New(drainer.Config{Metrics: reg, Poll: 50 * time.Millisecond}, e.st, nil, e.log)
+	must(t, d.Start(ctx))
+	t.Cleanup(d.Stop)
+	waitFor(t, 10*time.Second, "the drainer to count the composition", func() bool {
+		return metricValue(t, reg, "converge_drainer_items_total") == 1
+	})
+	if n := metricValue(t, reg, "converge_drainer_batches_total"); n != 1 {
+		t.Errorf("converge_drainer_batches_total = %v, want 1", n)
+	}
+	got, err := e.st.GetResource(ctx, "comp", "x")
+	must(t, err)
 	if string(got.Status) != `{"v": 1}` {
 		t.Errorf("status = %s, want the completed outcome", got.Status)
 	}
-	if n := e.count(`SELECT count(*) FROM work_queue`); n != 0 {
-		t.Errorf("%d work rows left after the drain", n)
+	if n := e.count(`SELECT count(*) FROM resources WHERE kind = 'leaf' AND name = 'x-c'`); n != 1 {
+		t.Errorf("the drain created %d children, want 1", n)
+	}
+	if n := e.count(`SELECT count(*) FROM work_queue WHERE resource_id = $1`, tasks[0].ResourceID); n != 0 {
+		t.Errorf("%d work rows of the composite left after the drain", n)
 	}
 	if st, err := e.st.Complete(ctx, tasks[0], done); err != nil || st != store.Duplicate {
 		t.Errorf("repeat after the drain = %v, %v; want duplicate", st, err)
@@ -648,9 +676,8 @@ func TestCrashedClaimIsReclaimedAndFenced(t *testing.T) {
 // TestAbandonedClaimIsSuperseded: a failure the dispatcher records in the
 // provider's place (Abandoned: it gave up on the provider's answer) makes
 // the provider's own late Result for that claim superseded, not a
-// duplicate, both while the failure waits in the outbox and once the drain
-// has applied it; a provider's repeat of a failure it reported itself is
-// still a duplicate in both places.
+// duplicate; a provider's repeat of a failure it reported itself is still
+// a duplicate.
 func TestAbandonedClaimIsSuperseded(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t, engineOpts{noDrain: true})
@@ -680,18 +707,6 @@ func TestAbandonedClaimIsSuperseded(t *testing.T) {
 		t.Fatalf("completions = %v, want both applied", st)
 	}
 
-	check := func(where string) {
-		t.Helper()
-		if st, err := e.st.Complete(ctx, tasks[0], late); st != store.Superseded || !errors.Is(err, store.ErrSuperseded) {
-			t.Errorf("%s: the provider's late Result for the abandoned claim = %v, %v; want superseded", where, st, err)
-		}
-		if st, err := e.st.Complete(ctx, tasks[1], quota); st != store.Duplicate || err != nil {
-			t.Errorf("%s: the provider's repeat of its own failure = %v, %v; want duplicate", where, st, err)
-		}
-	}
-	check("in the outbox")
-
-	must(t, drainer.New(drainer.Config{}, e.st, nil, e.log).DrainOnce(ctx))
 	for _, r := range []struct {
 		id        string
 		epoch     int64
@@ -699,13 +714,15 @@ func TestAbandonedClaimIsSuperseded(t *testing.T) {
 	}{{gaveUp, tasks[0].Epoch, true}, {reported, tasks[1].Epoch, false}} {
 		if n := e.count(`SELECT count(*) FROM resources WHERE id = $1 AND last_task_epoch = $2 AND last_task_abandoned = $3
 			AND last_error IS NOT NULL`, r.id, r.epoch, r.abandoned); n != 1 {
-			t.Fatalf("resource %s: its failure was not drained onto it with last_task_abandoned = %v", r.id, r.abandoned)
+			t.Fatalf("resource %s: its failure was not applied to it with last_task_abandoned = %v", r.id, r.abandoned)
 		}
 	}
-	if n := e.count(`SELECT count(*) FROM work_outbox`); n != 0 {
-		t.Fatalf("%d outcomes left in the outbox after the drain", n)
+	if st, err := e.st.Complete(ctx, tasks[0], late); st != store.Superseded || !errors.Is(err, store.ErrSuperseded) {
+		t.Errorf("the provider's late Result for the abandoned claim = %v, %v; want superseded", st, err)
 	}
-	check("after the drain")
+	if st, err := e.st.Complete(ctx, tasks[1], quota); st != store.Duplicate || err != nil {
+		t.Errorf("the provider's repeat of its own failure = %v, %v; want duplicate", st, err)
+	}
 	e.checkInvariants()
 }
 
@@ -919,13 +936,23 @@ func TestReaperBoundsTheEventLog(t *testing.T) {
 // pruneLag reads converge_reaper_event_prune_lag from reg.
 func pruneLag(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
+	return metricValue(t, reg, "converge_reaper_event_prune_lag")
+}
+
+// metricValue reads the unlabelled gauge or counter name from reg.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	must(t, err)
 	for _, mf := range mfs {
-		if mf.GetName() == "converge_reaper_event_prune_lag" {
-			return mf.GetMetric()[0].GetGauge().GetValue()
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
 		}
 	}
-	t.Fatal("converge_reaper_event_prune_lag is not registered")
+	t.Fatalf("%s is not registered", name)
 	return 0
 }

@@ -28,31 +28,28 @@ func BenchmarkEngineThroughput(b *testing.B) {
 	if testing.Short() {
 		n, rounds = 2_000, 3
 	}
-	var q, floor, direct, leaves, comp []float64
+	var q, floor, leaves, comp []float64
 	for range b.N {
 		for r := range rounds {
 			q = append(q, measure(b, "Q", n, benchQ))
 			floor = append(floor, measure(b, "floor", n, benchFloor))
-			direct = append(direct, measure(b, "floor_direct", n, benchFloorDirect))
 			leaves = append(leaves, measure(b, "leaves", n, benchLeaves))
 			comp = append(comp, measure(b, "composite", n, benchComposite))
-			fmt.Printf("round %d: Q %.0f/s, floor %.0f/s, direct floor %.0f/s, leaves %.0f/s, composite %.0f/s\n",
-				r+1, q[len(q)-1], floor[len(floor)-1], direct[len(direct)-1], leaves[len(leaves)-1], comp[len(comp)-1])
+			fmt.Printf("round %d: Q %.0f/s, floor %.0f/s, leaves %.0f/s, composite %.0f/s\n",
+				r+1, q[len(q)-1], floor[len(floor)-1], leaves[len(leaves)-1], comp[len(comp)-1])
 		}
 	}
-	mq, mf, md, ml, mc := median(q), median(floor), median(direct), median(leaves), median(comp)
+	mq, mf, ml, mc := median(q), median(floor), median(leaves), median(comp)
 	b.ReportMetric(mq, "Q_tasks/s")
 	b.ReportMetric(mf, "floor_tasks/s")
 	b.ReportMetric(ml, "leaves/s")
 	b.ReportMetric(mc, "composite_children/s")
-	b.ReportMetric(md, "floor_direct_tasks/s")
 	b.ReportMetric(mf/mq, "floor/Q")
-	b.ReportMetric(md/mq, "floor_direct/Q")
 	b.ReportMetric(ml/mq, "leaves/Q")
 	b.ReportMetric(ml/mf, "leaves/floor")
 	b.ReportMetric(ml/mc, "composite_time/leaves_time")
-	fmt.Printf("engine: n=%d rounds=%d  Q=%.0f tasks/s  floor=%.0f tasks/s (%.3f·Q)  direct floor=%.0f tasks/s (%.3f·Q)  leaves=%.0f res/s (%.3f·Q, %.2f of the floor)  composite=%.0f children/s (%.2fx the leaves' time)\n",
-		n, rounds, mq, mf, mf/mq, md, md/mq, ml, ml/mq, ml/mf, mc, ml/mc)
+	fmt.Printf("engine: n=%d rounds=%d  Q=%.0f tasks/s  floor=%.0f tasks/s (%.3f·Q)  leaves=%.0f res/s (%.3f·Q, %.2f of the floor)  composite=%.0f children/s (%.2fx the leaves' time)\n",
+		n, rounds, mq, mf, mf/mq, ml, ml/mq, ml/mf, mc, ml/mc)
 }
 
 // measure runs one workload as a sub-benchmark, so its database, pool and
@@ -71,7 +68,8 @@ func median(xs []float64) float64 {
 }
 
 // benchQ is the ceiling (see internal/benchq), with as many claimers as
-// the engine runs hot loops here: the executor's claim loop and the drainer.
+// the engine runs hot loops here: the executor's claim loop and its
+// completer.
 func benchQ(b *testing.B, n int) float64 {
 	b.Helper()
 	db := pgtest.New(b)
@@ -86,16 +84,6 @@ func benchFloor(b *testing.B, n int) float64 {
 	b.Helper()
 	db := pgtest.New(b)
 	f, err := benchq.Floor(b.Context(), db.Pool, n, benchq.FloorConfig{})
-	must(b, err)
-	return f
-}
-
-// benchFloorDirect is the floor of the next design step (benchq.Floor with
-// Direct: completions applied where they arrive, no outbox).
-func benchFloorDirect(b *testing.B, n int) float64 {
-	b.Helper()
-	db := pgtest.New(b)
-	f, err := benchq.Floor(b.Context(), db.Pool, n, benchq.FloorConfig{Direct: true})
 	must(b, err)
 	return f
 }

@@ -45,13 +45,13 @@ func newEngine(t testing.TB, o engineOpts) *engine {
 		must(t, applylog.Install(t.Context(), db.Pool))
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st := store.New(db.Pool, store.Config{})
+	st := store.New(db.Pool, store.Config{RetryBase: 20 * time.Millisecond, RetryMax: max(o.retryMax, 200*time.Millisecond)})
 	e := &engine{t: t, db: db, st: st, log: log, calls: &callLog{n: map[string]int{}}}
 	e.lis = st.NewListener(log)
 	outbox := e.lis.Subscribe("outbox_ready")
 	ctx := t.Context()
 	if !o.noDrain {
-		d := drainer.New(drainer.Config{RetryBase: 20 * time.Millisecond, RetryMax: max(o.retryMax, 200*time.Millisecond), Poll: 100 * time.Millisecond},
+		d := drainer.New(drainer.Config{Poll: 100 * time.Millisecond},
 			st, outbox, log)
 		must(t, d.Start(ctx))
 		t.Cleanup(d.Stop)

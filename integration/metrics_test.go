@@ -44,8 +44,9 @@ func (s *server) scrape() map[string]float64 {
 // TestMetricsAfterTraffic drives the whole product (a kind, resources that
 // park on an unready provider, then converge through it over real HTTP, API
 // reads that hit and miss) and checks black-box that /metrics shows it:
-// queue depth and age per kind, deliveries, the drainer's and reaper's
-// work, and API requests by route template and status.
+// queue depth and age per kind, deliveries, completions, the reaper's work
+// (and that the drainer's and the completer's did not fail), and API
+// requests by route template and status.
 func TestMetricsAfterTraffic(t *testing.T) {
 	t.Parallel()
 	s := startAll(t)
@@ -89,9 +90,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	}
 	atLeast := map[string]float64{
 		`converge_dispatch_deliveries_total{endpoint="echo",result="ok"}`:                                   2,
-		`converge_drainer_batches_total`:                                                                    1,
-		`converge_drainer_items_total`:                                                                      2,
-		`converge_drainer_batch_duration_seconds_count`:                                                     1,
+		`converge_dispatch_completion_duration_seconds_count`:                                               1,
 		`converge_reaper_passes_total`:                                                                      1,
 		`converge_reaper_pass_duration_seconds_count`:                                                       1,
 		`converge_api_requests_total{code="201",method="POST",route="/api/v1/resources"}`:                   2,
@@ -101,9 +100,9 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		`converge_api_requests_total{code="200",method="GET",route="/metrics"}`:                             1,
 		`converge_api_request_duration_seconds_count{method="GET",route="/api/v1/resources/{kind}/{name}"}`: 3,
 	}
-	// A counter moves just after the work it counts: the drainer counts a
-	// batch once its transaction returned, so a resource reads Ready a moment
-	// before the batch is counted. Scrape until every series is there (or
+	// A counter moves just after the work it counts: the dispatcher counts
+	// a completion once its transaction returned, so a resource reads Ready
+	// a moment before it is counted. Scrape until every series is there (or
 	// the wait ends), then report the ones that are not.
 	reached := func() bool {
 		m = s.scrape()
@@ -123,7 +122,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want at least %v", series, v, ok, least)
 		}
 	}
-	for _, series := range []string{"converge_drainer_errors_total", "converge_reaper_errors_total",
+	for _, series := range []string{"converge_drainer_errors_total", "converge_dispatch_completion_errors_total", "converge_reaper_errors_total",
 		"converge_reaper_reclaimed_total", "converge_reaper_requeued_total", "converge_reaper_dropped_unclaimed_total"} {
 		if v, ok := m[series]; !ok || v != 0 {
 			t.Errorf("%s = %v (present %v), want 0 on a healthy run", series, v, ok)

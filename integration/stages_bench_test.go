@@ -12,10 +12,9 @@ import (
 	"github.com/convergeplane/converge/internal/pgtest"
 )
 
-// BenchmarkEngineStages times the engine's four steps for 10,000 leaves one
+// BenchmarkEngineStages times the engine's three steps for 10,000 leaves one
 // after another on one connection: the schedule, then claims of 512, each
-// completed at once, with a drain of 2,000 whenever that many outcomes wait.
-// Each stage is the sum of its calls. With nothing running concurrently it is
+// completed (and so applied) at once. Each stage is the sum of its calls. With nothing running concurrently it is
 // much steadier than BenchmarkEngineThroughput, so it is the one to compare two
 // builds of an engine statement with (alternate the binaries). Each stage is
 // also reported against a bare INSERT of the same 10,000 queue rows, timed in
@@ -28,7 +27,7 @@ func BenchmarkEngineStages(b *testing.B) {
 	db := pgtest.New(b)
 	ctx := b.Context()
 	must(b, execAll(ctx, db.Pool, fmt.Sprintf(`INSERT INTO kind_manifest (kind, kind_version, reactions) VALUES ('leaf', 1, '%s')`, leafReactions)))
-	names := []string{"insert", "schedule", "claim", "complete", "drain"}
+	names := []string{"insert", "schedule", "claim", "complete"}
 	times := map[string][]float64{}
 	for range b.N {
 		for r := range rounds {
@@ -36,8 +35,8 @@ func BenchmarkEngineStages(b *testing.B) {
 			for _, name := range names {
 				times[name] = append(times[name], t[name].Seconds()*1000)
 			}
-			fmt.Printf("round %d: bare insert %.0f ms, schedule %.0f ms, claim %.0f ms, complete %.0f ms, drain %.0f ms\n", r+1,
-				times["insert"][r], times["schedule"][r], times["claim"][r], times["complete"][r], times["drain"][r])
+			fmt.Printf("round %d: bare insert %.0f ms, schedule %.0f ms, claim %.0f ms, complete %.0f ms\n", r+1,
+				times["insert"][r], times["schedule"][r], times["claim"][r], times["complete"][r])
 		}
 	}
 	ins := median(times["insert"])
@@ -74,18 +73,6 @@ func stageRound(b *testing.B, pool *pgxpool.Pool, n int) map[string]time.Duratio
 	timed("schedule", func() error {
 		return execAll(ctx, pool, `SELECT schedule_eligible(array_agg(id)) FROM resources WHERE synced_gen < generation`)
 	})
-	waiting := 0 // outcomes completed and not yet drained
-	drain := func() error {
-		var k int
-		if err := pool.QueryRow(ctx, `SELECT drain_outbox_batch(0, 255, 2000, 20, 200)`).Scan(&k); err != nil {
-			return err
-		}
-		if k == 0 {
-			return fmt.Errorf("the drain applied nothing with %d outcomes waiting", waiting)
-		}
-		waiting -= k
-		return nil
-	}
 	for {
 		var (
 			ids, rids [][16]byte
@@ -114,16 +101,9 @@ func stageRound(b *testing.B, pool *pgxpool.Pool, n int) map[string]time.Duratio
 		timed("complete", func() error {
 			_, err := pool.Exec(ctx, `SELECT count(*) FROM complete_tasks($1::uuid[], $2::smallint[], $3::bigint[], $4::uuid[],
 				array_fill('{"status":{"ok":true}}'::jsonb, ARRAY[$5::int]), array_fill(NULL::text, ARRAY[$5::int]),
-				array_fill(false, ARRAY[$5::int]), array_fill(false, ARRAY[$5::int]))`, ids, shards, epochs, rids, len(ids))
+				array_fill(false, ARRAY[$5::int]), array_fill(false, ARRAY[$5::int]), 20, 200)`, ids, shards, epochs, rids, len(ids))
 			return err
 		})
-		waiting += len(ids)
-		for waiting >= 2000 {
-			timed("drain", drain)
-		}
-	}
-	for waiting > 0 {
-		timed("drain", drain)
 	}
 	var lagging int
 	must(b, pool.QueryRow(context.WithoutCancel(ctx), `SELECT count(*) FROM resources WHERE synced_gen < generation`).Scan(&lagging))

@@ -294,9 +294,13 @@ func (c *callbacks) RoundTrip(r *http.Request) (*http.Response, error) {
 	send := func(fault string) (*http.Response, error) {
 		req := r.Clone(context.WithoutCancel(r.Context()))
 		req.Body = io.NopCloser(bytes.NewReader(body))
-		resp, err := c.next.RoundTrip(req)
 		rec := rec
 		rec.Fault = fault
+		// Logged before it is sent, as answerLate's are: converge may apply
+		// a callback whose answer this process never lives to log.
+		rec.Answer = "sending"
+		c.p.record(rec)
+		resp, err := c.next.RoundTrip(req)
 		if err != nil {
 			rec.Answer = "error: " + err.Error()
 		} else {

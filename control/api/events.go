@@ -20,10 +20,11 @@ import (
 
 // EventChannels maps each topic of the change stream to the NOTIFY
 // channels that wake it. A topic names what a page should re-read:
-// resources (a task was queued or an outcome is about to be applied),
+// resources (a task was queued, outcomes were applied, or a composition
+// is about to be),
 // kinds, providerconfigs, endpoints, cluster (a member joined or left).
 var EventChannels = map[string][]string{
-	"resources":       {"work_ready", "outbox_ready"},
+	"resources":       {"work_ready", "outcomes_applied", "outbox_ready"},
 	"kinds":           {store.KindManifestChannel},
 	"providerconfigs": {"providerconfig_changed"},
 	"endpoints":       {"endpoints_changed"},
@@ -36,9 +37,9 @@ type EventHubConfig struct {
 	// are merged into one. Defaults to 500ms.
 	Interval time.Duration
 	// Settle repeats a burst's topics once this long after its last wake.
-	// A wake precedes what it announces (the drainer applies the outcomes
-	// an outbox_ready announced after the NOTIFY), so a page that re-read
-	// at once could miss the last of them. Defaults to 1s.
+	// An outbox_ready wake precedes what it announces (the drainer applies
+	// the compositions it announced after the NOTIFY), so a page that
+	// re-read at once could miss the last of them. Defaults to 1s.
 	Settle time.Duration
 	// KeepAlive is how often an idle stream sends a comment, so that
 	// proxies keep it open and a client that left is noticed. Defaults to

@@ -435,13 +435,19 @@ func TestEndpointExpireAsync(t *testing.T) {
 	if time.Until(got[1].LeaseUntil) < 50*time.Second {
 		t.Errorf("held lease ends in %s, want ~1m", time.Until(got[1].LeaseUntil))
 	}
-	var errText string
+	// The expiry was applied: a transient failure, so the task is back to
+	// pending with an attempt burnt, and the resource carries the error
+	// with the claim marked abandoned.
+	var errText, state string
 	var abandoned bool
-	if err := b.db.Pool.QueryRow(b.ctx, `SELECT coalesce(error, ''), abandoned FROM work_outbox WHERE task_id = $1`, tasks[0].ID).Scan(&errText, &abandoned); err != nil {
+	var attempts int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT coalesce(r.last_error, ''), r.last_task_abandoned, w.state, w.attempts
+		FROM work_queue w JOIN resources r ON r.id = w.resource_id WHERE w.task_id = $1`, tasks[0].ID).Scan(&errText, &abandoned, &state, &attempts); err != nil {
 		t.Fatal(err)
 	}
-	if errText != "async task timed out without a callback" || !abandoned {
-		t.Errorf("outbox error = %q, abandoned = %v; want the message, abandoned", errText, abandoned)
+	if errText != "async task timed out without a callback" || !abandoned || state != "pending" || attempts != 1 {
+		t.Errorf("after the expiry: error %q, abandoned %v, task %s after %d attempts; want the message, abandoned, pending after 1",
+			errText, abandoned, state, attempts)
 	}
 	// A late callback for the expired claim is never a second outcome; nor
 	// is it a duplicate: its Result was not applied, the dispatcher's expiry

@@ -48,11 +48,19 @@ type asyncRow struct {
 // parallel to tasks.
 func (s *Store) ExpireAsync(ctx context.Context, tasks []model.Task, message string) ([]AsyncCheck, error) {
 	ids, shards, epochs := taskKeys(tasks)
-	rows, err := s.pool.Query(ctx, `SELECT task_id, state, lease_until FROM expire_async_tasks($1, $2, $3, $4)`, ids, shards, epochs, message)
-	if err != nil {
-		return nil, fmt.Errorf("expire async tasks: %w", err)
-	}
-	found, err := pgx.CollectRows(rows, pgx.RowToStructByName[asyncRow])
+	base, limit := s.retryMillis()
+	var found []asyncRow
+	// An expiry applies its failures as a completion does, so it can
+	// deadlock as one can (CompleteBatch).
+	err := retryDeadlock(func() error {
+		rows, err := s.pool.Query(ctx, `SELECT task_id, state, lease_until FROM expire_async_tasks($1, $2, $3, $4, $5, $6)`,
+			ids, shards, epochs, message, base, limit)
+		if err != nil {
+			return err
+		}
+		found, err = pgx.CollectRows(rows, pgx.RowToStructByName[asyncRow])
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("expire async tasks: %w", err)
 	}

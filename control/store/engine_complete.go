@@ -34,7 +34,8 @@ type CompleteStatus string
 
 // Completion statuses.
 const (
-	// Applied: the outcome was accepted and queued for the drainer.
+	// Applied: the outcome was accepted and applied (or, if it composes,
+	// queued for the drainer).
 	Applied CompleteStatus = "applied"
 	// Duplicate: this claim's outcome was already accepted; nothing changed.
 	// Never said of a claim whose accepted outcome was Abandoned.
@@ -44,12 +45,12 @@ const (
 	Superseded CompleteStatus = "superseded"
 )
 
-const completeSQL = `SELECT task_id, result FROM complete_tasks($1, $2, $3, $4, $5, $6, $7, $8)`
+const completeSQL = `SELECT task_id, result FROM complete_tasks($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
 // CompleteBatch records results for claimed tasks in one round trip. Each
 // result is checked first (size, children, conditions; see checkOutcome): a
 // malformed outcome becomes a terminal error for its task, so a bad provider
-// cannot poison the drain. The returned slice is parallel to cs.
+// cannot poison the apply. The returned slice is parallel to cs.
 func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteStatus, error) {
 	n := len(cs)
 	ids := make([]string, n)
@@ -85,22 +86,32 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 			outcomes[i] = b
 		}
 	}
-	rows, err := s.pool.Query(ctx, completeSQL, uuidArray(ids), shards, epochs, uuidArray(rids), outcomes, errs, terms, abandoned)
-	if err != nil {
-		return nil, fmt.Errorf("complete tasks: %w", err)
-	}
-	// Read by hand straight into the map: completion is a hot path, and
-	// CollectRows would first build a slice to throw away.
+	base, limit := s.retryMillis()
+	args := []any{uuidArray(ids), shards, epochs, uuidArray(rids), outcomes, errs, terms, abandoned, base, limit}
 	byID := make(map[string]CompleteStatus, n)
-	for rows.Next() {
-		var id, res string
-		if err := rows.Scan(&id, &res); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("complete tasks: %w", err)
+	// Completions apply their outcomes, so two completers (two pods, or a
+	// callback and a dispatcher) can meet on the rows an outcome moves: a
+	// composite's parent, a dependent's work row. PostgreSQL breaks such a
+	// cycle by rolling one back, which is then run again.
+	err := retryDeadlock(func() error {
+		clear(byID)
+		rows, err := s.pool.Query(ctx, completeSQL, args...)
+		if err != nil {
+			return err
 		}
-		byID[id] = CompleteStatus(res)
-	}
-	if err := rows.Err(); err != nil {
+		// Read by hand straight into the map: completion is a hot path,
+		// and CollectRows would first build a slice to throw away.
+		for rows.Next() {
+			var id, res string
+			if err := rows.Scan(&id, &res); err != nil {
+				rows.Close()
+				return err
+			}
+			byID[id] = CompleteStatus(res)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, fmt.Errorf("complete tasks: %w", err)
 	}
 	out := make([]CompleteStatus, n)
@@ -127,8 +138,8 @@ func (s *Store) Complete(ctx context.Context, t model.Task, r webhooksdk.Result)
 	return st[0], nil
 }
 
-// checkOutcome rejects an outcome the drain could not apply cleanly. Only the
-// parts the reaction's mask lets through are checked; the drain drops the rest.
+// checkOutcome rejects an outcome that could not be applied cleanly. Only the
+// parts the reaction's mask lets through are checked; the apply drops the rest.
 func (s *Store) checkOutcome(t model.Task, o *webhooksdk.Outcome) error {
 	if t.Emits.Has(model.OutcomeStatus) && len(o.Status) > s.cfg.MaxStatusBytes {
 		return fmt.Errorf("status is %d bytes, over the %d-byte limit; it was not stored", len(o.Status), s.cfg.MaxStatusBytes)

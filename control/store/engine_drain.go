@@ -3,23 +3,22 @@ package store
 import (
 	"context"
 	"fmt"
-	"time"
 )
 
 // DrainParams bounds one drain batch. DrainRollupRechecks, the drain's
-// second step, takes the same struct and reads Lo, Hi and Limit.
+// second step, takes the same struct.
 type DrainParams struct {
-	Lo, Hi    int
-	Limit     int
-	RetryBase time.Duration // first transient retry delay (jittered, doubled per attempt)
-	RetryMax  time.Duration // cap on the retry delay
+	Lo, Hi int
+	Limit  int
 }
 
-// Drain applies up to p.Limit queued outcomes and returns how many it applied.
+// Drain applies up to p.Limit queued outcomes (those that compose) and
+// returns how many it applied. A transient failure among them backs off as
+// Config.RetryBase and RetryMax say.
 func (s *Store) Drain(ctx context.Context, p DrainParams) (int, error) {
 	var n int
-	err := s.pool.QueryRow(ctx, `SELECT drain_outbox_batch($1, $2, $3, $4, $5)`,
-		p.Lo, p.Hi, p.Limit, int(p.RetryBase/time.Millisecond), int(p.RetryMax/time.Millisecond)).Scan(&n)
+	base, limit := s.retryMillis()
+	err := s.pool.QueryRow(ctx, `SELECT drain_outbox_batch($1, $2, $3, $4, $5)`, p.Lo, p.Hi, p.Limit, base, limit).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("drain outbox: %w", err)
 	}
@@ -27,8 +26,7 @@ func (s *Store) Drain(ctx context.Context, p DrainParams) (int, error) {
 }
 
 // DrainRollupRechecks re-evaluates up to p.Limit composite roots in
-// [p.Lo, p.Hi] armed by a concurrent drain. It does not retry, so
-// p.RetryBase and p.RetryMax do not apply.
+// [p.Lo, p.Hi] armed by a concurrent drain.
 func (s *Store) DrainRollupRechecks(ctx context.Context, p DrainParams) (int, error) {
 	var n int
 	if err := s.pool.QueryRow(ctx, `SELECT drain_rollup_rechecks($1, $2, $3)`, p.Lo, p.Hi, p.Limit).Scan(&n); err != nil {

@@ -14,7 +14,7 @@ import (
 type TaskInfo struct {
 	TaskID      string     `json:"task_id" db:"task_id"`
 	TaskType    string     `json:"task_type" db:"task_type"` // reconcile, or delete while the resource is torn down
-	State       string     `json:"state" db:"state"`         // pending, claimed, or completed (its outcome awaits the drain)
+	State       string     `json:"state" db:"state"`         // pending, claimed, or completed (its composition awaits the drain)
 	Trigger     string     `json:"trigger" db:"trigger"`
 	Reaction    string     `json:"reaction,omitempty" db:"reaction"`
 	Generation  int64      `json:"generation" db:"generation"`
@@ -44,8 +44,8 @@ const workQueueResourceTaskSQL = `SELECT w.task_id, w.task_type,
  LIMIT 1`
 
 // ResourceTask returns the resource's delete task while it is torn down,
-// else its reconcile task, or nil if none is queued (the drain deletes a
-// task once its outcome is applied).
+// else its reconcile task, or nil if none is queued (a task is deleted once
+// its outcome is applied).
 func (s *Store) ResourceTask(ctx context.Context, resourceID string) (*TaskInfo, error) {
 	rows, err := s.pool.Query(ctx, workQueueResourceTaskSQL, resourceID)
 	if err != nil {

@@ -322,7 +322,7 @@ func resourceWriteError(err error, p ApplyResourceParams) error {
 		}
 	case codeDeadlockDetected:
 		// The apply locks the resource, then (scheduling it) its work row;
-		// the drain finishing that row's task locks them the other way
+		// a completion finishing that row's task locks them the other way
 		// round. PostgreSQL broke the cycle by rolling the apply back.
 		return errRetry
 	case codeForeignKeyViolation:
@@ -402,7 +402,7 @@ type ResourceDetail struct {
 	// Conditions are the stored conditions, by type. Happy-path Ready and
 	// Synced are not stored; phase says them.
 	Conditions []model.StoredCondition `json:"conditions"`
-	// LastTask is the task whose outcome the drain applied last; nil before
+	// LastTask is the task whose outcome was applied last; nil before
 	// the first.
 	LastTask *LastTask `json:"last_task,omitempty" doc:"The task whose outcome was applied last: its id (as in the delivery envelope), claim epoch, and when it was queued and claimed (updated_at is when its outcome was applied)."`
 }

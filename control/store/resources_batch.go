@@ -92,7 +92,7 @@ func isItemError(err error) bool {
 }
 
 // applyChunk writes items[chunk] in one transaction, running it again when
-// it lost a race (a deadlock with the drain, a spec revision number taken).
+// it lost a race (a deadlock with a completion, a spec revision number taken).
 func (s *Store) applyChunk(ctx context.Context, items []ApplyResourceParams, chunk []int, out []BatchItemResult) error {
 	for attempt := 1; ; attempt++ {
 		res := make([]BatchItemResult, len(chunk))

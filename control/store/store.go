@@ -13,12 +13,14 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -32,6 +34,12 @@ type Config struct {
 	// SpecHistoryLimit is how many spec revisions each root resource keeps
 	// (the newest). Defaults to 20.
 	SpecHistoryLimit int
+	// RetryBase is the first backoff of a task whose attempt failed
+	// transiently; each further attempt doubles it (jittered 50-100%).
+	// Defaults to 1s.
+	RetryBase time.Duration
+	// RetryMax caps that backoff. Defaults to 5m.
+	RetryMax time.Duration
 	// ReadPool, when set, serves the read methods called with a context
 	// marked by PreferReadPool (the API's GET routes): a replica, say, so
 	// reads take no primary connections. Nil: everything uses the pool.
@@ -42,6 +50,8 @@ type Config struct {
 const (
 	MaxStatusBytesDefault   = 16 << 20
 	SpecHistoryLimitDefault = 20
+	RetryBaseDefault        = time.Second
+	RetryMaxDefault         = 5 * time.Minute
 )
 
 func (c Config) withDefaults() Config {
@@ -51,6 +61,8 @@ func (c Config) withDefaults() Config {
 	if c.SpecHistoryLimit <= 0 {
 		c.SpecHistoryLimit = SpecHistoryLimitDefault
 	}
+	c.RetryBase = cmp.Or(c.RetryBase, RetryBaseDefault)
+	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
 	return c
 }
 
@@ -88,6 +100,12 @@ func (s *Store) reader(ctx context.Context) *pgxpool.Pool {
 		return s.read
 	}
 	return s.pool
+}
+
+// retryMillis is the transient-retry backoff as the engine's functions take
+// it: base and cap in milliseconds.
+func (s *Store) retryMillis() (base, limit int) {
+	return int(s.cfg.RetryBase / time.Millisecond), int(s.cfg.RetryMax / time.Millisecond)
 }
 
 // Ping checks that the database answers.
@@ -131,7 +149,7 @@ const maxWriteAttempts = 3
 // retryDeadlock runs the transaction tx again when PostgreSQL rolled it
 // back to break a deadlock, up to maxWriteAttempts in all. An operator
 // write (delete, quarantine, reconcile) locks a resource and then its work
-// rows; the drain locks a work row and then its resource.
+// rows; a completion (or the drain) locks a work row and then its resource.
 func retryDeadlock(tx func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := tx()

@@ -78,10 +78,15 @@ func TestBatchedOutcomes(t *testing.T) {
 			t.Errorf("item %d = %+v, want status %d result %q", i, got, w.status, w.result)
 		}
 	}
-	for i, want := range []int{1, 1, 1, 0, 0, 0} {
-		if n := b.outboxCount(t, tasks[i]); n != want {
-			t.Errorf("task %d: %d outcomes applied, want %d", i, n, want)
+	for i, want := range []int{1, 0, 1, 0, 0, 0} { // task 1 failed: not a success
+		if n := b.appliedCount(t, tasks[i]); n != want {
+			t.Errorf("task %d: %d successes applied, want %d", i, n, want)
 		}
+	}
+	var failure string
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT coalesce(last_error, '') FROM resources WHERE id = $1 AND last_task_id = $2
+		AND last_task_epoch = $3`, tasks[1].ResourceID, tasks[1].ID, tasks[1].Epoch).Scan(&failure); err != nil || failure != "quota exceeded" {
+		t.Errorf("task 1's resource: failure %q (%v), want its claim's quota exceeded", failure, err)
 	}
 	if st, _, _ := b.state(t, tasks[5]); st != "claimed" {
 		t.Errorf("the malformed item's task is %s, want still claimed (its lease decides)", st)

@@ -19,6 +19,7 @@ import (
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/callback"
+	"github.com/convergeplane/converge/internal/applylog"
 	"github.com/convergeplane/converge/internal/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -39,6 +40,9 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	db := pgtest.New(t)
+	if err := applylog.Install(t.Context(), db.Pool); err != nil {
+		t.Fatal(err)
+	}
 	st := store.New(db.Pool, store.Config{})
 	tokens, err := callback.NewTokens(testKey)
 	if err != nil {
@@ -127,10 +131,13 @@ func (b *bundle) state(t *testing.T, task model.Task) (state string, epoch int64
 	return state, epoch, lease
 }
 
-func (b *bundle) outboxCount(t *testing.T, task model.Task) int {
+// appliedCount is how many times the task's claim had its (successful)
+// outcome applied.
+func (b *bundle) appliedCount(t *testing.T, task model.Task) int {
 	t.Helper()
 	var n int
-	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM work_outbox WHERE task_id = $1`, task.ID).Scan(&n); err != nil {
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM test_applylog WHERE task_id = $1 AND claim_epoch = $2`,
+		task.ID, task.Epoch).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -150,8 +157,8 @@ func TestOutcome(t *testing.T) {
 		if code, body := b.post(t, outcomePath(task), tok, "application/json", okBody(task)); code != 200 || !strings.Contains(body, `"duplicate"`) {
 			t.Fatalf("repeat callback = %d %s, want 200 duplicate", code, body)
 		}
-		if n := b.outboxCount(t, task); n != 1 {
-			t.Fatalf("outbox holds %d outcomes for the task, want 1", n)
+		if n := b.appliedCount(t, task); n != 1 {
+			t.Fatalf("the task's outcome was applied %d times, want 1", n)
 		}
 	})
 
@@ -170,8 +177,8 @@ func TestOutcome(t *testing.T) {
 		if code, _ := b.post(t, outcomePath(task), stale, "application/json", okBody(task)); code != http.StatusConflict {
 			t.Fatalf("late callback = %d, want 409", code)
 		}
-		if st, epoch, _ := b.state(t, task); st != "claimed" || epoch != again.Epoch || b.outboxCount(t, task) != 0 {
-			t.Fatalf("after the late callback: state %s epoch %d outbox %d; want still claimed by the new epoch, nothing applied", st, epoch, b.outboxCount(t, task))
+		if st, epoch, _ := b.state(t, task); st != "claimed" || epoch != again.Epoch || b.appliedCount(t, task) != 0 {
+			t.Fatalf("after the late callback: state %s epoch %d applied %d; want still claimed by the new epoch, nothing applied", st, epoch, b.appliedCount(t, task))
 		}
 		// The current claim's callback is applied.
 		if code, _ := b.post(t, outcomePath(again), b.token(t, again, exp), "application/json", okBody(again)); code != 200 {
@@ -235,7 +242,7 @@ func TestOutcome(t *testing.T) {
 				t.Errorf("%s: %d, want %d", tc.name, code, tc.want)
 			}
 		}
-		if st, epoch, _ := b.state(t, task); st != "claimed" || epoch != task.Epoch || b.outboxCount(t, task) != 0 {
+		if st, epoch, _ := b.state(t, task); st != "claimed" || epoch != task.Epoch || b.appliedCount(t, task) != 0 {
 			t.Fatalf("after hostile bodies: state %s epoch %d; want untouched", st, epoch)
 		}
 		// An endless body is cut at the cap too.
@@ -257,11 +264,12 @@ func TestOutcome(t *testing.T) {
 		}
 		var msg string
 		var term bool
-		if err := b.db.Pool.QueryRow(b.ctx, `SELECT error, terminal FROM work_outbox WHERE task_id = $1`, task.ID).Scan(&msg, &term); err != nil {
+		if err := b.db.Pool.QueryRow(b.ctx, `SELECT last_error, failure_terminal FROM resources WHERE last_task_id = $1 AND last_task_epoch = $2`,
+			task.ID, task.Epoch).Scan(&msg, &term); err != nil {
 			t.Fatal(err)
 		}
 		if msg != "quota exceeded" || !term {
-			t.Errorf("outbox = %q terminal=%v", msg, term)
+			t.Errorf("resource's failure = %q terminal=%v, want the message, terminal", msg, term)
 		}
 	})
 
@@ -469,7 +477,7 @@ func TestConcurrentCallbacksGroupCommit(t *testing.T) {
 		}
 	}
 	var applied int
-	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM work_outbox`).Scan(&applied); err != nil {
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM test_applylog`).Scan(&applied); err != nil {
 		t.Fatal(err)
 	}
 	if applied != n*3/4 {

@@ -35,7 +35,7 @@ var (
 type Claim struct {
 	TaskID string // a UUID
 	// ResourceID (a UUID) lets a repeat of a completion be recognised as a
-	// duplicate after the drain has finished the task. Optional.
+	// duplicate once its outcome has finished the task. Optional.
 	ResourceID string
 	// Endpoint, Attempt and Issued describe the delivery the token went out
 	// with, so a failure reported by callback is recorded against it

@@ -1,5 +1,5 @@
 // Package applylog keeps, in a test's database, every successful specChange
-// outcome the engine accepts, so a test can check the no-double-apply
+// outcome the engine applies, so a test can check the no-double-apply
 // invariant: no (resource, generation) has two. The engine's own event log
 // no longer records each task (issue #13), so the tests keep their own.
 //
@@ -13,21 +13,26 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The trigger reads the completion's outbox insert: an outcome enters the
-// outbox only while its claim holds (complete_tasks' fence), and the drain
-// applies every one it pops whose work row is still claimed at that epoch.
+// An outcome is applied (apply_outcomes, where a completion arrives or in
+// the drain) only while its work row is claimed at its epoch, and applying
+// a success deletes that row and records the claim on the resource
+// (last_task_id, last_task_epoch, last_error NULL). The trigger fires for
+// each claimed specChange row deleted, and is deferred to the commit, when
+// the resource shows whether that claim's success was what deleted it.
 const installSQL = `
 CREATE TABLE IF NOT EXISTS test_applylog (resource_id uuid, generation bigint, task_id uuid, claim_epoch bigint);
 CREATE OR REPLACE FUNCTION test_applylog() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO test_applylog
-    SELECT resource_id, generation, task_id, claim_epoch FROM new_rows
-     WHERE trigger = 'specChange' AND error IS NULL;
+    SELECT r.id, OLD.claimed_gen, OLD.task_id, OLD.claim_epoch FROM resources r
+     WHERE r.id = OLD.resource_id AND r.last_task_id = OLD.task_id AND r.last_task_epoch = OLD.claim_epoch
+       AND r.last_error IS NULL;
     RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER test_applylog AFTER INSERT ON work_outbox
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION test_applylog();`
+DROP TRIGGER IF EXISTS test_applylog ON work_queue;
+CREATE CONSTRAINT TRIGGER test_applylog AFTER DELETE ON work_queue DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (OLD.state = 'claimed' AND OLD.trigger = 'specChange') EXECUTE FUNCTION test_applylog();`
 
 // Install adds the log to the database pool reaches.
 func Install(ctx context.Context, pool *pgxpool.Pool) error {
@@ -38,7 +43,7 @@ func Install(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // DoubleApplied counts the (resource, generation) pairs whose specChange
-// outcome was accepted more than once.
+// outcome was applied more than once.
 func DoubleApplied(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	var n int
 	err := pool.QueryRow(ctx, `SELECT count(*) FROM (

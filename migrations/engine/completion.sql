@@ -1,15 +1,20 @@
--- Completion: outcomes enter the outbox, fenced by the claim. A completion
--- never updates the work row: work_outbox is keyed by the claim (shard_id,
--- task_id, claim_epoch), so a repeat conflicts and is a duplicate; the drain
--- applies the outcome and finishes the row.
+-- Completion: an outcome is applied where it arrives, fenced by its claim.
+-- complete_tasks locks each task's work row while it is claimed at the
+-- completion's epoch and applies the outcome in the same transaction
+-- (apply_outcomes, drain.sql), which deletes or re-pends the row: a repeat
+-- then finds no claim to lock. Only an outcome that composes (children,
+-- edges, configs) is queued in work_outbox for the drain, which applies
+-- compositions one root at a time off the completion's path; keyed by the
+-- claim (shard_id, task_id, claim_epoch), a repeat of it conflicts.
 
 -- complete_tasks records outcomes for claimed tasks. An outcome is accepted only
--- if its row is still claimed at that claim_epoch and none is recorded for the
+-- if its row is still claimed at that claim_epoch and none is queued for the
 -- claim yet (applied, and not listed in the result); a repeat of an accepted
 -- completion is 'duplicate' (a no-op success), recognised from the outbox or,
--- once drained, from the resource's last_task_id/last_task_epoch; anything
+-- once applied, from the resource's last_task_id/last_task_epoch; anything
 -- else is 'superseded' (the claim was reclaimed or re-pended, or its resource
--- is gone).
+-- is gone). p_retry_base_ms and p_retry_max_ms shape a transient failure's
+-- backoff (apply_outcomes).
 --
 -- p_abandoned marks a failure the dispatcher records in the provider's place
 -- because it gave up on the provider's answer (a request timeout, a broken
@@ -22,33 +27,48 @@
 -- A reactor delivery (lifecycle_outbox) is completed by acking or backing
 -- it off, which ends its claim: a repeat is 'superseded'.
 CREATE OR REPLACE FUNCTION complete_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_resource_ids uuid[],
-                               p_outcomes jsonb[], p_errors text[], p_terminals boolean[], p_abandoned boolean[])
+                               p_outcomes jsonb[], p_errors text[], p_terminals boolean[], p_abandoned boolean[],
+                               p_retry_base_ms int, p_retry_max_ms int)
 RETURNS TABLE (task_id uuid, result text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
+    v_queued uuid[];
+    v_direct work_outbox[];
     v_applied uuid[];
     v_ids uuid[];
     v_kinds text[];
     v_vers smallint[];
     v_los smallint[];
+    v_lo int;
+    v_hi int;
 BEGIN
+    -- The rows are locked in key order, so two completers that share tasks
+    -- (a repeat racing its original) wait on each other rather than
+    -- deadlock; a repeat that waited finds the row finished or re-pended
+    -- (EvalPlanQual) and drops out.
     WITH src AS MATERIALIZED (
         SELECT w.shard_id, w.resource_id, w.task_id, w.task_type, w.kind, w.kind_version, w.trigger, w.claim_epoch, w.claimed_at,
-               w.claimed_gen, w.emits, w.claim_lo, i.outcome, i.error, i.terminal, i.abandoned
-          FROM unnest(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals, p_abandoned)
-                 AS i(task_id, shard_id, epoch, outcome, error, terminal, abandoned)
+               w.claimed_gen, w.emits, w.claim_lo, i.outcome, i.error, coalesce(i.terminal, false) AS terminal,
+               coalesce(i.abandoned, false) AS abandoned, i.ord,
+               (w.emits & 7 <> 0 AND i.error IS NULL AND i.outcome IS NOT NULL
+                AND (i.outcome ? 'children' OR i.outcome ? 'edges' OR i.outcome ? 'configs')) AS composes
+          FROM unnest(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals, p_abandoned) WITH ORDINALITY
+                 AS i(task_id, shard_id, epoch, outcome, error, terminal, abandoned, ord)
           JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id
          WHERE w.claim_epoch = i.epoch AND w.state = 'claimed'
-           -- A repeat while the drain is finishing the task sees its outbox
-           -- row still (the delete is not committed) and does not wait on it.
+           -- A repeat while the drain is applying a queued outcome sees its
+           -- outbox row still (the delete is not committed) and does not
+           -- wait on it.
            AND NOT EXISTS (SELECT 1 FROM work_outbox o
                             WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
+         ORDER BY w.shard_id, w.task_id
+           FOR UPDATE OF w
     ), ins AS (
         INSERT INTO work_outbox (shard_id, resource_id, task_id, task_type, kind, kind_version, trigger, claim_epoch, claimed_at, generation, emits, outcome, error, terminal, abandoned)
         SELECT shard_id, resource_id, task_id, task_type, kind, kind_version, trigger, claim_epoch, claimed_at, claimed_gen, emits,
-               outcome, error, coalesce(terminal, false), coalesce(abandoned, false)
-          FROM src
+               outcome, error, terminal, abandoned
+          FROM src WHERE composes
         ON CONFLICT (shard_id, task_id, claim_epoch) DO NOTHING
         RETURNING work_outbox.task_id
     )
@@ -56,23 +76,30 @@ BEGIN
     -- CTEs are estimated at one row, so the join planned as a nested loop,
     -- quadratic in the batch (114 of a 500-task completion's 134 ms).
     -- Only a repeat racing this call between the probe and the insert makes
-    -- ins smaller than src; that rare case is filtered below.
-    SELECT (SELECT array_agg(ins.task_id) FROM ins), array_agg(s.task_id), array_agg(s.kind), array_agg(s.kind_version), array_agg(s.claim_lo)
-      INTO v_applied, v_ids, v_kinds, v_vers, v_los
+    -- ins smaller than the composing part of src; that rare case is
+    -- filtered below.
+    SELECT (SELECT array_agg(ins.task_id) FROM ins),
+           array_agg(ROW(s.ord, s.shard_id, s.resource_id, s.task_id, s.task_type, s.kind, s.kind_version, s.trigger, s.claim_epoch,
+                         s.claimed_gen, s.emits, s.outcome, s.error, s.terminal, now(), s.claimed_at, s.abandoned)::work_outbox
+                     ORDER BY s.ord) FILTER (WHERE NOT s.composes),
+           array_agg(s.task_id), array_agg(s.kind), array_agg(s.kind_version), array_agg(s.claim_lo),
+           min(s.shard_id) FILTER (WHERE NOT s.composes), max(s.shard_id) FILTER (WHERE NOT s.composes)
+      INTO v_queued, v_direct, v_ids, v_kinds, v_vers, v_los, v_lo, v_hi
       FROM src s;
+    v_applied := array(SELECT d.task_id FROM unnest(v_direct) d) || coalesce(v_queued, '{}');
     IF cardinality(v_applied) < cardinality(v_ids) THEN
         SELECT array_agg(s.kind), array_agg(s.kind_version), array_agg(s.claim_lo)
           INTO v_kinds, v_vers, v_los
           FROM unnest(v_ids, v_kinds, v_vers, v_los) AS s(task_id, kind, kind_version, claim_lo)
          WHERE s.task_id = ANY (v_applied);
     END IF;
-    IF v_applied IS NOT NULL THEN
-        -- A task with a recorded outcome is no longer at its provider: its
-        -- capped kind gets the token back now, not when the drain applies
-        -- the outcome (which held it for the outbox's wait too, and made
-        -- every claim of that kind queue behind the drain's row lock).
+    IF cardinality(v_applied) > 0 THEN
+        -- A task with an applied or queued outcome is no longer at its
+        -- provider: its capped kind gets the token back now, not when the
+        -- drain applies a queued outcome (which held it for the outbox's
+        -- wait too, and made every claim of that kind queue behind the
+        -- drain's row lock).
         PERFORM inflight_release(v_kinds, v_vers, v_los);
-        PERFORM notify_gated('outbox_ready');
         -- A claimer turned away at a cap has nothing else to wake it: the
         -- slot its delivery freed woke it before this token was back.
         IF EXISTS (SELECT 1 FROM kind_config kc JOIN unnest(v_kinds, v_vers) AS k(kind, kind_version)
@@ -80,12 +107,20 @@ BEGIN
             PERFORM notify_gated('work_ready');
         END IF;
     END IF;
+    IF v_queued IS NOT NULL THEN
+        PERFORM notify_gated('outbox_ready');
+    END IF;
+    IF v_direct IS NOT NULL THEN
+        PERFORM apply_outcomes(v_direct, v_lo, v_hi, p_retry_base_ms, p_retry_max_ms);
+        -- For the change stream (control/api/events.go): resources moved.
+        PERFORM notify_gated('outcomes_applied');
+    END IF;
     -- Only inputs that matched no claimed work row can be reactor
     -- deliveries, so a batch of work pays nothing here. A success acks the
     -- delivery (deletes its row; only now, so delivery is at least once); a
     -- failure, transient or terminal alike (a reactor's sink may recover),
     -- gives it back with jittered exponential backoff, capped at 5 minutes.
-    IF coalesce(cardinality(v_applied), 0) < cardinality(p_task_ids) THEN
+    IF cardinality(v_applied) < cardinality(p_task_ids) THEN
         WITH i AS (
             SELECT * FROM unnest(p_task_ids, p_shards, p_epochs, p_errors) AS i(task_id, shard_id, epoch, error)
              WHERE NOT i.task_id = ANY (coalesce(v_applied, '{}'))
@@ -126,14 +161,15 @@ $$;
 -- expire_async_tasks ends asynchronous deliveries (the provider answered 202)
 -- whose lease lapsed without a callback: each task still claimed at its epoch
 -- with lease_until <= now() is completed with a transient error, abandoned
--- (an attempt is burnt and the drain backs it off; a late callback is
--- superseded), under a row lock so a heartbeat that
+-- (an attempt is burnt and the task backs off as p_retry_base_ms and
+-- p_retry_max_ms say; a late callback is superseded), under a row lock so a heartbeat that
 -- races it either lands first (the lease moved: 'held') or finds the task
 -- completed. It returns one row per input: 'expired' (completed now), 'held'
 -- (still claimed; lease_until says until when) or 'gone' (completed by a
 -- callback, superseded, or removed). A reactor delivery is expired the same
 -- way: complete_tasks backs it off for a retry.
-CREATE OR REPLACE FUNCTION expire_async_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_message text)
+CREATE OR REPLACE FUNCTION expire_async_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_message text,
+                                              p_retry_base_ms int, p_retry_max_ms int)
 RETURNS TABLE (task_id uuid, state text, lease_until timestamptz)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -173,7 +209,7 @@ BEGIN
         SELECT array_agg(x.task_id) INTO v_lost
           FROM complete_tasks(v_ids, v_shards, v_epochs, v_rids,
                  array_fill(NULL::jsonb, ARRAY[n]), array_fill(p_message, ARRAY[n]), array_fill(false, ARRAY[n]),
-                 array_fill(true, ARRAY[n])) x;
+                 array_fill(true, ARRAY[n]), p_retry_base_ms, p_retry_max_ms) x;
     END IF;
     RETURN QUERY
     SELECT i.task_id,

@@ -4,16 +4,8 @@
 -- 30% of each page free, so the update is HOT.
 
 -- drain_outbox_batch pops up to p_limit outcomes in [p_lo, p_hi] and applies
--- them: composition first (its failure becomes a terminal failure), then the
--- work rows (a transient failure re-pends its row with jittered exponential
--- backoff, and past max_transient_attempts turns terminal; anything else
--- deletes the row), then one coalesced resources UPDATE (status,
--- spec_gen/synced_gen, health_ok, failure_gen — only the parts the reaction's
--- emits mask allows — and last_task_*, by which complete_tasks recognises a
--- repeat: last_task_abandoned says the outcome was a failure the dispatcher
--- recorded in the provider's place), conditions on transition with stale
--- False rows cleared on recovery, events, value flows, re-scheduling, and
--- the removal of nodes whose teardown succeeded.
+-- them (apply_outcomes). The outbox holds the outcomes that compose:
+-- complete_tasks applies every other outcome in its own transaction.
 CREATE OR REPLACE FUNCTION drain_outbox_batch(p_lo int, p_hi int, p_limit int, p_retry_base_ms int, p_retry_max_ms int)
 RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
@@ -21,18 +13,6 @@ DECLARE
     v_out work_outbox[];
     v_tids tid[];
     v_tabs oid[];
-    o work_outbox;
-    v_items drain_item[];
-    v_fail_ids uuid[] := '{}';
-    v_fail_msgs text[] := '{}';
-    v_status_ids uuid[];
-    v_was_ids uuid[];
-    v_was text[];
-    v_now_ids uuid[];
-    v_now text[];
-    v_rids uuid[];
-    v_ids uuid[];
-    v_rollup uuid[];
 BEGIN
     -- Pop by TID: lock the batch, then delete exactly those tuples. Joining
     -- the batch back by key planned as a hash join over the whole outbox,
@@ -54,11 +34,43 @@ BEGIN
     -- composer's 2.4 MB outcome: 228 ms of the large BOM's compose drain).
     SELECT array_agg(d.x ORDER BY (d.x).id) INTO v_out FROM d;
     IF v_out IS NULL THEN RETURN 0; END IF;
+    RETURN apply_outcomes(v_out, p_lo, p_hi, p_retry_base_ms, p_retry_max_ms);
+END
+$$;
 
+-- apply_outcomes applies task outcomes whose work rows lie in [p_lo, p_hi]:
+-- composition first (its failure becomes a terminal failure), then the
+-- work rows (a transient failure re-pends its row with jittered exponential
+-- backoff, and past max_transient_attempts turns terminal; anything else
+-- deletes the row), then one coalesced resources UPDATE (status,
+-- spec_gen/synced_gen, health_ok, failure_gen — only the parts the reaction's
+-- emits mask allows — and last_task_*, by which complete_tasks recognises a
+-- repeat: last_task_abandoned says the outcome was a failure the dispatcher
+-- recorded in the provider's place), conditions on transition with stale
+-- False rows cleared on recovery, events, value flows, re-scheduling, and
+-- the removal of nodes whose teardown succeeded. An outcome whose work row
+-- is no longer claimed at its epoch is dropped.
+CREATE OR REPLACE FUNCTION apply_outcomes(p_out work_outbox[], p_lo int, p_hi int, p_retry_base_ms int, p_retry_max_ms int)
+RETURNS int
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    o work_outbox;
+    v_items drain_item[];
+    v_fail_ids uuid[] := '{}';
+    v_fail_msgs text[] := '{}';
+    v_status_ids uuid[];
+    v_was_ids uuid[];
+    v_was text[];
+    v_now_ids uuid[];
+    v_now text[];
+    v_rids uuid[];
+    v_ids uuid[];
+    v_rollup uuid[];
+BEGIN
     -- Composition, one root at a time, for outcomes whose claim still holds;
     -- a bad outcome fails only its own task.
     FOR o IN
-        SELECT x.* FROM unnest(v_out) x
+        SELECT x.* FROM unnest(p_out) x
           JOIN work_queue w ON w.shard_id = x.shard_id AND w.resource_id = x.resource_id AND w.task_type = x.task_type
          WHERE x.emits & 7 <> 0 AND x.error IS NULL AND x.outcome IS NOT NULL
            AND (x.outcome ? 'children' OR x.outcome ? 'edges' OR x.outcome ? 'configs')
@@ -81,7 +93,7 @@ BEGIN
     WITH src AS (
         SELECT x.*, coalesce(f.msg, x.error) AS err, (f.msg IS NOT NULL OR x.terminal) AS term0,
                coalesce(kc.max_transient_attempts, 0) AS max_attempts, m.rollup_reaction IS NOT NULL AS has_rollup
-          FROM unnest(v_out) x
+          FROM unnest(p_out) x
           LEFT JOIN unnest(v_fail_ids, v_fail_msgs) AS f(task_id, msg) ON f.task_id = x.task_id
           LEFT JOIN kind_config kc ON kc.kind = x.kind AND kc.kind_version = x.kind_version
           LEFT JOIN kind_manifest m ON m.kind = x.kind AND m.kind_version = x.kind_version

@@ -39,11 +39,11 @@ BEGIN
 END
 $$;
 
--- finish_operations records the drained outcomes of operate tasks on their
--- ops (drain_outbox_batch calls it with every drained item): a success
--- stores the operation_output (when the reaction emits operationOutput); a
+-- finish_operations records the applied outcomes of operate tasks on their
+-- ops (apply_outcomes calls it with every applied item): a success stores
+-- the operation_output (when the reaction emits operationOutput); a
 -- terminal failure, or one out of attempts, fails the op; a transient one
--- re-pends it with its error, as the drain re-pended its task. A finished
+-- re-pends it with its error, as apply_outcomes re-pended its task. A finished
 -- op's resource gets its next pending op.
 CREATE OR REPLACE FUNCTION finish_operations(p_items drain_item[]) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -51,8 +51,8 @@ DECLARE
     v_done uuid[];
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM unnest(p_items) i WHERE i.trigger = 'operation') THEN RETURN; END IF;
-    -- A re-pended task is an error neither terminal nor a rerun (see the
-    -- drain's retry and fin rows).
+    -- A re-pended task is an error neither terminal nor a rerun (see
+    -- apply_outcomes' retry and fin rows).
     WITH u AS (
         UPDATE resource_operations o SET
             state = CASE WHEN i.error IS NULL THEN 'succeeded' WHEN i.terminal OR i.rerun THEN 'failed' ELSE 'pending' END,
@@ -72,7 +72,7 @@ $$;
 -- if not yet claimed, and enqueues the resource's next op. It returns
 -- whether it cancelled it, and the op's state ('running' for an op whose task
 -- is claimed; NULL when there is no such op). The task row is locked before
--- the op, in the drain's order.
+-- the op, in apply_outcomes' order.
 CREATE OR REPLACE FUNCTION cancel_operation(p_id uuid, OUT cancelled boolean, OUT state text)
 LANGUAGE plpgsql AS $$
 DECLARE

@@ -14,7 +14,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
--- Only user-facing changes fire it: the drain's hot UPDATE stamps updated_at
+-- Only user-facing changes fire it: apply_outcomes' hot UPDATE stamps updated_at
 -- itself and never pays for a row trigger.
 CREATE OR REPLACE TRIGGER resources_before_update BEFORE UPDATE ON resources
     FOR EACH ROW

@@ -4,7 +4,7 @@
 -- schedule_rollup re-runs the rollup of composite roots whose children moved
 -- (synced, failed, health flipped), even when the root itself is synced. A root
 -- with a child still progressing is armed in rollup_recheck instead: when the
--- last children settle in two concurrent drains, neither snapshot sees "none
+-- last children settle in two concurrent applies, neither snapshot sees "none
 -- lagging", and the re-check in a later transaction closes that straddle.
 CREATE OR REPLACE FUNCTION schedule_rollup(p_roots uuid[]) RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$

@@ -13,7 +13,7 @@
 -- columns from the gate (re-reading 10,000 resources by id cost the gate's
 -- own read again). The ON CONFLICT arm is the generation gate that makes
 -- scheduling idempotent: a newer generation supersedes a pending one, and a
--- claimed row is only marked so the drain re-evaluates it (never two live
+-- claimed row is only marked so applying its outcome re-evaluates it (never two live
 -- tasks for one resource).
 CREATE OR REPLACE FUNCTION enqueue_tasks(p_shards smallint[], p_ids uuid[], p_kinds text[], p_vers smallint[],
                                          p_gens bigint[], p_triggers text[]) RETURNS int
@@ -21,7 +21,7 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     n int;
 BEGIN
-    -- Most rows are new (the drain deletes a finished task's row), and a plain insert
+    -- Most rows are new (applying an outcome deletes a finished task's row), and a plain insert
     -- costs about half an INSERT ... ON CONFLICT, whose speculative
     -- insertion probes, inserts and confirms each row. The plain insert is
     -- tried first; if any row exists, its unique violation undoes the

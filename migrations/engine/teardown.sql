@@ -2,7 +2,7 @@
 -- marks a whole teardown tree (deletion_requested_at); each marked node is
 -- removed only once nothing beneath it remains (no owned child, no
 -- dependent): a node whose kind has a finalizer first runs its
--- deleteRequested reaction as a delete task, and the drain removes it when
+-- deleteRequested reaction as a delete task, and applying its outcome removes it when
 -- that succeeds (teardown_finish); a node without one is removed at once.
 -- Removing a node unblocks its owner and its dependencies, which are
 -- advanced in the same transaction, so dependents go before dependencies and

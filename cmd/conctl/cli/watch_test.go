@@ -40,7 +40,7 @@ func complete(t *testing.T, b *testBundle, task model.Task, r webhooksdk.Result)
 	if _, err := b.api.st.Complete(t.Context(), task, r); err != nil {
 		t.Fatalf("complete %s: %v", task.ID, err)
 	}
-	p := store.DrainParams{Lo: 0, Hi: 255, Limit: 100, RetryBase: time.Second, RetryMax: time.Minute}
+	p := store.DrainParams{Lo: 0, Hi: 255, Limit: 100}
 	if _, err := b.api.st.Drain(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
