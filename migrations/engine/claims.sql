@@ -197,16 +197,20 @@ END
 $$;
 
 -- inflight_release gives capped kinds back their tokens for tasks leaving
--- the claimed state.
+-- the claimed state. It is plpgsql, not SQL, for its cached plan: a SQL
+-- function that cannot be inlined (an UPDATE) is planned at every call,
+-- 0.33 ms of every completion (10% of a 32-task one's 3.2 ms).
 CREATE OR REPLACE FUNCTION inflight_release(p_kinds text[], p_vers smallint[], p_los smallint[]) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
     UPDATE kind_inflight i SET in_flight = GREATEST(i.in_flight - x.n, 0)
       FROM (SELECT k.kind, k.kind_version, k.lo, count(*) AS n
               FROM unnest(p_kinds, p_vers, p_los) AS k(kind, kind_version, lo)
               JOIN kind_config kc ON kc.kind = k.kind AND kc.kind_version = k.kind_version
              WHERE kc.max_inflight > 0
              GROUP BY 1, 2, 3) x
-     WHERE i.kind = x.kind AND i.kind_version = x.kind_version AND i.range_lo = x.lo
+     WHERE i.kind = x.kind AND i.kind_version = x.kind_version AND i.range_lo = x.lo;
+END
 $$;
 
 -- extend_leases renews the leases of tasks still claimed at their epoch and
