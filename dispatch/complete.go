@@ -12,65 +12,53 @@ import (
 // flushTimeout bounds one batch write.
 const flushTimeout = 30 * time.Second
 
+// completeWriters is how many batches the completer writes at once. A
+// completion applies its outcomes (complete_tasks), so one write is most of
+// the database work a task costs; with one writer, results waited on the
+// write before them (http batched, three alternated triples: 5,942, 6,838,
+// 4,536/s with one writer, 6,651, 7,025, 7,127/s with two).
+const completeWriters = 2
+
+// batch is one write's worth of finished deliveries.
+type batch struct {
+	completes []store.Completion
+	releases  map[relKey][]model.Task
+	attempts  []store.Delivery
+}
+
+// relKey groups releases that share a delay and a reason.
+type relKey struct {
+	delay  time.Duration
+	reason string
+}
+
 // completer batches the outcomes of finished deliveries into one round trip
 // per kind of write: one insert of the batch's attempts into the delivery
-// log, CompleteBatch for results (which applies them), Release per (delay, reason). A batch goes out when BatchSize ops have gathered or FlushEvery
+// log, CompleteBatch for results (which applies them), Release per (delay,
+// reason). A batch goes out when BatchSize ops have gathered or FlushEvery
 // after the first, so a burst is written at database speed and a lone
-// result waits at most FlushEvery. It returns once ops is closed and the
-// last batch is written.
+// result waits at most FlushEvery; up to completeWriters batches are
+// written at once, and the next one gathers meanwhile. It returns once ops
+// is closed and the last batch is written.
 func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
-	type relKey struct {
-		delay  time.Duration
-		reason string
-	}
 	var (
-		completes []store.Completion
-		releases  = map[relKey][]model.Task{}
-		attempts  []store.Delivery
-		n         int
+		cur     = batch{releases: map[relKey][]model.Task{}}
+		n       int
+		writers sync.WaitGroup
+		slots   = make(chan struct{}, completeWriters)
 	)
+	defer writers.Wait()
 	flush := func() {
 		if n == 0 {
 			return
 		}
-		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
-		defer cancel()
-		// The delivery log's insert runs beside the completion on its own
-		// connection: in line it lengthened every flush of this one
-		// goroutine, which paces the dispatcher's completions.
-		var logged sync.WaitGroup
-		if len(attempts) > 0 {
-			logged.Go(func() {
-				if err := d.st.RecordDeliveries(fctx, attempts); err != nil {
-					d.log.Warn("cannot record deliveries", "err", err, "attempts", len(attempts))
-				}
-			})
-		}
-		defer func() {
-			logged.Wait()
-			clear(attempts)
-			attempts = attempts[:0]
-		}()
-		if len(completes) > 0 {
-			start := time.Now()
-			if _, err := d.st.CompleteBatch(fctx, completes); err != nil {
-				// The claims stay held; their leases lapse and the reaper
-				// re-pends them, so the work re-runs rather than being lost.
-				d.log.Error("complete failed", "err", err, "tasks", len(completes))
-				d.m.completeFails.Inc()
-			} else {
-				d.m.completions.Observe(time.Since(start).Seconds())
-			}
-			clear(completes)
-			completes = completes[:0]
-		}
-		for k, ts := range releases {
-			if err := d.st.Release(fctx, ts, k.delay, k.reason); err != nil {
-				d.log.Error("release failed", "err", err, "tasks", len(ts), "reason", k.reason)
-			}
-			delete(releases, k)
-		}
-		n = 0
+		b := cur
+		cur, n = batch{releases: map[relKey][]model.Task{}}, 0
+		slots <- struct{}{} // wait for a writer
+		writers.Go(func() {
+			defer func() { <-slots }()
+			d.write(ctx, b)
+		})
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -83,12 +71,12 @@ func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
 			}
 			switch o.kind {
 			case opComplete:
-				completes = append(completes, store.Completion{Task: o.task, Result: o.result, Abandoned: o.abandoned})
+				cur.completes = append(cur.completes, store.Completion{Task: o.task, Result: o.result, Abandoned: o.abandoned})
 			case opRelease:
 				k := relKey{o.delay.Round(100 * time.Millisecond), o.reason}
-				releases[k] = append(releases[k], o.task)
+				cur.releases[k] = append(cur.releases[k], o.task)
 			case opRecord:
-				attempts = append(attempts, o.delivery)
+				cur.attempts = append(cur.attempts, o.delivery)
 			}
 			n++
 			if n == 1 {
@@ -99,6 +87,41 @@ func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
 			}
 		case <-timer.C:
 			flush()
+		}
+	}
+}
+
+// write writes one batch. Two batches never hold the same claim (a task is
+// claimed again only after its release or completion committed), so
+// writes in parallel cannot reorder one task's writes.
+func (d *Dispatcher) write(ctx context.Context, b batch) {
+	fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	// The delivery log's insert runs beside the completion on its own
+	// connection: in line it lengthened every write.
+	var logged sync.WaitGroup
+	if len(b.attempts) > 0 {
+		logged.Go(func() {
+			if err := d.st.RecordDeliveries(fctx, b.attempts); err != nil {
+				d.log.Warn("cannot record deliveries", "err", err, "attempts", len(b.attempts))
+			}
+		})
+	}
+	defer logged.Wait()
+	if len(b.completes) > 0 {
+		start := time.Now()
+		if _, err := d.st.CompleteBatch(fctx, b.completes); err != nil {
+			// The claims stay held; their leases lapse and the reaper
+			// re-pends them, so the work re-runs rather than being lost.
+			d.log.Error("complete failed", "err", err, "tasks", len(b.completes))
+			d.m.completeFails.Inc()
+		} else {
+			d.m.completions.Observe(time.Since(start).Seconds())
+		}
+	}
+	for k, ts := range b.releases {
+		if err := d.st.Release(fctx, ts, k.delay, k.reason); err != nil {
+			d.log.Error("release failed", "err", err, "tasks", len(ts), "reason", k.reason)
 		}
 	}
 }

@@ -1024,9 +1024,9 @@ func TestClaimsBoundedWhileCompletionsStall(t *testing.T) {
 	e.dispatcher(dispatch.Config{BatchSize: batch})
 	e.listen()
 	e.applyMany("leaf", pending)
-	// The bound: 2 slots and one claim tracked, the completer's queue (4
-	// batches), and the batch the completer is blocked writing.
-	const bound = 2 + batch + 4*batch + batch
+	// The bound: 2 slots and one claim tracked, the completer's queue (2
+	// batches), the batch it gathered and the two it is blocked writing.
+	const bound = 2 + batch + 2*batch + batch + 2*batch
 	claimed := func() int { return e.count(`SELECT count(*) FROM work_queue WHERE state = 'claimed'`) }
 	waitFor(t, 10*time.Second, "the dispatcher to claim", func() bool { return claimed() >= batch })
 	time.Sleep(2 * time.Second) // a dispatcher without the bound claims on
@@ -1035,4 +1035,33 @@ func TestClaimsBoundedWhileCompletionsStall(t *testing.T) {
 	}
 	must(t, tx.Commit(e.ctx))
 	e.waitReady("leaf", pending, 60*time.Second)
+}
+
+// TestCompletionWritesOverlap: a completion write blocked in the database
+// (here on a row lock its apply needs) does not hold back the results
+// behind it: the completer writes another batch meanwhile.
+func TestCompletionWritesOverlap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.kind("leaf", model.Policy{})
+	s := e.endpoint("leaves", endpointOpts{kinds: []string{"leaf"}})
+	rec := &recorder{next: verified(s.secret, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(resultBody(decodeEnvelope(r), `{}`))
+	})}
+	s.set(rec)
+	a := e.apply("leaf", "a", map[string]any{})
+	tx, err := e.db.Pool.Begin(e.ctx)
+	must(t, err)
+	defer tx.Rollback(e.ctx) //nolint:errcheck // committed below; a failed test's rollback needs no check
+	_, err = tx.Exec(e.ctx, `SELECT 1 FROM resources WHERE id = $1 FOR UPDATE`, a)
+	must(t, err)
+	e.dispatcher(dispatch.Config{BatchSize: 1})
+	e.listen()
+	waitFor(t, 10*time.Second, "a's result to be written", func() bool {
+		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+	})
+	e.apply("leaf", "b", map[string]any{})
+	e.waitPhase("leaf", "b", "Ready", 10*time.Second) // while a's write waits
+	must(t, tx.Commit(e.ctx))
+	e.waitPhase("leaf", "a", "Ready", 10*time.Second)
 }

@@ -371,7 +371,10 @@ func (d *Dispatcher) run(ctx context.Context) {
 	d.work = work
 	bg := context.WithoutCancel(ctx)
 
-	ops := make(chan op, 4*d.cfg.BatchSize)
+	// With the batch gathering and the completeWriters being written, the
+	// completer holds at most 1+completeWriters batches beyond this queue's:
+	// five in all, as when it wrote one batch at a time behind a queue of four.
+	ops := make(chan op, (4-completeWriters)*d.cfg.BatchSize)
 	completed := make(chan struct{})
 	go func() {
 		defer close(completed)
@@ -508,8 +511,9 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	// finished deliveries wait on the completer, so the slots alone do not
 	// bound what this pod holds: at a million resources it held 57k claimed
 	// tasks and 3.4 GiB. Tracked tasks are capped at the endpoints' capacity
-	// plus one claim; with the completer's queue and the batch it is
-	// writing, a pod holds at most capacity + 6·BatchSize tasks.
+	// plus one claim; with the completer's queue, the batch it gathers and
+	// the batches it is writing, a pod holds at most capacity + 6·BatchSize
+	// tasks.
 	room := capacity + d.cfg.BatchSize - d.InFlight()
 	if room < min(spare, d.cfg.BatchSize) {
 		d.throttled.Store(true)
