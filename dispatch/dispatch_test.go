@@ -164,7 +164,16 @@ func TestAsyncCallback(t *testing.T) {
 	if v := metricValue(t, e, "converge_dispatch_deliveries_total", map[string]string{"endpoint": "leaves", "result": "accepted"}); v != 3 {
 		t.Errorf("deliveries_total{accepted} = %v, want 3", v)
 	}
-	if v := metricValue(t, e, "converge_dispatch_callbacks_total", map[string]string{"result": "applied"}); v != 3 {
+	// A callback is counted once its completion returned, a moment after
+	// the commit that made its resource Ready.
+	applied := func() float64 {
+		return metricValue(t, e, "converge_dispatch_callbacks_total", map[string]string{"result": "applied"})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for applied() < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v := applied(); v != 3 {
 		t.Errorf("callbacks_total{applied} = %v, want 3", v)
 	}
 	e.checkNoDoubleApply()
