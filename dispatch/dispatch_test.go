@@ -213,9 +213,10 @@ func TestAsyncTimeout(t *testing.T) {
 	if v := metricValue(t, e, "converge_dispatch_async_timeouts_total", nil); v != 1 {
 		t.Errorf("async_timeouts_total = %v, want 1", v)
 	}
-	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'async_timeout' AND endpoint = 'leaves'`, id); n != 1 {
-		t.Errorf("%d async timeouts recorded in endpoint_deliveries, want 1", n)
-	}
+	// The delivery log is written beside the completion, so a moment after it.
+	waitFor(t, 5*time.Second, "one async_timeout row in the delivery log", func() bool {
+		return e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'async_timeout' AND endpoint = 'leaves'`, id) == 1
+	})
 }
 
 // TestLateCallbackOfAbandonedClaimIsSuperseded: the issue's reproduction
@@ -266,9 +267,10 @@ func TestLateCallbackOfAbandonedClaimIsSuperseded(t *testing.T) {
 	}
 	first := delivery(1)
 	second := delivery(2)
-	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND claim_epoch = 1 AND classification = 'timeout'`, id); n != 1 {
-		t.Fatalf("%d timeouts recorded for claim 1, want 1", n)
-	}
+	// The delivery log is written beside the completion, so a moment after it.
+	waitFor(t, 5*time.Second, "one timeout row in the delivery log", func() bool {
+		return e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND claim_epoch = 1 AND classification = 'timeout'`, id) == 1
+	})
 
 	late := webhooksdk.Result{TaskID: first.TaskID, ClaimEpoch: 1, Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"late":true}`)}}
 	expect := func(env webhooksdk.Envelope, res webhooksdk.Result, wantCode int, wantResult, why string) {
@@ -364,7 +366,9 @@ func (e *env) failedDeliveries(id string) ([]store.Delivery, error) {
 
 // failLeaf runs one leaf against a webhooksdk provider (opts) whose Work
 // takes delay and fails terminally with msg; it returns the failed
-// deliveries recorded for the leaf once it is Failed.
+// deliveries recorded for the leaf once it is Failed and its failure is
+// logged (the delivery log is written beside the completion that applies
+// the failure, so a moment after it).
 func failLeaf(t *testing.T, opts []webhooksdk.Option, delay time.Duration, msg string) []store.Delivery {
 	t.Helper()
 	e := newEnv(t)
@@ -378,8 +382,14 @@ func failLeaf(t *testing.T, opts []webhooksdk.Option, delay time.Duration, msg s
 	e.listen()
 	id := e.apply("leaf", "a", map[string]any{})
 	e.waitPhase("leaf", "a", "Failed", 20*time.Second)
-	rows, err := e.failedDeliveries(id)
-	must(t, err)
+	var rows []store.Delivery
+	deadline := time.Now().Add(5 * time.Second)
+	for len(rows) == 0 && time.Now().Before(deadline) {
+		var err error
+		rows, err = e.failedDeliveries(id)
+		must(t, err)
+		time.Sleep(10 * time.Millisecond)
+	}
 	return rows
 }
 
@@ -417,9 +427,10 @@ func TestDeadlineExceeded(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM resource_events WHERE resource_id = $1 AND type = 'failed' AND message LIKE '%transient%deadline%'`, id); n != 1 {
 		t.Errorf("%d transient deadline failures recorded, want 1", n)
 	}
-	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'deadline' AND http_status IS NULL`, id); n != 1 {
-		t.Errorf("%d deadline deliveries recorded, want 1", n)
-	}
+	// The delivery log is written beside the completion, so a moment after it.
+	waitFor(t, 5*time.Second, "one deadline row in the delivery log", func() bool {
+		return e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'deadline' AND http_status IS NULL`, id) == 1
+	})
 }
 
 // TestServerErrorsThenOK: 500 three times, then OK; converges, with every
@@ -498,9 +509,10 @@ func TestRateLimited(t *testing.T) {
 	if seen[1].env.Attempt != 1 || seen[1].env.ClaimEpoch != 2 {
 		t.Errorf("retry was attempt %d of claim %d, want attempt 1 (not burnt) of claim 2", seen[1].env.Attempt, seen[1].env.ClaimEpoch)
 	}
-	if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'rate_limited' AND http_status = 429`, id); n != 1 {
-		t.Errorf("%d rate-limited deliveries recorded, want 1", n)
-	}
+	// The delivery log is written beside the completion, so a moment after it.
+	waitFor(t, 5*time.Second, "one rate_limited row in the delivery log", func() bool {
+		return e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'rate_limited' AND http_status = 429`, id) == 1
+	})
 	if n := e.count(`SELECT count(*) FROM resource_events WHERE resource_id = $1 AND type = 'failed'`, id); n != 0 {
 		t.Errorf("a 429 recorded %d failures on the resource, want none", n)
 	}
