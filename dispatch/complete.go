@@ -35,15 +35,17 @@ type relKey struct {
 // completer batches the outcomes of finished deliveries into one round trip
 // per kind of write: one insert of the batch's attempts into the delivery
 // log, CompleteBatch for results (which applies them), Release per (delay,
-// reason). A batch goes out when BatchSize ops have gathered or FlushEvery
-// after the first, so a burst is written at database speed and a lone
-// result waits at most FlushEvery; up to completeWriters batches are
+// reason). A batch goes out when it holds BatchSize tasks (completions and
+// releases: an attempt's log record rides with its task, and counted too
+// it halved every batch) or FlushEvery after its first op, so a burst is
+// written at database speed and a lone result waits at most FlushEvery; up to completeWriters batches are
 // written at once, and the next one gathers meanwhile. It returns once ops
 // is closed and the last batch is written.
 func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
 	var (
 		cur     = batch{releases: map[relKey][]model.Task{}}
-		n       int
+		n       int // ops gathered
+		tasks   int // of which completions and releases
 		writers sync.WaitGroup
 		slots   = make(chan struct{}, completeWriters)
 	)
@@ -53,7 +55,7 @@ func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
 			return
 		}
 		b := cur
-		cur, n = batch{releases: map[relKey][]model.Task{}}, 0
+		cur, n, tasks = batch{releases: map[relKey][]model.Task{}}, 0, 0
 		slots <- struct{}{} // wait for a writer
 		writers.Go(func() {
 			defer func() { <-slots }()
@@ -72,9 +74,11 @@ func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
 			switch o.kind {
 			case opComplete:
 				cur.completes = append(cur.completes, store.Completion{Task: o.task, Result: o.result, Abandoned: o.abandoned})
+				tasks++
 			case opRelease:
 				k := relKey{o.delay.Round(100 * time.Millisecond), o.reason}
 				cur.releases[k] = append(cur.releases[k], o.task)
+				tasks++
 			case opRecord:
 				cur.attempts = append(cur.attempts, o.delivery)
 			}
@@ -82,7 +86,7 @@ func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
 			if n == 1 {
 				timer.Reset(d.cfg.FlushEvery)
 			}
-			if n >= d.cfg.BatchSize {
+			if tasks >= d.cfg.BatchSize {
 				flush()
 			}
 		case <-timer.C:

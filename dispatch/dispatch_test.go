@@ -1086,3 +1086,29 @@ func TestCompletionWritesOverlap(t *testing.T) {
 	must(t, tx.Commit(e.ctx))
 	e.waitPhase("leaf", "a", "Ready", 10*time.Second)
 }
+
+// TestCompletionBatchCountsTasks: a completion batch is cut at BatchSize
+// tasks; the delivery-log record each attempt adds does not count towards
+// it (counted, it halved every completion write).
+func TestCompletionBatchCountsTasks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.kind("leaf", model.Policy{})
+	s := e.endpoint("leaves", endpointOpts{kinds: []string{"leaf"}})
+	s.set(verified(s.secret, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(resultBody(decodeEnvelope(r), `{}`))
+	}))
+	const batch = 8
+	// No timed flush: only a full batch is written.
+	e.dispatcher(dispatch.Config{BatchSize: batch, FlushEvery: time.Hour})
+	e.listen()
+	e.applyMany("leaf", 2*batch)
+	e.waitReady("leaf", 2*batch, 20*time.Second)
+	mf, ok := metricFamily(t, e, "converge_dispatch_completion_duration_seconds")
+	if !ok {
+		t.Fatal("no completion duration metric")
+	}
+	if n := mf.GetMetric()[0].GetHistogram().GetSampleCount(); n != 2 {
+		t.Fatalf("%d tasks completed in %d writes, want 2 of %d", 2*batch, n, batch)
+	}
+}
