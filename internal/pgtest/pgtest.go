@@ -165,6 +165,14 @@ func shutdown() error {
 // drops it when t passes. It fails t if no server can be had.
 func New(t testing.TB) *Database {
 	t.Helper()
+	return NewWith(t, nil)
+}
+
+// NewWith is New with the pool's configuration passed through configure
+// (if not nil) before the pool opens: a benchmark gives its pool what a
+// converge process gives its own (store.PoolDefaults).
+func NewWith(t testing.TB, configure func(*pgxpool.Config)) *Database {
+	t.Helper()
 	s := getServer(t)
 	proc.templateOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(t.Context(), templateTimeout)
@@ -178,14 +186,14 @@ func New(t testing.TB) *Database {
 	if proc.templateErr != nil {
 		t.Fatalf("pgtest: %v", proc.templateErr)
 	}
-	return s.create(t, proc.template)
+	return s.create(t, proc.template, configure)
 }
 
 // NewEmpty returns a new database without the schema, for tests of the
 // migrations themselves. Otherwise it behaves like New.
 func NewEmpty(t testing.TB) *Database {
 	t.Helper()
-	return getServer(t).create(t, "template1")
+	return getServer(t).create(t, "template1", nil)
 }
 
 func getServer(t testing.TB) *server {
@@ -346,7 +354,7 @@ func (s *server) ensureTemplate(ctx context.Context) (string, error) {
 }
 
 // create clones template into a database for t and arranges its removal.
-func (s *server) create(t testing.TB, template string) *Database {
+func (s *server) create(t testing.TB, template string, configure func(*pgxpool.Config)) *Database {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), cloneTimeout)
 	defer cancel()
@@ -364,6 +372,9 @@ func (s *server) create(t testing.TB, template string) *Database {
 		t.Fatalf("pgtest: bad DSN for %s: %v", name, err)
 	}
 	cfg.MaxConns = PoolMaxConns
+	if configure != nil {
+		configure(cfg)
+	}
 	if db.Pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		t.Fatalf("pgtest: cannot open pool on %s: %v", name, err)
 	}

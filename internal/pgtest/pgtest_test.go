@@ -169,7 +169,7 @@ func TestCleanup(t *testing.T) {
 	t.Run("FailedTestKeepsDatabase", func(t *testing.T) {
 		t.Parallel()
 		r := &recordingTB{TB: t, failed: true}
-		name := nameOf(t, s.create(r, proc.template))
+		name := nameOf(t, s.create(r, proc.template, nil))
 		r.runCleanups()
 		if !exists(t, name) {
 			t.Error("database of a failed test was dropped; want it kept for inspection")
@@ -182,7 +182,7 @@ func TestCleanup(t *testing.T) {
 	t.Run("LeakedConnectionIsReported", func(t *testing.T) {
 		t.Parallel()
 		r := &recordingTB{TB: t}
-		db := s.create(r, proc.template)
+		db := s.create(r, proc.template, nil)
 		conn, err := pgx.Connect(t.Context(), db.DSN)
 		if err != nil {
 			t.Fatalf("connect: %v", err)
@@ -197,7 +197,7 @@ func TestCleanup(t *testing.T) {
 	t.Run("PassedTestDropsDatabase", func(t *testing.T) {
 		t.Parallel()
 		r := &recordingTB{TB: t}
-		name := nameOf(t, s.create(r, proc.template))
+		name := nameOf(t, s.create(r, proc.template, nil))
 		r.runCleanups()
 		if len(r.errors) != 0 {
 			t.Errorf("errors = %q, want none", r.errors)

@@ -190,6 +190,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	pcfg.MaxConnLifetime = 30 * time.Minute
 	pcfg.MaxConnLifetimeJitter = 5 * time.Minute
+	store.PoolDefaults(pcfg, log)
 	latest, err := latestMigration()
 	if err != nil {
 		return nil, err
