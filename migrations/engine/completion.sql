@@ -7,6 +7,16 @@
 -- compositions one root at a time off the completion's path; keyed by the
 -- claim (shard_id, task_id, claim_epoch), a repeat of it conflicts.
 
+-- outcome_composes says whether an outcome goes through the outbox: a
+-- success that reports children, edges or configs, of a reaction allowed to
+-- (emits & 7). Written once for the routing (complete_tasks) and the drain's
+-- composition loop (apply_outcomes); a SQL expression, inlined where used.
+CREATE OR REPLACE FUNCTION outcome_composes(p_emits int, p_error text, p_outcome jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_emits & 7 <> 0 AND p_error IS NULL AND p_outcome IS NOT NULL
+       AND (p_outcome ? 'children' OR p_outcome ? 'edges' OR p_outcome ? 'configs')
+$$;
+
 -- complete_tasks records outcomes for claimed tasks. An outcome is accepted only
 -- if its row is still claimed at that claim_epoch and none is queued for the
 -- claim yet (applied, and not listed in the result); a repeat of an accepted
@@ -50,9 +60,7 @@ BEGIN
     WITH src AS MATERIALIZED (
         SELECT w.shard_id, w.resource_id, w.task_id, w.task_type, w.kind, w.kind_version, w.trigger, w.claim_epoch, w.claimed_at,
                w.claimed_gen, w.emits, w.claim_lo, i.outcome, i.error, coalesce(i.terminal, false) AS terminal,
-               coalesce(i.abandoned, false) AS abandoned, i.ord,
-               (w.emits & 7 <> 0 AND i.error IS NULL AND i.outcome IS NOT NULL
-                AND (i.outcome ? 'children' OR i.outcome ? 'edges' OR i.outcome ? 'configs')) AS composes
+               coalesce(i.abandoned, false) AS abandoned, i.ord, outcome_composes(w.emits, i.error, i.outcome) AS composes
           FROM unnest(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals, p_abandoned) WITH ORDINALITY
                  AS i(task_id, shard_id, epoch, outcome, error, terminal, abandoned, ord)
           JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id

@@ -72,8 +72,7 @@ BEGIN
     FOR o IN
         SELECT x.* FROM unnest(p_out) x
           JOIN work_queue w ON w.shard_id = x.shard_id AND w.resource_id = x.resource_id AND w.task_type = x.task_type
-         WHERE x.emits & 7 <> 0 AND x.error IS NULL AND x.outcome IS NOT NULL
-           AND (x.outcome ? 'children' OR x.outcome ? 'edges' OR x.outcome ? 'configs')
+         WHERE outcome_composes(x.emits, x.error, x.outcome)
            AND w.claim_epoch = x.claim_epoch AND w.state = 'claimed'
          ORDER BY x.id
     LOOP
