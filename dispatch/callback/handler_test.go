@@ -488,6 +488,67 @@ func TestConcurrentCallbacksGroupCommit(t *testing.T) {
 	}
 }
 
+// TestCallbackLogDoesNotHoldWrites: a batch's delivery-log insert, blocked
+// here on a table lock, does not hold back the next batch's write.
+func TestCallbackLogDoesNotHoldWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	exp := time.Now().Add(time.Hour)
+	logged, next := b.claimOne(t, "logged"), b.claimOne(t, "next")
+	tx, err := b.db.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck // committed below; a failed test's rollback needs no check
+	if _, err := tx.Exec(b.ctx, `LOCK TABLE endpoint_deliveries IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan int, 1)
+	go func() {
+		// A token naming an endpoint: its applied callback is logged.
+		tok, err := b.tokens.Mint(callback.Claim{TaskID: logged.ID, ResourceID: logged.ResourceID, Shard: logged.Shard,
+			Epoch: logged.Epoch, Emits: logged.Emits, Endpoint: "ep", Expires: exp})
+		if err != nil {
+			first <- 0
+			return
+		}
+		req := httptest.NewRequestWithContext(b.ctx, http.MethodPost, outcomePath(logged), bytes.NewReader(okBody(logged)))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		rec := httptest.NewRecorder()
+		b.h.ServeHTTP(rec, req)
+		first <- rec.Code
+	}()
+	for {
+		var waiting int
+		if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if b.appliedCount(t, logged) != 1 {
+		t.Fatal("the logged callback's outcome is not applied before its log insert")
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, outcomePath(next), bytes.NewReader(okBody(next)))
+	req.Header.Set("Authorization", "Bearer "+b.token(t, next, exp))
+	rec := httptest.NewRecorder()
+	b.h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("callback behind a blocked log insert = %d %s, want 200 meanwhile", rec.Code, rec.Body.String())
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("logged callback = %d once the lock was released, want 200", code)
+	}
+}
+
 // TestPayload: a callback token reads its own task's request while its
 // claim holds, and nothing else: another task's id is 401, a lapsed claim
 // is 409.
