@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -222,9 +223,10 @@ func TestBatchUnusableAnswers(t *testing.T) {
 		if status != want {
 			t.Errorf("%s: status from the %s answer, want the %s", name, status, want)
 		}
-		if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'malformed'`, id); n != failures {
-			t.Errorf("%s: %d malformed deliveries recorded, want %d", name, n, failures)
-		}
+		// The delivery log is written beside the completion, so a moment after it.
+		waitFor(t, 5*time.Second, fmt.Sprintf("%s: %d malformed deliveries recorded", name, failures), func() bool {
+			return e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'malformed'`, id) == failures
+		})
 	}
 	e.checkNoDoubleApply()
 }
@@ -279,9 +281,10 @@ func TestBatchWholeRequest(t *testing.T) {
 			t.Fatalf("the failed request carried %d tasks, want all %d", firstSize, len(ids))
 		}
 		for _, id := range ids {
-			if n := e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'server_error' AND claim_epoch = 1`, id); n != 1 {
-				t.Errorf("resource %s: %d server_error records for its first claim, want 1", id, n)
-			}
+			// The delivery log is written beside the release, so a moment after it.
+			waitFor(t, 5*time.Second, "one server_error record for "+id+"'s first claim", func() bool {
+				return e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'server_error' AND claim_epoch = 1`, id) == 1
+			})
 		}
 		e.checkNoDoubleApply()
 	})

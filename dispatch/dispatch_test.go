@@ -364,6 +364,23 @@ func (e *env) failedDeliveries(id string) ([]store.Delivery, error) {
 	return page.Items, err
 }
 
+// awaitFailedDeliveries is failedDeliveries once it holds n rows or 5 s
+// have passed: the delivery log is written beside the completion or
+// release of each attempt, so a moment after it.
+func (e *env) awaitFailedDeliveries(t *testing.T, id string, n int) []store.Delivery {
+	t.Helper()
+	var rows []store.Delivery
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var err error
+		rows, err = e.failedDeliveries(id)
+		must(t, err)
+		if len(rows) >= n || time.Now().After(deadline) {
+			return rows
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // failLeaf runs one leaf against a webhooksdk provider (opts) whose Work
 // takes delay and fails terminally with msg; it returns the failed
 // deliveries recorded for the leaf once it is Failed and its failure is
@@ -382,15 +399,7 @@ func failLeaf(t *testing.T, opts []webhooksdk.Option, delay time.Duration, msg s
 	e.listen()
 	id := e.apply("leaf", "a", map[string]any{})
 	e.waitPhase("leaf", "a", "Failed", 20*time.Second)
-	var rows []store.Delivery
-	deadline := time.Now().Add(5 * time.Second)
-	for len(rows) == 0 && time.Now().Before(deadline) {
-		var err error
-		rows, err = e.failedDeliveries(id)
-		must(t, err)
-		time.Sleep(10 * time.Millisecond)
-	}
-	return rows
+	return e.awaitFailedDeliveries(t, id, 1)
 }
 
 // TestDeadlineExceeded: a provider slower than the task deadline is cut off
@@ -455,8 +464,7 @@ func TestServerErrorsThenOK(t *testing.T) {
 	id := e.apply("leaf", "a", map[string]any{"v": 1})
 	e.waitPhase("leaf", "a", "Ready", 20*time.Second)
 
-	rows, err := e.failedDeliveries(id)
-	must(t, err)
+	rows := e.awaitFailedDeliveries(t, id, 3)
 	if len(rows) != 3 {
 		t.Fatalf("%d failed deliveries recorded, want 3: %+v", len(rows), rows)
 	}
@@ -768,8 +776,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 	if followed.Load() != 0 {
 		t.Errorf("the redirect was followed %d times", followed.Load())
 	}
-	rows, err := e.failedDeliveries(id)
-	must(t, err)
+	rows := e.awaitFailedDeliveries(t, id, 1)
 	if len(rows) != 1 || rows[0].Classification != "redirect" || rows[0].HTTPStatus != 307 {
 		t.Fatalf("deliveries = %+v, want one redirect failure", rows)
 	}

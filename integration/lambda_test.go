@@ -190,6 +190,8 @@ func TestLambdaTargets(t *testing.T) {
 	})
 	t.Run("FunctionErrorIsTransient", func(t *testing.T) {
 		waitFor(t, 90*time.Second, "f1 Ready after two function errors", func() bool { return s.lambdaDetail("flaky", "f1").Phase == "Ready" })
+		// The delivery log is written beside the completion, so a moment after it.
+		waitFor(t, 5*time.Second, "lam-flaky's three attempts logged", func() bool { return len(s.lambdaDeliveries("lam-flaky", "")) >= 3 })
 		ds := s.lambdaDeliveries("lam-flaky", "failed=true")
 		if len(ds) != 2 || ds[0]["classification"] != "task_error" || !strings.Contains(fmt.Sprint(ds[0]["excerpt"]), "boom: the database is down") {
 			t.Errorf("lam-flaky deliveries = %v, want 2 task_error carrying the function's error", ds)
@@ -210,6 +212,7 @@ func TestLambdaTargets(t *testing.T) {
 		if busy.Throttled.Load() != 3 || busy.Invocations.Load() != 1 {
 			t.Errorf("busy: %d throttled, %d ran; want 3, 1", busy.Throttled.Load(), busy.Invocations.Load())
 		}
+		waitFor(t, 5*time.Second, "lam-busy's three throttles logged", func() bool { return len(s.lambdaDeliveries("lam-busy", "failed=true")) >= 3 })
 		ds := s.lambdaDeliveries("lam-busy", "failed=true")
 		if len(ds) != 3 {
 			t.Fatalf("lam-busy deliveries = %v, want 3 rate_limited", ds)
