@@ -178,7 +178,7 @@ func newBenchDB(tb testing.TB) *benchDB {
 func benchPool(tb testing.TB) *pgtest.Database {
 	tb.Helper()
 	db := pgtest.NewWith(tb, func(c *pgxpool.Config) { store.PoolDefaults(c, benchLog) })
-	must(tb, store.WarmPool(tb.Context(), db.Pool))
+	pgtest.Warm(tb, db.Pool)
 	return db
 }
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/sync/errgroup"
 )
 
 // WarmConn readies a new connection for the engine's hot paths: it loads
@@ -46,31 +45,4 @@ func PoolDefaults(cfg *pgxpool.Config, log *slog.Logger) {
 	if !strings.Contains(cfg.ConnString(), "pool_min_conns") {
 		cfg.MinConns = cfg.MaxConns
 	}
-}
-
-// WarmPool opens the pool's MinConns connections now, all at once, and
-// returns once each has connected (and run its AfterConnect); the pool
-// would otherwise open them in the background. Benchmarks call it so that
-// they time a pool as a running process has it.
-func WarmPool(ctx context.Context, pool *pgxpool.Pool) error {
-	n := int(pool.Config().MinConns)
-	conns := make([]*pgxpool.Conn, n)
-	defer func() {
-		for _, c := range conns {
-			if c != nil {
-				c.Release()
-			}
-		}
-	}()
-	var g errgroup.Group
-	for i := range conns {
-		g.Go(func() (err error) {
-			conns[i], err = pool.Acquire(ctx)
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return fmt.Errorf("warm pool: %w", err)
-	}
-	return nil
 }

@@ -62,7 +62,7 @@ func TestWarmConnWritesNothing(t *testing.T) {
 
 // TestPoolDefaults: a pool configured by PoolDefaults keeps MaxConns
 // connections unless the connection string says otherwise, warms each new
-// connection (WarmPool opens them all at once), and serves a connection
+// connection (pgtest.Warm opens them all at once), and serves a connection
 // whose warming failed rather than refusing it.
 func TestPoolDefaults(t *testing.T) {
 	t.Parallel()
@@ -91,9 +91,7 @@ func TestPoolDefaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(pool.Close)
-		if err := store.WarmPool(ctx, pool); err != nil {
-			t.Fatal(err)
-		}
+		pgtest.Warm(t, pool)
 		return pool, &logs
 	}
 	sep := "?"

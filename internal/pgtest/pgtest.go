@@ -58,6 +58,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/convergeplane/converge/internal/embeddedpg"
 	"github.com/convergeplane/converge/migrations"
@@ -170,7 +171,7 @@ func New(t testing.TB) *Database {
 
 // NewWith is New with the pool's configuration passed through configure
 // (if not nil) before the pool opens: a benchmark gives its pool what a
-// converge process gives its own (store.PoolDefaults).
+// converge process gives its own (store.PoolDefaults); Warm opens its connections.
 func NewWith(t testing.TB, configure func(*pgxpool.Config)) *Database {
 	t.Helper()
 	s := getServer(t)
@@ -187,6 +188,31 @@ func NewWith(t testing.TB, configure func(*pgxpool.Config)) *Database {
 		t.Fatalf("pgtest: %v", proc.templateErr)
 	}
 	return s.create(t, proc.template, configure)
+}
+
+// Warm opens pool's MinConns connections at once and returns once each has
+// connected and run its AfterConnect (a pool configured as a converge
+// process's warms each one): a benchmark then times a pool as a running
+// process has it, not the background opening of its connections.
+func Warm(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	conns := make([]*pgxpool.Conn, pool.Config().MinConns)
+	var g errgroup.Group
+	for i := range conns {
+		g.Go(func() (err error) {
+			conns[i], err = pool.Acquire(t.Context())
+			return err
+		})
+	}
+	err := g.Wait()
+	for _, c := range conns {
+		if c != nil {
+			c.Release()
+		}
+	}
+	if err != nil {
+		t.Fatalf("pgtest: cannot open the pool's connections: %v", err)
+	}
 }
 
 // NewEmpty returns a new database without the schema, for tests of the
