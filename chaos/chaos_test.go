@@ -811,20 +811,26 @@ CREATE TRIGGER chaos_applied AFTER UPDATE ON resources FOR EACH ROW
 }
 
 // breakFence is the deliberately broken build (CHAOS_BREAK_FENCE=1): it
-// rewrites complete_tasks without its claim_epoch condition, so an outcome
-// is accepted for whatever claim holds the task now. The engine checksums
-// are left alone, so the processes do not restore it at boot.
+// rewrites the two statements that finish a claimed work row, the delete of
+// a plain success (finish_successes) and the lock of every other outcome
+// (complete_tasks), without their claim_epoch condition, so an outcome is
+// accepted for whatever claim holds the task now. The engine checksums are
+// left alone, so the processes do not restore it at boot.
 func breakFence(ctx context.Context, db *pgxpool.Pool) error {
-	var def string
-	if err := db.QueryRow(ctx, `SELECT pg_get_functiondef('complete_tasks'::regproc)`).Scan(&def); err != nil {
-		return err
+	const fence = "w.claim_epoch = i.epoch AND w.state = 'claimed'"
+	for _, fn := range []string{"finish_successes", "complete_tasks"} {
+		var def string
+		if err := db.QueryRow(ctx, `SELECT pg_get_functiondef($1::regproc)`, fn).Scan(&def); err != nil {
+			return err
+		}
+		if !strings.Contains(def, fence) {
+			return fmt.Errorf("%s has no %q to remove", fn, fence)
+		}
+		if _, err := db.Exec(ctx, strings.Replace(def, fence, "w.state = 'claimed'", 1)); err != nil {
+			return err
+		}
 	}
-	const fence = "WHERE w.claim_epoch = i.epoch AND w.state = 'claimed'"
-	if !strings.Contains(def, fence) {
-		return fmt.Errorf("complete_tasks has no %q to remove", fence)
-	}
-	_, err := db.Exec(ctx, strings.Replace(def, fence, "WHERE w.state = 'claimed'", 1))
-	return err
+	return nil
 }
 
 func lapsedClaims(ctx context.Context, db *pgxpool.Pool) ([]ClaimSample, error) {

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// An outcome is applied (apply_outcomes, where a completion arrives or in
+// An outcome is applied (complete_tasks, where a completion arrives, or
 // the drain) only while its work row is claimed at its epoch, and applying
 // a success deletes that row and records the claim on the resource
 // (last_task_id, last_task_epoch, last_error NULL). The trigger fires for

@@ -1,7 +1,9 @@
--- The drain: apply task outcomes from work_outbox to resources. Results never
--- write resources directly; they land in the outbox, and this is the one
--- writer. Its resources UPDATE touches no indexed column and the table keeps
--- 30% of each page free, so the update is HOT.
+-- The apply: task outcomes to work rows and resources. complete_tasks
+-- applies an outcome where it arrives (finish_successes or finish_work, then
+-- apply_items); the drain applies the outcomes that compose, from
+-- work_outbox (apply_outcomes: the composition, then the same two steps).
+-- The resources UPDATE touches no indexed column and the table keeps 30% of
+-- each page free, so the update is HOT.
 
 -- drain_outbox_batch pops up to p_limit outcomes in [p_lo, p_hi] and applies
 -- them (apply_outcomes). The outbox holds the outcomes that compose:
@@ -40,32 +42,15 @@ $$;
 
 -- apply_outcomes applies task outcomes whose work rows lie in [p_lo, p_hi]:
 -- composition first (its failure becomes a terminal failure), then the
--- work rows (a transient failure re-pends its row with jittered exponential
--- backoff, and past max_transient_attempts turns terminal; anything else
--- deletes the row), then one coalesced resources UPDATE (status,
--- spec_gen/synced_gen, health_ok, failure_gen — only the parts the reaction's
--- emits mask allows — and last_task_*, by which complete_tasks recognises a
--- repeat: last_task_abandoned says the outcome was a failure the dispatcher
--- recorded in the provider's place), conditions on transition with stale
--- False rows cleared on recovery, events, value flows, re-scheduling, and
--- the removal of nodes whose teardown succeeded. An outcome whose work row
--- is no longer claimed at its epoch is dropped.
+-- work rows (finish_work), then the resources (apply_items). An outcome
+-- whose work row is no longer claimed at its epoch is dropped.
 CREATE OR REPLACE FUNCTION apply_outcomes(p_out work_outbox[], p_lo int, p_hi int, p_retry_base_ms int, p_retry_max_ms int)
 RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     o work_outbox;
-    v_items drain_item[];
     v_fail_ids uuid[] := '{}';
     v_fail_msgs text[] := '{}';
-    v_status_ids uuid[];
-    v_was_ids uuid[];
-    v_was text[];
-    v_now_ids uuid[];
-    v_now text[];
-    v_rids uuid[];
-    v_ids uuid[];
-    v_rollup uuid[];
 BEGIN
     -- Composition, one root at a time, for outcomes whose claim still holds;
     -- a bad outcome fails only its own task.
@@ -83,7 +68,20 @@ BEGIN
             v_fail_msgs := v_fail_msgs || ('composition rejected: ' || SQLERRM);
         END;
     END LOOP;
+    RETURN apply_items(finish_work(p_out, v_fail_ids, v_fail_msgs, p_lo, p_hi, p_retry_base_ms, p_retry_max_ms));
+END
+$$;
 
+-- finish_work finalises the work rows of outcomes whose rows lie in
+-- [p_lo, p_hi] and returns them as drain_items; p_fail_ids/p_fail_msgs turn
+-- an outcome into a terminal failure (a rejected composition).
+CREATE OR REPLACE FUNCTION finish_work(p_out work_outbox[], p_fail_ids uuid[], p_fail_msgs text[], p_lo int, p_hi int,
+                                       p_retry_base_ms int, p_retry_max_ms int)
+RETURNS drain_item[]
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_items drain_item[];
+BEGIN
     -- Finalise the work rows still claimed at each outcome's epoch (a stale
     -- outcome matches none and is dropped): a transient failure re-pends
     -- its row with a jittered backoff; anything else deletes it. The
@@ -93,7 +91,7 @@ BEGIN
         SELECT x.*, coalesce(f.msg, x.error) AS err, (f.msg IS NOT NULL OR x.terminal) AS term0,
                coalesce(kc.max_transient_attempts, 0) AS max_attempts, m.rollup_reaction IS NOT NULL AS has_rollup
           FROM unnest(p_out) x
-          LEFT JOIN unnest(v_fail_ids, v_fail_msgs) AS f(task_id, msg) ON f.task_id = x.task_id
+          LEFT JOIN unnest(p_fail_ids, p_fail_msgs) AS f(task_id, msg) ON f.task_id = x.task_id
           LEFT JOIN kind_config kc ON kc.kind = x.kind AND kc.kind_version = x.kind_version
           LEFT JOIN kind_manifest m ON m.kind = x.kind AND m.kind_version = x.kind_version
     ), retry AS (
@@ -133,10 +131,35 @@ BEGIN
             s.abandoned,
             w.enqueued_at)::drain_item AS item
     )
-    SELECT array_agg(item), array_agg((item).resource_id)
-      INTO v_items, v_rids
-      FROM (SELECT * FROM retry UNION ALL SELECT * FROM fin) x;
-    IF v_items IS NULL THEN RETURN 0; END IF;
+    SELECT array_agg(item) INTO v_items FROM (SELECT * FROM retry UNION ALL SELECT * FROM fin) x;
+    RETURN v_items;
+END
+$$;
+
+-- apply_items applies outcomes whose work rows are finished (finish_work,
+-- or complete_tasks' delete of a plain success): one coalesced resources
+-- UPDATE (status, spec_gen/synced_gen, health_ok, failure_gen — only the
+-- parts the reaction's emits mask allows — and last_task_*, by which
+-- complete_tasks recognises a repeat: last_task_abandoned says the outcome
+-- was a failure the dispatcher recorded in the provider's place),
+-- conditions on transition with stale False rows cleared on recovery,
+-- events, value flows, re-scheduling, and the removal of nodes whose
+-- teardown succeeded. It returns how many it applied.
+CREATE OR REPLACE FUNCTION apply_items(p_items drain_item[])
+RETURNS int
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_status_ids uuid[];
+    v_was_ids uuid[];
+    v_was text[];
+    v_now_ids uuid[];
+    v_now text[];
+    v_rids uuid[];
+    v_ids uuid[];
+    v_rollup uuid[];
+BEGIN
+    IF p_items IS NULL OR cardinality(p_items) = 0 THEN RETURN 0; END IF;
+    v_rids := array(SELECT i.resource_id FROM unnest(p_items) i);
 
     -- The statuses that feed value flows: a success that reports a status,
     -- on a resource something depends on (substitute_values writes a
@@ -148,7 +171,7 @@ BEGIN
         SELECT DISTINCT d.dependency_id FROM resource_deps d WHERE d.dependency_id = ANY (v_rids)
     )
     SELECT array_agg(DISTINCT i.resource_id) INTO v_status_ids
-      FROM unnest(v_items) i
+      FROM unnest(p_items) i
       JOIN upstream u ON u.dependency_id = i.resource_id
      WHERE i.error IS NULL AND i.emits & 8 <> 0 AND jsonb_typeof(i.outcome->'status') NOT IN ('null');
 
@@ -185,7 +208,7 @@ BEGIN
           -- operate task of one resource may finish in one batch; the
           -- reconcile's outcome is the one the resource's phase needs (the
           -- op's own result is kept by finish_operations).
-          FROM (SELECT DISTINCT ON (x.resource_id) x.* FROM unnest(v_items) x
+          FROM (SELECT DISTINCT ON (x.resource_id) x.* FROM unnest(p_items) x
                  ORDER BY x.resource_id, x.trigger = 'operation') i
          WHERE r.id = i.resource_id
            AND r.id = ANY (v_rids) -- an index lookup, not a scan of every resource per batch
@@ -196,13 +219,13 @@ BEGIN
     -- cleared the moment the resource reconciles cleanly.
     INSERT INTO resource_conditions AS c (resource_id, type, status, reason, message)
     SELECT i.resource_id, x->>'type', x->>'status', coalesce(x->>'reason', ''), coalesce(x->>'message', '')
-      FROM unnest(v_items) i CROSS JOIN LATERAL jsonb_array_elements(i.outcome->'conditions') x
+      FROM unnest(p_items) i CROSS JOIN LATERAL jsonb_array_elements(i.outcome->'conditions') x
      WHERE i.error IS NULL AND i.emits & 16 <> 0 AND jsonb_typeof(i.outcome->'conditions') = 'array'
     UNION ALL
     SELECT i.resource_id, CASE WHEN i.trigger = 'deleteRequested' THEN 'Teardown' ELSE 'Synced' END, 'False',
            CASE WHEN i.terminal THEN 'TerminalError' WHEN i.trigger = 'deleteRequested' THEN 'TeardownError' ELSE 'ReconcileError' END,
            left(i.error, 4096)
-      FROM unnest(v_items) i WHERE i.error IS NOT NULL AND i.trigger <> 'operation'
+      FROM unnest(p_items) i WHERE i.error IS NOT NULL AND i.trigger <> 'operation'
     ON CONFLICT (resource_id, type) DO UPDATE SET
         status = EXCLUDED.status, reason = EXCLUDED.reason, message = EXCLUDED.message,
         last_transition_time = CASE WHEN c.status <> EXCLUDED.status THEN now() ELSE c.last_transition_time END
@@ -212,7 +235,7 @@ BEGIN
     -- on a healthy fleet the batch has none to clear.)
     IF EXISTS (SELECT 1 FROM resource_conditions c WHERE c.status = 'False' AND c.resource_id = ANY (v_rids)) THEN
         DELETE FROM resource_conditions c
-         USING unnest(v_items) i
+         USING unnest(p_items) i
          WHERE c.resource_id = i.resource_id AND i.error IS NULL AND c.status = 'False' AND i.trigger <> 'operation'
            AND NOT (i.emits & 16 <> 0 AND jsonb_typeof(i.outcome->'conditions') = 'array'
                     AND EXISTS (SELECT 1 FROM jsonb_array_elements(i.outcome->'conditions') x WHERE x->>'type' = c.type));
@@ -226,25 +249,25 @@ BEGIN
     SELECT i.resource_id, CASE WHEN i.error IS NULL THEN 'succeeded' ELSE 'failed' END, i.generation,
            CASE WHEN i.error IS NULL THEN i.trigger
                 ELSE format('%s (%s): %s', i.trigger, CASE WHEN i.terminal THEN 'terminal' ELSE 'transient' END, left(i.error, 1024)) END
-      FROM unnest(v_items) i
+      FROM unnest(p_items) i
       LEFT JOIN unnest(v_was_ids, v_was) AS w(id, phase) ON w.id = i.resource_id
       LEFT JOIN unnest(v_now_ids, v_now) AS n(id, phase) ON n.id = i.resource_id
      WHERE i.error IS NOT NULL OR w.phase IS DISTINCT FROM n.phase;
 
     PERFORM substitute_values(v_status_ids);
-    PERFORM finish_operations(v_items);
+    PERFORM finish_operations(p_items);
 
     -- A leaf's success needs no re-scheduling (its dependents are scheduled
     -- by the cascade); a rerun, a composer's next step or a failure might.
     SELECT array_agg(i.resource_id) FILTER (WHERE i.rerun OR (i.error IS NULL AND i.trigger = 'specChange' AND i.has_rollup)),
            array_agg(i.resource_id) FILTER (WHERE i.rollup_dirty)
       INTO v_ids, v_rollup
-      FROM unnest(v_items) i;
+      FROM unnest(p_items) i;
     PERFORM schedule_eligible(v_ids);
     PERFORM schedule_rollup(v_rollup);
     -- A teardown that succeeded removes its node (teardown.sql).
-    PERFORM teardown_finish(array(SELECT i.resource_id FROM unnest(v_items) i
+    PERFORM teardown_finish(array(SELECT i.resource_id FROM unnest(p_items) i
                                    WHERE i.trigger = 'deleteRequested' AND i.error IS NULL));
-    RETURN cardinality(v_items);
+    RETURN cardinality(p_items);
 END
 $$;
