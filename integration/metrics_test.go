@@ -99,6 +99,10 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		`converge_api_requests_total{code="404",method="GET",route="unrouted"}`:                             1,
 		`converge_api_requests_total{code="200",method="GET",route="/metrics"}`:                             1,
 		`converge_api_request_duration_seconds_count{method="GET",route="/api/v1/resources/{kind}/{name}"}`: 3,
+		// The database pool's own counters (pgxpoolprometheus).
+		`pgxpool_acquire_count{pool="primary"}`: 1,
+		`pgxpool_max_conns{pool="primary"}`:     1,
+		`pgxpool_total_conns{pool="primary"}`:   1,
 	}
 	// A counter moves just after the work it counts: the dispatcher counts
 	// a completion once its transaction returned, so a resource reads Ready

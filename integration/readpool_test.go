@@ -73,6 +73,11 @@ func TestReadURLReadOnly(t *testing.T) {
 	if n := s.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'converge-read'`); n == 0 {
 		t.Error("no connection of the read pool: the reads did not go through DATABASE_READ_URL")
 	}
+	// /metrics shows the read pool beside the primary.
+	if m := s.scrape(); m[`pgxpool_acquire_count{pool="read"}`] < 1 || m[`pgxpool_acquire_count{pool="primary"}`] < 1 {
+		t.Errorf("pgxpool_acquire_count read %v, primary %v: want both pools' acquires counted",
+			m[`pgxpool_acquire_count{pool="read"}`], m[`pgxpool_acquire_count{pool="primary"}`])
+	}
 	s.createWidget("b") // writes still go to the primary
 	if code, body := s.call("DELETE", "/resources/widget/a", nil); code/100 != 2 {
 		t.Errorf("DELETE with a read-only read URL = %d %s", code, body)

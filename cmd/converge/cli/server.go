@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/IBM/pgxpoolprometheus"
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/jackc/pgx/v5"
@@ -205,7 +206,11 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		pgxpoolprometheus.NewCollector(pool, map[string]string{"pool": "primary"}))
+	if read != nil {
+		metrics.MustRegister(pgxpoolprometheus.NewCollector(read, map[string]string{"pool": "read"}))
+	}
 	st := store.New(pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit, ReadPool: read})
 	return &Server{cfg: cfg, log: log, pool: pool, readPool: read, store: st, metrics: metrics,
 		migration: latest, served: make(chan error, 2)}, nil
