@@ -137,7 +137,9 @@ func TestConsole(t *testing.T) {
 	fill(b, `[data-testid="manifest-text"]`, string(breakingJSON))
 	click(b, "#main", "Apply manifest")
 	b.WaitTrue("the stability gate's refusal", `!!document.querySelector('.problem[data-problem-type="urn:converge:problem:breaking-change"] tr[data-location^="body.spec_schema"]')`, 30*time.Second)
-	browsertest.Eval[bool](b, `document.querySelector(".problem").scrollIntoView({block: "center"}) ?? true`)
+	// The comma discards what scrollIntoView returns: undefined, or a
+	// Promise in newer Chromium, which does not decode as a bool.
+	browsertest.Eval[bool](b, `(document.querySelector(".problem").scrollIntoView({block: "center"}), true)`)
 	b.Screenshot("kind-refused")
 
 	t.Log("graph: the small BOM converges live")

@@ -151,16 +151,27 @@ class Changes {
     auth.subscribe(() => {
       if (!auth.needed) this.retryNow?.();
     });
+    // A page left for another keeps no stream open: kept in the back/forward
+    // cache, its open stream held one of the browser's six connections to
+    // the server, and a few navigations later a page could not load. Back
+    // on it, the stream opens again and the page re-reads.
+    window.addEventListener("pagehide", () => this.abort?.abort());
+    window.addEventListener("pageshow", (e) => {
+      if (e.persisted) this.retryNow?.();
+    });
   }
   private retryNow?: () => void;
+  private abort?: AbortController;
 
   private async run() {
     let delay = 1000;
     let first = true;
     for (;;) {
       try {
+        this.abort = new AbortController();
         const resp = await fetch("/api/v1/events/stream", {
           headers: { Accept: "text/event-stream", ...auth.headers() },
+          signal: this.abort.signal,
         });
         if (resp.status === 401) auth.refuse();
         if (resp.ok && resp.body) {
