@@ -98,7 +98,8 @@ func run(ctx context.Context, f faults, log *slog.Logger) error {
 		return err
 	}
 	defer calls.Close()
-	p := &provider{f: f, calls: calls, ids: map[string]string{}, late: map[string]struct{}{}}
+	p := &provider{f: f, calls: calls, ids: map[string]string{}, late: map[string]struct{}{},
+		drawn: map[string]int{}, injected: map[string]int{}}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &callbacks{p: p, next: http.DefaultTransport},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	h, err := webhooksdk.Handler([]webhooksdk.Provider{&kind{p: p, name: "leaf"}, &kind{p: p, name: "comp"}},
@@ -135,9 +136,9 @@ type provider struct {
 	mu   sync.Mutex
 	ids  map[string]string   // "task/epoch" -> webhook-id, for Work's record
 	late map[string]struct{} // "task/epoch" of timed-out deliveries: their callbacks are sent late, again and again
-	// rolled counts the deliveries whose timeout roll drew none, timeouts
-	// the deliveries held (see owedTimeout).
-	rolled, timeouts int
+	// drawn counts each fault's draws since this start, injected the draws
+	// that injected it (see draw).
+	drawn, injected map[string]int
 }
 
 // roll draws a number in [0, 1) for one decision about one key.
@@ -149,19 +150,25 @@ func (p *provider) roll(key, decision string) float64 {
 
 func (p *provider) faulting() bool { return time.Now().Before(p.f.until) }
 
-// owedTimeout reports whether this delivery must be held as the run's first
-// timeout. The rolls are random, and a short run could draw none: seed
+// draw decides whether one decision (key) injects fault, with chance pr.
+// The rolls are random, and a short run can draw none of a fault: seed
 // 252307 of CI's short run held none of about 70 deliveries (0.92^70, about
-// 0.3 %), and so tested neither timeouts nor late callbacks. After 20
-// deliveries without one, the next is held.
-func (p *provider) owedTimeout() bool {
-	if p.f.pTimeout <= 0 {
+// 0.3 %), and so tested neither timeouts nor late callbacks; seed 213229's
+// few async callbacks drew no drop. So each fault is owed: once `after`
+// draws in a row have injected none since this start, the next injects it.
+func (p *provider) draw(key, fault string, pr float64, after int) bool {
+	if pr <= 0 {
 		return false
 	}
+	hit := p.roll(key, fault) < pr
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.rolled++
-	return p.timeouts == 0 && p.rolled > 20
+	p.drawn[fault]++
+	hit = hit || (p.injected[fault] == 0 && p.drawn[fault] > after)
+	if hit {
+		p.injected[fault]++
+	}
+	return hit
 }
 
 func (p *provider) record(r calllog.Record) {
@@ -190,12 +197,12 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.faulting() {
 		time.Sleep(time.Duration(p.roll(id, "latency") * float64(p.f.latency)))
 		switch {
-		case p.roll(id, "5xx") < p.f.p5xx:
+		case p.draw(id, "5xx", p.f.p5xx, 20):
 			rec.Fault, rec.Answer = "5xx", "503"
 			p.record(rec)
 			http.Error(w, "chaos: injected 503", http.StatusServiceUnavailable)
 			return
-		case p.roll(id, "timeout") < p.f.pTimeout || p.owedTimeout():
+		case p.draw(id, "timeout", p.f.pTimeout, 20):
 			rec.Fault = "timeout"
 			select {
 			case <-r.Context().Done():
@@ -209,7 +216,6 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.ids[key] = id
 	if rec.Fault == "timeout" {
 		p.late[key] = struct{}{} // the SDK, its budget spent, may answer by callback
-		p.timeouts++
 	}
 	p.mu.Unlock()
 	out := httptest.NewRecorder()
@@ -311,12 +317,12 @@ func (c *callbacks) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	if c.p.faulting() {
 		switch {
-		case c.p.roll(key, "drop") < c.p.f.pDrop:
+		case c.p.draw(key, "drop", c.p.f.pDrop, 2):
 			rec.Fault, rec.Answer = "drop", "dropped"
 			c.p.record(rec)
 			return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Header: http.Header{},
 				Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
-		case c.p.roll(key, "dup") < c.p.f.pDup:
+		case c.p.draw(key, "dup", c.p.f.pDup, 2):
 			resp, err := send("dup-first")
 			if err != nil {
 				return nil, err
@@ -350,7 +356,7 @@ func (k *kind) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Out
 	delete(p.ids, key)
 	p.mu.Unlock()
 	d := p.f.work
-	if p.faulting() && p.roll(id, "async") < p.f.pAsync {
+	if p.faulting() && p.draw(id, "async", p.f.pAsync, 10) {
 		d += p.f.syncBudget + time.Duration(p.roll(id, "async-time")*float64(time.Second))
 	}
 	rec := calllog.Record{Type: calllog.Work, WebhookID: id, TaskID: req.TaskID, ClaimEpoch: req.ClaimEpoch,
