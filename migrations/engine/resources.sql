@@ -14,9 +14,12 @@ BEGIN
     RETURN NEW;
 END
 $$;
--- Only user-facing changes fire it: apply_outcomes' hot UPDATE stamps updated_at
--- itself and never pays for a row trigger.
-CREATE OR REPLACE TRIGGER resources_before_update BEFORE UPDATE ON resources
+-- Only user-facing changes fire it: apply_items' hot UPDATE stamps updated_at
+-- itself and never pays for a row trigger. UPDATE OF skips it for a statement
+-- that sets none of these columns without evaluating WHEN on each row (jsonb
+-- comparisons of spec and labels, as long as the spec).
+CREATE OR REPLACE TRIGGER resources_before_update
+    BEFORE UPDATE OF spec, kind_version, labels, provider_config_ref, frozen_until, deletion_requested_at ON resources
     FOR EACH ROW
     WHEN (NEW.spec IS DISTINCT FROM OLD.spec OR NEW.kind_version IS DISTINCT FROM OLD.kind_version
           OR NEW.labels IS DISTINCT FROM OLD.labels OR NEW.provider_config_ref IS DISTINCT FROM OLD.provider_config_ref
