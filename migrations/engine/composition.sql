@@ -10,9 +10,12 @@
 -- generations; only an outcome with value flows pays for that lookup. A child
 -- the outcome created takes one plain queue insert unless an edge holds it
 -- back. Any inconsistency raises; the drain turns that into a terminal
--- failure of the composer.
+-- failure of the composer. It plans without sequential scans (the scratch
+-- table compose_edges, which has no index, is still scanned): a plan made
+-- while resources was small read every resource to find the root's
+-- children, each recompose of a 10,000-child composite.
 CREATE OR REPLACE FUNCTION apply_compose(p_root uuid, p_outcome jsonb, p_emits int) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     v_bad text;
     v_ids uuid[];

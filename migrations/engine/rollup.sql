@@ -6,8 +6,11 @@
 -- with a child still progressing is armed in rollup_recheck instead: when the
 -- last children settle in two concurrent applies, neither snapshot sees "none
 -- lagging", and the re-check in a later transaction closes that straddle.
+-- It plans without sequential scans, as apply_items does: a plan kept from a
+-- small table read every resource per call (11,000 per call in a composite
+-- of 10,000 children).
 CREATE OR REPLACE FUNCTION schedule_rollup(p_roots uuid[]) RETURNS int
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
 DECLARE
     v_shards smallint[];
     v_ready uuid[];
