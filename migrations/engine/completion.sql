@@ -294,7 +294,7 @@ BEGIN
            CASE WHEN w.state = 'claimed' AND w.claim_epoch = i.epoch THEN w.lease_until
                 WHEN l.claimed_by IS NOT NULL AND l.claim_epoch = i.epoch THEN l.lease_until END
       FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
-      LEFT JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id AND w.state = 'claimed'
+      LEFT JOIN work_queue w ON w.shard_id = i.shard_id AND w.task_id = i.task_id
       LEFT JOIN lifecycle_outbox l ON w.task_id IS NULL AND l.shard_id = i.shard_id AND l.task_id = i.task_id;
 END
 $$;
