@@ -112,9 +112,9 @@ DECLARE
     v_noop uuid[];
 BEGIN
     IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN RETURN 0; END IF;
-    -- MATERIALIZED forces the primary-key lookup: otherwise the planner may
-    -- walk idx_resources_lagging (whose predicate the gate repeats) with
-    -- id = ANY as a filter, which costs O(every lagging resource) per call.
+    -- t is the batch, read by primary key. (MATERIALIZED since a partial
+    -- index on lagging resources, since dropped, was walked with id = ANY
+    -- as a filter: O(every lagging resource) per call. The fence is free.)
     -- c is materialized too: inlined, its trig CASE (two EXISTS probes) is
     -- copied into each of the four expressions that read trig below.
     WITH t AS MATERIALIZED (
