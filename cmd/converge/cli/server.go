@@ -657,7 +657,7 @@ func (s *Server) Stop() error {
 		s.events.Stop()
 	}
 	if s.app != nil {
-		errs = append(errs, s.app.ShutdownWithContext(ctx))
+		errs = append(errs, s.stopAPI(ctx))
 	}
 	if s.health != nil {
 		errs = append(errs, s.health.Shutdown(ctx))
@@ -671,6 +671,19 @@ func (s *Server) Stop() error {
 	}
 	s.closePools()
 	return errors.Join(errs...)
+}
+
+// stopAPI shuts the API's listener down. fasthttp's Shutdown returns at
+// once, closing nothing, when Serve has not registered the listener yet (a
+// Stop right after Start): the listener is closed here as well, so that a
+// Serve starting afterwards returns instead of accepting forever (CI's leak
+// check caught one, two minutes after its test had stopped the server).
+func (s *Server) stopAPI(ctx context.Context) error {
+	err := s.app.ShutdownWithContext(ctx)
+	if cerr := s.ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
+		err = errors.Join(err, cerr)
+	}
+	return err
 }
 
 func later(a, b time.Time) time.Time {
