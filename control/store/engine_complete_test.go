@@ -26,7 +26,7 @@ import (
 // handful of them, and the table grows before the measured completion (a
 // bulk apply or a large composite, faster than autovacuum re-analyzes it).
 // Planned on a small table, the apply's phase read and UPDATE scanned every
-// resource and compared each with every id of the batch (4,016 resources
+// resource and compared each with every id of the batch (4,008 resources
 // read to complete these 16); each now reads its resources by key: twice
 // per success, three times per failure.
 func TestCompletionReadsOnlyClaimedRows(t *testing.T) {
@@ -145,3 +145,63 @@ const readsSQL = `SELECT
 	coalesce(sum(seq_tup_read + idx_tup_fetch) FILTER (WHERE relname LIKE 'work_queue%'), 0)::bigint,
 	coalesce(sum(seq_tup_read + idx_tup_fetch) FILTER (WHERE relname = 'resources'), 0)::bigint
 	FROM pg_stat_xact_user_tables`
+
+// TestSchedulingReadsOnlyItsResources: schedule_eligible and schedule_rollup
+// read the resources they are given by key, though their session planned
+// them on a handful of resources and the table has grown since (a plan kept
+// from the small table scanned every resource per call and compared each
+// with every id given).
+func TestSchedulingReadsOnlyItsResources(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	c, err := pgx.Connect(ctx, db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions)
+		VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`); err != nil {
+		t.Fatal(err)
+	}
+	// schedule calls fn on count fresh resources on the session and returns
+	// how many resources that call read.
+	schedule := func(fn, prefix string, count int) int64 {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, fmt.Sprintf(`INSERT INTO resources (kind, kind_version, name)
+			SELECT 'leaf', 1, '%s' || i FROM generate_series(1, %d) i`, prefix, count)); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		if err := db.Pool.QueryRow(ctx, `SELECT array_agg(id::text) FROM (SELECT id FROM resources WHERE name LIKE $1 || '%' LIMIT 16) x`,
+			prefix).Scan(&ids); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		var w0, r0, w1, r1 int64
+		if err := c.QueryRow(ctx, readsSQL).Scan(&w0, &r0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, `SELECT `+fn+`($1::uuid[])`, ids); err != nil {
+			t.Fatalf("%s: %v", fn, err)
+		}
+		if err := c.QueryRow(ctx, readsSQL).Scan(&w1, &r1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, "COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+		return r1 - r0
+	}
+	for _, fn := range []string{"schedule_eligible", "schedule_rollup"} {
+		schedule(fn, fn+"-small-", 4) // the session plans fn here
+	}
+	for _, fn := range []string{"schedule_eligible", "schedule_rollup"} {
+		const perID = 2
+		if read := schedule(fn, fn+"-big-", 2000); read > 16*perID {
+			t.Errorf("%s of 16 resources beside %d read %d resources, want at most %d", fn, 2000, read, 16*perID)
+		}
+	}
+}
