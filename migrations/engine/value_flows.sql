@@ -54,15 +54,18 @@ BEGIN
              GROUP BY d.dependent_id) x;
     IF v_deps IS NULL THEN RETURN 0; END IF;
     -- Driven by the array, one primary-key probe per dependent (adding
-    -- id = ANY to a probe would scan the whole array on every probe).
-    WITH n AS MATERIALIZED (
-        SELECT r.id, apply_flows(r.spec, x.fl) AS spec
-          FROM unnest(v_deps, v_flows) AS x(id, fl) JOIN resources r ON r.id = x.id
-         WHERE r.frozen_until IS NULL AND r.deletion_requested_at IS NULL
-    ), up AS (
-        UPDATE resources r SET spec = n.spec
-          FROM n
-         WHERE r.id = n.id AND r.spec IS DISTINCT FROM n.spec
+    -- id = ANY to a probe would scan the whole array on every probe). The
+    -- new spec is computed in the UPDATE from the row it writes: when two
+    -- upstreams of one dependent finish at once, the second waits for the
+    -- first's row and re-evaluates on the version the first committed, so
+    -- both flows land. (Computed from a snapshot read before the UPDATE,
+    -- the second writer put back the spec the first had replaced: a route
+    -- lost its tgw_id to its vpc's flow and ran without it.)
+    WITH up AS (
+        UPDATE resources r SET spec = apply_flows(r.spec, x.fl)
+          FROM unnest(v_deps, v_flows) AS x(id, fl)
+         WHERE r.id = x.id AND r.frozen_until IS NULL AND r.deletion_requested_at IS NULL
+           AND r.spec IS DISTINCT FROM apply_flows(r.spec, x.fl)
         RETURNING r.id
     )
     SELECT array_agg(id) INTO v_changed FROM up;
