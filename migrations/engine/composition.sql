@@ -6,14 +6,15 @@
 -- upserted, the vanished pruned through the teardown protocol (or orphaned
 -- for a grace window when the child's kind sets orphan_grace_secs).
 -- Bootstrap value flows are folded into each child's spec before it is
--- written, so a recompose does not churn
--- generations; only an outcome with value flows pays for that lookup. A child
--- the outcome created takes one plain queue insert unless an edge holds it
--- back. Any inconsistency raises; the drain turns that into a terminal
--- failure of the composer. It plans without sequential scans (the scratch
--- table compose_edges, which has no index, is still scanned): a plan made
--- while resources was small read every resource to find the root's
--- children, each recompose of a 10,000-child composite.
+-- written, so a recompose does not churn generations; only an outcome with
+-- value flows pays for that lookup. A flowed field the outcome's snapshot
+-- cannot see yet is kept (keep_flowed). A child the outcome created takes
+-- one plain queue insert unless an edge holds it back. Any inconsistency
+-- raises; the drain turns that into a terminal failure of the composer. It
+-- plans without sequential scans (the scratch table compose_edges, which has
+-- no index, is still scanned): a plan made while resources was small read
+-- every resource to find the root's children, each recompose of a
+-- 10,000-child composite.
 CREATE OR REPLACE FUNCTION apply_compose(p_root uuid, p_outcome jsonb, p_emits int) RETURNS void
 LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
@@ -94,7 +95,11 @@ BEGIN
             ON CONFLICT (kind, name) DO UPDATE SET
                 kind_version = EXCLUDED.kind_version,
                 labels = EXCLUDED.labels,
-                spec = EXCLUDED.spec,
+                spec = CASE WHEN EXCLUDED.spec <> r.spec
+                            THEN keep_flowed(EXCLUDED.spec, r.spec,
+                                             (SELECT array_agg(f->>'dependent_field') FROM resource_deps d, jsonb_array_elements(d.value_flows) f
+                                               WHERE d.dependent_id = r.id AND d.value_flows <> '[]'))
+                            ELSE EXCLUDED.spec END,
                 frozen_until = CASE WHEN r.frozen_until = 'infinity' THEN r.frozen_until END
             WHERE r.owner_id = p_root AND r.deletion_requested_at IS NULL
               AND (r.kind_version, r.labels, r.spec, r.frozen_until IS NOT NULL AND r.frozen_until <> 'infinity')
