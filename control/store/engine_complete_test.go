@@ -205,3 +205,68 @@ func TestSchedulingReadsOnlyItsResources(t *testing.T) {
 		}
 	}
 }
+
+// TestRecomposeReadsOnlyItsChildren: apply_compose finds a root's children
+// (the upsert's conflicts and the search for vanished ones) by key, though
+// its session kept plans made while the table held only that root's family
+// and the table has grown since (such a plan scanned every resource on each
+// recompose).
+func TestRecomposeReadsOnlyItsChildren(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	c, err := pgx.Connect(ctx, db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions)
+		VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`); err != nil {
+		t.Fatal(err)
+	}
+	var root string
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO resources (kind, kind_version, name) VALUES ('leaf', 1, 'root') RETURNING id::text`).
+		Scan(&root); err != nil {
+		t.Fatal(err)
+	}
+	const children = 4
+	compose := func() int64 {
+		t.Helper()
+		if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		var w0, r0, w1, r1 int64
+		if err := c.QueryRow(ctx, readsSQL).Scan(&w0, &r0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, `SELECT apply_compose($1::uuid, jsonb_build_object('children',
+			(SELECT jsonb_agg(jsonb_build_object('kind', 'leaf', 'kind_version', 1, 'name', 'child-' || i))
+			   FROM generate_series(1, $2::int) i)), 1)`, root, children); err != nil {
+			t.Fatalf("apply_compose: %v", err)
+		}
+		if err := c.QueryRow(ctx, readsSQL).Scan(&w1, &r1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, "COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+		return r1 - r0
+	}
+	// PL/pgSQL keeps a generic plan after five custom ones: the session
+	// plans its recompose on the root's family alone.
+	for range 8 {
+		compose()
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO resources (kind, kind_version, name)
+		SELECT 'leaf', 1, 'other-' || i FROM generate_series(1, 2000) i`); err != nil {
+		t.Fatal(err)
+	}
+	// The root's lock, then per child about five: the ownership check, the
+	// upsert's conflict and its re-read, the search for vanished children.
+	const perChild = 8
+	if read := compose(); read > 1+children*perChild {
+		t.Errorf("recomposing %d children beside 2,000 other resources read %d resources, want at most %d", children, read, 1+children*perChild)
+	} else {
+		t.Logf("recomposing %d children beside 2,000 other resources read %d resources", children, read)
+	}
+}

@@ -55,9 +55,14 @@ BEGIN
     END IF;
 
     IF p_emits & 1 <> 0 AND jsonb_typeof(p_outcome->'children') = 'array' THEN
+        -- One key probe per child (LIMIT 1 keeps the subquery from being
+        -- flattened into a join): the join's kept plan hashed the children
+        -- against a full index scan of resources, every resource read on
+        -- each compose.
         SELECT format('%s/%s', c->>'kind', c->>'name') INTO v_bad
           FROM jsonb_array_elements(p_outcome->'children') c
-          JOIN resources r ON r.kind = c->>'kind' AND r.name = c->>'name'
+          CROSS JOIN LATERAL (SELECT r.owner_id FROM resources r
+                               WHERE r.kind = c->>'kind' AND r.name = c->>'name' LIMIT 1) r
          WHERE r.owner_id IS DISTINCT FROM p_root LIMIT 1;
         IF v_bad IS NOT NULL THEN
             RAISE EXCEPTION 'child % already exists and is not owned by this resource', v_bad;
