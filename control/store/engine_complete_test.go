@@ -154,16 +154,7 @@ const readsSQL = `SELECT
 func TestSchedulingReadsOnlyItsResources(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.New(t)
-	c, err := pgx.Connect(ctx, db.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions)
-		VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`); err != nil {
-		t.Fatal(err)
-	}
+	db, c := leafSession(t)
 	// schedule calls fn on count fresh resources on the session and returns
 	// how many resources that call read.
 	schedule := func(fn, prefix string, count int) int64 {
@@ -177,23 +168,7 @@ func TestSchedulingReadsOnlyItsResources(t *testing.T) {
 			prefix).Scan(&ids); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Exec(ctx, "BEGIN"); err != nil {
-			t.Fatal(err)
-		}
-		var w0, r0, w1, r1 int64
-		if err := c.QueryRow(ctx, readsSQL).Scan(&w0, &r0); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Exec(ctx, `SELECT `+fn+`($1::uuid[])`, ids); err != nil {
-			t.Fatalf("%s: %v", fn, err)
-		}
-		if err := c.QueryRow(ctx, readsSQL).Scan(&w1, &r1); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Exec(ctx, "COMMIT"); err != nil {
-			t.Fatal(err)
-		}
-		return r1 - r0
+		return resourcesRead(t, c, `SELECT `+fn+`($1::uuid[])`, ids)
 	}
 	for _, fn := range []string{"schedule_eligible", "schedule_rollup"} {
 		schedule(fn, fn+"-small-", 4) // the session plans fn here
@@ -214,16 +189,7 @@ func TestSchedulingReadsOnlyItsResources(t *testing.T) {
 func TestRecomposeReadsOnlyItsChildren(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.New(t)
-	c, err := pgx.Connect(ctx, db.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions)
-		VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`); err != nil {
-		t.Fatal(err)
-	}
+	db, c := leafSession(t)
 	var root string
 	if err := db.Pool.QueryRow(ctx, `INSERT INTO resources (kind, kind_version, name) VALUES ('leaf', 1, 'root') RETURNING id::text`).
 		Scan(&root); err != nil {
@@ -232,25 +198,9 @@ func TestRecomposeReadsOnlyItsChildren(t *testing.T) {
 	const children = 4
 	compose := func() int64 {
 		t.Helper()
-		if _, err := c.Exec(ctx, "BEGIN"); err != nil {
-			t.Fatal(err)
-		}
-		var w0, r0, w1, r1 int64
-		if err := c.QueryRow(ctx, readsSQL).Scan(&w0, &r0); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Exec(ctx, `SELECT apply_compose($1::uuid, jsonb_build_object('children',
+		return resourcesRead(t, c, `SELECT apply_compose($1::uuid, jsonb_build_object('children',
 			(SELECT jsonb_agg(jsonb_build_object('kind', 'leaf', 'kind_version', 1, 'name', 'child-' || i))
-			   FROM generate_series(1, $2::int) i)), 1)`, root, children); err != nil {
-			t.Fatalf("apply_compose: %v", err)
-		}
-		if err := c.QueryRow(ctx, readsSQL).Scan(&w1, &r1); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Exec(ctx, "COMMIT"); err != nil {
-			t.Fatal(err)
-		}
-		return r1 - r0
+			   FROM generate_series(1, $2::int) i)), 1)`, root, children)
 	}
 	// PL/pgSQL keeps a generic plan after five custom ones: the session
 	// plans its recompose on the root's family alone.
@@ -269,4 +219,46 @@ func TestRecomposeReadsOnlyItsChildren(t *testing.T) {
 	} else {
 		t.Logf("recomposing %d children beside 2,000 other resources read %d resources", children, read)
 	}
+}
+
+// leafSession is a test database with the kind 'leaf' (one specChange
+// reaction) and a session of its own on it, closed when the test ends.
+func leafSession(t *testing.T) (*pgtest.Database, *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	c, err := pgx.Connect(ctx, db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(ctx) })
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions)
+		VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`); err != nil {
+		t.Fatal(err)
+	}
+	return db, c
+}
+
+// resourcesRead runs q in a transaction of its own on c and returns how many
+// resources it read.
+func resourcesRead(t *testing.T, c *pgx.Conn, q string, args ...any) int64 {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	var w0, r0, w1, r1 int64
+	if err := c.QueryRow(ctx, readsSQL).Scan(&w0, &r0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	if err := c.QueryRow(ctx, readsSQL).Scan(&w1, &r1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	return r1 - r0
 }
