@@ -820,6 +820,31 @@ func TestReadsAndReconcileNow(t *testing.T) {
 	e.checkInvariants()
 }
 
+// TestLostQueueIsRequeuedInOnePass: the work queue is UNLOGGED, so a crash
+// of the database empties it; the reaper's sweep puts every lagging
+// resource's task back, Limit per call, in as many calls as it takes (one
+// call a sweep, Limit every RetryWindow/4, took hours for a million).
+func TestLostQueueIsRequeuedInOnePass(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, engineOpts{}) // no dispatcher: the tasks stay queued
+	e.defineKinds(model.Policy{})
+	const n, limit = 7, 2
+	for i := range n {
+		e.apply("leaf", fmt.Sprintf("l-%d", i), map[string]any{})
+	}
+	ctx := t.Context()
+	_, err := e.db.Pool.Exec(ctx, `TRUNCATE work_queue`)
+	must(t, err)
+	_, err = e.db.Pool.Exec(ctx, `UPDATE resources SET updated_at = now() - interval '1 hour'`)
+	must(t, err)
+	r := e.newReaper(reaper.Config{Limit: limit, RetryWindow: time.Minute, Interval: time.Minute})
+	must(t, r.RunOnce(ctx))
+	if got := e.count(`SELECT count(*) FROM work_queue WHERE state = 'pending'`); got != n {
+		t.Errorf("after one reaper pass with Limit %d, %d of %d lost tasks are queued again", limit, got, n)
+	}
+	e.checkInvariants()
+}
+
 func TestOrphanGrace(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t, engineOpts{})

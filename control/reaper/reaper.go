@@ -198,11 +198,9 @@ func (r *Reaper) pass(ctx context.Context) error {
 	r.m.reclaimed.Add(float64(reclaimed))
 	var requeued int
 	if time.Since(r.swept) >= r.cfg.RetryWindow/4 {
-		if requeued, err = r.store.RequeueLagging(ctx, store.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit, Window: r.cfg.RetryWindow}); err != nil {
+		if requeued, err = r.requeueLagging(ctx, lo, hi); err != nil {
 			return err
 		}
-		r.m.requeued.Add(float64(requeued))
-		r.swept = time.Now()
 	}
 	dropped, err := r.store.DeleteUnclaimedWork(ctx, store.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit, Window: r.cfg.UnclaimedWindow})
 	if err != nil {
@@ -280,6 +278,31 @@ func (r *Reaper) resync(ctx context.Context, p store.ReapParams) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// requeueLagging re-schedules lagging resources that have no task, Limit
+// at a time, until a call finds fewer or half an interval is spent; the
+// sweep is done once a call comes back short. A lost queue (the UNLOGGED
+// work_queue after a crash) of a million resources is so requeued in
+// minutes: one call a sweep, Limit every RetryWindow/4, took hours.
+func (r *Reaper) requeueLagging(ctx context.Context, lo, hi int) (int, error) {
+	p := store.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit, Window: r.cfg.RetryWindow}
+	total := 0
+	for start := time.Now(); ; {
+		n, err := r.store.RequeueLagging(ctx, p)
+		if err != nil {
+			return total, err
+		}
+		total += n
+		r.m.requeued.Add(float64(n))
+		if n < p.Limit {
+			r.swept = time.Now()
+			return total, nil
+		}
+		if time.Since(start) >= r.cfg.Interval/2 {
+			return total, nil // the next pass goes on
+		}
+	}
 }
 
 // pruneEvents walks the event log from the watermark in windows of
