@@ -202,8 +202,12 @@ func TestEventStream(t *testing.T) {
 				break
 			}
 		}
-		if n := b.hub.Streams(); n != 0 {
-			t.Errorf("%d streams still open after Stop", n)
+		// s has ended; the other stream's handler unregisters on its own
+		// goroutine, a moment later.
+		for deadline := time.Now().Add(5 * time.Second); b.hub.Streams() != 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d streams still open 5s after Stop", b.hub.Streams())
+			}
 		}
 	})
 }
