@@ -14,11 +14,14 @@ type DrainParams struct {
 
 // Drain applies up to p.Limit queued outcomes (those that compose) and
 // returns how many it applied. A transient failure among them backs off as
-// Config.RetryBase and RetryMax say.
+// Config.RetryBase and RetryMax say. A deadlock runs the batch again: a
+// compose locks the upstreams of its new edges, which a completion may hold.
 func (s *Store) Drain(ctx context.Context, p DrainParams) (int, error) {
 	var n int
 	base, limit := s.retryMillis()
-	err := s.pool.QueryRow(ctx, `SELECT drain_outbox_batch($1, $2, $3, $4, $5)`, p.Lo, p.Hi, p.Limit, base, limit).Scan(&n)
+	err := retryDeadlock(func() error {
+		return s.pool.QueryRow(ctx, `SELECT drain_outbox_batch($1, $2, $3, $4, $5)`, p.Lo, p.Hi, p.Limit, base, limit).Scan(&n)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("drain outbox: %w", err)
 	}

@@ -3,10 +3,17 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/pgtest"
 )
 
@@ -152,5 +159,290 @@ func (f *flowRace) wantRouteSpec(want string) {
 	}
 	if !reflect.DeepEqual(got, w) {
 		t.Errorf("the route's spec after both writers: %s, want %s", raw, want)
+	}
+}
+
+// A compose adding an edge while the edge's upstream finishes its task.
+// Each can miss the other's uncommitted write: the completion's flow and
+// cascade look for edges the compose has not committed, and the compose
+// reads a status the completion has not committed. The route would then run
+// without the vpc's value, or wait for a sweep to schedule it. Each test
+// runs one writer first and holds it open until the other waits for it, with
+// the vpc a child of the composing root (the upsert of the vpc meets the
+// completion on its row) and a resource of its own (nothing else does).
+
+// TestComposeWaitsForACompletingUpstream: the vpc's completion first.
+func TestComposeWaitsForACompletingUpstream(t *testing.T) {
+	t.Parallel()
+	for _, sibling := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sibling=%v", sibling), func(t *testing.T) {
+			t.Parallel()
+			e := newEdgeRace(t, sibling)
+			e.race(e.completeVPC, e.compose)
+			e.wantRouteFlowedAndQueued()
+		})
+	}
+}
+
+// TestCompletionWaitsForAComposeAddingItsDependent: the compose first.
+func TestCompletionWaitsForAComposeAddingItsDependent(t *testing.T) {
+	t.Parallel()
+	for _, sibling := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sibling=%v", sibling), func(t *testing.T) {
+			t.Parallel()
+			e := newEdgeRace(t, sibling)
+			e.race(e.compose, e.completeVPC)
+			e.wantRouteFlowedAndQueued()
+		})
+	}
+}
+
+type edgeRace struct {
+	t         *testing.T
+	db        *pgtest.Database
+	sibling   bool // the vpc is the root's child
+	root, vpc string
+	task      model.Task // the vpc's, claimed
+}
+
+// newEdgeRace makes a composite root and the vpc (its child when sibling),
+// whose task is claimed; the route does not exist yet.
+func newEdgeRace(t *testing.T, sibling bool) *edgeRace {
+	t.Helper()
+	ctx := context.Background()
+	e := &edgeRace{t: t, db: pgtest.New(t), sibling: sibling}
+	if _, err := e.db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions)
+		VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.Pool.QueryRow(ctx, `
+		WITH root AS (INSERT INTO resources (kind, kind_version, name) VALUES ('leaf', 1, 'root') RETURNING id),
+		     vpc AS (INSERT INTO resources (kind, kind_version, name, owner_id)
+		             SELECT 'leaf', 1, 'vpc', CASE WHEN $1 THEN id END FROM root RETURNING id)
+		SELECT root.id::text, vpc.id::text FROM root, vpc`, sibling).Scan(&e.root, &e.vpc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Pool.Exec(ctx, `SELECT schedule_eligible(ARRAY[$1::uuid])`, e.vpc); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := store.New(e.db.Pool, store.Config{}).Claim(ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	if err != nil || len(tasks) != 1 || tasks[0].ResourceID != e.vpc {
+		t.Fatalf("claim: %+v, %v; want the vpc's task", tasks, err)
+	}
+	e.task = tasks[0]
+	return e
+}
+
+// compose is the root's outcome: a route taking the vpc's vpc_id (and the
+// vpc, when it is a child).
+func (e *edgeRace) compose(tx pgx.Tx) error {
+	children := `[{"kind": "leaf", "kind_version": 1, "name": "route"}]`
+	if e.sibling {
+		children = `[{"kind": "leaf", "kind_version": 1, "name": "route"}, {"kind": "leaf", "kind_version": 1, "name": "vpc"}]`
+	}
+	_, err := tx.Exec(context.Background(), `SELECT apply_compose($1::uuid, jsonb_build_object('children', $2::jsonb, 'edges', '[
+		{"dependent": {"kind": "leaf", "name": "route"}, "dependency": {"kind": "leaf", "name": "vpc"},
+		 "values": [{"source_field": "/vpc_id", "dependent_field": "/vpc_id"}]}]'::jsonb), 3)`, e.root, children)
+	return err
+}
+
+// completeVPC applies the vpc's success, with its vpc_id, as a completion
+// does.
+func (e *edgeRace) completeVPC(tx pgx.Tx) error {
+	// complete_tasks lists the outcomes it did not apply.
+	var notApplied string
+	err := tx.QueryRow(context.Background(), `SELECT coalesce(string_agg(result, ','), '') FROM complete_tasks(
+		ARRAY[$1::uuid], ARRAY[$2::smallint], ARRAY[$3::bigint], ARRAY[$4::uuid], ARRAY['{"status":{"vpc_id":"vpc-1"}}'::jsonb],
+		ARRAY[NULL::text], ARRAY[false], ARRAY[false], 1000, 300000)`,
+		e.task.ID, e.task.Shard, e.task.Epoch, e.task.ResourceID).Scan(&notApplied)
+	if err == nil && notApplied != "" {
+		err = fmt.Errorf("the vpc's completion was not applied: %s", notApplied)
+	}
+	return err
+}
+
+// race runs first and holds its transaction open until second, in its
+// own, waits on a lock (or ends); then commits both.
+func (e *edgeRace) race(first, second func(pgx.Tx) error) {
+	t := e.t
+	t.Helper()
+	ctx := context.Background()
+	tx1, err := e.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx1.Rollback(ctx) }()
+	tx2, err := e.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx2.Rollback(ctx) }()
+	if err := first(tx1); err != nil {
+		t.Fatalf("first writer: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- second(tx2) }()
+	var secondErr error
+	waited := false
+wait:
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		select {
+		case secondErr = <-done:
+			break wait
+		default:
+		}
+		var waiting int
+		if err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			waited = true
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second writer neither waited nor ended")
+		}
+	}
+	if !waited {
+		t.Error("the second writer did not wait for the first")
+	}
+	if err := tx1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if waited {
+		secondErr = <-done
+	}
+	if secondErr != nil {
+		t.Fatalf("second writer: %v", secondErr)
+	}
+	if err := tx2.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantRouteFlowedAndQueued: the route has the vpc's value and a pending
+// task for its current generation.
+func (e *edgeRace) wantRouteFlowedAndQueued() {
+	t := e.t
+	t.Helper()
+	var spec []byte
+	var queued bool
+	if err := e.db.Pool.QueryRow(context.Background(), `SELECT r.spec,
+		EXISTS (SELECT 1 FROM work_queue w WHERE w.resource_id = r.id AND w.state = 'pending' AND w.generation = r.generation)
+		FROM resources r WHERE r.name = 'route'`).Scan(&spec, &queued); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(spec, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["vpc_id"] != "vpc-1" {
+		t.Errorf("the route's spec after both writers: %s, want the vpc's vpc_id", spec)
+	}
+	if !queued {
+		t.Error("the route has no pending task for its generation after both writers")
+	}
+}
+
+// TestComposeDeadlockRunsTheDrainAgain: a compose waiting for an upstream's
+// row while the upstream's writer waits for a child the compose upserted is
+// a deadlock, and PostgreSQL rolls one of the two back. If it is the
+// compose, the drain runs the batch again; the outcome is not rejected (a
+// deadlock is the moment's, not the outcome's).
+func TestComposeDeadlockRunsTheDrainAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	st := store.New(db.Pool, store.Config{})
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(`INSERT INTO kind_manifest (kind, kind_version, reactions) VALUES
+		('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]'),
+		('comp', 1, '[{"name":"compose","trigger":"specChange","emits":["children","edges","status"]}]')`)
+	var root, child, vpc string
+	if err := db.Pool.QueryRow(ctx, `
+		WITH root AS (INSERT INTO resources (kind, kind_version, name) VALUES ('comp', 1, 'root') RETURNING id),
+		     child AS (INSERT INTO resources (kind, kind_version, name, owner_id, synced_gen) SELECT 'leaf', 1, 'x', id, 1 FROM root RETURNING id),
+		     vpc AS (INSERT INTO resources (kind, kind_version, name, synced_gen) VALUES ('leaf', 1, 'vpc', 1) RETURNING id)
+		SELECT root.id::text, child.id::text, vpc.id::text FROM root, child, vpc`).Scan(&root, &child, &vpc); err != nil {
+		t.Fatal(err)
+	}
+	exec(`SELECT schedule_eligible(ARRAY[$1::uuid])`, root)
+	tasks, err := st.Claim(ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	if err != nil || len(tasks) != 1 || tasks[0].ResourceID != root {
+		t.Fatalf("claim: %+v, %v; want the root's task", tasks, err)
+	}
+	// The outcome changes the child x and adds a route taking the vpc's
+	// vpc_id: the compose locks x, then waits for the vpc.
+	var queued int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM complete_tasks(ARRAY[$1::uuid], ARRAY[$2::smallint], ARRAY[$3::bigint], ARRAY[$4::uuid],
+		ARRAY['{"children": [{"kind": "leaf", "kind_version": 1, "name": "x", "spec": {"v": 2}},
+		                     {"kind": "leaf", "kind_version": 1, "name": "route"}],
+		        "edges": [{"dependent": {"kind": "leaf", "name": "route"}, "dependency": {"kind": "leaf", "name": "vpc"},
+		                   "values": [{"source_field": "/vpc_id", "dependent_field": "/vpc_id"}]}]}'::jsonb],
+		ARRAY[NULL::text], ARRAY[false], ARRAY[false], 1000, 300000)`,
+		tasks[0].ID, tasks[0].Shard, tasks[0].Epoch, root).Scan(&queued); err != nil || queued != 0 {
+		t.Fatalf("the root's completion: %d not applied, %v", queued, err)
+	}
+
+	writer, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = writer.Rollback(ctx) }()
+	if _, err := writer.Exec(ctx, `UPDATE resources SET status = '{"vpc_id":"vpc-1"}' WHERE id = $1`, vpc); err != nil {
+		t.Fatal(err)
+	}
+	type drained struct {
+		n   int
+		err error
+	}
+	done := make(chan drained, 1)
+	go func() {
+		n, err := st.Drain(ctx, store.DrainParams{Lo: 0, Hi: 255, Limit: 10})
+		done <- drained{n, err}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var waiting int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the compose never waited for the vpc")
+		}
+	}
+	// Close the cycle. The compose waited first, so its deadlock check
+	// usually fires first and it is the one rolled back; if the writer is,
+	// the compose goes on once the writer's transaction ends.
+	if _, err := writer.Exec(ctx, `UPDATE resources SET labels = '{"touched": "yes"}' WHERE id = $1`, child); err != nil {
+		if pe := (*pgconn.PgError)(nil); !errors.As(err, &pe) || pe.Code != "40P01" {
+			t.Fatalf("the writer's second update: %v", err)
+		}
+		_ = writer.Rollback(ctx)
+	} else if err := writer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d := <-done
+	if d.err != nil || d.n != 1 {
+		t.Fatalf("drain: %d applied, %v; want the compose applied", d.n, d.err)
+	}
+	var terminal bool
+	var lastError string
+	var routes int
+	if err := db.Pool.QueryRow(ctx, `SELECT failure_terminal, coalesce(last_error, ''), (SELECT count(*) FROM resources WHERE name = 'route')
+		FROM resources WHERE id = $1`, root).Scan(&terminal, &lastError, &routes); err != nil {
+		t.Fatal(err)
+	}
+	if terminal || lastError != "" || routes != 1 {
+		t.Errorf("after the deadlock: the root terminal=%v, last_error %q; %d routes; want the compose applied", terminal, lastError, routes)
 	}
 }

@@ -10,11 +10,11 @@
 -- value flows pays for that lookup. A flowed field the outcome's snapshot
 -- cannot see yet is kept (keep_flowed). A child the outcome created takes
 -- one plain queue insert unless an edge holds it back. Any inconsistency
--- raises; the drain turns that into a terminal failure of the composer. It
--- plans without sequential scans (the scratch table compose_edges, which has
--- no index, is still scanned): a plan made while resources was small read
--- every resource to find the root's children, each recompose of a
--- 10,000-child composite.
+-- raises; the drain turns that into a terminal failure of the composer (a
+-- deadlock excepted: the drain runs again). It plans without sequential
+-- scans (the scratch table compose_edges, which has no index, is still
+-- scanned): a plan made while resources was small read every resource to
+-- find the root's children, each recompose of a 10,000-child composite.
 CREATE OR REPLACE FUNCTION apply_compose(p_root uuid, p_outcome jsonb, p_emits int) RETURNS void
 LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
@@ -29,6 +29,8 @@ DECLARE
     v_new_kinds text[];
     v_new_vers smallint[];
     v_queued uuid[];
+    v_edge_ups uuid[];
+    v_flowed uuid[];
 BEGIN
     -- A root being torn down composes nothing more: its children are
     -- already marked, and re-creating one would race the teardown.
@@ -167,10 +169,46 @@ BEGIN
            AND NOT EXISTS (SELECT 1 FROM compose_edges c WHERE c.dependent_id = d.dependent_id AND c.dependency_id = d.dependency_id)
            AND NOT EXISTS (SELECT 1 FROM resources x
                             WHERE x.id IN (d.dependent_id, d.dependency_id) AND x.deletion_requested_at IS NOT NULL);
-        INSERT INTO resource_deps AS d (dependent_id, dependency_id, owner_id, value_flows)
-        SELECT DISTINCT ON (dependent_id, dependency_id) dependent_id, dependency_id, p_root, value_flows FROM compose_edges
-        ON CONFLICT (dependent_id, dependency_id) DO UPDATE SET value_flows = EXCLUDED.value_flows, owner_id = p_root
-        WHERE (d.value_flows, d.owner_id) IS DISTINCT FROM (EXCLUDED.value_flows, p_root);
+        WITH ne AS (
+            INSERT INTO resource_deps AS d (dependent_id, dependency_id, owner_id, value_flows)
+            SELECT DISTINCT ON (dependent_id, dependency_id) dependent_id, dependency_id, p_root, value_flows FROM compose_edges
+            ON CONFLICT (dependent_id, dependency_id) DO UPDATE SET value_flows = EXCLUDED.value_flows, owner_id = p_root
+            WHERE (d.value_flows, d.owner_id) IS DISTINCT FROM (EXCLUDED.value_flows, p_root)
+            RETURNING d.dependency_id)
+        SELECT array_agg(DISTINCT dependency_id) INTO v_edge_ups
+          FROM ne WHERE dependency_id NOT IN (SELECT unnest(v_new_ids));
+
+        -- An upstream of a new edge may be finishing its task right now. Its
+        -- completion cannot see this uncommitted edge, and this compose's
+        -- snapshot cannot see its new status: the dependent would then be
+        -- scheduled without the value, or not at all. So the upstreams are
+        -- locked (FOR SHARE, in key order) and their statuses read from the
+        -- rows locked: a completion that updated one first is waited for and
+        -- its status read here, after its commit; one that comes second waits
+        -- for this transaction, and its flow and cascade then see the edge
+        -- (apply_items reads the edges after its resources UPDATE). A child
+        -- this outcome created cannot be finishing a task, so it is not locked.
+        IF v_edge_ups IS NOT NULL THEN
+            WITH u AS MATERIALIZED (
+                SELECT r.id, r.status FROM resources r WHERE r.id = ANY (v_edge_ups) ORDER BY r.id FOR SHARE
+            ), fl AS (
+                SELECT c.dependent_id AS dep,
+                       jsonb_agg(jsonb_build_object('p', f->>'dependent_field', 'v', u.status #> pointer_path(f->>'source_field'))) AS fl
+                  FROM u
+                  JOIN compose_edges c ON c.dependency_id = u.id
+                  CROSS JOIN LATERAL jsonb_array_elements(c.value_flows) f
+                 WHERE u.status IS NOT NULL AND u.status #> pointer_path(f->>'source_field') IS NOT NULL
+                 GROUP BY c.dependent_id
+            ), up AS (
+                UPDATE resources r SET spec = apply_flows(r.spec, fl.fl)
+                  FROM fl
+                 WHERE r.id = fl.dep AND r.frozen_until IS NULL AND r.deletion_requested_at IS NULL
+                   AND r.spec IS DISTINCT FROM apply_flows(r.spec, fl.fl)
+                RETURNING r.id)
+            SELECT array_agg(id) INTO v_flowed FROM up;
+            PERFORM log_events(v_flowed, 'value_substituted', 'spec updated from an upstream status');
+            v_ids := v_ids || v_flowed;
+        END IF;
     END IF;
 
     IF p_emits & 4 <> 0 AND jsonb_typeof(p_outcome->'configs') = 'array' THEN

@@ -63,9 +63,14 @@ BEGIN
     LOOP
         BEGIN
             PERFORM apply_compose(o.resource_id, o.outcome, o.emits);
-        EXCEPTION WHEN OTHERS THEN
-            v_fail_ids := v_fail_ids || o.task_id;
-            v_fail_msgs := v_fail_msgs || ('composition rejected: ' || SQLERRM);
+        EXCEPTION
+            -- A deadlock is the moment's, not the outcome's: the drain
+            -- runs again (apply_compose locks upstreams a completion may
+            -- hold).
+            WHEN deadlock_detected THEN RAISE;
+            WHEN OTHERS THEN
+                v_fail_ids := v_fail_ids || o.task_id;
+                v_fail_msgs := v_fail_msgs || ('composition rejected: ' || SQLERRM);
         END;
     END LOOP;
     RETURN apply_items(finish_work(p_out, v_fail_ids, v_fail_msgs, p_lo, p_hi, p_retry_base_ms, p_retry_max_ms));
@@ -170,20 +175,6 @@ BEGIN
     IF p_items IS NULL OR cardinality(p_items) = 0 THEN RETURN 0; END IF;
     v_rids := array(SELECT i.resource_id FROM unnest(p_items) i);
 
-    -- The statuses that feed value flows: a success that reports a status,
-    -- on a resource something depends on (substitute_values writes a
-    -- dependent only if its spec changes, so an unchanged status costs it
-    -- a read, not a write). The batch's upstreams are found in one scan of
-    -- idx_resource_deps_dependency (MATERIALIZED: a probe per item, with
-    -- = ANY as a second condition, would walk the array on every probe).
-    WITH upstream AS MATERIALIZED (
-        SELECT DISTINCT d.dependency_id FROM resource_deps d WHERE d.dependency_id = ANY (v_rids)
-    )
-    SELECT array_agg(DISTINCT i.resource_id) INTO v_status_ids
-      FROM unnest(p_items) i
-      JOIN upstream u ON u.dependency_id = i.resource_id
-     WHERE i.error IS NULL AND i.emits & 8 <> 0 AND jsonb_typeof(i.outcome->'status') NOT IN ('null');
-
     -- The phases before the update: a success is logged only if it moves
     -- the phase. (Kept by the update itself in a column, the wider row
     -- took the drain's HOT updates from 99 % to 93 % of 10,000 leaves,
@@ -223,6 +214,24 @@ BEGIN
            AND r.id = ANY (v_rids) -- an index lookup, not a scan of every resource per batch
         RETURNING r.id, r.phase)
     SELECT array_agg(id), array_agg(phase) INTO v_now_ids, v_now FROM up;
+
+    -- The statuses that feed value flows: a success that reports a status,
+    -- on a resource something depends on (substitute_values writes a
+    -- dependent only if its spec changes, so an unchanged status costs it
+    -- a read, not a write). Read after the UPDATE, which may have waited
+    -- for a compose adding an edge from one of these resources
+    -- (apply_compose locks a new edge's upstream): this statement's
+    -- snapshot then shows the edge. The batch's upstreams are found in one
+    -- scan of idx_resource_deps_dependency (MATERIALIZED: a probe per item,
+    -- with = ANY as a second condition, would walk the array on every
+    -- probe).
+    WITH upstream AS MATERIALIZED (
+        SELECT DISTINCT d.dependency_id FROM resource_deps d WHERE d.dependency_id = ANY (v_rids)
+    )
+    SELECT array_agg(DISTINCT i.resource_id) INTO v_status_ids
+      FROM unnest(p_items) i
+      JOIN upstream u ON u.dependency_id = i.resource_id
+     WHERE i.error IS NULL AND i.emits & 8 <> 0 AND jsonb_typeof(i.outcome->'status') NOT IN ('null');
 
     -- Conditions: written on transition; a stored False not re-reported is
     -- cleared the moment the resource reconciles cleanly.
