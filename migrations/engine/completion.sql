@@ -40,7 +40,7 @@ $$;
 CREATE OR REPLACE FUNCTION finish_successes(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[],
                                p_outcomes jsonb[], p_errors text[], p_terminals boolean[], p_abandoned boolean[],
                                OUT items drain_item[], OUT ids uuid[], OUT kinds text[], OUT vers smallint[], OUT los smallint[])
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_nestloop = off SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_nestloop = off SET enable_seqscan = off SET jit = off AS $$
 BEGIN
     WITH d AS (
         DELETE FROM work_queue w

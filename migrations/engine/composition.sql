@@ -14,9 +14,11 @@
 -- deadlock excepted: the drain runs again). It plans without sequential
 -- scans (the scratch table compose_edges, which has no index, is still
 -- scanned): a plan made while resources was small read every resource to
--- find the root's children, each recompose of a 10,000-child composite.
+-- find the root's children, each recompose of a 10,000-child composite. And
+-- without JIT, which that setting's cost of 1e10 on the compose_edges scans
+-- set off at every call (migrations/README.md).
 CREATE OR REPLACE FUNCTION apply_compose(p_root uuid, p_outcome jsonb, p_emits int) RETURNS void
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_bad text;
     v_ids uuid[];

@@ -161,7 +161,7 @@ $$;
 -- counts the resources a completion reads.
 CREATE OR REPLACE FUNCTION apply_items(p_items drain_item[])
 RETURNS int
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_status_ids uuid[];
     v_was_ids uuid[];

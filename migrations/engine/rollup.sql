@@ -10,7 +10,7 @@
 -- small table read every resource per call (11,000 per call in a composite
 -- of 10,000 children).
 CREATE OR REPLACE FUNCTION schedule_rollup(p_roots uuid[]) RETURNS int
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_shards smallint[];
     v_ready uuid[];

@@ -101,7 +101,7 @@ $$;
 -- Like apply_items, it plans without sequential scans: a plan kept from a
 -- small table read every resource per call.
 CREATE OR REPLACE FUNCTION schedule_eligible(p_ids uuid[]) RETURNS int
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_shards smallint[];
     v_ids uuid[];
