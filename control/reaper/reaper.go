@@ -32,7 +32,9 @@ type Config struct {
 	// RetryWindow is how long a lagging resource with no live task waits
 	// before the reaper re-schedules it. Defaults to 30s. That sweep scans
 	// the range's resources (no index may mention synced_gen, or the drain's
-	// updates could not be HOT), so it runs at most every RetryWindow/4.
+	// updates could not be HOT), so a sweep starts at most every
+	// RetryWindow/4; one that finds a full Limit goes on over the next
+	// passes until a call comes back short.
 	RetryWindow time.Duration
 	// UnclaimedWindow is how long a never-claimed task stays queued before
 	// it is dropped. Defaults to 24h.
