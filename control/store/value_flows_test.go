@@ -95,51 +95,17 @@ func newFlowRace(t *testing.T) *flowRace {
 // id) in two transactions: other starts once the tgw's flow has written
 // the route and must wait for it; the tgw's commits only then.
 func (f *flowRace) race(other, id string) {
-	t := f.t
-	t.Helper()
+	f.t.Helper()
 	ctx := context.Background()
-	first, err := f.db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = first.Rollback(ctx) }()
-	second, err := f.db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = second.Rollback(ctx) }()
-	if _, err := first.Exec(ctx, `UPDATE resources SET status = '{"tgw_id":"tgw-1"}' WHERE id = $1`, f.tgw); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := first.Exec(ctx, `SELECT substitute_values(ARRAY[$1::uuid])`, f.tgw); err != nil {
-		t.Fatalf("the tgw's flow: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := second.Exec(ctx, other, id)
-		done <- err
-	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var waiting int
-		if err := f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
+	tgw := func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE resources SET status = '{"tgw_id":"tgw-1"}' WHERE id = $1`, f.tgw); err != nil {
+			return err
 		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never waited for the tgw's completion", other)
-		}
+		_, err := tx.Exec(ctx, `SELECT substitute_values(ARRAY[$1::uuid])`, f.tgw)
+		return err
 	}
-	if err := first.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("%s: %v", other, err)
-	}
-	if err := second.Commit(ctx); err != nil {
-		t.Fatal(err)
+	if !raceTx(f.t, f.db, tgw, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, other, id); return err }) {
+		f.t.Errorf("%s did not wait for the tgw's completion", other)
 	}
 }
 
@@ -261,18 +227,26 @@ func (e *edgeRace) completeVPC(tx pgx.Tx) error {
 	return err
 }
 
-// race runs first and holds its transaction open until second, in its
-// own, waits on a lock (or ends); then commits both.
+// race runs first, then second, which must wait for it (raceTx).
 func (e *edgeRace) race(first, second func(pgx.Tx) error) {
-	t := e.t
+	e.t.Helper()
+	if !raceTx(e.t, e.db, first, second) {
+		e.t.Error("the second writer did not wait for the first")
+	}
+}
+
+// raceTx runs first in a transaction and holds it open while second runs
+// in another, until second waits on a lock or ends; then it commits first,
+// waits for second and commits it. It reports whether second waited.
+func raceTx(t *testing.T, db *pgtest.Database, first, second func(pgx.Tx) error) (waited bool) {
 	t.Helper()
 	ctx := context.Background()
-	tx1, err := e.db.Pool.Begin(ctx)
+	tx1, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx1.Rollback(ctx) }()
-	tx2, err := e.db.Pool.Begin(ctx)
+	tx2, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,42 +256,42 @@ func (e *edgeRace) race(first, second func(pgx.Tx) error) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- second(tx2) }()
-	var secondErr error
-	waited := false
-wait:
+	waited = waitForLockWait(t, db, done)
+	if err := tx1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("second writer: %v", err)
+	}
+	if err := tx2.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return waited
+}
+
+// waitForLockWait polls until a session of db's database waits on a lock
+// (true) or done has a value (false, and the value is put back); it fails
+// the test after 10 s of neither.
+func waitForLockWait(t *testing.T, db *pgtest.Database, done chan error) bool {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		select {
-		case secondErr = <-done:
-			break wait
+		case err := <-done:
+			done <- err
+			return false
 		default:
 		}
 		var waiting int
-		if err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting > 0 {
-			waited = true
-			break
+			return true
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the second writer neither waited nor ended")
+			t.Fatal("nothing waited on a lock, and the second writer did not end")
 		}
-	}
-	if !waited {
-		t.Error("the second writer did not wait for the first")
-	}
-	if err := tx1.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if waited {
-		secondErr = <-done
-	}
-	if secondErr != nil {
-		t.Fatalf("second writer: %v", secondErr)
-	}
-	if err := tx2.Commit(ctx); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -398,27 +372,15 @@ func TestComposeDeadlockRunsTheDrainAgain(t *testing.T) {
 	if _, err := writer.Exec(ctx, `UPDATE resources SET status = '{"vpc_id":"vpc-1"}' WHERE id = $1`, vpc); err != nil {
 		t.Fatal(err)
 	}
-	type drained struct {
-		n   int
-		err error
-	}
-	done := make(chan drained, 1)
+	var n int
+	done := make(chan error, 1)
 	go func() {
-		n, err := st.Drain(ctx, store.DrainParams{Lo: 0, Hi: 255, Limit: 10})
-		done <- drained{n, err}
+		var err error
+		n, err = st.Drain(ctx, store.DrainParams{Lo: 0, Hi: 255, Limit: 10})
+		done <- err
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var waiting int
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the compose never waited for the vpc")
-		}
+	if !waitForLockWait(t, db, done) {
+		t.Fatalf("the drain ended (%v) without waiting for the vpc", <-done)
 	}
 	// Close the cycle. The compose waited first, so its deadlock check
 	// usually fires first and it is the one rolled back; if the writer is,
@@ -431,9 +393,8 @@ func TestComposeDeadlockRunsTheDrainAgain(t *testing.T) {
 	} else if err := writer.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	d := <-done
-	if d.err != nil || d.n != 1 {
-		t.Fatalf("drain: %d applied, %v; want the compose applied", d.n, d.err)
+	if err := <-done; err != nil || n != 1 {
+		t.Fatalf("drain: %d applied, %v; want the compose applied", n, err)
 	}
 	var terminal bool
 	var lastError string
