@@ -32,7 +32,6 @@ DECLARE
     v_new_vers smallint[];
     v_queued uuid[];
     v_edge_ups uuid[];
-    v_flowed uuid[];
 BEGIN
     -- A root being torn down composes nothing more: its children are
     -- already marked, and re-creating one would race the teardown.
@@ -184,32 +183,17 @@ BEGIN
         -- completion cannot see this uncommitted edge, and this compose's
         -- snapshot cannot see its new status: the dependent would then be
         -- scheduled without the value, or not at all. So the upstreams are
-        -- locked (FOR SHARE, in key order) and their statuses read from the
-        -- rows locked: a completion that updated one first is waited for and
-        -- its status read here, after its commit; one that comes second waits
-        -- for this transaction, and its flow and cascade then see the edge
-        -- (apply_items reads the edges after its resources UPDATE). A child
-        -- this outcome created cannot be finishing a task, so it is not locked.
+        -- locked (FOR SHARE, in key order) before their flows are applied
+        -- again (substitute_values, a statement of its own, so it reads
+        -- what committed while the lock waited): a completion that updated
+        -- one first is waited for and its status used here; one that comes
+        -- second waits for this transaction, and its flow and cascade then
+        -- see the edge (apply_items reads the edges after its resources
+        -- UPDATE). A child this outcome created cannot be finishing a task,
+        -- so it is not locked.
         IF v_edge_ups IS NOT NULL THEN
-            WITH u AS MATERIALIZED (
-                SELECT r.id, r.status FROM resources r WHERE r.id = ANY (v_edge_ups) ORDER BY r.id FOR SHARE
-            ), fl AS (
-                SELECT c.dependent_id AS dep,
-                       jsonb_agg(jsonb_build_object('p', f->>'dependent_field', 'v', u.status #> pointer_path(f->>'source_field'))) AS fl
-                  FROM u
-                  JOIN compose_edges c ON c.dependency_id = u.id
-                  CROSS JOIN LATERAL jsonb_array_elements(c.value_flows) f
-                 WHERE u.status IS NOT NULL AND u.status #> pointer_path(f->>'source_field') IS NOT NULL
-                 GROUP BY c.dependent_id
-            ), up AS (
-                UPDATE resources r SET spec = apply_flows(r.spec, fl.fl)
-                  FROM fl
-                 WHERE r.id = fl.dep AND r.frozen_until IS NULL AND r.deletion_requested_at IS NULL
-                   AND r.spec IS DISTINCT FROM apply_flows(r.spec, fl.fl)
-                RETURNING r.id)
-            SELECT array_agg(id) INTO v_flowed FROM up;
-            PERFORM log_events(v_flowed, 'value_substituted', 'spec updated from an upstream status');
-            v_ids := v_ids || v_flowed;
+            PERFORM 1 FROM resources r WHERE r.id = ANY (v_edge_ups) ORDER BY r.id FOR SHARE;
+            PERFORM substitute_values(v_edge_ups);
         END IF;
     END IF;
 
