@@ -221,21 +221,29 @@ func TestRecomposeReadsOnlyItsChildren(t *testing.T) {
 	}
 }
 
-// leafSession is a test database with the kind 'leaf' (one specChange
-// reaction) and a session of its own on it, closed when the test ends.
+// leafDB is a test database with the kind 'leaf' (one specChange reaction
+// that reports a status).
+func leafDB(t *testing.T) *pgtest.Database {
+	t.Helper()
+	db := pgtest.New(t)
+	if _, err := db.Pool.Exec(context.Background(), `INSERT INTO kind_manifest (kind, kind_version, reactions)
+		VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// leafSession is a leafDB and a session of its own on it, closed when the
+// test ends.
 func leafSession(t *testing.T) (*pgtest.Database, *pgx.Conn) {
 	t.Helper()
 	ctx := context.Background()
-	db := pgtest.New(t)
+	db := leafDB(t)
 	c, err := pgx.Connect(ctx, db.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close(ctx) })
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions)
-		VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`); err != nil {
-		t.Fatal(err)
-	}
 	return db, c
 }
 

@@ -8,8 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/convergeplane/converge/internal/pgtest"
 )
 
 // TestEngineStatementsAreNotJITCompiled: an engine function that plans
@@ -24,7 +22,7 @@ import (
 func TestEngineStatementsAreNotJITCompiled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.New(t)
+	db := leafDB(t)
 
 	// The rule, from the catalogue.
 	var pinned int
@@ -66,7 +64,6 @@ func TestEngineStatementsAreNotJITCompiled(t *testing.T) {
 	}
 	defer c.Close(ctx)
 	for _, q := range []string{
-		`INSERT INTO kind_manifest (kind, kind_version, reactions) VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`,
 		`INSERT INTO resources (kind, kind_version, name) VALUES ('leaf', 1, 'root')`,
 		`LOAD 'auto_explain'`,
 		`SET auto_explain.log_min_duration = 0`,

@@ -65,11 +65,7 @@ type flowRace struct {
 func newFlowRace(t *testing.T) *flowRace {
 	t.Helper()
 	ctx := context.Background()
-	f := &flowRace{t: t, db: pgtest.New(t)}
-	if _, err := f.db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions)
-		VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`); err != nil {
-		t.Fatal(err)
-	}
+	f := &flowRace{t: t, db: leafDB(t)}
 	if err := f.db.Pool.QueryRow(ctx, `INSERT INTO resources (kind, kind_version, name) VALUES ('leaf', 1, 'root') RETURNING id::text`).
 		Scan(&f.root); err != nil {
 		t.Fatal(err)
@@ -176,11 +172,7 @@ type edgeRace struct {
 func newEdgeRace(t *testing.T, sibling bool) *edgeRace {
 	t.Helper()
 	ctx := context.Background()
-	e := &edgeRace{t: t, db: pgtest.New(t), sibling: sibling}
-	if _, err := e.db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions)
-		VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`); err != nil {
-		t.Fatal(err)
-	}
+	e := &edgeRace{t: t, db: leafDB(t), sibling: sibling}
 	if err := e.db.Pool.QueryRow(ctx, `
 		WITH root AS (INSERT INTO resources (kind, kind_version, name) VALUES ('leaf', 1, 'root') RETURNING id),
 		     vpc AS (INSERT INTO resources (kind, kind_version, name, owner_id)
@@ -188,14 +180,7 @@ func newEdgeRace(t *testing.T, sibling bool) *edgeRace {
 		SELECT root.id::text, vpc.id::text FROM root, vpc`, sibling).Scan(&e.root, &e.vpc); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.db.Pool.Exec(ctx, `SELECT schedule_eligible(ARRAY[$1::uuid])`, e.vpc); err != nil {
-		t.Fatal(err)
-	}
-	tasks, err := store.New(e.db.Pool, store.Config{}).Claim(ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
-	if err != nil || len(tasks) != 1 || tasks[0].ResourceID != e.vpc {
-		t.Fatalf("claim: %+v, %v; want the vpc's task", tasks, err)
-	}
-	e.task = tasks[0]
+	e.task = claimOnly(t, e.db, e.vpc)
 	return e
 }
 
@@ -215,14 +200,39 @@ func (e *edgeRace) compose(tx pgx.Tx) error {
 // completeVPC applies the vpc's success, with its vpc_id, as a completion
 // does.
 func (e *edgeRace) completeVPC(tx pgx.Tx) error {
-	// complete_tasks lists the outcomes it did not apply.
+	return completeOne(tx, e.task, `{"status": {"vpc_id": "vpc-1"}}`)
+}
+
+// claimOnly schedules the resource id and claims its task, the only one
+// the database has.
+func claimOnly(t *testing.T, db *pgtest.Database, id string) model.Task {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `SELECT schedule_eligible(ARRAY[$1::uuid])`, id); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := store.New(db.Pool, store.Config{}).Claim(ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	if err != nil || len(tasks) != 1 || tasks[0].ResourceID != id {
+		t.Fatalf("claim: %+v, %v; want the task of %s alone", tasks, err, id)
+	}
+	return tasks[0]
+}
+
+// completeOne completes task with a success carrying outcome, through q
+// (a pool or a transaction), as a completion does; an outcome that is not
+// accepted is an error.
+func completeOne(q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, task model.Task, outcome string) error {
+	// complete_tasks lists the outcomes it did not apply (an outcome that
+	// composes is accepted and queued for the drain).
 	var notApplied string
-	err := tx.QueryRow(context.Background(), `SELECT coalesce(string_agg(result, ','), '') FROM complete_tasks(
-		ARRAY[$1::uuid], ARRAY[$2::smallint], ARRAY[$3::bigint], ARRAY[$4::uuid], ARRAY['{"status":{"vpc_id":"vpc-1"}}'::jsonb],
+	err := q.QueryRow(context.Background(), `SELECT coalesce(string_agg(result, ','), '') FROM complete_tasks(
+		ARRAY[$1::uuid], ARRAY[$2::smallint], ARRAY[$3::bigint], ARRAY[$4::uuid], ARRAY[$5::jsonb],
 		ARRAY[NULL::text], ARRAY[false], ARRAY[false], 1000, 300000)`,
-		e.task.ID, e.task.Shard, e.task.Epoch, e.task.ResourceID).Scan(&notApplied)
+		task.ID, task.Shard, task.Epoch, task.ResourceID, outcome).Scan(&notApplied)
 	if err == nil && notApplied != "" {
-		err = fmt.Errorf("the vpc's completion was not applied: %s", notApplied)
+		err = fmt.Errorf("the completion of %s's task was not accepted: %s", task.ResourceID, notApplied)
 	}
 	return err
 }
@@ -327,17 +337,11 @@ func (e *edgeRace) wantRouteFlowedAndQueued() {
 func TestComposeDeadlockRunsTheDrainAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.New(t)
-	st := store.New(db.Pool, store.Config{})
-	exec := func(q string, args ...any) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, q, args...); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
+	db := leafDB(t)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions)
+		VALUES ('comp', 1, '[{"name":"compose","trigger":"specChange","emits":["children","edges","status"]}]')`); err != nil {
+		t.Fatal(err)
 	}
-	exec(`INSERT INTO kind_manifest (kind, kind_version, reactions) VALUES
-		('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]'),
-		('comp', 1, '[{"name":"compose","trigger":"specChange","emits":["children","edges","status"]}]')`)
 	var root, child, vpc string
 	if err := db.Pool.QueryRow(ctx, `
 		WITH root AS (INSERT INTO resources (kind, kind_version, name) VALUES ('comp', 1, 'root') RETURNING id),
@@ -346,22 +350,14 @@ func TestComposeDeadlockRunsTheDrainAgain(t *testing.T) {
 		SELECT root.id::text, child.id::text, vpc.id::text FROM root, child, vpc`).Scan(&root, &child, &vpc); err != nil {
 		t.Fatal(err)
 	}
-	exec(`SELECT schedule_eligible(ARRAY[$1::uuid])`, root)
-	tasks, err := st.Claim(ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
-	if err != nil || len(tasks) != 1 || tasks[0].ResourceID != root {
-		t.Fatalf("claim: %+v, %v; want the root's task", tasks, err)
-	}
 	// The outcome changes the child x and adds a route taking the vpc's
 	// vpc_id: the compose locks x, then waits for the vpc.
-	var queued int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM complete_tasks(ARRAY[$1::uuid], ARRAY[$2::smallint], ARRAY[$3::bigint], ARRAY[$4::uuid],
-		ARRAY['{"children": [{"kind": "leaf", "kind_version": 1, "name": "x", "spec": {"v": 2}},
-		                     {"kind": "leaf", "kind_version": 1, "name": "route"}],
-		        "edges": [{"dependent": {"kind": "leaf", "name": "route"}, "dependency": {"kind": "leaf", "name": "vpc"},
-		                   "values": [{"source_field": "/vpc_id", "dependent_field": "/vpc_id"}]}]}'::jsonb],
-		ARRAY[NULL::text], ARRAY[false], ARRAY[false], 1000, 300000)`,
-		tasks[0].ID, tasks[0].Shard, tasks[0].Epoch, root).Scan(&queued); err != nil || queued != 0 {
-		t.Fatalf("the root's completion: %d not applied, %v", queued, err)
+	if err := completeOne(db.Pool, claimOnly(t, db, root), `{
+		"children": [{"kind": "leaf", "kind_version": 1, "name": "x", "spec": {"v": 2}},
+		             {"kind": "leaf", "kind_version": 1, "name": "route"}],
+		"edges": [{"dependent": {"kind": "leaf", "name": "route"}, "dependency": {"kind": "leaf", "name": "vpc"},
+		           "values": [{"source_field": "/vpc_id", "dependent_field": "/vpc_id"}]}]}`); err != nil {
+		t.Fatalf("the root's completion: %v", err)
 	}
 
 	writer, err := db.Pool.Begin(ctx)
@@ -376,7 +372,7 @@ func TestComposeDeadlockRunsTheDrainAgain(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		var err error
-		n, err = st.Drain(ctx, store.DrainParams{Lo: 0, Hi: 255, Limit: 10})
+		n, err = store.New(db.Pool, store.Config{}).Drain(ctx, store.DrainParams{Lo: 0, Hi: 255, Limit: 10})
 		done <- err
 	}()
 	if !waitForLockWait(t, db, done) {
