@@ -228,13 +228,11 @@ func TestReactorBindingsFire(t *testing.T) {
 		t.Errorf("generation 2's status = %s", req.Resource.Status)
 	}
 
-	// A hard delete fires 'deleted' from the snapshot. The API's DELETE
-	// only marks the resource Deleting today; the row is removed here.
+	// Removing the row fires 'deleted' from the snapshot: the API's DELETE
+	// marks blue, and the teardown removes its part and then blue.
 	if code, body := s.call("DELETE", "/resources/bom/blue", nil); code != 202 {
 		t.Fatalf("DELETE = %d %s", code, body)
 	}
-	_, err := s.db.Pool.Exec(t.Context(), `DELETE FROM resources WHERE kind = 'bom' AND name = 'blue'`)
-	must(t, err)
 	want = append(want, tok(blue, "deleted", 1, "bom-deleted"))
 	waitAcked(want)
 	if req, _ := sink.succeeded(want[4]); req.Resource.Name != "blue" ||
@@ -294,8 +292,13 @@ func TestReactorNoBinding(t *testing.T) {
 		return s.count(`SELECT count(*) FROM resources WHERE phase = 'Ready'`) == 3 &&
 			s.count(`SELECT count(*) FROM resources WHERE name = 'bad' AND phase = 'Failed'`) == 1
 	})
-	_, err := s.db.Pool.Exec(t.Context(), `DELETE FROM resources WHERE kind = 'bom' AND name = 'quiet'`)
-	must(t, err)
+	// The teardown removes the parts and then the root.
+	if code, body := s.call("DELETE", "/resources/bom/quiet", nil); code != 202 {
+		t.Fatalf("DELETE = %d %s", code, body)
+	}
+	waitFor(t, 30*time.Second, "quiet and its parts removed", func() bool {
+		return s.count(`SELECT count(*) FROM resources WHERE name LIKE 'quiet%'`) == 0
+	})
 	if n := s.count(`SELECT count(*) FROM lifecycle_outbox`); n != 0 {
 		t.Errorf("lifecycle_outbox rows = %d, want 0", n)
 	}
