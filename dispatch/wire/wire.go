@@ -42,15 +42,24 @@ var ErrMalformedResult = errors.New("malformed result")
 // ErrMalformedResult. What the outcome itself may hold is the store's to
 // check (store.CompleteBatch), against the reaction's emits mask.
 func DecodeResult(body []byte, taskID string, epoch int64) (webhooksdk.Result, error) {
-	// The outer claim_epoch shadows the embedded one, so it is read once,
-	// through a pointer that tells absent from 0.
-	var r struct {
-		webhooksdk.Result
-		ClaimEpoch *int64 `json:"claim_epoch"`
-	}
+	var r result
 	if err := json.Unmarshal(body, &r); err != nil {
 		return webhooksdk.Result{}, fmt.Errorf("%w: %v", ErrMalformedResult, err)
 	}
+	return r.check(taskID, epoch)
+}
+
+// result is a result body as read: the outer claim_epoch shadows the
+// embedded one, so it is read once, through a pointer that tells absent from
+// 0. Accepted is only a batch answer's.
+type result struct {
+	webhooksdk.Result
+	ClaimEpoch *int64 `json:"claim_epoch"`
+	Accepted   bool   `json:"accepted"`
+}
+
+// check applies DecodeResult's rules to a decoded result.
+func (r *result) check(taskID string, epoch int64) (webhooksdk.Result, error) {
 	switch {
 	case (r.Outcome == nil) == (r.Error == nil):
 		return webhooksdk.Result{}, fmt.Errorf(`%w: need exactly one of "outcome" and "error"`, ErrMalformedResult)
@@ -95,12 +104,9 @@ type Answer struct {
 // applied); a result naming no task of the batch is ignored. A body that is
 // not a batch response is an error for the whole batch.
 func DecodeBatch(body []byte, tasks []model.Task) ([]Answer, error) {
-	var br webhooksdk.BatchResponse
-	if err := json.Unmarshal(body, &br); err != nil {
-		return nil, fmt.Errorf("%w: not a batch response: %v", ErrMalformedResult, err)
-	}
-	if br.Type != webhooksdk.EnvelopeBatch {
-		return nil, fmt.Errorf(`%w: not a batch response: type %q, want "batch"`, ErrMalformedResult, br.Type)
+	results, err := decodeResults(body)
+	if err != nil {
+		return nil, err
 	}
 	index := make(map[string]int, len(tasks))
 	for i, t := range tasks {
@@ -108,29 +114,21 @@ func DecodeBatch(body []byte, tasks []model.Task) ([]Answer, error) {
 	}
 	answers := make([]Answer, len(tasks))
 	seen := make([]int, len(tasks))
-	for _, raw := range br.Results {
-		var head struct {
-			TaskID     string          `json:"task_id"`
-			ClaimEpoch *int64          `json:"claim_epoch"`
-			Accepted   bool            `json:"accepted"`
-			Outcome    json.RawMessage `json:"outcome"`
-			Error      json.RawMessage `json:"error"`
-		}
-		if json.Unmarshal(raw, &head) != nil {
-			continue // names no task: its task, if any, has no result
-		}
-		i, ok := index[head.TaskID]
+	for _, r := range results {
+		i, ok := index[r.TaskID]
 		if !ok {
 			continue
 		}
 		seen[i]++
 		t := tasks[i]
 		switch {
-		case !head.Accepted:
-			answers[i].Result, answers[i].Err = DecodeResult(raw, t.ID, t.Epoch)
-		case head.ClaimEpoch != nil && *head.ClaimEpoch != t.Epoch:
-			answers[i].Err = fmt.Errorf("%w: claim_epoch %d is not this claim's (%d)", ErrMalformedResult, *head.ClaimEpoch, t.Epoch)
-		case head.Outcome != nil || head.Error != nil:
+		case r.err != nil:
+			answers[i].Err = r.err
+		case !r.Accepted:
+			answers[i].Result, answers[i].Err = r.check(t.ID, t.Epoch)
+		case r.ClaimEpoch != nil && *r.ClaimEpoch != t.Epoch:
+			answers[i].Err = fmt.Errorf("%w: claim_epoch %d is not this claim's (%d)", ErrMalformedResult, *r.ClaimEpoch, t.Epoch)
+		case r.Outcome != nil || r.Error != nil:
 			answers[i].Err = fmt.Errorf(`%w: "accepted" goes without "outcome" and "error"`, ErrMalformedResult)
 		default:
 			answers[i].Accepted = true
@@ -145,4 +143,52 @@ func DecodeBatch(body []byte, tasks []model.Task) ([]Answer, error) {
 		}
 	}
 	return answers, nil
+}
+
+// batchResult is one element of a batch answer, or, in err, why it does not
+// decode (reported against the task it names, if any).
+type batchResult struct {
+	result
+	err error
+}
+
+// decodeResults reads a batch answer in one pass of encoding/json, which
+// every well-formed answer takes. Only an answer with a result that does not
+// decode is read again, a result at a time, so that one bad result fails its
+// own task alone: a result that names no task is left out (its task, if any,
+// then has no result), one that does is kept with its error.
+func decodeResults(body []byte) ([]batchResult, error) {
+	var whole struct {
+		Type    string        `json:"type"`
+		Results []batchResult `json:"results"`
+	}
+	if json.Unmarshal(body, &whole) == nil {
+		if whole.Type != webhooksdk.EnvelopeBatch {
+			return nil, fmt.Errorf(`%w: not a batch response: type %q, want "batch"`, ErrMalformedResult, whole.Type)
+		}
+		return whole.Results, nil
+	}
+	var br webhooksdk.BatchResponse
+	if err := json.Unmarshal(body, &br); err != nil {
+		return nil, fmt.Errorf("%w: not a batch response: %v", ErrMalformedResult, err)
+	}
+	if br.Type != webhooksdk.EnvelopeBatch {
+		return nil, fmt.Errorf(`%w: not a batch response: type %q, want "batch"`, ErrMalformedResult, br.Type)
+	}
+	results := make([]batchResult, 0, len(br.Results))
+	for _, raw := range br.Results {
+		var r batchResult
+		if err := json.Unmarshal(raw, &r.result); err != nil {
+			var head struct {
+				TaskID string `json:"task_id"`
+			}
+			if json.Unmarshal(raw, &head) != nil {
+				continue
+			}
+			r = batchResult{err: fmt.Errorf("%w: %v", ErrMalformedResult, err)}
+			r.TaskID = head.TaskID
+		}
+		results = append(results, r)
+	}
+	return results, nil
 }
