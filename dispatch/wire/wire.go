@@ -53,9 +53,8 @@ func DecodeResult(body []byte, taskID string, epoch int64) (webhooksdk.Result, e
 // embedded one, so it is read once, through a pointer that tells absent from
 // 0. Accepted is only a batch answer's.
 type result struct {
-	webhooksdk.Result
+	webhooksdk.BatchResult
 	ClaimEpoch *int64 `json:"claim_epoch"`
-	Accepted   bool   `json:"accepted"`
 }
 
 // check applies DecodeResult's rules to a decoded result.
@@ -162,21 +161,23 @@ func decodeResults(body []byte) ([]batchResult, error) {
 		Type    string        `json:"type"`
 		Results []batchResult `json:"results"`
 	}
-	if json.Unmarshal(body, &whole) == nil {
-		if whole.Type != webhooksdk.EnvelopeBatch {
-			return nil, fmt.Errorf(`%w: not a batch response: type %q, want "batch"`, ErrMalformedResult, whole.Type)
+	if json.Unmarshal(body, &whole) != nil {
+		var br webhooksdk.BatchResponse
+		if err := json.Unmarshal(body, &br); err != nil {
+			return nil, fmt.Errorf("%w: not a batch response: %v", ErrMalformedResult, err)
 		}
-		return whole.Results, nil
+		whole.Type, whole.Results = br.Type, decodeEach(br.Results)
 	}
-	var br webhooksdk.BatchResponse
-	if err := json.Unmarshal(body, &br); err != nil {
-		return nil, fmt.Errorf("%w: not a batch response: %v", ErrMalformedResult, err)
+	if whole.Type != webhooksdk.EnvelopeBatch {
+		return nil, fmt.Errorf(`%w: not a batch response: type %q, want "batch"`, ErrMalformedResult, whole.Type)
 	}
-	if br.Type != webhooksdk.EnvelopeBatch {
-		return nil, fmt.Errorf(`%w: not a batch response: type %q, want "batch"`, ErrMalformedResult, br.Type)
-	}
-	results := make([]batchResult, 0, len(br.Results))
-	for _, raw := range br.Results {
+	return whole.Results, nil
+}
+
+// decodeEach decodes a batch answer's results one at a time.
+func decodeEach(raws []json.RawMessage) []batchResult {
+	results := make([]batchResult, 0, len(raws))
+	for _, raw := range raws {
 		var r batchResult
 		if err := json.Unmarshal(raw, &r.result); err != nil {
 			var head struct {
@@ -190,5 +191,5 @@ func decodeResults(body []byte) ([]batchResult, error) {
 		}
 		results = append(results, r)
 	}
-	return results, nil
+	return results
 }
