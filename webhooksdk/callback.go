@@ -105,14 +105,10 @@ func (e *Endpoint) deliver(rn *run, body []byte, log *slog.Logger) {
 
 // heartbeat extends the task's lease while an asynchronous Work runs; a 409 cancels the
 // Work context with ErrSuperseded.
-func (e *Endpoint) heartbeat(ctx context.Context, rn *run) {
+func (e *Endpoint) heartbeat(rn *run) {
 	defer e.wg.Done()
 	defer rn.live.Done()
-	select {
-	case <-rn.asyncCh:
-	case <-rn.done:
-		return
-	}
+	ctx := rn.ctx
 	interval := e.cfg.heartbeatEvery
 	if interval == 0 {
 		interval = heartbeatNoDeadline

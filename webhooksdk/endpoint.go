@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/convergeplane/converge/webhooksdk/internal/capture"
@@ -78,12 +78,12 @@ type run struct {
 	traceparent string
 	env         *Envelope
 	slot        *providerSlot
+	ctx         context.Context // Work's, cancelled by cancel
 	cancel      context.CancelCauseFunc
 
-	done    chan struct{}  // closed once body is set
-	asyncCh chan struct{}  // closed when the result was promised to the callback
-	body    []byte         // the Result JSON; read only after done is closed
-	live    sync.WaitGroup // execute and heartbeat, for hosts that must outwait them
+	done chan struct{}  // closed once body is set
+	body []byte         // the Result JSON; read only after done is closed
+	live sync.WaitGroup // execute and heartbeat, for hosts that must outwait them
 
 	// Guarded by Endpoint.mu.
 	async    bool
@@ -249,8 +249,11 @@ func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request, m mode) {
 		writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", e.cfg.maxBody))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.maxBody))
-	if err != nil {
+	// Sized from Content-Length, already within the cap: io.ReadAll grows from
+	// 512 bytes and copied a batch's body several times over.
+	var buf bytes.Buffer
+	buf.Grow(int(max(r.ContentLength, 0)) + bytes.MinRead)
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, e.cfg.maxBody)); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", e.cfg.maxBody))
 			return
@@ -258,6 +261,7 @@ func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request, m mode) {
 		writeProblem(w, http.StatusBadRequest, "cannot read body")
 		return
 	}
+	body := buf.Bytes()
 	if err := Verify(e.cfg.secrets, r.Header, body, e.cfg.now(), e.cfg.tolerance); err != nil {
 		writeProblem(w, http.StatusUnauthorized, "signature verification failed: "+err.Error())
 		return
@@ -314,26 +318,41 @@ func (e *Endpoint) serveBatch(w http.ResponseWriter, r *http.Request, tasks []En
 		return
 	}
 	results := make([]json.RawMessage, len(tasks))
-	sem := make(chan struct{}, e.cfg.batchConcurrency)
-	var wg sync.WaitGroup
-	for i := range tasks {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			rec := capture.New()
-			e.serveTask(rec, r, &tasks[i], m, until)
-			results[i] = batchResult(rec, &tasks[i])
-		}()
+	// A few workers take the tasks in turn rather than a goroutine each: a fresh
+	// goroutine grows its stack for the decoder and Work every time.
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for range min(e.cfg.batchConcurrency, len(tasks)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(tasks); i = int(next.Add(1) - 1) {
+				rec := capture.New()
+				e.serveTask(rec, r, &tasks[i], m, until)
+				results[i] = batchResult(rec, &tasks[i])
+			}
+		})
 	}
 	wg.Wait()
-	body, err := json.Marshal(BatchResponse{Type: EnvelopeBatch, Results: results})
-	if err != nil { // cannot happen: every element is valid JSON
-		writeProblem(w, http.StatusInternalServerError, "cannot encode batch response")
-		return
+	writeJSON(w, http.StatusOK, batchResponse(results))
+}
+
+// batchResponse is json.Marshal of a BatchResponse holding results, each already
+// encoded by json.Marshal: joined as they are, not scanned and compacted again.
+func batchResponse(results []json.RawMessage) []byte {
+	const head, tail = `{"type":"` + EnvelopeBatch + `","results":[`, `]}`
+	n := len(head) + len(tail)
+	for _, r := range results {
+		n += len(r) + 1
 	}
-	writeJSON(w, http.StatusOK, body)
+	body := append(make([]byte, 0, n), head...)
+	for i, r := range results {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, r...)
+	}
+	return append(body, tail...)
 }
 
 // batchResult turns the answer serveTask recorded for env into its BatchResult: a 200's
@@ -441,28 +460,29 @@ func (e *Endpoint) serveTask(w http.ResponseWriter, r *http.Request, env *Envelo
 		env:         env,
 		slot:        slot,
 		done:        make(chan struct{}),
-		asyncCh:     make(chan struct{}),
 	}
-	if m == modeEvent {
-		e.markAsyncLocked(rn)
-	}
-	e.inflight[id] = rn
-	e.wg.Add(2)
-	rn.live.Add(2)
-	e.mu.Unlock()
-
+	// The context exists before the run is visible in inflight: a repeated
+	// delivery may promise the run to its callback, which starts its heartbeats
+	// under it, as soon as the lock is released.
 	ctx, cancel := context.WithCancelCause(e.baseCtx)
-	rn.cancel = cancel
+	rn.ctx, rn.cancel = ctx, cancel
 	if !env.Deadline.IsZero() {
 		var cancelDeadline context.CancelFunc
-		ctx, cancelDeadline = context.WithDeadline(ctx, env.Deadline)
+		rn.ctx, cancelDeadline = context.WithDeadline(ctx, env.Deadline)
 		rn.cancel = func(cause error) {
 			cancel(cause)
 			cancelDeadline()
 		}
 	}
-	go e.execute(ctx, rn)
-	go e.heartbeat(ctx, rn)
+	e.inflight[id] = rn
+	e.wg.Add(1)
+	rn.live.Add(1)
+	if m == modeEvent {
+		e.markAsyncLocked(rn)
+	}
+	e.mu.Unlock()
+
+	go e.execute(rn)
 	switch m {
 	case modeSync:
 		e.awaitInline(w, r, rn)
@@ -544,21 +564,27 @@ func (e *Endpoint) goAsync(rn *run) bool {
 	return true
 }
 
+// markAsyncLocked promises rn, not yet finished, to its callback and starts its
+// heartbeats. They start only here: most runs finish inline and never beat, and a
+// goroutine per run waiting for a promise that never comes was a fifth of the
+// goroutines a batch started.
 func (e *Endpoint) markAsyncLocked(rn *run) {
 	if !rn.async {
 		rn.async = true
-		close(rn.asyncCh)
+		e.wg.Add(1) // execute still counts in both: neither can be at zero here
+		rn.live.Add(1)
+		go e.heartbeat(rn)
 	}
 }
 
 // execute runs Work for rn, publishes the result and, if it was promised, delivers it to
 // the callback.
-func (e *Endpoint) execute(ctx context.Context, rn *run) {
+func (e *Endpoint) execute(rn *run) {
 	defer e.wg.Done()
 	defer rn.live.Done()
 	log := e.taskLogger(rn)
-	res := e.work(ctx, rn, log)
-	superseded := errors.Is(context.Cause(ctx), ErrSuperseded)
+	res := e.work(rn.ctx, rn, log)
+	superseded := errors.Is(context.Cause(rn.ctx), ErrSuperseded)
 	rn.cancel(nil)
 
 	body, err := json.Marshal(res)
@@ -674,13 +700,7 @@ func (e *Endpoint) ready(s *providerSlot) (ok bool) {
 }
 
 func (e *Endpoint) taskLogger(rn *run) *slog.Logger {
-	return slog.New(&taskAttrs{Handler: e.log.Handler(), attrs: []slog.Attr{
-		slog.String("task_id", rn.env.TaskID),
-		slog.Int64("claim_epoch", rn.env.ClaimEpoch),
-		slog.String("kind", rn.env.Kind),
-		slog.Int("kind_version", rn.env.KindVersion),
-		slog.String("webhook_id", rn.webhookID),
-	}})
+	return slog.New(&taskAttrs{Handler: e.log.Handler(), rn: rn})
 }
 
 // taskAttrs puts a task's attributes first on each record it logs, as
@@ -689,22 +709,32 @@ func (e *Endpoint) taskLogger(rn *run) *slog.Logger {
 // benchmark's CPU when done per task).
 type taskAttrs struct {
 	slog.Handler
-	attrs []slog.Attr
+	rn *run
 }
 
 func (t *taskAttrs) Handle(ctx context.Context, r slog.Record) error {
 	nr := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
-	nr.AddAttrs(t.attrs...)
+	nr.AddAttrs(t.attrs()...)
 	r.Attrs(func(a slog.Attr) bool { nr.AddAttrs(a); return true })
 	return t.Handler.Handle(ctx, nr)
 }
 
+func (t *taskAttrs) attrs() []slog.Attr {
+	return []slog.Attr{
+		slog.String("task_id", t.rn.env.TaskID),
+		slog.Int64("claim_epoch", t.rn.env.ClaimEpoch),
+		slog.String("kind", t.rn.env.Kind),
+		slog.Int("kind_version", t.rn.env.KindVersion),
+		slog.String("webhook_id", t.rn.webhookID),
+	}
+}
+
 func (t *taskAttrs) WithAttrs(as []slog.Attr) slog.Handler {
-	return t.Handler.WithAttrs(t.attrs).WithAttrs(as)
+	return t.Handler.WithAttrs(t.attrs()).WithAttrs(as)
 }
 
 func (t *taskAttrs) WithGroup(name string) slog.Handler {
-	return t.Handler.WithAttrs(t.attrs).WithGroup(name)
+	return t.Handler.WithAttrs(t.attrs()).WithGroup(name)
 }
 
 // problem is an RFC 9457 problem details body.
