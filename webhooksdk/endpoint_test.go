@@ -757,15 +757,21 @@ func TestHandlerDuplicateDelivery(t *testing.T) {
 		g := newGate(t)
 		b := setup(t, func(ctx context.Context, _ webhooksdk.Request) (webhooksdk.Outcome, error) {
 			return webhooksdk.Outcome{}, g.wait(ctx)
-		}, webhooksdk.WithSyncBudget(waitTimeout))
+		}, webhooksdk.WithSyncBudget(waitTimeout), webhooksdk.WithHeartbeatEvery(10*time.Millisecond))
 		env := b.envelope(true)
 		id := sdktest.NewMessageID()
 		first := make(chan response, 1)
 		go func() { first <- b.post(t, id, env) }()
 		g.waitEntered(t)
+		time.Sleep(50 * time.Millisecond) // five heartbeat intervals
+		if n := len(b.cb.Heartbeats()); n != 0 {
+			t.Fatalf("%d heartbeats while the run was only waited for inline, want 0", n)
+		}
 		if resp := b.post(t, id, env); resp.status != http.StatusAccepted {
 			t.Fatalf("duplicate: status %d, want 202", resp.status)
 		}
+		// The duplicate's 202 promised the run to the callback: it beats from now on.
+		b.cb.WaitHeartbeats(t, 1, waitTimeout)
 		g.Open()
 		if resp := <-first; resp.status != http.StatusOK {
 			t.Fatalf("first: status %d, want 200", resp.status)
