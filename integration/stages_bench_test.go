@@ -6,19 +6,29 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/internal/benchq"
 	"github.com/convergeplane/converge/internal/pgtest"
 )
 
-// BenchmarkEngineStages times the engine's three steps for 10,000 leaves one
-// after another on one connection: the schedule, then claims of 512, each
-// completed (and so applied) at once. Each stage is the sum of its calls. With nothing running concurrently it is
-// much steadier than BenchmarkEngineThroughput, so it is the one to compare two
-// builds of an engine statement with (alternate the binaries). Each stage is
-// also reported against a bare INSERT of the same 10,000 queue rows, timed in
-// the same round. Run it with -benchtime=1x.
+// BenchmarkEngineStages times the engine's steps for 10,000 leaves one after
+// another on one connection, as the in-process executor calls them: the
+// schedule, then claims of 512 (store.Claim), each batch's request read
+// (store.BuildRequests) and its completion (complete_tasks, which applies).
+// Each stage is the sum of its calls. With nothing running concurrently it
+// is much steadier than BenchmarkEngineThroughput, so it is the one to
+// compare two builds of an engine statement with (alternate the binaries).
+//
+// Each round also times two baselines on the same database: a bare INSERT of
+// the same 10,000 queue rows, and the design floor's own statements run the
+// same way (benchq.FloorSerial: its schedule, claims of 512 and fenced
+// completions). The floor has no request read; the engine's serial sum
+// against the floor's says how far the engine's statements are from the
+// writes they must make, with no executor, no concurrency and no other
+// process involved. Run it with -benchtime=1x.
 func BenchmarkEngineStages(b *testing.B) {
 	n, rounds := 10_000, 5
 	if testing.Short() {
@@ -26,36 +36,49 @@ func BenchmarkEngineStages(b *testing.B) {
 	}
 	db := pgtest.New(b)
 	ctx := b.Context()
+	st := store.New(db.Pool, store.Config{})
 	must(b, execAll(ctx, db.Pool, fmt.Sprintf(`INSERT INTO kind_manifest (kind, kind_version, reactions) VALUES ('leaf', 1, '%s')`, leafReactions)))
-	names := []string{"insert", "schedule", "claim", "complete"}
+	names := []string{"insert", "schedule", "claim", "request", "complete", "floor_schedule", "floor_claim", "floor_complete"}
 	times := map[string][]float64{}
 	for range b.N {
 		for r := range rounds {
-			t := stageRound(b, db.Pool, n)
+			t := stageRound(b, db.Pool, st, n)
 			for _, name := range names {
 				times[name] = append(times[name], t[name].Seconds()*1000)
 			}
-			fmt.Printf("round %d: bare insert %.0f ms, schedule %.0f ms, claim %.0f ms, complete %.0f ms\n", r+1,
-				times["insert"][r], times["schedule"][r], times["claim"][r], times["complete"][r])
+			fmt.Printf("round %d: bare insert %.0f ms; engine: schedule %.0f, claim %.0f, request %.0f, complete %.0f ms; floor: schedule %.0f, claim %.0f, complete %.0f ms\n", r+1,
+				times["insert"][r], times["schedule"][r], times["claim"][r], times["request"][r], times["complete"][r],
+				times["floor_schedule"][r], times["floor_claim"][r], times["floor_complete"][r])
 		}
 	}
-	ins := median(times["insert"])
-	line := fmt.Sprintf("stages: n=%d rounds=%d medians: bare insert %.0f ms", n, rounds, ins)
-	for _, name := range names[1:] {
-		m := median(times[name])
-		b.ReportMetric(m, name+"_ms")
-		b.ReportMetric(m/ins, name+"/insert")
-		line += fmt.Sprintf(", %s %.0f ms (%.2fx)", name, m, m/ins)
+	m := map[string]float64{}
+	for _, name := range names {
+		m[name] = median(times[name])
+		b.ReportMetric(m[name], name+"_ms")
 	}
-	b.ReportMetric(ins, "insert_ms")
-	fmt.Println(line)
+	engine := m["schedule"] + m["claim"] + m["request"] + m["complete"]
+	floor := m["floor_schedule"] + m["floor_claim"] + m["floor_complete"]
+	b.ReportMetric(engine/floor, "engine/floor")
+	line := fmt.Sprintf("stages: n=%d rounds=%d medians: bare insert %.0f ms", n, rounds, m["insert"])
+	for _, name := range names[1:5] {
+		b.ReportMetric(m[name]/m["insert"], name+"/insert")
+		line += fmt.Sprintf(", %s %.0f ms (%.2fx)", name, m[name], m[name]/m["insert"])
+		if f, ok := m["floor_"+name]; ok {
+			line += fmt.Sprintf(" [floor %.0f ms]", f)
+		}
+	}
+	fmt.Printf("%s; serial sum: engine %.0f ms, floor %.0f ms (%.2fx)\n", line, engine, floor, engine/floor)
 }
 
 // stageRound runs one round on fresh rows and returns each stage's time.
-func stageRound(b *testing.B, pool *pgxpool.Pool, n int) map[string]time.Duration {
+func stageRound(b *testing.B, pool *pgxpool.Pool, st *store.Store, n int) map[string]time.Duration {
 	b.Helper()
 	ctx := b.Context()
-	must(b, execAll(ctx, pool, `TRUNCATE work_queue, work_outbox, resource_events, resources CASCADE`,
+	fresh := func() {
+		must(b, execAll(ctx, pool, `TRUNCATE work_queue, work_outbox, resource_events, resources CASCADE`))
+	}
+	fresh()
+	must(b, execAll(ctx, pool,
 		fmt.Sprintf(`INSERT INTO resources (kind, kind_version, name, spec) SELECT 'leaf', 1, 'l-' || i, '{}' FROM generate_series(1, %d) i`, n),
 		`VACUUM ANALYZE resources`))
 	t := map[string]time.Duration{}
@@ -75,33 +98,29 @@ func stageRound(b *testing.B, pool *pgxpool.Pool, n int) map[string]time.Duratio
 	})
 	for {
 		var (
-			ids, rids [][16]byte
-			shards    []int16
-			epochs    []int64
+			tasks []model.Task
+			err   error
 		)
 		timed("claim", func() error {
-			rows, err := pool.Query(ctx, `SELECT task_id, shard_id, claim_epoch, resource_id FROM claim_tasks('stages', 0, 255, NULL, 512, 60)`)
-			if err != nil {
-				return err
-			}
-			var (
-				id, rid [16]byte
-				shard   int16
-				epoch   int64
-			)
-			_, err = pgx.ForEachRow(rows, []any{&id, &shard, &epoch, &rid}, func() error {
-				ids, shards, epochs, rids = append(ids, id), append(shards, shard), append(epochs, epoch), append(rids, rid)
-				return nil
-			})
+			tasks, err = st.Claim(ctx, store.ClaimParams{Claimer: "stages", Lo: 0, Hi: 255, Limit: 512, Lease: time.Minute})
 			return err
 		})
-		if len(ids) == 0 {
+		if len(tasks) == 0 {
 			break
+		}
+		timed("request", func() error {
+			_, _, err := st.BuildRequests(ctx, tasks)
+			return err
+		})
+		ids, rids := make([]string, len(tasks)), make([]string, len(tasks))
+		shards, epochs := make([]int16, len(tasks)), make([]int64, len(tasks))
+		for i, task := range tasks {
+			ids[i], rids[i], shards[i], epochs[i] = task.ID, task.ResourceID, task.Shard, task.Epoch
 		}
 		timed("complete", func() error {
 			_, err := pool.Exec(ctx, `SELECT count(*) FROM complete_tasks($1::uuid[], $2::smallint[], $3::bigint[], $4::uuid[],
 				array_fill('{"status":{"ok":true}}'::jsonb, ARRAY[$5::int]), array_fill(NULL::text, ARRAY[$5::int]),
-				array_fill(false, ARRAY[$5::int]), array_fill(false, ARRAY[$5::int]), 20, 200)`, ids, shards, epochs, rids, len(ids))
+				array_fill(false, ARRAY[$5::int]), array_fill(false, ARRAY[$5::int]), 20, 200)`, ids, shards, epochs, rids, len(tasks))
 			return err
 		})
 	}
@@ -110,5 +129,10 @@ func stageRound(b *testing.B, pool *pgxpool.Pool, n int) map[string]time.Duratio
 	if lagging != 0 {
 		b.Fatalf("%d of %d leaves still lag after the round", lagging, n)
 	}
+	// The floor's statements on the same tables, from empty again.
+	fresh()
+	f, err := benchq.FloorSerial(ctx, pool, n, benchq.FloorConfig{})
+	must(b, err)
+	t["floor_schedule"], t["floor_claim"], t["floor_complete"] = f.Schedule, f.Claim, f.Complete
 	return t
 }

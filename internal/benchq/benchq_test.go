@@ -37,4 +37,20 @@ func TestBaselines(t *testing.T) {
 			t.Errorf("floor wrote %d %s events, want %d", events, typ, want)
 		}
 	}
+	// The serial floor runs the same statements one at a time: every task
+	// is claimed and completed, and each stage took time.
+	st, err := benchq.FloorSerial(t.Context(), db.Pool, 300, benchq.FloorConfig{ClaimBatch: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Schedule <= 0 || st.Claim <= 0 || st.Complete <= 0 {
+		t.Fatalf("every serial stage must take time: %+v", st)
+	}
+	var lagging int
+	if err := db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM resources WHERE kind = 'benchfloor' AND synced_gen < generation`).Scan(&lagging); err != nil {
+		t.Fatal(err)
+	}
+	if lagging != 0 {
+		t.Errorf("%d floor resources still lag after the serial run", lagging)
+	}
 }

@@ -152,26 +152,97 @@ func floorLoops(ctx context.Context, pool *pgxpool.Pool, n int, cfg FloorConfig)
 
 // floorClaim claims up to batch tasks in [lo, hi] and completes them.
 func floorClaim(ctx context.Context, pool *pgxpool.Pool, batch, lo, hi int) (int, error) {
+	c, err := claimFloor(ctx, pool, batch, lo, hi)
+	if err != nil || len(c.ids) == 0 {
+		return 0, err
+	}
+	if err := c.complete(ctx, pool); err != nil {
+		return 0, err
+	}
+	return len(c.ids), nil
+}
+
+// floorClaims are the fenced keys one floor claim returned.
+type floorClaims struct {
+	shards []int16
+	ids    [][16]byte
+	epochs []int64
+}
+
+func claimFloor(ctx context.Context, pool *pgxpool.Pool, batch, lo, hi int) (floorClaims, error) {
+	var (
+		c     floorClaims
+		shard int16
+		id    [16]byte
+		epoch int64
+	)
 	rows, err := pool.Query(ctx, floorClaimSQL, batch, lo, hi)
 	if err != nil {
-		return 0, err
+		return c, err
 	}
-	var (
-		shards []int16
-		ids    [][16]byte
-		epochs []int64
-		shard  int16
-		id     [16]byte
-		epoch  int64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&shard, &id, &epoch}, func() error {
-		shards, ids, epochs = append(shards, shard), append(ids, id), append(epochs, epoch)
+	_, err = pgx.ForEachRow(rows, []any{&shard, &id, &epoch}, func() error {
+		c.shards, c.ids, c.epochs = append(c.shards, shard), append(c.ids, id), append(c.epochs, epoch)
 		return nil
-	}); err != nil || len(ids) == 0 {
-		return 0, err
+	})
+	return c, err
+}
+
+func (c floorClaims) complete(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, floorCompleteSQL, c.shards, c.ids, c.epochs)
+	return err
+}
+
+// FloorStages are the floor's three statements, each summed over a serial
+// run (see FloorSerial).
+type FloorStages struct {
+	Schedule, Claim, Complete time.Duration
+}
+
+// FloorSerial runs the floor's statements for n new tasks one after another
+// on one connection: the schedule, then claims of cfg.ClaimBatch, each
+// completed at once, and returns each statement's summed time. It is the
+// floor's side of integration's BenchmarkEngineStages, which times the
+// engine's statements the same way: with nothing running beside them, the
+// two sets compare statement for statement. The resources are created (and
+// vacuumed) before the clock starts, on a database where FloorSerial has not
+// run yet (their names would clash).
+func FloorSerial(ctx context.Context, pool *pgxpool.Pool, n int, cfg FloorConfig) (FloorStages, error) {
+	var st FloorStages
+	if cfg.ClaimBatch <= 0 {
+		cfg.ClaimBatch = 512
 	}
-	if _, err := pool.Exec(ctx, floorCompleteSQL, shards, ids, epochs); err != nil {
-		return 0, err
+	if _, err := pool.Exec(ctx, floorKindSQL); err != nil {
+		return st, fmt.Errorf("floor kind: %w", err)
 	}
-	return len(ids), nil
+	if _, err := pool.Exec(ctx, floorSeedSQL, "floor-serial", n); err != nil {
+		return st, fmt.Errorf("floor seed: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE resources`); err != nil {
+		return st, fmt.Errorf("floor analyze: %w", err)
+	}
+	start := time.Now()
+	if _, err := pool.Exec(ctx, floorScheduleSQL); err != nil {
+		return st, fmt.Errorf("floor schedule: %w", err)
+	}
+	st.Schedule = time.Since(start)
+	for done := 0; ; {
+		start = time.Now()
+		c, err := claimFloor(ctx, pool, cfg.ClaimBatch, 0, 255)
+		st.Claim += time.Since(start)
+		if err != nil {
+			return st, fmt.Errorf("floor claim: %w", err)
+		}
+		if len(c.ids) == 0 {
+			if done != n {
+				return st, fmt.Errorf("floor applied %d of %d tasks", done, n)
+			}
+			return st, nil
+		}
+		start = time.Now()
+		if err := c.complete(ctx, pool); err != nil {
+			return st, fmt.Errorf("floor complete: %w", err)
+		}
+		st.Complete += time.Since(start)
+		done += len(c.ids)
+	}
 }
