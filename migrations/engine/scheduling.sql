@@ -117,16 +117,21 @@ BEGIN
     -- as a filter: O(every lagging resource) per call. The fence is free.)
     -- c is materialized too: inlined, its trig CASE (two EXISTS probes) is
     -- copied into each of the four expressions that read trig below.
+    -- blocked is the batch's resources with a lagging upstream, found in
+    -- one pass and probed by hash: an EXISTS per resource cost a bitmap
+    -- probe of resource_deps each, about 3 us even when it held nothing
+    -- (a third of the gate for 10,000 leaves).
     WITH t AS MATERIALIZED (
         SELECT * FROM resources WHERE id = ANY (p_ids)
+    ), blocked AS MATERIALIZED (
+        SELECT d.dependent_id AS id
+          FROM resource_deps d JOIN resources u ON u.id = d.dependency_id
+         WHERE d.dependent_id = ANY (p_ids) AND u.synced_gen < u.generation
     ), c AS MATERIALIZED (
         SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation,
             CASE
                 WHEN r.spec_gen < r.generation AND m.spec_reaction IS NOT NULL THEN
-                    CASE WHEN NOT EXISTS (
-                        SELECT 1 FROM resource_deps d JOIN resources u ON u.id = d.dependency_id
-                        WHERE d.dependent_id = r.id AND u.synced_gen < u.generation)
-                    THEN 'specChange' END
+                    CASE WHEN r.id NOT IN (SELECT b.id FROM blocked b) THEN 'specChange' END
                 WHEN m.rollup_reaction IS NOT NULL THEN
                     CASE WHEN NOT EXISTS (
                         SELECT 1 FROM resources ch
