@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,7 +61,10 @@ func (s *Store) buildRequests(ctx context.Context, tasks []model.Task, start boo
 		reacts  []string
 	)
 	seenPair := map[string]bool{}
-	for _, t := range tasks {
+	// Each task's "kind/version" key, built once: it is looked up again for
+	// the task's default config below.
+	pairOf := make([]string, len(tasks))
+	for i, t := range tasks {
 		if t.Type == webhooksdk.TaskReact {
 			reacts = append(reacts, t.ID)
 		} else if r := byID[t.ResourceID]; r.ProviderConfigRef != "" {
@@ -69,7 +73,8 @@ func (s *Store) buildRequests(ctx context.Context, tasks []model.Task, start boo
 		if needsChildren(t) {
 			parents = append(parents, t.ResourceID)
 		}
-		p := fmt.Sprintf("%s/%d", t.Kind, t.KindVersion)
+		p := t.Kind + "/" + strconv.Itoa(t.KindVersion)
+		pairOf[i] = p
 		if !seenPair[p] {
 			seenPair[p] = true
 			pairs = append(pairs, p)
@@ -133,7 +138,7 @@ func (s *Store) buildRequests(ctx context.Context, tasks []model.Task, start boo
 	failed = make([]error, len(tasks))
 	for i, t := range tasks {
 		if t.Type == webhooksdk.TaskReact {
-			out[i], failed[i] = reactRequest(t, byID, snapshots, defaults[fmt.Sprintf("%s/%d", t.Kind, t.KindVersion)])
+			out[i], failed[i] = reactRequest(t, byID, snapshots, defaults[pairOf[i]])
 			continue
 		}
 		r, found := byID[t.ResourceID]
@@ -173,7 +178,7 @@ func (s *Store) buildRequests(ctx context.Context, tasks []model.Task, start boo
 				req.Observed = model.WireResources(children[t.ResourceID])
 			}
 		}
-		def := defaults[fmt.Sprintf("%s/%d", t.Kind, t.KindVersion)]
+		def := defaults[pairOf[i]]
 		req.Config, req.Bundle = def.spec, def.data
 		if r.ProviderConfigRef != "" {
 			o := overrides[r.ProviderConfigRef]
