@@ -28,7 +28,8 @@ import (
 // Planned on a small table, the apply's phase read and UPDATE scanned every
 // resource and compared each with every id of the batch (4,008 resources
 // read to complete these 16); each now reads its resources by key: twice
-// per success, three times per failure.
+// per success (the lock taken before the work rows, which reads the phases
+// too, and the UPDATE), three times per failure.
 func TestCompletionReadsOnlyClaimedRows(t *testing.T) {
 	t.Parallel()
 	transient := "transient"
@@ -269,4 +270,68 @@ func resourcesRead(t *testing.T, c *pgx.Conn, q string, args ...any) int64 {
 		t.Fatal(err)
 	}
 	return r1 - r0
+}
+
+// TestCompletionRacingAnApplyDoesNotDeadlock: an apply updates a resource
+// whose task is being completed, and holds the row while the completion
+// arrives; then it schedules the new generation, which writes the
+// resource's work row. A completion that deleted its work row before taking
+// the resource's closed a cycle with it (the apply's enqueue waits for the
+// uncommitted delete): PostgreSQL broke it after deadlock_timeout by
+// failing the completion, which had waited first, and a completion that
+// lost three times in a row left its claim to the lease. Taking the
+// resource first, the completion waits for the apply, and then finds the
+// new generation on the row it finishes: its outcome is applied and the
+// resource runs again.
+func TestCompletionRacingAnApplyDoesNotDeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := leafDB(t)
+	var id string
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO resources (kind, kind_version, name, spec) VALUES ('leaf', 1, 'x', '{"n": 1}')
+		RETURNING id::text`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	task := claimOnly(t, db, id)
+
+	apply, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = apply.Rollback(ctx) }()
+	if _, err := apply.Exec(ctx, `UPDATE resources SET spec = '{"n": 2}', updated_at = now() WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- completeOne(db.Pool, task, `{"status": {"n": 1}}`) }()
+	if !waitForLockWait(t, db, done) {
+		t.Fatalf("the completion did not wait for the apply holding its resource: %v", <-done)
+	}
+	if _, err := apply.Exec(ctx, `SELECT schedule_applied('leaf', 'x')`); err != nil {
+		t.Fatalf("the apply's scheduling: %v", err)
+	}
+	if err := apply.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the completion: %v", err)
+	}
+
+	var (
+		status        string
+		synced, gen   int64
+		pending, left int
+	)
+	if err := db.Pool.QueryRow(ctx, `SELECT r.status::text, r.synced_gen, r.generation,
+		(SELECT count(*) FROM work_queue w WHERE w.resource_id = r.id AND w.state = 'pending' AND w.generation = r.generation),
+		(SELECT count(*) FROM work_queue w WHERE w.resource_id = r.id)
+		FROM resources r WHERE r.id = $1`, id).Scan(&status, &synced, &gen, &pending, &left); err != nil {
+		t.Fatal(err)
+	}
+	if status != `{"n": 1}` || synced != 1 || gen != 2 {
+		t.Errorf("resource: status %s, synced_gen %d, generation %d; want the completion's status applied at generation 1 of 2", status, synced, gen)
+	}
+	if pending != 1 || left != 1 {
+		t.Errorf("work rows: %d pending at the new generation of %d; want the one task re-pended for it", pending, left)
+	}
 }

@@ -63,6 +63,20 @@ BEGIN
 END
 $$;
 
+-- lock_resources locks the resources p_ids in key order, as a writer that
+-- then writes their work rows must (complete_tasks), and returns their
+-- phases, which apply_items would otherwise read again. It plans without
+-- sequential scans: its generic plan is kept from the session's first call,
+-- and one made on a small table scanned every resource
+-- (TestCompletionReadsOnlyClaimedRows).
+CREATE OR REPLACE FUNCTION lock_resources(p_ids uuid[], OUT ids uuid[], OUT phases text[])
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off AS $$
+BEGIN
+    SELECT array_agg(l.id), array_agg(l.phase) INTO ids, phases
+      FROM (SELECT r.id, r.phase FROM resources r WHERE r.id = ANY (p_ids) ORDER BY r.id FOR NO KEY UPDATE) l;
+END
+$$;
+
 -- complete_tasks records outcomes for claimed tasks. An outcome is accepted only
 -- if its row is still claimed at that claim_epoch and none is queued for the
 -- claim yet (applied, and not listed in the result); a repeat of an accepted
@@ -104,7 +118,20 @@ DECLARE
     b_vers smallint[];
     b_los smallint[];
     b_applied uuid[];
+    v_was_ids uuid[];
+    v_was text[];
 BEGIN
+    -- The batch's resources are locked first, in key order. Every other
+    -- writer of a resource and its work row (an apply, an operator action,
+    -- a compose, a value flow) takes the resource row before the work row;
+    -- a completion that deleted its work rows first and then waited for a
+    -- resource an apply held, while the apply's enqueue waited for that
+    -- uncommitted delete, deadlocked, and the completion was the victim
+    -- each time (it waits first): after three in a row its claim waited
+    -- for its lease to lapse. TestCompletionRacingAnApplyDoesNotDeadlock.
+    -- The lock reads the phases the apply compares with (nothing else
+    -- writes these rows before it, now).
+    SELECT l.ids, l.phases INTO v_was_ids, v_was FROM lock_resources(p_resource_ids) l;
     SELECT f.items, f.ids, f.kinds, f.vers, f.los INTO v_done, v_ids, v_kinds, v_vers, v_los
       FROM finish_successes(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals, p_abandoned) f;
     v_applied := coalesce(v_ids, '{}');
@@ -183,7 +210,7 @@ BEGIN
     IF v_direct IS NOT NULL THEN
         v_done := v_done || finish_work(v_direct, '{}', '{}', v_lo, v_hi, p_retry_base_ms, p_retry_max_ms);
     END IF;
-    IF apply_items(v_done) > 0 THEN
+    IF apply_items(v_done, v_was_ids, v_was) > 0 THEN
         -- For the change stream (control/api/events.go): resources moved.
         PERFORM notify_gated('outcomes_applied');
     END IF;

@@ -159,7 +159,7 @@ $$;
 -- A bulk apply or a large composite grows the table faster than autovacuum
 -- re-analyzes it (which would re-plan). TestCompletionReadsOnlyClaimedRows
 -- counts the resources a completion reads.
-CREATE OR REPLACE FUNCTION apply_items(p_items drain_item[])
+CREATE OR REPLACE FUNCTION apply_items(p_items drain_item[], p_was_ids uuid[] DEFAULT NULL, p_was text[] DEFAULT NULL)
 RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off AS $$
 DECLARE
@@ -178,9 +178,15 @@ BEGIN
     -- The phases before the update: a success is logged only if it moves
     -- the phase. (Kept by the update itself in a column, the wider row
     -- took the drain's HOT updates from 99 % to 93 % of 10,000 leaves,
-    -- which cost more than this read.)
-    SELECT array_agg(r.id), array_agg(r.phase) INTO v_was_ids, v_was
-      FROM resources r WHERE r.id = ANY (v_rids);
+    -- which cost more than this read.) A caller that locked the resources
+    -- first passes the phases its lock read (p_was_ids, p_was).
+    IF p_was_ids IS NULL THEN
+        SELECT array_agg(r.id), array_agg(r.phase) INTO v_was_ids, v_was
+          FROM resources r WHERE r.id = ANY (v_rids);
+    ELSE
+        v_was_ids := p_was_ids;
+        v_was := p_was;
+    END IF;
 
     WITH up AS (
         UPDATE resources r SET
