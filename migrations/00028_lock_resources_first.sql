@@ -12,4 +12,4 @@ DROP FUNCTION IF EXISTS apply_items(drain_item[]);
 -- Down forgets the engine's checksums (README.md): the next Up, of this
 -- release or of the one before, applies the whole engine again.
 DROP FUNCTION IF EXISTS apply_items(drain_item[], uuid[], text[]);
-DROP FUNCTION IF EXISTS lock_resources(uuid[]);
+DROP FUNCTION IF EXISTS lock_resources(uuid[], smallint[], uuid[]);

@@ -282,9 +282,22 @@ func resourcesRead(t *testing.T, c *pgx.Conn, q string, args ...any) int64 {
 // lost three times in a row left its claim to the lease. Taking the
 // resource first, the completion waits for the apply, and then finds the
 // new generation on the row it finishes: its outcome is applied and the
-// resource runs again.
+// resource runs again. A callback token need not carry the task's resource
+// (the completion then passes none): the completion finds it from the work
+// row, and locks it all the same.
 func TestCompletionRacingAnApplyDoesNotDeadlock(t *testing.T) {
 	t.Parallel()
+	for _, named := range []bool{true, false} {
+		t.Run(fmt.Sprintf("resource named=%v", named), func(t *testing.T) {
+			t.Parallel()
+			completionRacingAnApply(t, named)
+		})
+	}
+}
+
+// completionRacingAnApply is TestCompletionRacingAnApplyDoesNotDeadlock,
+// the completion naming its task's resource or not.
+func completionRacingAnApply(t *testing.T, named bool) {
 	ctx := context.Background()
 	db := leafDB(t)
 	var id string
@@ -293,6 +306,9 @@ func TestCompletionRacingAnApplyDoesNotDeadlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	task := claimOnly(t, db, id)
+	if !named {
+		task.ResourceID = ""
+	}
 
 	apply, err := db.Pool.Begin(ctx)
 	if err != nil {

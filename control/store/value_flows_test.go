@@ -225,12 +225,17 @@ func completeOne(q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, task model.Task, outcome string) error {
 	// complete_tasks lists the outcomes it did not apply (an outcome that
-	// composes is accepted and queued for the drain).
+	// composes is accepted and queued for the drain). A task without its
+	// resource is completed as a callback token without one is: NULL.
+	var rid any
+	if task.ResourceID != "" {
+		rid = task.ResourceID
+	}
 	var notApplied string
 	err := q.QueryRow(context.Background(), `SELECT coalesce(string_agg(result, ','), '') FROM complete_tasks(
 		ARRAY[$1::uuid], ARRAY[$2::smallint], ARRAY[$3::bigint], ARRAY[$4::uuid], ARRAY[$5::jsonb],
 		ARRAY[NULL::text], ARRAY[false], ARRAY[false], 1000, 300000)`,
-		task.ID, task.Shard, task.Epoch, task.ResourceID, outcome).Scan(&notApplied)
+		task.ID, task.Shard, task.Epoch, rid, outcome).Scan(&notApplied)
 	if err == nil && notApplied != "" {
 		err = fmt.Errorf("the completion of %s's task was not accepted: %s", task.ResourceID, notApplied)
 	}

@@ -63,17 +63,25 @@ BEGIN
 END
 $$;
 
--- lock_resources locks the resources p_ids in key order, as a writer that
--- then writes their work rows must (complete_tasks), and returns their
--- phases, which apply_items would otherwise read again. It plans without
--- sequential scans: its generic plan is kept from the session's first call,
--- and one made on a small table scanned every resource
--- (TestCompletionReadsOnlyClaimedRows).
-CREATE OR REPLACE FUNCTION lock_resources(p_ids uuid[], OUT ids uuid[], OUT phases text[])
+-- lock_resources locks, in key order, the resources of the tasks a
+-- completion finishes, as a writer that then writes their work rows must
+-- (complete_tasks), and returns their phases, which apply_items would
+-- otherwise read again. A task's resource is the caller's p_resource_ids,
+-- or, where that is NULL (a callback token need not carry it), its work
+-- row's. It plans without sequential scans: its generic plan is kept from
+-- the session's first call, and one made on a small table scanned every
+-- resource (TestCompletionReadsOnlyClaimedRows).
+CREATE OR REPLACE FUNCTION lock_resources(p_task_ids uuid[], p_shards smallint[], p_resource_ids uuid[],
+                                          OUT ids uuid[], OUT phases text[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off AS $$
 BEGIN
     SELECT array_agg(l.id), array_agg(l.phase) INTO ids, phases
-      FROM (SELECT r.id, r.phase FROM resources r WHERE r.id = ANY (p_ids) ORDER BY r.id FOR NO KEY UPDATE) l;
+      FROM (SELECT r.id, r.phase FROM resources r
+             WHERE r.id = ANY (ARRAY(
+                   SELECT coalesce(i.resource_id, (SELECT w.resource_id FROM work_queue w
+                                                   WHERE w.shard_id = i.shard_id AND w.task_id = i.task_id))
+                     FROM unnest(p_task_ids, p_shards, p_resource_ids) AS i(task_id, shard_id, resource_id)))
+             ORDER BY r.id FOR NO KEY UPDATE) l;
 END
 $$;
 
@@ -131,7 +139,7 @@ BEGIN
     -- for its lease to lapse. TestCompletionRacingAnApplyDoesNotDeadlock.
     -- The lock reads the phases the apply compares with (nothing else
     -- writes these rows before it, now).
-    SELECT l.ids, l.phases INTO v_was_ids, v_was FROM lock_resources(p_resource_ids) l;
+    SELECT l.ids, l.phases INTO v_was_ids, v_was FROM lock_resources(p_task_ids, p_shards, p_resource_ids) l;
     SELECT f.items, f.ids, f.kinds, f.vers, f.los INTO v_done, v_ids, v_kinds, v_vers, v_los
       FROM finish_successes(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals, p_abandoned) f;
     v_applied := coalesce(v_ids, '{}');
