@@ -30,6 +30,8 @@ const (
 	typeInvalid              = "urn:converge:problem:invalid"
 	typeNotFound             = "urn:converge:problem:not-found"
 	typeConflict             = "urn:converge:problem:conflict"
+	typeVersionConflict      = "urn:converge:problem:version-conflict"
+	typePreconditionFailed   = "urn:converge:problem:precondition-failed"
 	typeBreakingChange       = "urn:converge:problem:breaking-change"
 	typeUnauthorized         = "urn:converge:problem:unauthorized"
 	typeForbidden            = "urn:converge:problem:forbidden"
@@ -162,6 +164,8 @@ func defaultType(status int) string {
 		return typeNotFound
 	case http.StatusConflict:
 		return typeConflict
+	case http.StatusPreconditionFailed:
+		return typePreconditionFailed
 	case http.StatusUnauthorized:
 		return typeUnauthorized
 	case http.StatusForbidden:
@@ -278,6 +282,9 @@ type problemOpts struct {
 	// doc is the document a DocumentError is about, to echo offending
 	// values; may be nil.
 	doc json.RawMessage
+	// version is where a conditional write's condition was sent, for a
+	// *store.PreconditionError: "header" (412) or "body" (409).
+	version in
 }
 
 // problemFor maps an error from the store to a Problem. Unknown errors are
@@ -299,11 +306,14 @@ func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Prob
 		ce  *store.ConflictError
 		ie  *store.InvalidError
 		nfe *store.NotFoundError
+		pce *store.PreconditionError
 		pe  *pgconn.PgError
 	)
 	switch {
 	case errors.As(err, &p):
 		return p
+	case errors.As(err, &pce):
+		return versionProblem(pce, o.version)
 	case errors.As(err, &de):
 		return documentProblem(de, o)
 	case errors.As(err, &be):
