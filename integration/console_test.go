@@ -214,6 +214,23 @@ func TestConsole(t *testing.T) {
 	click(b, "#main", "Apply")
 	b.WaitTrue("the new binding", `!!document.querySelector('tr[data-binding="console-made"]')`, 30*time.Second)
 	b.Screenshot("bindings")
+
+	t.Log("reactor bindings: an edit made from a version someone has since changed is refused, not applied over theirs")
+	click(b, `tr[data-binding="console-made"]`, "Edit")
+	b.WaitTrue("the editor, with the version it read", `document.querySelector('[data-testid="doc-text"]')?.value.includes('"resource_version"')`, 30*time.Second)
+	theirs := map[string]any{"name": "console-made", "watch_kind": "account", "transition": "synced", "reactor": "statussink",
+		"label_match": map[string]string{"team": "theirs"}, "enabled": false}
+	s.stdPost("/reactor-bindings", theirs, 200)
+	edited := browsertest.Eval[string](b, `document.querySelector('[data-testid="doc-text"]').value.replace('"nobody"', '"mine"')`)
+	fill(b, `[data-testid="doc-text"]`, edited)
+	click(b, "#main", "Apply")
+	b.WaitTrue("the conflict, explained", `!!document.querySelector('.problem[data-problem-type="urn:converge:problem:version-conflict"] [data-testid="stale-version"]')`, 30*time.Second)
+	if _, body := s.call("GET", "/reactor-bindings/console-made", nil); !strings.Contains(string(body), `"theirs"`) {
+		t.Errorf("the console's stale edit overwrote the other change: %s", body)
+	}
+	b.Screenshot("binding-conflict")
+	click(b, "#main", "Cancel")
+	b.WaitTrue("their change in the table", `document.querySelector('tr[data-binding="console-made"]')?.textContent.includes("team=theirs")`, 30*time.Second)
 	click(b, `tr[data-binding="console-made"]`, "Delete")
 	b.WaitTrue("the binding gone", `!document.querySelector('tr[data-binding="console-made"]')`, 30*time.Second)
 	if code, _ := s.call("GET", "/reactor-bindings/console-made", nil); code != 404 {

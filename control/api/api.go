@@ -94,6 +94,9 @@ type Config struct {
 	// Events, when set, serves the console's change stream at GET
 	// /api/v1/events/stream (a read route). Nil leaves the route out.
 	Events *EventHub
+	// IdempotencyRetention is how long the answer of a POST sent with an
+	// Idempotency-Key is kept for its retries. Defaults to 24 hours.
+	IdempotencyRetention time.Duration
 }
 
 // The Config defaults.
@@ -103,6 +106,8 @@ const (
 	VersionDefault        = "dev"
 	RequestTimeoutDefault = 30 * time.Second
 	ReadyTimeoutDefault   = 2 * time.Second
+	// IdempotencyRetentionDefault is IdempotencyRetention's default.
+	IdempotencyRetentionDefault = 24 * time.Hour
 )
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -112,6 +117,7 @@ func (c Config) WithDefaults() Config {
 	c.Version = cmp.Or(c.Version, VersionDefault)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
 	c.ReadyTimeout = cmp.Or(c.ReadyTimeout, ReadyTimeoutDefault)
+	c.IdempotencyRetention = cmp.Or(c.IdempotencyRetention, IdempotencyRetentionDefault)
 	return c
 }
 
@@ -125,6 +131,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("api: RequestTimeout must not be negative (got %s)", c.RequestTimeout)
 	case c.ReadyTimeout < 0:
 		return fmt.Errorf("api: ReadyTimeout must not be negative (got %s)", c.ReadyTimeout)
+	case c.IdempotencyRetention < 0:
+		return fmt.Errorf("api: IdempotencyRetention must not be negative (got %s)", c.IdempotencyRetention)
 	}
 	if e := c.Endpoints; e != nil && (e.Box == nil || e.ValidateURL == nil) {
 		return errNoEndpoints
@@ -194,6 +202,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.app.Use(Prefix, s.auth.middleware)
 	s.app.Use(Prefix, checkQuery)
 	s.app.Use(Prefix, requireJSONBody)
+	s.app.Use(Prefix, s.idempotency)
 
 	s.docs = newOpenAPIDoc(s)
 	// These routes come before huma's own /openapi.* routes, so they win:
@@ -332,6 +341,10 @@ func register[I, O any](s *Server, op huma.Operation, doc any, h func(context.Co
 	op.Path = Prefix + op.Path
 	op.MaxBodyBytes = int64(s.cfg.BodyLimit) + 1 // huma refuses a body of exactly MaxBodyBytes
 	op.SkipValidateBody = true
+	if op.Method == http.MethodPost {
+		// Read by the idempotency middleware, not the handler: documented here.
+		op.Parameters = append(op.Parameters, idempotencyKeyParam())
+	}
 	registerOp(s.api, op, h)
 	if doc == nil {
 		return

@@ -22,6 +22,8 @@ type ReactorBindingApply struct {
 	ReactorVersion   versionField `json:"reactor_version,omitempty" doc:"Pin this reactor version; omitted = unpinned."`
 	LabelMatch       labelsField  `json:"label_match,omitempty" doc:"The watched resource's labels must contain these; omitted = all."`
 	Enabled          *bool        `json:"enabled,omitempty" doc:"A disabled binding never fires. Default true."`
+	// ResourceVersion, when sent, makes the apply conditional on it.
+	ResourceVersion int64 `json:"resource_version,omitempty" doc:"The resource_version the change was made from (a GET's): the apply is refused with 409, and changes nothing, when the object has been written since. Omitted = apply whatever the version."`
 }
 
 type bindingApplyBody struct {
@@ -45,7 +47,7 @@ func (s *Server) registerBindings() {
 		OperationID: "apply-reactor-binding", Method: http.MethodPost, Path: "/reactor-bindings", Tags: []string{"Reactor bindings"},
 		Summary:     "Apply a reactor binding",
 		Description: "Creates (201) or updates (200) the binding by name; X-Apply-Result says created, configured or unchanged. Live: no restart.",
-		Errors:      []int{400, 422},
+		Errors:      []int{400, 409, 412, 422},
 	}, ReactorBindingApply{}, s.applyBinding)
 	register(s, huma.Operation{
 		OperationID: "list-reactor-bindings", Method: http.MethodGet, Path: "/reactor-bindings", Tags: []string{"Reactor bindings"},
@@ -57,7 +59,7 @@ func (s *Server) registerBindings() {
 	}, nil, s.getBinding)
 	register(s, huma.Operation{
 		OperationID: "delete-reactor-binding", Method: http.MethodDelete, Path: "/reactor-bindings/{name}", Tags: []string{"Reactor bindings"},
-		Summary: "Delete a reactor binding", DefaultStatus: http.StatusNoContent, Errors: []int{404},
+		Summary: "Delete a reactor binding", DefaultStatus: http.StatusNoContent, Errors: []int{404, 412},
 	}, nil, s.deleteBinding)
 }
 
@@ -69,7 +71,7 @@ func optionalVersion(v versionField, loc string) (int, *Problem) {
 	return v.value(loc)
 }
 
-func (s *Server) applyBinding(ctx context.Context, in *rawBodyInput) (*applyOutput[store.ReactorBinding], error) {
+func (s *Server) applyBinding(ctx context.Context, in *applyInput) (*applyOutput[store.ReactorBinding], error) {
 	var b bindingApplyBody
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
@@ -86,12 +88,16 @@ func (s *Server) applyBinding(ctx context.Context, in *rawBodyInput) (*applyOutp
 	if p != nil {
 		return nil, p
 	}
+	pre, p := applyCondition(in.IfMatch, b.ResourceVersion)
+	if p != nil {
+		return nil, p
+	}
 	params := store.PutReactorBindingParams{Name: b.Name, WatchKind: b.WatchKind, WatchKindVersion: watchVersion,
 		Transition: webhooksdk.Transition(b.Transition), Reactor: b.Reactor, ReactorVersion: reactorVersion,
-		LabelMatch: labels, Enabled: b.Enabled == nil || *b.Enabled}
+		LabelMatch: labels, Enabled: b.Enabled == nil || *b.Enabled, Precondition: pre.Precondition}
 	out, res, err := s.store.PutReactorBinding(ctx, params)
 	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{value: func(f string) any {
+		return nil, s.problemFor(ctx, err, problemOpts{version: pre.in, value: func(f string) any {
 			switch {
 			case f == "name":
 				return params.Name
@@ -107,7 +113,7 @@ func (s *Server) applyBinding(ctx context.Context, in *rawBodyInput) (*applyOutp
 			return nil
 		}})
 	}
-	return &applyOutput[store.ReactorBinding]{Status: applyStatus(res), ApplyResult: res, Body: out}, nil
+	return &applyOutput[store.ReactorBinding]{Status: applyStatus(res), ApplyResult: res, ETag: etag(out.ResourceVersion), Body: out}, nil
 }
 
 func (s *Server) listBindings(ctx context.Context, in *listBindingsInput) (*bodyOutput[ReactorBindingList], error) {
@@ -118,17 +124,21 @@ func (s *Server) listBindings(ctx context.Context, in *listBindingsInput) (*body
 	return &bodyOutput[ReactorBindingList]{Body: ReactorBindingList{Items: bs}}, nil
 }
 
-func (s *Server) getBinding(ctx context.Context, in *namePath) (*bodyOutput[store.ReactorBinding], error) {
+func (s *Server) getBinding(ctx context.Context, in *namePath) (*versionedOutput[store.ReactorBinding], error) {
 	b, err := s.store.GetReactorBinding(ctx, in.Name)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
-	return &bodyOutput[store.ReactorBinding]{Body: b}, nil
+	return &versionedOutput[store.ReactorBinding]{ETag: etag(b.ResourceVersion), Body: b}, nil
 }
 
-func (s *Server) deleteBinding(ctx context.Context, in *namePath) (*struct{}, error) {
-	if err := s.store.DeleteReactorBinding(ctx, in.Name); err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+func (s *Server) deleteBinding(ctx context.Context, in *deleteByNameInput) (*struct{}, error) {
+	pre, p := conditionOf(in.IfMatch, store.Precondition{})
+	if p != nil {
+		return nil, p
+	}
+	if err := s.store.DeleteReactorBinding(ctx, in.Name, pre.Precondition); err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path", version: pre.in})
 	}
 	return &struct{}{}, nil
 }

@@ -44,6 +44,8 @@ type EndpointApply struct {
 	// can hold it before the endpoint exists and its first health probe
 	// verifies.
 	Secret string `json:"secret,omitempty" writeOnly:"true" doc:"Optional signing secret for a new endpoint: whsec_ followed by the standard base64 of 24 to 64 random bytes. Never echoed back. Used only when the apply creates the endpoint; rotate an existing one's with rotate-secret. Omitted = generated and returned once."`
+	// ResourceVersion, when sent, makes the apply conditional on it.
+	ResourceVersion int64 `json:"resource_version,omitempty" doc:"The resource_version the change was made from (a GET's): the apply is refused with 409, and changes nothing, when the object has been written since. Omitted = apply whatever the version."`
 }
 
 // EndpointView is an endpoint as the API shows it. Secret is present only in
@@ -78,7 +80,7 @@ func (s *Server) registerEndpoints() {
 			"Targets are https URLs, Lambda functions (type lambda) or Function URLs (type lambda_url). " +
 			"Target, custom AWS endpoint and health URLs must pass the dispatcher's egress policy (https; no private, loopback or metadata " +
 			"addresses unless allowlisted or in dev mode).",
-		Errors: []int{400, 409, 422},
+		Errors: []int{400, 409, 412, 422},
 	}, EndpointApply{}, s.applyEndpoint)
 	register(s, huma.Operation{
 		OperationID: "list-endpoints", Method: http.MethodGet, Path: "/endpoints", Tags: []string{"Endpoints"},
@@ -90,7 +92,7 @@ func (s *Server) registerEndpoints() {
 	}, nil, s.getEndpoint)
 	register(s, huma.Operation{
 		OperationID: "delete-endpoint", Method: http.MethodDelete, Path: "/endpoints/{name}", Tags: []string{"Endpoints"},
-		Summary: "Delete a provider endpoint", DefaultStatus: http.StatusNoContent, Errors: []int{404},
+		Summary: "Delete a provider endpoint", DefaultStatus: http.StatusNoContent, Errors: []int{404, 412},
 	}, nil, s.deleteEndpoint)
 	register(s, huma.Operation{
 		OperationID: "rotate-endpoint-secret", Method: http.MethodPost, Path: "/endpoints/{name}/rotate-secret", Tags: []string{"Endpoints"},
@@ -101,7 +103,7 @@ func (s *Server) registerEndpoints() {
 	s.registerDeliveries()
 }
 
-func (s *Server) applyEndpoint(ctx context.Context, in *rawBodyInput) (*applyOutput[EndpointView], error) {
+func (s *Server) applyEndpoint(ctx context.Context, in *applyInput) (*applyOutput[EndpointView], error) {
 	var b EndpointApply
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
@@ -123,19 +125,23 @@ func (s *Server) applyEndpoint(ctx context.Context, in *rawBodyInput) (*applyOut
 			return nil, s.problemFor(ctx, &store.InvalidError{Location: loc, Message: err.Error()}, problemOpts{})
 		}
 	}
+	pre, p := applyCondition(in.IfMatch, b.ResourceVersion)
+	if p != nil {
+		return nil, p
+	}
 	ep, res, secret, err := s.store.PutEndpoint(ctx, ec.Box, store.PutEndpointParams{
 		Name: b.Name, Kinds: b.Kinds, Target: b.Target, Health: b.Health,
 		MaxConcurrency: b.MaxConcurrency, MaxBatch: b.MaxBatch, RequestTimeoutSecs: b.RequestTimeoutSecs, Enabled: b.Enabled,
-		Secret: store.EndpointSecret(b.Secret),
+		Secret: store.EndpointSecret(b.Secret), Precondition: pre.Precondition,
 	})
 	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{})
+		return nil, s.problemFor(ctx, err, problemOpts{version: pre.in})
 	}
 	v := EndpointView{Endpoint: ep}
 	if b.Secret == "" {
 		v.Secret = secret.Reveal() // generated: shown this once
 	}
-	return &applyOutput[EndpointView]{Status: applyStatus(res), ApplyResult: res, Body: v}, nil
+	return &applyOutput[EndpointView]{Status: applyStatus(res), ApplyResult: res, ETag: etag(ep.ResourceVersion), Body: v}, nil
 }
 
 func (s *Server) view(ep store.Endpoint) EndpointView {
@@ -158,17 +164,21 @@ func (s *Server) listEndpoints(ctx context.Context, _ *struct{}) (*bodyOutput[En
 	return &bodyOutput[EndpointList]{Body: out}, nil
 }
 
-func (s *Server) getEndpoint(ctx context.Context, in *namePath) (*bodyOutput[EndpointView], error) {
+func (s *Server) getEndpoint(ctx context.Context, in *namePath) (*versionedOutput[EndpointView], error) {
 	ep, err := s.store.GetEndpoint(ctx, in.Name)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
-	return &bodyOutput[EndpointView]{Body: s.view(ep)}, nil
+	return &versionedOutput[EndpointView]{ETag: etag(ep.ResourceVersion), Body: s.view(ep)}, nil
 }
 
-func (s *Server) deleteEndpoint(ctx context.Context, in *namePath) (*struct{}, error) {
-	if err := s.store.DeleteEndpoint(ctx, in.Name); err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+func (s *Server) deleteEndpoint(ctx context.Context, in *deleteByNameInput) (*struct{}, error) {
+	pre, p := conditionOf(in.IfMatch, store.Precondition{})
+	if p != nil {
+		return nil, p
+	}
+	if err := s.store.DeleteEndpoint(ctx, in.Name, pre.Precondition); err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path", version: pre.in})
 	}
 	return &struct{}{}, nil
 }

@@ -34,10 +34,18 @@ type putManifestInput struct {
 type applyOutput[T any] struct {
 	Status      int
 	ApplyResult store.ApplyResult `header:"X-Apply-Result" enum:"created,configured,unchanged" doc:"What the apply did."`
+	ETag        string            `header:"ETag" doc:"The object's resource_version as an entity tag, for If-Match; absent for an object without versions (a manifest)."`
 	Body        T
 }
 
 type bodyOutput[T any] struct {
+	Body T
+}
+
+// versionedOutput is the answer of a read or delete of one object that
+// carries a resource_version.
+type versionedOutput[T any] struct {
+	ETag string `header:"ETag" doc:"The object's resource_version as an entity tag, for If-Match."`
 	Body T
 }
 
@@ -72,11 +80,14 @@ type kindConfigBody struct {
 	OrphanGraceSecs      int          `json:"orphan_grace_secs" minimum:"0"`
 	MaxTransientAttempts int          `json:"max_transient_attempts" minimum:"0"`
 	UpdatedAt            any          `json:"updated_at,omitempty" readOnly:"true" doc:"Ignored: set by the server."`
+	// ResourceVersion, when sent, makes the apply conditional on it.
+	ResourceVersion int64 `json:"resource_version,omitempty" doc:"The resource_version the change was made from (a GET's): the apply is refused with 409, and changes nothing, when the object has been written since. Omitted = apply whatever the version."`
 }
 
 type putKindConfigInput struct {
 	Kind    string `path:"kind" doc:"The kind, e.g. vpc." example:"vpc"`
 	Version int    `path:"version" minimum:"1" maximum:"32767" doc:"The kind version." example:"1"`
+	Conditional
 	RawBody []byte
 }
 
@@ -119,7 +130,7 @@ func (s *Server) registerManifests() {
 		OperationID: "put-kind-config", Method: http.MethodPut, Path: "/kinds/{kind}/versions/{version}/config", Tags: []string{"Kinds"},
 		Summary:     "Replace a kind version's operational config",
 		Description: "Replaces all six fields (an omitted one becomes 0/false). Takes effect on the next claim; no restart.",
-		Errors:      []int{400, 404, 422},
+		Errors:      []int{400, 404, 409, 412, 422},
 	}, kindConfigBody{}, s.putKindConfig)
 }
 
@@ -240,12 +251,12 @@ func (s *Server) getKindSchema(ctx context.Context, in *kindVersionPath) (*bodyO
 		SpecSchema: m.SpecSchema, StatusSchema: m.StatusSchema, ConfigSchema: m.ConfigSchema}}, nil
 }
 
-func (s *Server) getKindConfig(ctx context.Context, in *kindVersionPath) (*bodyOutput[store.KindConfig], error) {
+func (s *Server) getKindConfig(ctx context.Context, in *kindVersionPath) (*versionedOutput[store.KindConfig], error) {
 	c, err := s.store.GetKindConfig(ctx, in.Kind, in.Version)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
-	return &bodyOutput[store.KindConfig]{Body: c}, nil
+	return &versionedOutput[store.KindConfig]{ETag: etag(c.ResourceVersion), Body: c}, nil
 }
 
 func (s *Server) putKindConfig(ctx context.Context, in *putKindConfigInput) (*applyOutput[store.KindConfig], error) {
@@ -267,19 +278,23 @@ func (s *Server) putKindConfig(ctx context.Context, in *putKindConfigInput) (*ap
 				ProblemError{Location: "body.kind_version", Message: "must equal the path's version", Value: v})
 		}
 	}
+	pre, p := applyCondition(in.IfMatch, b.ResourceVersion)
+	if p != nil {
+		return nil, p
+	}
 	c := store.KindConfig{Kind: in.Kind, KindVersion: in.Version, MaxInflight: b.MaxInflight, TaskDeadlineSecs: b.TaskDeadlineSecs,
 		ResyncIntervalSecs: b.ResyncIntervalSecs, ResyncRecomposes: b.ResyncRecomposes, OrphanGraceSecs: b.OrphanGraceSecs,
 		MaxTransientAttempts: b.MaxTransientAttempts}
-	out, res, err := s.store.PutKindConfig(ctx, c)
+	out, res, err := s.store.PutKindConfig(ctx, c, pre.Precondition)
 	if err != nil {
 		var nf *store.NotFoundError
-		o := problemOpts{value: func(f string) any { return kindConfigValue(c, f) }}
+		o := problemOpts{version: pre.in, value: func(f string) any { return kindConfigValue(c, f) }}
 		if errors.As(err, &nf) {
 			o.in = "path"
 		}
 		return nil, s.problemFor(ctx, err, o)
 	}
-	return &applyOutput[store.KindConfig]{Status: http.StatusOK, ApplyResult: res, Body: out}, nil
+	return &applyOutput[store.KindConfig]{Status: http.StatusOK, ApplyResult: res, ETag: etag(out.ResourceVersion), Body: out}, nil
 }
 
 func kindConfigValue(c store.KindConfig, field string) any {

@@ -25,20 +25,26 @@ const ProblemContentType = "application/problem+json"
 // Problem types. Each names one kind of failure a client may branch on;
 // docs/api.md describes them.
 const (
-	typeMalformed            = "urn:converge:problem:malformed-request"
-	typeInvalidDocument      = "urn:converge:problem:invalid-document"
-	typeInvalid              = "urn:converge:problem:invalid"
-	typeNotFound             = "urn:converge:problem:not-found"
-	typeConflict             = "urn:converge:problem:conflict"
-	typeBreakingChange       = "urn:converge:problem:breaking-change"
-	typeUnauthorized         = "urn:converge:problem:unauthorized"
-	typeForbidden            = "urn:converge:problem:forbidden"
-	typeTooLarge             = "urn:converge:problem:body-too-large"
-	typeUnsupportedMediaType = "urn:converge:problem:unsupported-media-type"
-	typeMethodNotAllowed     = "urn:converge:problem:method-not-allowed"
-	typeUnavailable          = "urn:converge:problem:unavailable"
-	typeTimeout              = "urn:converge:problem:timeout"
-	typeInternal             = "urn:converge:problem:internal"
+	typeMalformed          = "urn:converge:problem:malformed-request"
+	typeInvalidDocument    = "urn:converge:problem:invalid-document"
+	typeInvalid            = "urn:converge:problem:invalid"
+	typeNotFound           = "urn:converge:problem:not-found"
+	typeConflict           = "urn:converge:problem:conflict"
+	typeVersionConflict    = "urn:converge:problem:version-conflict"
+	typePreconditionFailed = "urn:converge:problem:precondition-failed"
+	// The idempotency key refusals (idempotency.go).
+	typeIdempotencyKeyReused      = "urn:converge:problem:idempotency-key-reused"
+	typeIdempotencyKeyInUse       = "urn:converge:problem:idempotency-key-in-use"
+	typeIdempotencyOutcomeUnknown = "urn:converge:problem:idempotency-outcome-unknown"
+	typeBreakingChange            = "urn:converge:problem:breaking-change"
+	typeUnauthorized              = "urn:converge:problem:unauthorized"
+	typeForbidden                 = "urn:converge:problem:forbidden"
+	typeTooLarge                  = "urn:converge:problem:body-too-large"
+	typeUnsupportedMediaType      = "urn:converge:problem:unsupported-media-type"
+	typeMethodNotAllowed          = "urn:converge:problem:method-not-allowed"
+	typeUnavailable               = "urn:converge:problem:unavailable"
+	typeTimeout                   = "urn:converge:problem:timeout"
+	typeInternal                  = "urn:converge:problem:internal"
 )
 
 // Problem is an RFC 9457 problem document, the body of every error. Errors
@@ -162,6 +168,8 @@ func defaultType(status int) string {
 		return typeNotFound
 	case http.StatusConflict:
 		return typeConflict
+	case http.StatusPreconditionFailed:
+		return typePreconditionFailed
 	case http.StatusUnauthorized:
 		return typeUnauthorized
 	case http.StatusForbidden:
@@ -278,6 +286,9 @@ type problemOpts struct {
 	// doc is the document a DocumentError is about, to echo offending
 	// values; may be nil.
 	doc json.RawMessage
+	// version is where a conditional write's condition was sent, for a
+	// *store.PreconditionError: "header" (412) or "body" (409).
+	version in
 }
 
 // problemFor maps an error from the store to a Problem. Unknown errors are
@@ -299,11 +310,14 @@ func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Prob
 		ce  *store.ConflictError
 		ie  *store.InvalidError
 		nfe *store.NotFoundError
+		pce *store.PreconditionError
 		pe  *pgconn.PgError
 	)
 	switch {
 	case errors.As(err, &p):
 		return p
+	case errors.As(err, &pce):
+		return versionProblem(pce, o.version)
 	case errors.As(err, &de):
 		return documentProblem(de, o)
 	case errors.As(err, &be):

@@ -19,6 +19,8 @@ type ProviderConfigApply struct {
 	IsDefault   bool            `json:"is_default,omitempty" doc:"Make this the default of its (kind, kind_version); at most one."`
 	Spec        json.RawMessage `json:"spec,omitempty" doc:"Validated against the kind version's config_schema; omitted = {}."`
 	Data        []byte          `json:"data,omitempty" doc:"An opaque bundle, base64."`
+	// ResourceVersion, when sent, makes the apply conditional on it.
+	ResourceVersion int64 `json:"resource_version,omitempty" doc:"The resource_version the change was made from (a GET's): the apply is refused with 409, and changes nothing, when the object has been written since. Omitted = apply whatever the version."`
 }
 
 // configServerFields are read-only fields a GET returns, accepted and
@@ -34,12 +36,22 @@ type providerConfigApplyBody struct {
 	configServerFields
 }
 
-type rawBodyInput struct {
+// applyInput is the input of an apply that takes its body raw and may be
+// conditional (If-Match).
+type applyInput struct {
+	Conditional
 	RawBody []byte
 }
 
 type namePath struct {
 	Name string `path:"name" doc:"The object's name."`
+}
+
+// deleteByNameInput is the input of a delete by name that may be
+// conditional (If-Match).
+type deleteByNameInput struct {
+	Name string `path:"name" doc:"The object's name."`
+	Conditional
 }
 
 // ProviderConfigList is one page of GET /providerconfigs.
@@ -67,7 +79,7 @@ func (s *Server) registerProviderConfigs() {
 		Summary: "Apply a provider config",
 		Description: "Creates (201) or updates (200) the config by name; X-Apply-Result says created, configured or unchanged. " +
 			"A second default for one (kind, kind_version) is 409; moving a referenced config to another version is 409.",
-		Errors: []int{400, 404, 409, 422},
+		Errors: []int{400, 404, 409, 412, 422},
 	}, ProviderConfigApply{}, s.applyProviderConfig)
 	register(s, huma.Operation{
 		OperationID: "list-providerconfigs", Method: http.MethodGet, Path: "/providerconfigs", Tags: []string{"Provider configs"},
@@ -81,11 +93,11 @@ func (s *Server) registerProviderConfigs() {
 		OperationID: "delete-providerconfig", Method: http.MethodDelete, Path: "/providerconfigs/{name}", Tags: []string{"Provider configs"},
 		Summary: "Delete a provider config", DefaultStatus: http.StatusNoContent,
 		Description: "Refused with 409 while a resource references it.",
-		Errors:      []int{404, 409},
+		Errors:      []int{404, 409, 412},
 	}, nil, s.deleteProviderConfig)
 }
 
-func (s *Server) applyProviderConfig(ctx context.Context, in *rawBodyInput) (*applyOutput[store.ProviderConfig], error) {
+func (s *Server) applyProviderConfig(ctx context.Context, in *applyInput) (*applyOutput[store.ProviderConfig], error) {
 	var b providerConfigApplyBody
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
@@ -97,11 +109,15 @@ func (s *Server) applyProviderConfig(ctx context.Context, in *rawBodyInput) (*ap
 	if p := configSpecProblem(b.Spec); p != nil {
 		return nil, p
 	}
+	pre, p := applyCondition(in.IfMatch, b.ResourceVersion)
+	if p != nil {
+		return nil, p
+	}
 	params := store.PutProviderConfigParams{Name: b.Name, Kind: b.Kind, KindVersion: version, IsDefault: b.IsDefault,
-		Spec: b.Spec, Data: b.Data}
+		Spec: b.Spec, Data: b.Data, Precondition: pre.Precondition}
 	c, res, err := s.store.PutProviderConfig(ctx, params)
 	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{doc: b.Spec, value: func(f string) any {
+		return nil, s.problemFor(ctx, err, problemOpts{doc: b.Spec, version: pre.in, value: func(f string) any {
 			switch f {
 			case "name":
 				return params.Name
@@ -113,7 +129,7 @@ func (s *Server) applyProviderConfig(ctx context.Context, in *rawBodyInput) (*ap
 			return nil
 		}})
 	}
-	return &applyOutput[store.ProviderConfig]{Status: applyStatus(res), ApplyResult: res, Body: c}, nil
+	return &applyOutput[store.ProviderConfig]{Status: applyStatus(res), ApplyResult: res, ETag: etag(c.ResourceVersion), Body: c}, nil
 }
 
 // configSpecProblem refuses a spec that webhooksdk.MergeConfig would refuse.
@@ -155,17 +171,21 @@ func (s *Server) listProviderConfigs(ctx context.Context, in *listProviderConfig
 		Body: ProviderConfigList{Items: page.Items, NextCursor: page.NextCursor}}, nil
 }
 
-func (s *Server) getProviderConfig(ctx context.Context, in *namePath) (*bodyOutput[store.ProviderConfig], error) {
+func (s *Server) getProviderConfig(ctx context.Context, in *namePath) (*versionedOutput[store.ProviderConfig], error) {
 	c, err := s.store.GetProviderConfig(ctx, in.Name)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
-	return &bodyOutput[store.ProviderConfig]{Body: c}, nil
+	return &versionedOutput[store.ProviderConfig]{ETag: etag(c.ResourceVersion), Body: c}, nil
 }
 
-func (s *Server) deleteProviderConfig(ctx context.Context, in *namePath) (*struct{}, error) {
-	if err := s.store.DeleteProviderConfig(ctx, in.Name); err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+func (s *Server) deleteProviderConfig(ctx context.Context, in *deleteByNameInput) (*struct{}, error) {
+	pre, p := conditionOf(in.IfMatch, store.Precondition{})
+	if p != nil {
+		return nil, p
+	}
+	if err := s.store.DeleteProviderConfig(ctx, in.Name, pre.Precondition); err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path", version: pre.in})
 	}
 	return &struct{}{}, nil
 }

@@ -22,6 +22,8 @@ type ResourceApply struct {
 	Spec        json.RawMessage `json:"spec,omitempty" doc:"The desired state, a JSON object validated against the kind version's spec_schema. Omitted = {}."`
 	// ProviderConfigRef attaches a provider config of the same kind version.
 	ProviderConfigRef string `json:"provider_config_ref,omitempty" doc:"A provider config of the same (kind, kind_version) overriding the default."`
+	// ResourceVersion, when sent, makes the apply conditional on it.
+	ResourceVersion int64 `json:"resource_version,omitempty" doc:"The resource_version the change was made from (a GET's): the apply is refused with 409, and changes nothing, when the resource has been written since. Omitted = apply whatever the version."`
 }
 
 // resourceServerFields are the read-only fields a GET returns. An apply
@@ -47,7 +49,14 @@ type resourceApplyBody struct {
 }
 
 type applyResourceInput struct {
+	Conditional
 	RawBody []byte
+}
+
+type deleteResourceInput struct {
+	Kind string `path:"kind" doc:"The kind." example:"vpc"`
+	Name string `path:"name" doc:"The resource name." example:"sample-vpc"`
+	Conditional
 }
 
 type resourcePath struct {
@@ -86,7 +95,7 @@ func (s *Server) registerResources() {
 		Description: "Creates (201) or updates (200) the resource (kind, name); X-Apply-Result says created, configured or unchanged. " +
 			"A JSON-equal re-apply writes nothing. Re-applying at another kind_version flips the resource in place (same id) " +
 			"when the spec validates against the new version's schema.",
-		Errors: []int{400, 404, 409, 422},
+		Errors: []int{400, 404, 409, 412, 422},
 	}, ResourceApply{}, s.applyResource)
 	register(s, huma.Operation{
 		OperationID: "get-resource", Method: http.MethodGet, Path: "/resources/{kind}/{name}", Tags: []string{"Resources"},
@@ -109,7 +118,7 @@ func (s *Server) registerResources() {
 			"reaction succeeds if the kind has a finalizer (a delete task); dependents go before their dependencies, the resource " +
 			"last. Answers 202 with the resource as marked; GET shows the teardown's progress and what blocks it. Repeating it is a no-op.",
 		DefaultStatus: http.StatusAccepted,
-		Errors:        []int{404},
+		Errors:        []int{404, 412},
 	}, nil, s.deleteResource)
 }
 
@@ -118,11 +127,16 @@ func (s *Server) applyResource(ctx context.Context, in *applyResourceInput) (*ap
 	if p != nil {
 		return nil, p
 	}
+	pre, p := conditionOf(in.IfMatch, params.Precondition)
+	if p != nil {
+		return nil, p
+	}
+	params.Precondition = pre.Precondition
 	r, res, err := s.store.ApplyResource(ctx, params)
 	if err != nil {
-		return nil, s.resourceProblem(ctx, err, params)
+		return nil, s.resourceProblem(ctx, err, params, pre.in)
 	}
-	return &applyOutput[model.Resource]{Status: applyStatus(res), ApplyResult: res, Body: r}, nil
+	return &applyOutput[model.Resource]{Status: applyStatus(res), ApplyResult: res, ETag: etag(r.ResourceVersion), Body: r}, nil
 }
 
 // parseResourceApply decodes one apply document (the body of POST
@@ -141,14 +155,19 @@ func parseResourceApply(raw []byte) (store.ApplyResourceParams, *Problem) {
 	if p != nil {
 		return store.ApplyResourceParams{}, p
 	}
+	pre, p := bodyVersion(b.ResourceVersion)
+	if p != nil {
+		return store.ApplyResourceParams{}, p
+	}
 	return store.ApplyResourceParams{Kind: b.Kind, KindVersion: version, Name: b.Name, Labels: labels,
-		Spec: b.Spec, ProviderConfigRef: b.ProviderConfigRef}, nil
+		Spec: b.Spec, ProviderConfigRef: b.ProviderConfigRef, Precondition: pre}, nil
 }
 
 // resourceProblem renders the store's refusal of an apply of params, its
-// fields located under "body" with the values sent echoed.
-func (s *Server) resourceProblem(ctx context.Context, err error, params store.ApplyResourceParams) *Problem {
-	return s.problemFor(ctx, err, problemOpts{doc: params.Spec, value: func(f string) any {
+// fields located under "body" with the values sent echoed; version is where
+// its condition was sent.
+func (s *Server) resourceProblem(ctx context.Context, err error, params store.ApplyResourceParams, version in) *Problem {
+	return s.problemFor(ctx, err, problemOpts{doc: params.Spec, version: version, value: func(f string) any {
 		switch {
 		case f == "kind":
 			return params.Kind
@@ -186,7 +205,7 @@ type ResourceView struct {
 // recentDeliveries bounds the deliveries a resource detail shows.
 const recentDeliveries = 10
 
-func (s *Server) getResource(ctx context.Context, in *resourcePath) (*bodyOutput[ResourceView], error) {
+func (s *Server) getResource(ctx context.Context, in *resourcePath) (*versionedOutput[ResourceView], error) {
 	r, err := s.store.GetResource(ctx, in.Kind, in.Name)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
@@ -215,7 +234,7 @@ func (s *Server) getResource(ctx context.Context, in *resourcePath) (*bodyOutput
 	if v.PendingReactions, err = s.store.PendingReactions(ctx, r.ID); err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{})
 	}
-	return &bodyOutput[ResourceView]{Body: v}, nil
+	return &versionedOutput[ResourceView]{ETag: etag(r.ResourceVersion), Body: v}, nil
 }
 
 func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*listResourcesOutput, error) {
@@ -269,10 +288,14 @@ func parseSelector(sel string) (map[string]string, *Problem) {
 	return out, nil
 }
 
-func (s *Server) deleteResource(ctx context.Context, in *resourcePath) (*bodyOutput[model.Resource], error) {
-	r, err := s.store.DeleteResource(ctx, in.Kind, in.Name)
-	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+func (s *Server) deleteResource(ctx context.Context, in *deleteResourceInput) (*versionedOutput[model.Resource], error) {
+	pre, p := conditionOf(in.IfMatch, store.Precondition{})
+	if p != nil {
+		return nil, p
 	}
-	return &bodyOutput[model.Resource]{Body: r}, nil
+	r, err := s.store.DeleteResource(ctx, in.Kind, in.Name, pre.Precondition)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path", version: pre.in})
+	}
+	return &versionedOutput[model.Resource]{ETag: etag(r.ResourceVersion), Body: r}, nil
 }

@@ -29,13 +29,15 @@ type ResourceBatch struct {
 
 // ResourceBatchItem is one item's outcome.
 type ResourceBatchItem struct {
-	Index      int            `json:"index" doc:"The item's position in the request, from 0 (for NDJSON, its line among the non-blank lines)."`
-	Kind       string         `json:"kind,omitempty"`
-	Name       string         `json:"name,omitempty"`
-	Result     string         `json:"result" enum:"created,updated,unchanged,invalid" doc:"invalid: refused and nothing of it written; errors say why."`
-	ID         string         `json:"id,omitempty" doc:"The resource id; absent for an invalid item."`
-	Generation int64          `json:"generation,omitempty" doc:"The resource's generation after the apply; absent for an invalid item."`
-	Errors     []ProblemError `json:"errors,omitempty" doc:"For an invalid item: each offending field, located as items[i].field."`
+	Index      int    `json:"index" doc:"The item's position in the request, from 0 (for NDJSON, its line among the non-blank lines)."`
+	Kind       string `json:"kind,omitempty"`
+	Name       string `json:"name,omitempty"`
+	Result     string `json:"result" enum:"created,updated,unchanged,invalid" doc:"invalid: refused and nothing of it written; errors say why."`
+	ID         string `json:"id,omitempty" doc:"The resource id; absent for an invalid item."`
+	Generation int64  `json:"generation,omitempty" doc:"The resource's generation after the apply; absent for an invalid item."`
+	// ResourceVersion is the resource's version after the apply.
+	ResourceVersion int64          `json:"resource_version,omitempty" doc:"The resource's resource_version after the apply; absent for an invalid item."`
+	Errors          []ProblemError `json:"errors,omitempty" doc:"For an invalid item: each offending field, located as items[i].field."`
 }
 
 // ResourceBatchResult is the answer of POST /resources:batch.
@@ -104,9 +106,9 @@ func (s *Server) applyResourceBatch(ctx context.Context, in *applyBatchInput) (*
 	}
 	for j, rr := range res {
 		r := &out.Results[at[j]]
-		r.Result, r.ID, r.Generation = batchResults[rr.Result], rr.ID, rr.Generation
+		r.Result, r.ID, r.Generation, r.ResourceVersion = batchResults[rr.Result], rr.ID, rr.Generation, rr.ResourceVersion
 		if rr.Err != nil {
-			r.Errors = itemErrors(s.resourceProblem(ctx, rr.Err, params[j]), at[j])
+			r.Errors = itemErrors(s.resourceProblem(ctx, rr.Err, params[j], "body"), at[j])
 		}
 	}
 	for _, r := range out.Results {

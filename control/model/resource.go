@@ -41,6 +41,10 @@ type Resource struct {
 	LastError         string    `json:"last_error,omitempty"`
 	CreatedAt         time.Time `json:"created_at"`
 	UpdatedAt         time.Time `json:"updated_at"`
+	// ResourceVersion changes on every write of what a user owns (spec,
+	// labels, kind_version, provider config, quarantine, deletion), never
+	// on the engine's status writes; a write may be made conditional on it.
+	ResourceVersion int64 `json:"resource_version"`
 }
 
 // PhaseOf is the resource's phase, typed.

@@ -4,7 +4,7 @@
 // claimed for a long window, recounts per-kind in-flight caps, sweeps
 // orphans whose grace expired, re-pends resources of kinds that resync,
 // bounds per-resource event logs, and prunes the delivery log by age and
-// per endpoint by count. Every pass
+// per endpoint by count, and drops expired idempotency keys. Every pass
 // is shard-range scoped, SKIP LOCKED, and probes an index that is empty on a
 // settled fleet, so an idle tick costs a few index lookups.
 package reaper
@@ -227,17 +227,21 @@ func (r *Reaper) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var aged, counted int64
+	var aged, counted, keys int64
 	if time.Since(r.pruned) >= r.cfg.DeliveryPruneEvery {
-		// Every control pod prunes the whole log (it is not sharded); the
-		// deletes are idempotent, so pods racing only repeat a cheap walk.
+		// Every control pod prunes the whole log and the idempotency keys
+		// (neither is sharded); the deletes are idempotent, so pods racing
+		// only repeat a cheap walk.
 		window := r.cfg.Limit * 10
 		if aged, counted, err = r.store.PruneDeliveries(ctx, r.cfg.DeliveryMaxAge, r.cfg.DeliveryKeep, window); err != nil {
 			return err
 		}
+		if keys, err = r.store.PruneIdempotencyKeys(ctx, window); err != nil {
+			return err
+		}
 		// A full window of aged rows: more may be due, so the next pass
 		// prunes again rather than a DeliveryPruneEvery later.
-		if aged < int64(window) {
+		if aged < int64(window) && keys < int64(window) {
 			r.pruned = time.Now()
 		}
 	}
@@ -245,8 +249,8 @@ func (r *Reaper) pass(ctx context.Context) error {
 		r.log.Info("reaper pass", "reclaimed", reclaimed, "requeued", requeued, "dropped", dropped, "orphans_swept", orphans,
 			"members_forgotten", forgotten)
 	}
-	if aged+counted > 0 {
-		r.log.Debug("reaper pass", "deliveries_aged_out", aged, "deliveries_over_keep", counted)
+	if aged+counted+keys > 0 {
+		r.log.Debug("reaper pass", "deliveries_aged_out", aged, "deliveries_over_keep", counted, "idempotency_keys_expired", keys)
 	}
 	if resyncs > 0 {
 		r.log.Debug("reaper pass", "resyncs", resyncs)

@@ -32,6 +32,8 @@ type ReactorBinding struct {
 	Enabled        bool              `json:"enabled" db:"enabled" doc:"A disabled binding never fires."`
 	CreatedAt      time.Time         `json:"created_at" db:"created_at" readOnly:"true"`
 	UpdatedAt      time.Time         `json:"updated_at" db:"updated_at" readOnly:"true"`
+	// ResourceVersion changes on every write of the binding.
+	ResourceVersion int64 `json:"resource_version" db:"resource_version" doc:"Changes on every write of the binding; send it back (or If-Match) to make a write conditional on it."`
 }
 
 // PutReactorBindingParams is a binding as an operator declares it.
@@ -44,11 +46,13 @@ type PutReactorBindingParams struct {
 	ReactorVersion   int
 	LabelMatch       map[string]string
 	Enabled          bool
+	// Precondition makes the write conditional on the binding's version.
+	Precondition Precondition
 }
 
 // bindingCols are the columns of a ReactorBinding, named for its db tags.
 const bindingCols = `name, watch_kind, coalesce(watch_kind_version, 0)::int AS watch_kind_version, transition, reactor,
-       coalesce(reactor_version, 0)::int AS reactor_version, label_match, enabled, created_at, updated_at`
+       coalesce(reactor_version, 0)::int AS reactor_version, label_match, enabled, created_at, updated_at, resource_version`
 
 // rowToBinding scans bindingCols.
 func rowToBinding(row pgx.CollectableRow) (ReactorBinding, error) {
@@ -115,6 +119,9 @@ func (s *Store) PutReactorBinding(ctx context.Context, p PutReactorBindingParams
 	}
 	var out bindingApplied
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := checkVersion(ctx, tx, p.Precondition, bindingWhat(p.Name), bindingVersionLock, p.Name); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, bindingKindsSQL, p.WatchKind, p.Reactor)
 		if err != nil {
 			return fmt.Errorf("load kinds: %w", err)
@@ -253,14 +260,23 @@ func (s *Store) ListReactorBindings(ctx context.Context, p ListReactorBindingsPa
 
 const bindingDeleteSQL = `DELETE FROM reactor_bindings WHERE name = $1`
 
-// DeleteReactorBinding deletes the binding name, or returns a *NotFoundError.
-func (s *Store) DeleteReactorBinding(ctx context.Context, name string) error {
-	tag, err := s.pool.Exec(ctx, bindingDeleteSQL, name)
+// DeleteReactorBinding deletes the binding name, or returns a *NotFoundError,
+// or a *PreconditionError when pre does not hold.
+func (s *Store) DeleteReactorBinding(ctx context.Context, name string, pre Precondition) error {
+	var deleted bool
+	err := s.writeIf(ctx, pre, bindingWhat(name), bindingVersionLock, []any{name}, func(q writer) error {
+		tag, err := q.Exec(ctx, bindingDeleteSQL, name)
+		deleted = tag.RowsAffected() > 0
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("delete reactor binding %s: %w", name, err)
+		return wrapUnlessTyped(err, "delete reactor binding %s", name)
 	}
-	if tag.RowsAffected() == 0 {
+	if !deleted {
 		return bindingNotFound(name)
 	}
 	return nil
 }
+
+// bindingWhat names a binding in a *PreconditionError.
+func bindingWhat(name string) string { return fmt.Sprintf("reactor binding %q", name) }

@@ -37,6 +37,9 @@ type Endpoint struct {
 	SecretRotationEndsAt *time.Time `json:"secret_rotation_ends_at,omitempty" db:"secret_rotation_ends_at" readOnly:"true" doc:"Until this instant both the previous and the current secret sign each delivery."`
 	CreatedAt            time.Time  `json:"created_at" db:"created_at" readOnly:"true"`
 	UpdatedAt            time.Time  `json:"updated_at" db:"updated_at" readOnly:"true"`
+	// ResourceVersion changes on every write of the endpoint: an apply, a
+	// secret rotation, or the dispatcher disabling it (410 Gone).
+	ResourceVersion int64 `json:"resource_version" db:"resource_version" doc:"Changes on every write of the endpoint (an apply, a secret rotation, a 410 disabling it); send it back (or If-Match) to make a write conditional on it."`
 }
 
 // EndpointKind is one (kind, kind_version) pair an endpoint serves.
@@ -139,6 +142,8 @@ type PutEndpointParams struct {
 	// webhooksdk.ParseSecret). It is used only when the call creates the
 	// endpoint; an existing endpoint's secret changes only by rotation.
 	Secret EndpointSecret
+	// Precondition makes PutEndpoint conditional on the endpoint's version.
+	Precondition Precondition
 }
 
 // Endpoint defaults and limits.
@@ -159,7 +164,8 @@ var endpointNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-
 // endpointCols are the columns of an Endpoint, named for its db tags; the
 // jsonb columns (kinds, target, health) decode straight into their structs.
 const endpointCols = `name, kinds, target, health, max_concurrency, max_batch, request_timeout_secs, enabled, disabled_reason,
-       CASE WHEN prev_secret_expires > now() THEN prev_secret_expires END AS secret_rotation_ends_at, created_at, updated_at`
+       CASE WHEN prev_secret_expires > now() THEN prev_secret_expires END AS secret_rotation_ends_at, created_at, updated_at,
+       resource_version`
 
 // rowToEndpoint scans endpointCols.
 func rowToEndpoint(row pgx.CollectableRow) (Endpoint, error) {
@@ -558,10 +564,14 @@ func (s *Store) PutEndpoint(ctx context.Context, box *SecretBox, p PutEndpointPa
 	if err != nil {
 		return Endpoint{}, "", "", wrapUnlessTyped(err, "put endpoint %s", p.Name)
 	}
-	a, err := collectOne(ctx, s.pool, pgx.RowToStructByName[endpointApplied], endpointUpsertSQL, p.Name, mustJSON(p.Kinds),
-		mustJSON(p.Target), mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch)
+	var a endpointApplied
+	err = s.writeIf(ctx, p.Precondition, endpointWhat(p.Name), endpointVersionLock, []any{p.Name}, func(q writer) (err error) {
+		a, err = collectOne(ctx, q, pgx.RowToStructByName[endpointApplied], endpointUpsertSQL, p.Name, mustJSON(p.Kinds),
+			mustJSON(p.Target), mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch)
+		return err
+	})
 	if err != nil {
-		return Endpoint{}, "", "", fmt.Errorf("put endpoint %s: %w", p.Name, err)
+		return Endpoint{}, "", "", wrapUnlessTyped(err, "put endpoint %s", p.Name)
 	}
 	a.normalizeKinds()
 	if a.Result != ApplyCreated {
@@ -612,17 +622,26 @@ func (s *Store) ListEndpoints(ctx context.Context) ([]Endpoint, error) {
 
 // DeleteEndpoint deletes the endpoint name and its delivery log, or returns
 // a *NotFoundError. Deliveries in flight finish; no new ones start once the
-// dispatchers see the change.
-func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM endpoints WHERE name = $1`, name)
+// dispatchers see the change. pre makes the delete conditional on the
+// endpoint's version (else *PreconditionError).
+func (s *Store) DeleteEndpoint(ctx context.Context, name string, pre Precondition) error {
+	var deleted bool
+	err := s.writeIf(ctx, pre, endpointWhat(name), endpointVersionLock, []any{name}, func(q writer) error {
+		tag, err := q.Exec(ctx, `DELETE FROM endpoints WHERE name = $1`, name)
+		deleted = tag.RowsAffected() > 0
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("delete endpoint %s: %w", name, err)
+		return wrapUnlessTyped(err, "delete endpoint %s", name)
 	}
-	if tag.RowsAffected() == 0 {
+	if !deleted {
 		return endpointNotFound(name)
 	}
 	return nil
 }
+
+// endpointWhat names an endpoint in a *PreconditionError.
+func endpointWhat(name string) string { return fmt.Sprintf("endpoint %q", name) }
 
 const endpointRotateSQL = `UPDATE endpoints SET prev_secret_enc = secret_enc, prev_secret_expires = now() + make_interval(secs => $3),
        secret_enc = $2, updated_at = clock_timestamp()

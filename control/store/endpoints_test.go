@@ -74,6 +74,10 @@ func TestEndpointCRUD(t *testing.T) {
 		RequestTimeoutSecs: store.EndpointRequestTimeoutDefault,
 		Enabled:            true,
 	}
+	if created.ResourceVersion < 1 {
+		t.Errorf("created.ResourceVersion = %d, want a version (>= 1)", created.ResourceVersion)
+	}
+	want.ResourceVersion = created.ResourceVersion
 	ignoreTimes := cmpopts.IgnoreFields(store.Endpoint{}, "CreatedAt", "UpdatedAt")
 	if d := cmp.Diff(want, created, ignoreTimes); d != "" {
 		t.Errorf("created (-want +got):\n%s", d)
@@ -134,10 +138,10 @@ func TestEndpointCRUD(t *testing.T) {
 	})
 
 	t.Run("delete", func(t *testing.T) {
-		if err := b.st.DeleteEndpoint(b.ctx, "other"); err != nil {
+		if err := b.st.DeleteEndpoint(b.ctx, "other", store.Precondition{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.st.DeleteEndpoint(b.ctx, "other"); !errors.Is(err, store.ErrNotFound) {
+		if err := b.st.DeleteEndpoint(b.ctx, "other", store.Precondition{}); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("second delete = %v, want ErrNotFound", err)
 		}
 		if _, err := b.st.GetEndpoint(b.ctx, "other"); !errors.Is(err, store.ErrNotFound) {

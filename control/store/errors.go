@@ -95,8 +95,9 @@ func wrapUnlessTyped(err error, format string, args ...any) error {
 		ie *InvalidError
 		de *DocumentError
 		be *BreakingChangeError
+		pe *PreconditionError
 	)
-	if errors.As(err, &nf) || errors.As(err, &ce) || errors.As(err, &ie) || errors.As(err, &de) || errors.As(err, &be) {
+	if errors.As(err, &nf) || errors.As(err, &ce) || errors.As(err, &ie) || errors.As(err, &de) || errors.As(err, &be) || errors.As(err, &pe) {
 		return err
 	}
 	return fmt.Errorf(format+": %w", append(args, err)...)

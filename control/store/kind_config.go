@@ -33,11 +33,13 @@ type KindConfig struct {
 	// times into a terminal failure. 0 retries forever.
 	MaxTransientAttempts int       `json:"max_transient_attempts" db:"max_transient_attempts" minimum:"0" doc:"Transient failures before a task fails terminally; 0 = retry forever."`
 	UpdatedAt            time.Time `json:"updated_at" db:"updated_at" readOnly:"true" doc:"When the config last changed."`
+	// ResourceVersion changes on every write of the config.
+	ResourceVersion int64 `json:"resource_version" db:"resource_version" readOnly:"true" doc:"Changes on every write of the config; send it back (or If-Match) to make a write conditional on it."`
 }
 
 const (
 	// kindConfigCols are the columns of a KindConfig, named for its db tags.
-	kindConfigCols   = `kind, kind_version, max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes, orphan_grace_secs, max_transient_attempts, updated_at`
+	kindConfigCols   = `kind, kind_version, max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes, orphan_grace_secs, max_transient_attempts, updated_at, resource_version`
 	kindConfigGetSQL = `SELECT ` + kindConfigCols + ` FROM kind_config WHERE kind = $1 AND kind_version = $2`
 	// kindConfigUpdateSQL replaces the six fields, skipping the write (and
 	// the updated_at bump) when nothing changes.
@@ -80,8 +82,9 @@ func (s *Store) GetKindConfig(ctx context.Context, kind string, version int) (Ki
 // PutKindConfig replaces the six policy fields of c.Kind/c.KindVersion (each
 // must be >= 0, else *InvalidError) and reports ApplyConfigured or, when every
 // field already held its value, ApplyUnchanged. The change takes effect on
-// the next claim; no restart is needed.
-func (s *Store) PutKindConfig(ctx context.Context, c KindConfig) (KindConfig, ApplyResult, error) {
+// the next claim; no restart is needed. pre makes the write conditional on
+// the config's version (else *PreconditionError).
+func (s *Store) PutKindConfig(ctx context.Context, c KindConfig, pre Precondition) (KindConfig, ApplyResult, error) {
 	for _, f := range []struct {
 		loc string
 		v   int
@@ -98,13 +101,18 @@ func (s *Store) PutKindConfig(ctx context.Context, c KindConfig) (KindConfig, Ap
 	if !model.ValidKindVersion(c.KindVersion) {
 		return KindConfig{}, "", manifestNotFound(c.Kind, c.KindVersion)
 	}
-	out, err := collectOne(ctx, s.pool, pgx.RowToStructByName[kindConfigUpdated], kindConfigUpdateSQL, c.Kind, c.KindVersion,
-		c.MaxInflight, c.TaskDeadlineSecs, c.ResyncIntervalSecs, c.ResyncRecomposes, c.OrphanGraceSecs, c.MaxTransientAttempts)
+	var out kindConfigUpdated
+	what := fmt.Sprintf("the config of %s/%d", c.Kind, c.KindVersion)
+	err := s.writeIf(ctx, pre, what, kindConfigVersionLock, []any{c.Kind, c.KindVersion}, func(q writer) (err error) {
+		out, err = collectOne(ctx, q, pgx.RowToStructByName[kindConfigUpdated], kindConfigUpdateSQL, c.Kind, c.KindVersion,
+			c.MaxInflight, c.TaskDeadlineSecs, c.ResyncIntervalSecs, c.ResyncRecomposes, c.OrphanGraceSecs, c.MaxTransientAttempts)
+		return err
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return KindConfig{}, "", manifestNotFound(c.Kind, c.KindVersion)
 	}
 	if err != nil {
-		return KindConfig{}, "", fmt.Errorf("put kind config %s/%d: %w", c.Kind, c.KindVersion, err)
+		return KindConfig{}, "", wrapUnlessTyped(err, "put kind config %s/%d", c.Kind, c.KindVersion)
 	}
 	if out.Changed {
 		return out.KindConfig, ApplyConfigured, nil

@@ -29,6 +29,8 @@ type ProviderConfig struct {
 	OwnerID     string          `json:"owner_id,omitempty" db:"owner_id" readOnly:"true" doc:"The composite resource that emitted this config, if any."`
 	CreatedAt   time.Time       `json:"created_at" db:"created_at" readOnly:"true"`
 	UpdatedAt   time.Time       `json:"updated_at" db:"updated_at" readOnly:"true"`
+	// ResourceVersion changes on every write of the config.
+	ResourceVersion int64 `json:"resource_version" db:"resource_version" doc:"Changes on every write of the config; send it back (or If-Match) to make a write conditional on it."`
 }
 
 // PutProviderConfigParams is a provider config as an operator declares it.
@@ -41,12 +43,14 @@ type PutProviderConfigParams struct {
 	// validates (and is stored) as {}.
 	Spec json.RawMessage
 	Data []byte
+	// Precondition makes the write conditional on the config's version.
+	Precondition Precondition
 }
 
 // providerConfigCols are the columns of a ProviderConfig, named for its db
 // tags.
 const providerConfigCols = `name, kind, kind_version, is_default, spec, data, coalesce(owner_id::text, '') AS owner_id,
-       created_at, updated_at`
+       created_at, updated_at, resource_version`
 
 // providerConfigApplied is a row of providerConfigUpsertSQL: the config and
 // what the write did.
@@ -108,6 +112,9 @@ func (s *Store) PutProviderConfig(ctx context.Context, p PutProviderConfigParams
 	}
 	var out providerConfigApplied
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := checkVersion(ctx, tx, p.Precondition, providerConfigWhat(p.Name), providerConfigVersionLock, p.Name); err != nil {
+			return err
+		}
 		var raw []byte
 		err := tx.QueryRow(ctx, providerConfigSchemaSQL, p.Kind, p.KindVersion).Scan(&raw)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -291,9 +298,13 @@ func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsPa
 const providerConfigDeleteSQL = `DELETE FROM providerconfigs WHERE name = $1`
 
 // DeleteProviderConfig deletes the provider config name. It refuses with
-// *ConflictError while a resource references it.
-func (s *Store) DeleteProviderConfig(ctx context.Context, name string) error {
+// *ConflictError while a resource references it, and with
+// *PreconditionError when pre does not hold.
+func (s *Store) DeleteProviderConfig(ctx context.Context, name string, pre Precondition) error {
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := checkVersion(ctx, tx, pre, providerConfigWhat(name), providerConfigVersionLock, name); err != nil {
+			return err
+		}
 		var k string
 		var v int
 		if err := tx.QueryRow(ctx, providerConfigLockSQL, name).Scan(&k, &v); err != nil {
@@ -320,3 +331,6 @@ func (s *Store) DeleteProviderConfig(ctx context.Context, name string) error {
 	})
 	return wrapUnlessTyped(err, "delete provider config %s", name)
 }
+
+// providerConfigWhat names a provider config in a *PreconditionError.
+func providerConfigWhat(name string) string { return fmt.Sprintf("provider_config %q", name) }

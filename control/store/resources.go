@@ -40,12 +40,18 @@ type ApplyResourceParams struct {
 	// ProviderConfigRef names a provider config of the same (kind,
 	// kind_version) whose spec overrides the kind's default; "" for none.
 	ProviderConfigRef string
+	// Precondition makes the apply conditional on the resource's current
+	// resource_version; the zero value applies whatever it is.
+	Precondition Precondition
 }
+
+// what names the resource in a *PreconditionError.
+func (p ApplyResourceParams) what() string { return "resource " + p.Kind + "/" + p.Name }
 
 // resourceViewCols are the columns a resource is read with, from alias r.
 const resourceViewCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec, r.status, r.owner_id,
        r.provider_config_ref, r.generation, r.synced_gen, r.health_ok, r.failure_gen,
-       r.phase, r.last_error, r.created_at, r.updated_at`
+       r.phase, r.last_error, r.created_at, r.updated_at, r.resource_version`
 
 // resourceScanTargets returns scan destinations for resourceViewCols and a
 // func that finishes r once scanned. model.Resource carries no db tags (it
@@ -71,12 +77,12 @@ func resourceScanTargets(r *model.Resource) ([]any, func()) {
 	}
 	return []any{&r.ID, &r.Kind, &r.KindVersion, &r.Name, &r.Labels, &r.Spec, &r.Status, &ownerID,
 		&ref, &r.Generation, &r.SyncedGen, &r.HealthOK, &r.FailureGen,
-		&r.Phase, &lastErr, &r.CreatedAt, &r.UpdatedAt}, finish
+		&r.Phase, &lastErr, &r.CreatedAt, &r.UpdatedAt, &r.ResourceVersion}, finish
 }
 
 const resourceCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec, r.status, r.owner_id,
        coalesce(r.provider_config_ref, ''), r.generation, r.synced_gen, r.health_ok, r.failure_gen,
-       r.phase, coalesce(r.last_error, ''), r.created_at, r.updated_at`
+       r.phase, coalesce(r.last_error, ''), r.created_at, r.updated_at, r.resource_version`
 
 // scanResource reads resourceCols. model.Resource is control/model's wire
 // type and carries no db tags, and this scan serves the claim path
@@ -89,7 +95,7 @@ func scanResource(row pgx.Row) (model.Resource, error) {
 	)
 	err := row.Scan(&r.ID, &r.Kind, &kv, &r.Name, &r.Labels, &r.Spec, &r.Status, &owner,
 		&r.ProviderConfigRef, &r.Generation, &r.SyncedGen, &r.HealthOK, &r.FailureGen,
-		&r.Phase, &r.LastError, &r.CreatedAt, &r.UpdatedAt)
+		&r.Phase, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.ResourceVersion)
 	r.KindVersion = int(kv)
 	if owner != nil {
 		r.OwnerID = *owner
@@ -198,11 +204,24 @@ func (s *Store) ApplyResource(ctx context.Context, p ApplyResourceParams) (model
 
 func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, labels map[string]string, ref any) (model.Resource, ApplyResult, error) {
 	b := &pgx.Batch{}
+	if p.Precondition.set() {
+		// First in the batch's implicit transaction: its lock holds the
+		// version until the upsert has written.
+		b.Queue(requireVersionSQL(resourceVersionLock), p.what(), p.Precondition.expected(), p.Kind, p.Name)
+	}
 	b.Queue(resourceApplySQL, p.Kind, p.KindVersion, p.Name, labels, p.Spec, ref, s.cfg.SpecHistoryLimit)
 	b.Queue(resourceScheduleSQL, p.Kind, p.Name)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close() // the error is read from the results below
 
+	if p.Precondition.set() {
+		if _, err := br.Exec(); err != nil {
+			if pe := asPrecondition(err, p.what()); pe != nil {
+				return model.Resource{}, "", pe
+			}
+			return model.Resource{}, "", resourceWriteError(err, p)
+		}
+	}
 	rows, err := br.Query()
 	if err != nil {
 		return model.Resource{}, "", resourceWriteError(err, p)
@@ -650,11 +669,17 @@ func decodeCursor(c string) (time.Time, uuid.UUID, error) {
 // its kind's deleteRequested reaction succeeds if the kind has a finalizer
 // (request_deletion, engine/teardown.sql); a node with nothing beneath it
 // and no finalizer is removed before this returns. Requesting it again is a
-// no-op.
-func (s *Store) DeleteResource(ctx context.Context, kind, name string) (model.Resource, error) {
+// no-op. pre makes the request conditional on the resource's version
+// (else *PreconditionError).
+func (s *Store) DeleteResource(ctx context.Context, kind, name string, pre Precondition) (model.Resource, error) {
 	var r model.Resource
 	err := retryDeadlock(func() error {
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.deleteTx(ctx, tx, kind, name, &r) })
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := checkVersion(ctx, tx, pre, "resource "+kind+"/"+name, resourceVersionLock, kind, name); err != nil {
+				return err
+			}
+			return s.deleteTx(ctx, tx, kind, name, &r)
+		})
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return model.Resource{}, resourceNotFound(kind, name)
@@ -680,7 +705,13 @@ func (s *Store) deleteTx(ctx context.Context, tx pgx.Tx, kind, name string, r *m
 		return err
 	}
 	r.Phase = string(model.PhaseDeleting)
-	return nil
+	// The mark is a write: the answer carries the version it made (none
+	// when the resource, with nothing beneath it, is already gone).
+	err := tx.QueryRow(ctx, `SELECT resource_version FROM resources WHERE id = $1`, r.ID).Scan(&r.ResourceVersion)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	return err
 }
 
 // SetQuarantine quarantines (on) or releases the resource id and returns

@@ -24,12 +24,13 @@ const (
 // BatchItemResult is one item's outcome of ApplyResources.
 type BatchItemResult struct {
 	// Result is created, configured, unchanged, or invalid when Err is set.
-	Result     ApplyResult
-	ID         string
-	Generation int64
+	Result          ApplyResult
+	ID              string
+	Generation      int64
+	ResourceVersion int64
 	// Err is the error ApplyResource would have returned for the item
-	// alone: *InvalidError, *NotFoundError, *DocumentError or
-	// *ConflictError. An invalid item wrote nothing.
+	// alone: *InvalidError, *NotFoundError, *DocumentError,
+	// *ConflictError or *PreconditionError. An invalid item wrote nothing.
 	Err error
 }
 
@@ -87,8 +88,9 @@ func isItemError(err error) bool {
 		ie *InvalidError
 		de *DocumentError
 		ce *ConflictError
+		pe *PreconditionError
 	)
-	return errors.As(err, &ie) || errors.As(err, &de) || errors.As(err, &ce)
+	return errors.As(err, &ie) || errors.As(err, &de) || errors.As(err, &ce) || errors.As(err, &pe)
 }
 
 // applyChunk writes items[chunk] in one transaction, running it again when
@@ -148,7 +150,8 @@ const batchApplySQL = `WITH input AS (
     WHERE r.deletion_requested_at IS NULL
       AND (r.kind_version, r.labels, r.spec, r.provider_config_ref)
           IS DISTINCT FROM (EXCLUDED.kind_version, EXCLUDED.labels, EXCLUDED.spec, EXCLUDED.provider_config_ref)
-    RETURNING r.id, r.kind, r.name, r.kind_version, r.labels, r.spec, r.owner_id, r.generation, r.xmax = 0 AS inserted
+    RETURNING r.id, r.kind, r.name, r.kind_version, r.labels, r.spec, r.owner_id, r.generation, r.resource_version,
+              r.xmax = 0 AS inserted
 ), ev AS (
     INSERT INTO resource_events (resource_id, type, generation, message)
     SELECT id, 'applied', generation, CASE WHEN inserted THEN 'created' ELSE 'configured' END FROM up
@@ -165,7 +168,7 @@ const batchApplySQL = `WITH input AS (
     DELETE FROM resource_spec_history h USING hist
      WHERE hist.revision > $7::int AND h.resource_id = hist.resource_id AND h.revision <= hist.revision - $7::int
 )
-SELECT i.n::int, u.id, u.generation, u.inserted
+SELECT i.n::int, u.id, u.generation, u.resource_version, u.inserted
   FROM up u JOIN input i ON i.kind = u.kind AND i.name = u.name`
 
 // batchScheduleSQL schedules what the chunk wrote, as resourceScheduleSQL
@@ -175,9 +178,62 @@ const batchScheduleSQL = `SELECT schedule_applied_batch($1::text[], $2::text[])`
 // batchReadSQL reads the items the upsert did not write. It is a statement
 // of its own so that it sees a row a concurrent apply committed while the
 // upsert waited for it.
-const batchReadSQL = `SELECT i.n::int, r.id, r.generation, r.deletion_requested_at IS NOT NULL
+const batchReadSQL = `SELECT i.n::int, r.id, r.generation, r.resource_version, r.deletion_requested_at IS NOT NULL
   FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS i(kind, name, n)
   JOIN resources r ON r.kind = i.kind AND r.name = i.name`
+
+// batchVersionsSQL locks the resources of the items that carry a
+// precondition and reads their versions, before the upsert: what it read
+// cannot move until the chunk commits.
+const batchVersionsSQL = `SELECT i.n::int, r.resource_version
+  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS i(kind, name, n)
+  JOIN resources r ON r.kind = i.kind AND r.name = i.name
+   FOR UPDATE OF r`
+
+// checkBatchVersions refuses each item of pass (positions in chunk) whose
+// precondition does not hold, with a *PreconditionError in its result, and
+// returns the items left. A batch item's precondition is the
+// resource_version of its document: one version.
+func checkBatchVersions(ctx context.Context, tx pgx.Tx, items []ApplyResourceParams, chunk, pass []int, res []BatchItemResult) ([]int, error) {
+	var kinds, names []string
+	var conditioned []int // positions in pass
+	for k, j := range pass {
+		if p := items[chunk[j]]; p.Precondition.set() {
+			kinds, names, conditioned = append(kinds, p.Kind), append(names, p.Name), append(conditioned, k)
+		}
+	}
+	if len(conditioned) == 0 {
+		return pass, nil
+	}
+	current := make([]int64, len(conditioned)) // 0: no such resource
+	var (
+		n int
+		v int64
+	)
+	rows, err := tx.Query(ctx, batchVersionsSQL, kinds, names)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&n, &v}, func() error { current[n-1] = v; return nil }); err != nil {
+		return nil, err
+	}
+	refused := map[int]bool{}
+	for c, k := range conditioned {
+		j := pass[k]
+		p := items[chunk[j]]
+		if !p.Precondition.holds(current[c]) {
+			res[j] = BatchItemResult{Result: ApplyInvalid, Err: &PreconditionError{What: p.what(), Current: current[c]}}
+			refused[k] = true
+		}
+	}
+	left := pass[:0:0]
+	for k, j := range pass {
+		if !refused[k] {
+			left = append(left, j)
+		}
+	}
+	return left, nil
+}
 
 func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResourceParams, chunk []int, res []BatchItemResult) error {
 	var (
@@ -228,6 +284,9 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 	if err != nil {
 		return err
 	}
+	if pass, err = checkBatchVersions(ctx, tx, items, chunk, pass, res); err != nil {
+		return err
+	}
 	kinds, names, versions = kinds[:0], names[:0], versions[:0]
 	var (
 		refCol []*string
@@ -259,13 +318,13 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 	var (
 		n        int
 		id       string
-		gen      int64
+		gen, rv  int64
 		inserted bool
 	)
 	rows, err = br.Query()
 	if err == nil {
-		_, err = pgx.ForEachRow(rows, []any{&n, &id, &gen, &inserted}, func() error {
-			r := BatchItemResult{Result: ApplyConfigured, ID: id, Generation: gen}
+		_, err = pgx.ForEachRow(rows, []any{&n, &id, &gen, &rv, &inserted}, func() error {
+			r := BatchItemResult{Result: ApplyConfigured, ID: id, Generation: gen, ResourceVersion: rv}
 			if inserted {
 				r.Result = ApplyCreated
 			}
@@ -299,7 +358,7 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 		return err
 	}
 	found := 0
-	_, err = pgx.ForEachRow(rows, []any{&n, &id, &gen, &deleting}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&n, &id, &gen, &rv, &deleting}, func() error {
 		found++
 		j := pass[unwritten[n-1]]
 		p := items[chunk[j]]
@@ -308,7 +367,7 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 				"%s/%s is being deleted; re-apply it once the deletion has finished", p.Kind, p.Name)}}
 			return nil
 		}
-		res[j] = BatchItemResult{Result: ApplyUnchanged, ID: id, Generation: gen}
+		res[j] = BatchItemResult{Result: ApplyUnchanged, ID: id, Generation: gen, ResourceVersion: rv}
 		return nil
 	})
 	if err != nil {

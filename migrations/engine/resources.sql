@@ -1,7 +1,8 @@
 -- Resources: what a user-facing write and a delete set off on the row.
 
--- resources_before_update makes a spec or version change a new generation and
--- stamps updated_at.
+-- resources_before_update makes a spec or version change a new generation,
+-- and every user-facing change a new resource_version (engine/versions.sql),
+-- and stamps updated_at.
 CREATE OR REPLACE FUNCTION resources_before_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -10,6 +11,7 @@ BEGIN
     IF NEW.spec IS DISTINCT FROM OLD.spec OR NEW.kind_version <> OLD.kind_version THEN
         NEW.generation := OLD.generation + 1;
     END IF;
+    NEW.resource_version := nextval('resource_versions');
     NEW.updated_at := now();
     RETURN NEW;
 END

@@ -70,11 +70,21 @@ export interface Answer<T> {
   headers: Headers;
 }
 
+// idempotencyKey is a fresh key for one POST: a retry of it (the browser's,
+// a proxy's) then runs it at most once. getRandomValues, unlike
+// randomUUID, works on a page served over plain http.
+function idempotencyKey(): string {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
 // call sends one API request; an error answer throws an ApiError carrying
-// the problem document.
-export async function call<T>(method: string, path: string, body?: unknown): Promise<Answer<T>> {
-  const headers: Record<string, string> = { Accept: "application/json", ...auth.headers() };
+// the problem document. A POST carries an Idempotency-Key; extra headers
+// (If-Match) go as given.
+export async function call<T>(method: string, path: string, body?: unknown, extra?: Record<string, string>): Promise<Answer<T>> {
+  const headers: Record<string, string> = { Accept: "application/json", ...auth.headers(), ...extra };
   if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (method === "POST") headers["Idempotency-Key"] = idempotencyKey();
   const resp = await fetch(`/api/v1${path}`, {
     method,
     headers,
@@ -104,6 +114,17 @@ export async function call<T>(method: string, path: string, body?: unknown): Pro
 }
 
 export const get = <T>(path: string) => call<T>("GET", path).then((a) => a.data);
+
+// ifMatch makes a write conditional on the version the page showed: if
+// someone changed the object since, the API refuses it (412) and the page
+// shows why instead of overwriting their change.
+export const ifMatch = (version?: number): Record<string, string> | undefined =>
+  version ? { "If-Match": `"${version}"` } : undefined;
+
+// staleVersion says whether an API refusal is a write from a version
+// someone has since changed (If-Match, or the resource_version sent).
+export const staleVersion = (p: Problem) =>
+  p.type === "urn:converge:problem:version-conflict" || p.type === "urn:converge:problem:precondition-failed";
 
 export const enc = encodeURIComponent;
 

@@ -1,5 +1,5 @@
 import { useState, type ReactNode } from "react";
-import { ApiError, type Problem } from "./api";
+import { ApiError, staleVersion, type Problem } from "./api";
 import type { JSONSchema } from "./types";
 
 export function PhaseBadge({ phase }: { phase: string }) {
@@ -80,6 +80,11 @@ export function ProblemView({ error }: { error: unknown }) {
         {p.type !== "about:blank" && <span className="muted"> ({p.type.replace("urn:converge:problem:", "")})</span>}
       </p>
       <p>{p.detail}</p>
+      {staleVersion(p) && (
+        <p data-testid="stale-version">
+          Someone changed it since this page read it, so nothing was written: reload it to see their change, then redo yours.
+        </p>
+      )}
       {p.errors.length > 0 && (
         <table className="problem-errors">
           <thead>

@@ -5,6 +5,7 @@ export const phases: Phase[] = ["Ready", "Reconciling", "Degraded", "Failed", "O
 
 export interface Resource {
   id: string;
+  resource_version: number;
   kind: string;
   kind_version: number;
   name: string;
@@ -120,6 +121,7 @@ export interface JSONSchema {
 }
 
 export interface KindConfig {
+  resource_version: number;
   max_inflight: number;
   task_deadline_secs: number;
   resync_interval_secs: number;
@@ -130,6 +132,7 @@ export interface KindConfig {
 
 export interface ProviderConfig {
   name: string;
+  resource_version: number;
   kind: string;
   kind_version: number;
   is_default: boolean;
@@ -141,6 +144,7 @@ export interface ProviderConfig {
 
 export interface Binding {
   name: string;
+  resource_version: number;
   watch_kind: string;
   watch_kind_version?: number;
   transition: string;
@@ -165,6 +169,7 @@ export interface EndpointLive {
 
 export interface Endpoint {
   name: string;
+  resource_version: number;
   kinds: { kind: string; kind_version: number }[];
   target: { type: string; url?: string; function?: string; region?: string; invocation?: string };
   health: { type?: string; url?: string; interval_secs?: number };

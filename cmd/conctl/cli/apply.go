@@ -14,6 +14,7 @@ import (
 type applyOpts struct {
 	files []string
 	typ   string
+	force bool
 }
 
 func (o *applyOpts) validate() error {
@@ -76,6 +77,12 @@ request (halved while the server answers 413), with one line per resource and
 a summary line "N resources: N created, N configured, N unchanged, N
 invalid". A single resource, and every other type, is applied on its own.
 
+An object that carries a resource_version (one from "conctl get -o yaml",
+say) is applied only if it is still at that version: when someone changed it
+since, the apply is refused (409) and changes nothing, so no one's change is
+silently lost. Get it again and redo the change, or pass --force to
+overwrite it whatever its version (the resource_version is then not sent).
+
 An object that fails is reported and the rest are still applied; the exit
 status is then 1. When an endpoint is created, its signing secret is printed
 once; store it, it cannot be shown again.`,
@@ -94,6 +101,7 @@ once; store it, it cannot be shown again.`,
 	}
 	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "file, directory or - (stdin) to apply; repeatable")
 	cmd.Flags().StringVar(&o.typ, "type", "", "type of every object: "+typeNames(applyTypes)+" (or an alias)")
+	cmd.Flags().BoolVar(&o.force, "force", false, "apply whatever version each object is at now: drop the resource_version the documents carry")
 	return cmd
 }
 
@@ -111,6 +119,11 @@ func (a *app) apply(ctx context.Context, cmd *cobra.Command, o *applyOpts) error
 		def, _ = lookupType(o.typ)
 	}
 	docs := readInputs(o.files, cmd.InOrStdin())
+	if o.force {
+		for _, d := range docs {
+			delete(d.fields, "resource_version")
+		}
+	}
 	types := make([]*objectType, len(docs))
 	typeErrs := make([]error, len(docs))
 	for i, d := range docs {

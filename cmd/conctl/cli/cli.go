@@ -29,6 +29,7 @@ const (
 const (
 	ServerDefault  = "http://localhost:8080"
 	TimeoutDefault = 30 * time.Second
+	RetriesDefault = 2
 	EnvServer      = "CONVERGE_SERVER"
 	EnvToken       = "CONVERGE_TOKEN"
 )
@@ -112,6 +113,7 @@ type app struct {
 	token   string
 	output  string
 	timeout time.Duration
+	retries int
 
 	client *Client // built on first use by api()
 }
@@ -162,6 +164,8 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 	f.StringVar(&a.token, "token", "", "bearer token for the API (default $"+EnvToken+")")
 	f.StringVarP(&a.output, "output", "o", outputTable, "output format: "+strings.Join(outputFormats, "|"))
 	f.DurationVar(&a.timeout, "timeout", TimeoutDefault, "timeout of each HTTP request (0 for none)")
+	f.IntVar(&a.retries, "retries", RetriesDefault, "how many times a request that failed in transit or got 429/502/503/504 is sent again "+
+		"(a POST's retries reuse its Idempotency-Key, so it never runs twice)")
 
 	root.AddCommand(
 		a.applyCommand(),
@@ -193,6 +197,9 @@ func (a *app) validate() error {
 	if a.timeout < 0 {
 		return usagef("invalid --timeout %s: must not be negative", a.timeout)
 	}
+	if a.retries < 0 {
+		return usagef("invalid --retries %d: must not be negative", a.retries)
+	}
 	return nil
 }
 
@@ -219,6 +226,7 @@ func (a *app) api() (*Client, error) {
 		Server:    server,
 		Token:     token,
 		Timeout:   a.timeout,
+		Retries:   a.retries,
 		UserAgent: "conctl/" + clientVersion(),
 	})
 	if err != nil {
@@ -282,8 +290,11 @@ func writeError(w io.Writer, what string, err error) {
 			fmt.Fprintf(w, "  - %s\n", fe.Location)
 		}
 	}
-	if ae.StatusCode == 401 || ae.StatusCode == 403 {
+	switch {
+	case ae.StatusCode == 401 || ae.StatusCode == 403:
 		fmt.Fprintf(w, "  (check --token or $%s)\n", EnvToken)
+	case ae.Type == problemVersionConflict || ae.Type == problemPreconditionFailed:
+		fmt.Fprintf(w, "  (it changed since that version was read: get it again and redo the change, or apply with --force to overwrite it)\n")
 	}
 }
 

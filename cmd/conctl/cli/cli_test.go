@@ -533,6 +533,10 @@ enabled: true
 			}
 			delete(d, "created_at")
 			delete(d, "updated_at")
+			if v, ok := d["resource_version"].(float64); !ok || v < 1 {
+				t.Fatalf("document %q has no resource_version", doc)
+			}
+			delete(d, "resource_version")
 			docs = append(docs, d)
 		}
 		wantDocs := []map[string]any{

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -39,7 +41,21 @@ type ClientConfig struct {
 	// HTTPClient is the transport to use. Defaults to a new http.Client
 	// with Timeout.
 	HTTPClient *http.Client
+
+	// Retries is how many more times a request is sent after it failed in
+	// transit, or was answered 429, 502, 503 or 504 (or 409 because its
+	// idempotency key is held by its own earlier attempt, still running).
+	// Every POST carries an Idempotency-Key that its retries reuse, so a
+	// retry never runs it twice. Zero sends each request once.
+	Retries int
 }
+
+// Retry back-off: the first wait, doubled each retry, and the most a
+// Retry-After may make one wait.
+const (
+	retryFirstWait = 250 * time.Millisecond
+	retryMaxWait   = 10 * time.Second
+)
 
 // Client speaks the converge REST API. Every subcommand goes through it, so
 // authentication, error decoding and connection diagnostics live in one place.
@@ -49,6 +65,7 @@ type Client struct {
 	token     string
 	userAgent string
 	timeout   time.Duration
+	retries   int
 	http      *http.Client
 }
 
@@ -86,6 +103,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		token:     cfg.Token,
 		userAgent: cmp.Or(cfg.UserAgent, "conctl"),
 		timeout:   cfg.Timeout,
+		retries:   max(cfg.Retries, 0),
 		http:      hc,
 	}, nil
 }
@@ -125,9 +143,13 @@ type APIError struct {
 	Method     string
 	URL        string
 	StatusCode int
-	Title      string
-	Detail     string
-	Errors     []ProblemError
+	// Type is the problem type, e.g. urn:converge:problem:version-conflict.
+	Type   string
+	Title  string
+	Detail string
+	Errors []ProblemError
+	// RetryAfter is the answer's Retry-After, 0 without one.
+	RetryAfter time.Duration
 }
 
 // Error renders "409 Conflict: <detail>".
@@ -174,13 +196,74 @@ func (e *ConnError) Error() string {
 func (e *ConnError) Unwrap() error { return e.Err }
 
 // Do sends one request to path (relative to /api/v1, e.g. "/resources") with
-// an optional query and JSON body. A non-2xx answer is returned as *APIError,
-// a transport failure as *ConnError.
+// an optional query and JSON body, again up to Retries times while it fails
+// in a way a retry may fix (see ClientConfig.Retries). A POST carries an
+// Idempotency-Key, the same on every retry. A non-2xx answer is returned as
+// *APIError, a transport failure as *ConnError.
 func (c *Client) Do(ctx context.Context, method, path string, query url.Values, body []byte) (*Response, error) {
 	target := c.base + path
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
+	var key string
+	if method == http.MethodPost {
+		key = rand.Text()
+	}
+	wait := retryFirstWait
+	for attempt := 0; ; attempt++ {
+		resp, err := c.send(ctx, method, target, body, key)
+		again, after := retryable(err)
+		if !again || attempt == c.retries || ctx.Err() != nil {
+			return resp, err
+		}
+		if after > 0 {
+			wait = min(after, retryMaxWait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, retryMaxWait)
+	}
+}
+
+// retryable says whether a request that failed with err may succeed if
+// sent again, and how long the server asked to wait first.
+func retryable(err error) (bool, time.Duration) {
+	var (
+		ce *ConnError
+		ae *APIError
+	)
+	switch {
+	case errors.As(err, &ce):
+		return true, 0
+	case !errors.As(err, &ae):
+		return false, 0
+	}
+	switch ae.StatusCode {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true, ae.RetryAfter
+	case http.StatusConflict:
+		return ae.Type == problemKeyInUse, ae.RetryAfter
+	}
+	return false, 0
+}
+
+// Problem types conctl acts on.
+const (
+	// problemKeyInUse answers a request whose idempotency key an earlier
+	// attempt of it still holds, running: retried.
+	problemKeyInUse = "urn:converge:problem:idempotency-key-in-use"
+	// problemVersionConflict and problemPreconditionFailed refuse a write
+	// made from a stale version (a resource_version in the body, or
+	// If-Match): explained, with --force.
+	problemVersionConflict    = "urn:converge:problem:version-conflict"
+	problemPreconditionFailed = "urn:converge:problem:precondition-failed"
+)
+
+// send sends the request once.
+func (c *Client) send(ctx context.Context, method, target string, body []byte, key string) (*Response, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -193,6 +276,9 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	req.Header.Set("User-Agent", c.userAgent)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -217,15 +303,19 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 
 func decodeProblem(method, target string, resp *http.Response, data []byte) *APIError {
 	e := &APIError{Method: method, URL: target, StatusCode: resp.StatusCode}
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		e.RetryAfter = time.Duration(secs) * time.Second
+	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if strings.HasSuffix(mt, "json") {
 		var p struct {
+			Type   string         `json:"type"`
 			Title  string         `json:"title"`
 			Detail string         `json:"detail"`
 			Errors []ProblemError `json:"errors"`
 		}
 		if json.Unmarshal(data, &p) == nil {
-			e.Title, e.Detail, e.Errors = p.Title, p.Detail, p.Errors
+			e.Type, e.Title, e.Detail, e.Errors = p.Type, p.Title, p.Detail, p.Errors
 			return e
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/convergeplane/converge/control/api"
@@ -43,6 +44,15 @@ type realAPI struct {
 	url string       // the proxy, what conctl is pointed at
 	st  *store.Store // the API's store, for a test to play the provider (nil without an API)
 
+	// lose is how many of the next POSTs lose their answer: the server
+	// runs the request, then the connection is cut before the answer
+	// reaches conctl (what a retry with an idempotency key is for).
+	lose atomic.Int32
+	// unavailable is how many of the next requests are answered 503
+	// without reaching the server, as a load balancer does while no pod
+	// is ready.
+	unavailable atomic.Int32
+
 	mu       sync.Mutex
 	requests []recordedRequest
 }
@@ -58,6 +68,8 @@ type recordedRequest struct {
 	Status     int
 	Answer     []byte
 	NextCursor string // X-Next-Cursor
+	Replayed   bool   // Idempotent-Replayed: the answer of an earlier request with its key
+	Lost       bool   // cut before the answer reached conctl (realAPI.lose)
 }
 
 // apiOptions configures startAPI.
@@ -137,11 +149,29 @@ func recordingFront(t *testing.T, next http.Handler) *realAPI {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		rec := httptest.NewRecorder()
-		next.ServeHTTP(rec, r)
+		if a.unavailable.Add(-1) >= 0 {
+			rec.Header().Set("Content-Type", "application/problem+json")
+			rec.WriteHeader(http.StatusServiceUnavailable)
+			rec.WriteString(`{"type":"urn:converge:problem:unavailable","title":"Service Unavailable","status":503,"detail":"no pod is ready","errors":[]}`)
+		} else {
+			next.ServeHTTP(rec, r)
+		}
 		req.Status, req.Answer, req.NextCursor = rec.Code, rec.Body.Bytes(), rec.Header().Get("X-Next-Cursor")
+		req.Replayed = rec.Header().Get("Idempotent-Replayed") == "true"
+		req.Lost = r.Method == http.MethodPost && a.lose.Add(-1) >= 0
 		a.mu.Lock()
 		a.requests = append(a.requests, req)
 		a.mu.Unlock()
+		if req.Lost {
+			t.Logf("API: %s %s -> %d, answer lost", r.Method, r.URL.RequestURI(), rec.Code)
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("cannot cut the connection: %v", err)
+				return
+			}
+			conn.Close()
+			return
+		}
 		t.Logf("API: %s %s %s\n  -> %d %s %s", r.Method, r.URL.RequestURI(), body,
 			rec.Code, rec.Header().Get("X-Apply-Result"), bytes.TrimSpace(rec.Body.Bytes()))
 		for k, v := range rec.Header() {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
+	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/store"
 )
 
@@ -107,6 +108,10 @@ type Config struct {
 	// SpecHistoryLimit is how many spec revisions each root resource keeps
 	// (SPEC_HISTORY_LIMIT, default 20).
 	SpecHistoryLimit int
+	// IdempotencyRetention is how long the answer of a POST sent with an
+	// Idempotency-Key is kept for its retries (IDEMPOTENCY_KEY_RETENTION,
+	// default 24h).
+	IdempotencyRetention time.Duration
 	// MemberID names this process in the cluster view (MEMBER_ID,
 	// default host-pid).
 	MemberID string
@@ -298,6 +303,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	c.DeliveryLogMaxAge = positiveDuration("DELIVERY_LOG_MAX_AGE", store.DeliveryLogMaxAgeDefault, "168h")
 	c.DeliveryLogKeep = positiveInt("DELIVERY_LOG_KEEP", store.DeliveryLogKeepDefault)
 	c.SpecHistoryLimit = positiveInt("SPEC_HISTORY_LIMIT", store.SpecHistoryLimitDefault)
+	c.IdempotencyRetention = positiveDuration("IDEMPOTENCY_KEY_RETENTION", api.IdempotencyRetentionDefault, "24h")
 	c.ShutdownTimeout = positiveDuration("SHUTDOWN_TIMEOUT", ShutdownTimeoutDefault, "30s")
 	c.DatabaseWait = positiveDuration("DATABASE_WAIT", DatabaseWaitDefault, "60s")
 	c.MemberID = getenv("MEMBER_ID")

@@ -150,8 +150,9 @@ func TestLoadConfigDurations(t *testing.T) {
 		def time.Duration
 		get func(Config) time.Duration
 	}{
-		"SHUTDOWN_TIMEOUT": {30 * time.Second, func(c Config) time.Duration { return c.ShutdownTimeout }},
-		"DATABASE_WAIT":    {60 * time.Second, func(c Config) time.Duration { return c.DatabaseWait }},
+		"SHUTDOWN_TIMEOUT":          {30 * time.Second, func(c Config) time.Duration { return c.ShutdownTimeout }},
+		"DATABASE_WAIT":             {60 * time.Second, func(c Config) time.Duration { return c.DatabaseWait }},
+		"IDEMPOTENCY_KEY_RETENTION": {24 * time.Hour, func(c Config) time.Duration { return c.IdempotencyRetention }},
 	} {
 		cfg, err := LoadConfig(env(map[string]string{}))
 		if err != nil || c.get(cfg) != c.def {

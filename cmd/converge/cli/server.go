@@ -429,7 +429,7 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	}
 	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens,
 		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), MetricsRegistry: s.metrics, Console: console, Events: s.events,
-		ReadyChecks: s.readyChecks()}
+		ReadyChecks: s.readyChecks(), IdempotencyRetention: s.cfg.IdempotencyRetention}
 	if box != nil {
 		policy := egress.Policy{DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs}
 		acfg.Endpoints = &api.EndpointsConfig{Box: box,

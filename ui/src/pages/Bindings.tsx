@@ -60,7 +60,7 @@ export function Bindings() {
                     <button type="button" onClick={() => setEditing(b)}>
                       Edit
                     </button>{" "}
-                    <button type="button" className="danger" onClick={async () => { setError(await deleteDoc("/reactor-bindings", b.name)); list.reload(); }}>
+                    <button type="button" className="danger" onClick={async () => { setError(await deleteDoc("/reactor-bindings", b.name, b.resource_version)); list.reload(); }}>
                       Delete
                     </button>
                   </td>

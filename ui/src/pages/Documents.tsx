@@ -1,11 +1,14 @@
 import { useState, type ReactNode } from "react";
-import { call, enc } from "../api";
+import { ApiError, call, enc, ifMatch, staleVersion } from "../api";
 import { ProblemView, Section } from "../components";
 
 // DocEditor creates, edits and deletes one kind of named document (provider
 // configs, reactor bindings) through its apply route: POST upserts by name,
 // DELETE removes. The document is edited as JSON, exactly what the API
-// takes, and a refusal is shown field by field.
+// takes, and a refusal is shown field by field. An edited document keeps
+// the resource_version it was read at, so an apply after someone else's
+// change is refused (409) instead of overwriting it; the list then re-reads
+// to show their change.
 export function DocEditor<T extends { name: string }>({
   collection,
   noun,
@@ -41,6 +44,7 @@ export function DocEditor<T extends { name: string }>({
       onChanged();
     } catch (e) {
       setError(e);
+      if (e instanceof ApiError && staleVersion(e.problem)) onChanged();
     }
   };
   return (
@@ -80,10 +84,12 @@ function stripServer<T>(d: T): T {
   return rest as T;
 }
 
-export async function deleteDoc(collection: string, name: string): Promise<unknown> {
+// deleteDoc deletes the document at the version the page shows: one
+// changed since is not deleted unseen (412).
+export async function deleteDoc(collection: string, name: string, version?: number): Promise<unknown> {
   if (!window.confirm(`Delete ${name}?`)) return undefined;
   try {
-    await call("DELETE", `${collection}/${enc(name)}`);
+    await call("DELETE", `${collection}/${enc(name)}`, undefined, ifMatch(version));
     return undefined;
   } catch (e) {
     return e;

@@ -54,7 +54,7 @@ export function ProviderConfigs() {
                     <button type="button" onClick={() => setEditing(c)}>
                       Edit
                     </button>{" "}
-                    <button type="button" className="danger" onClick={async () => { setError(await deleteDoc("/providerconfigs", c.name)); list.reload(); }}>
+                    <button type="button" className="danger" onClick={async () => { setError(await deleteDoc("/providerconfigs", c.name, c.resource_version)); list.reload(); }}>
                       Delete
                     </button>
                   </td>

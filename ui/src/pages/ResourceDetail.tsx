@@ -1,5 +1,5 @@
 import { useState } from "react";
-import { call, enc, get } from "../api";
+import { call, enc, get, ifMatch } from "../api";
 import { Fields, Json, Loading, PhaseBadge, ProblemView, Section, When } from "../components";
 import { useLive } from "../hooks";
 import { Link, navigate } from "../router";
@@ -31,11 +31,11 @@ export function ResourceDetail({ kind, name }: { kind: string; name: string }) {
   const [actionError, setActionError] = useState<unknown>();
   const [message, setMessage] = useState("");
 
-  const act = async (label: string, method: string, suffix: string, body?: unknown) => {
+  const act = async (label: string, method: string, suffix: string, body?: unknown, headers?: Record<string, string>) => {
     setBusy(true);
     setActionError(undefined);
     try {
-      await call(method, path + suffix, body);
+      await call(method, path + suffix, body, headers);
       setMessage(`${label}: done.`);
       detail.reload();
     } catch (e) {
@@ -77,7 +77,7 @@ export function ResourceDetail({ kind, name }: { kind: string; name: string }) {
           className="danger"
           disabled={busy || r.phase === "Deleting"}
           onClick={() => {
-            if (window.confirm(`Delete ${r.kind}/${r.name}, everything it owns and everything that depends on it?`)) void act("Delete", "DELETE", "");
+            if (window.confirm(`Delete ${r.kind}/${r.name}, everything it owns and everything that depends on it?`)) void act("Delete", "DELETE", "", undefined, ifMatch(r.resource_version));
           }}
         >
           Delete…
