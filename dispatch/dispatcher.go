@@ -530,7 +530,7 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	lo, hi := d.cfg.Range()
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
-	tasks, err := d.st.Claim(ctx, store.ClaimParams{Claimer: d.cfg.Claimer, Lo: lo, Hi: hi, Pairs: pairs,
+	tasks, err := d.claimTasks(ctx, store.ClaimParams{Claimer: d.cfg.Claimer, Lo: lo, Hi: hi, Pairs: pairs,
 		Limit: limit, Lease: d.cfg.Lease})
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
@@ -564,6 +564,31 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	}
 	*queue = d.place(*queue, ops, wg)
 	return len(tasks), limit
+}
+
+// claimAttempts bounds the claims one pass makes while PostgreSQL rolls
+// them back to break deadlocks.
+const claimAttempts = 3
+
+// reasonDeadlock is the claim_retries_total reason of a claim run again
+// after a deadlock.
+const reasonDeadlock = "deadlock"
+
+// claimTasks claims, and claims again at once when PostgreSQL rolled the
+// claim back to break a deadlock (nothing of it remains, and the other
+// side went through), up to claimAttempts in all; each retry is logged at
+// WARN and counted. The engine's lock order keeps claims and completions
+// from deadlocking each other (docs/operations.md); this is for what
+// remains.
+func (d *Dispatcher) claimTasks(ctx context.Context, p store.ClaimParams) ([]model.Task, error) {
+	for attempt := 1; ; attempt++ {
+		tasks, err := d.st.Claim(ctx, p)
+		if attempt == claimAttempts || !store.IsDeadlock(err) {
+			return tasks, err
+		}
+		d.m.claimRetries.WithLabelValues(reasonDeadlock).Inc()
+		d.log.Warn("claim deadlocked; claiming again", "err", err, "attempt", attempt)
+	}
 }
 
 // launch starts the delivery of items (one task, or a batch) on slot.

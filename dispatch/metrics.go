@@ -21,6 +21,7 @@ type metrics struct {
 	asyncTimeouts prometheus.Counter
 	completions   prometheus.Histogram
 	completeFails prometheus.Counter
+	claimRetries  *prometheus.CounterVec
 }
 
 func newMetrics(r prometheus.Registerer, reg *registry.Registry) (*metrics, error) {
@@ -55,12 +56,17 @@ func newMetrics(r prometheus.Registerer, reg *registry.Registry) (*metrics, erro
 			Namespace: "converge", Subsystem: "dispatch", Name: "completion_errors_total",
 			Help: "Completion writes that failed (logged as complete failed); their tasks re-run once their leases lapse.",
 		}),
+		claimRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "converge", Subsystem: "dispatch", Name: "claim_retries_total",
+			Help: "Claims run again at once, by reason (deadlock: PostgreSQL rolled the claim back to break a lock cycle).",
+		}, []string{"reason"}),
 	}
+	m.claimRetries.WithLabelValues(reasonDeadlock) // exported at 0 from the start
 	if r == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.deliveries, m.duration, m.pending, m.oldest, m.asyncTimeouts, m.completions, m.completeFails,
-		endpointCollector{reg}} {
+		m.claimRetries, endpointCollector{reg}} {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}

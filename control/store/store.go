@@ -153,7 +153,7 @@ const maxWriteAttempts = 3
 func retryDeadlock(tx func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := tx()
-		if code, _ := pgCode(err); code != codeDeadlockDetected || attempt == maxWriteAttempts {
+		if !IsDeadlock(err) || attempt == maxWriteAttempts {
 			return err
 		}
 	}

@@ -289,6 +289,12 @@ func raceTx(t *testing.T, db *pgtest.Database, first, second func(pgx.Tx) error)
 // the test after 10 s of neither.
 func waitForLockWait(t *testing.T, db *pgtest.Database, done chan error) bool {
 	t.Helper()
+	return waitForLockWaits(t, db, 1, done)
+}
+
+// waitForLockWaits is waitForLockWait for n sessions waiting at once.
+func waitForLockWaits(t *testing.T, db *pgtest.Database, n int, done chan error) bool {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		select {
 		case err := <-done:
@@ -301,11 +307,11 @@ func waitForLockWait(t *testing.T, db *pgtest.Database, done chan error) bool {
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if waiting > 0 {
+		if waiting >= n {
 			return true
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("nothing waited on a lock, and the second writer did not end")
+			t.Fatalf("fewer than %d sessions waited on a lock, and the writer watched did not end", n)
 		}
 	}
 }

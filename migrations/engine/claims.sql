@@ -8,6 +8,15 @@
 -- budget is max_inflight minus the sum of kind_inflight partials, read under a
 -- per-kind transaction lock so concurrent claimers cannot both spend it.
 --
+-- Its locks, in order: the per-kind claim locks, in (kind, kind_version)
+-- order; the picked rows (SKIP LOCKED: a claim never waits for a work row
+-- or a delivery); the kind_inflight rows it spends, in key order. Every
+-- writer of kind_inflight (a claim, a completion, a release, the reaper)
+-- takes its rows in key order and after every other row it writes (the
+-- lock order, docs/operations.md), so the writer a claim waits for waits
+-- for nothing the claim holds: a claim cannot close a cycle with it
+-- (TestCappedClaimRacingACompletionDoesNotDeadlock).
+--
 -- Budgets are read before any row is picked, and each capped kind takes at
 -- most its budget, first; the uncapped kinds fill the rest of the batch. A
 -- kind at its cap therefore costs the batch nothing: picking the first
@@ -142,6 +151,7 @@ BEGIN
             SELECT b.kind, b.kind_version, p_lo, count(*)
               FROM claimed c JOIN budget b ON b.kind = c.kind AND b.kind_version = c.kind_version
              GROUP BY b.kind, b.kind_version
+             ORDER BY b.kind, b.kind_version -- key order (p_lo is one)
             ON CONFLICT (kind, kind_version, range_lo) DO UPDATE SET in_flight = i.in_flight + EXCLUDED.in_flight
         )
         SELECT c.*, NULL::text, NULL::text FROM claimed c;
@@ -200,16 +210,28 @@ $$;
 -- the claimed state. It is plpgsql, not SQL, for its cached plan: a SQL
 -- function that cannot be inlined (an UPDATE) is planned at every call,
 -- 0.33 ms of every completion (10% of a 32-task one's 3.2 ms).
+--
+-- The rows are locked in key order whatever the plan: the subquery locks
+-- them sorted (FOR UPDATE under its ORDER BY), and the UPDATE writes only
+-- rows the subquery returned, already locked. The claim's bump takes them
+-- in the same order; two kinds given back in the order a join happened to
+-- meet them, beside a claim spending the same two in the other order,
+-- could deadlock (TestTokenRowsAreTakenInKeyOrder). Callers call it after
+-- every other lock they take (the lock order, docs/operations.md).
 CREATE OR REPLACE FUNCTION inflight_release(p_kinds text[], p_vers smallint[], p_los smallint[]) RETURNS void
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     UPDATE kind_inflight i SET in_flight = GREATEST(i.in_flight - x.n, 0)
-      FROM (SELECT k.kind, k.kind_version, k.lo, count(*) AS n
-              FROM unnest(p_kinds, p_vers, p_los) AS k(kind, kind_version, lo)
-              JOIN kind_config kc ON kc.kind = k.kind AND kc.kind_version = k.kind_version
-             WHERE kc.max_inflight > 0
-             GROUP BY 1, 2, 3) x
-     WHERE i.kind = x.kind AND i.kind_version = x.kind_version AND i.range_lo = x.lo;
+      FROM (SELECT l.kind, l.kind_version, l.range_lo, k.n
+              FROM (SELECT k.kind, k.kind_version, k.lo, count(*) AS n
+                      FROM unnest(p_kinds, p_vers, p_los) AS k(kind, kind_version, lo)
+                      JOIN kind_config kc ON kc.kind = k.kind AND kc.kind_version = k.kind_version
+                     WHERE kc.max_inflight > 0
+                     GROUP BY 1, 2, 3) k
+              JOIN kind_inflight l ON l.kind = k.kind AND l.kind_version = k.kind_version AND l.range_lo = k.lo
+             ORDER BY 1, 2, 3
+               FOR UPDATE OF l) x
+     WHERE i.kind = x.kind AND i.kind_version = x.kind_version AND i.range_lo = x.range_lo;
 END
 $$;
 
@@ -258,8 +280,8 @@ DECLARE
     v_kinds text[];
     v_vers smallint[];
     v_los smallint[];
-    n int := 0;
-    v_react int;
+    n int;
+    v_react int := 0;
 BEGIN
     WITH r AS (
         UPDATE work_queue w SET state = 'pending', claimed_by = NULL, lease_until = NULL,
@@ -268,20 +290,20 @@ BEGIN
          WHERE w.shard_id = i.shard_id AND w.task_id = i.task_id AND w.claim_epoch = i.epoch AND w.state = 'claimed'
         RETURNING w.kind, w.kind_version, w.claim_lo)
     SELECT array_agg(kind), array_agg(kind_version), array_agg(claim_lo) INTO v_kinds, v_vers, v_los FROM r;
+    n := coalesce(cardinality(v_kinds), 0);
+    IF n < cardinality(p_task_ids) THEN
+        -- The rest may be reactor deliveries: given back the same way, with
+        -- no attempt counted.
+        UPDATE lifecycle_outbox l SET claimed_by = NULL, lease_until = NULL,
+               not_before = now() + make_interval(secs => p_delay_ms / 1000.0), last_error = p_reason
+          FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
+         WHERE l.shard_id = i.shard_id AND l.task_id = i.task_id AND l.claim_epoch = i.epoch AND l.claimed_by IS NOT NULL;
+        GET DIAGNOSTICS v_react = ROW_COUNT;
+    END IF;
+    -- The tokens last: the lock order (docs/operations.md).
     IF v_kinds IS NOT NULL THEN
         PERFORM inflight_release(v_kinds, v_vers, v_los);
-        n := cardinality(v_kinds);
     END IF;
-    IF n = cardinality(p_task_ids) THEN
-        RETURN n;
-    END IF;
-    -- The rest may be reactor deliveries: given back the same way, with no
-    -- attempt counted.
-    UPDATE lifecycle_outbox l SET claimed_by = NULL, lease_until = NULL,
-           not_before = now() + make_interval(secs => p_delay_ms / 1000.0), last_error = p_reason
-      FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
-     WHERE l.shard_id = i.shard_id AND l.task_id = i.task_id AND l.claim_epoch = i.epoch AND l.claimed_by IS NOT NULL;
-    GET DIAGNOSTICS v_react = ROW_COUNT;
     RETURN n + v_react;
 END
 $$;

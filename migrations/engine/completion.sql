@@ -104,6 +104,12 @@ $$;
 --
 -- A reactor delivery (lifecycle_outbox) is completed by acking or backing
 -- it off, which ends its claim: a repeat is 'superseded'.
+--
+-- Its locks, in order (the lock order, docs/operations.md): the batch's
+-- resources, in key order; their work rows; what applying the outcomes
+-- writes (apply_items: dependents, parents, their work rows, ...); the
+-- reactor deliveries; last, the capped kinds' kind_inflight rows, in key
+-- order (inflight_release).
 CREATE OR REPLACE FUNCTION complete_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_resource_ids uuid[],
                                p_outcomes jsonb[], p_errors text[], p_terminals boolean[], p_abandoned boolean[],
                                p_retry_base_ms int, p_retry_max_ms int)
@@ -198,20 +204,6 @@ BEGIN
             v_los := v_los || b_los;
         END IF;
     END IF;
-    IF cardinality(v_applied) > 0 THEN
-        -- A task with an applied or queued outcome is no longer at its
-        -- provider: its capped kind gets the token back now, not when the
-        -- drain applies a queued outcome (which held it for the outbox's
-        -- wait too, and made every claim of that kind queue behind the
-        -- drain's row lock).
-        PERFORM inflight_release(v_kinds, v_vers, v_los);
-        -- A claimer turned away at a cap has nothing else to wake it: the
-        -- slot its delivery freed woke it before this token was back.
-        IF EXISTS (SELECT 1 FROM kind_config kc JOIN unnest(v_kinds, v_vers) AS k(kind, kind_version)
-                     ON kc.kind = k.kind AND kc.kind_version = k.kind_version WHERE kc.max_inflight > 0) THEN
-            PERFORM notify_gated('work_ready');
-        END IF;
-    END IF;
     IF v_queued IS NOT NULL THEN
         PERFORM notify_gated('outbox_ready');
     END IF;
@@ -246,6 +238,24 @@ BEGIN
         )
         SELECT v_applied || array_agg(x.task_id) INTO v_applied
           FROM (SELECT task_id FROM acked UNION ALL SELECT task_id FROM retried) x;
+    END IF;
+    -- A task with an applied or queued outcome is no longer at its
+    -- provider: its capped kind gets the token back now, not when the
+    -- drain applies a queued outcome (which held it for the outbox's wait
+    -- too, and made every claim of that kind queue behind the drain's row
+    -- lock). The token rows are the last rows a completion locks (the lock
+    -- order, docs/operations.md): given back before the outcomes were
+    -- applied, a token's row was held while apply_items waited for a work
+    -- row a claim had picked, and that claim waited for the token's row to
+    -- spend it, a deadlock (TestCappedClaimRacingACompletionDoesNotDeadlock).
+    IF v_kinds IS NOT NULL THEN
+        PERFORM inflight_release(v_kinds, v_vers, v_los);
+        -- A claimer turned away at a cap has nothing else to wake it: the
+        -- slot its delivery freed woke it before this token was back.
+        IF EXISTS (SELECT 1 FROM kind_config kc JOIN unnest(v_kinds, v_vers) AS k(kind, kind_version)
+                     ON kc.kind = k.kind AND kc.kind_version = k.kind_version WHERE kc.max_inflight > 0) THEN
+            PERFORM notify_gated('work_ready');
+        END IF;
     END IF;
     -- Only the tasks not applied are answered; the caller takes silence for
     -- 'applied', so the common case costs no second probe per task. An

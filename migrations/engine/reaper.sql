@@ -30,8 +30,9 @@ BEGIN
     SELECT array_agg(resource_id), array_agg(kind), array_agg(kind_version), array_agg(claim_lo)
       INTO v_ids, v_kinds, v_vers, v_los FROM r;
     IF v_ids IS NULL THEN RETURN 0; END IF;
-    PERFORM inflight_release(v_kinds, v_vers, v_los);
     PERFORM log_events(v_ids, 'reclaimed', 'lease expired; task re-pended');
+    -- The tokens last: the lock order (docs/operations.md).
+    PERFORM inflight_release(v_kinds, v_vers, v_los);
     PERFORM notify_gated('work_ready');
     RETURN cardinality(v_ids);
 END
