@@ -147,9 +147,11 @@ var errRetry = errors.New("retry")
 const maxWriteAttempts = 3
 
 // retryDeadlock runs the transaction tx again when PostgreSQL rolled it
-// back to break a deadlock, up to maxWriteAttempts in all. An operator
-// write (delete, quarantine, reconcile) locks a resource and then its work
-// rows; a completion (or the drain) locks a work row and then its resource.
+// back to break a deadlock, up to maxWriteAttempts in all. Writers lock
+// resources before their work rows, and capped kinds' tokens last
+// (docs/operations.md, "the lock order"); what cycles remain (two
+// completers meeting on a composite's parent, a compose racing a
+// completion) go through once the other side has.
 func retryDeadlock(tx func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := tx()
