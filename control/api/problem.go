@@ -41,7 +41,6 @@ const (
 	typeUnauthorized              = problem.TypeUnauthorized
 	typeForbidden                 = problem.TypeForbidden
 	typeTooLarge                  = problem.TypeTooLarge
-	typeHeadersTooLarge           = problem.TypeHeadersTooLarge
 	typeUnsupportedMediaType      = problem.TypeUnsupportedMediaType
 	typeUnavailable               = problem.TypeUnavailable
 	typeTimeout                   = problem.TypeTimeout
@@ -160,8 +159,7 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 	if errors.As(err, &fe) {
 		switch fe.Code {
 		case http.StatusRequestEntityTooLarge:
-			p = newProblem(fe.Code, typeTooLarge, fmt.Sprintf("the request body is larger than the %d-byte limit", s.cfg.BodyLimit),
-				ProblemError{Location: "body", Message: fmt.Sprintf("must be at most %d bytes", s.cfg.BodyLimit)})
+			p = s.bodyTooLarge()
 		case http.StatusNotFound:
 			p = newProblem(fe.Code, typeNotFound, fmt.Sprintf("no route %s %s", c.Method(), c.Path()))
 		default:
@@ -180,6 +178,13 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 	}
 	s.log.Error("api: request failed", "method", c.Method(), "path", c.Path(), "err", err)
 	return writeProblem(c, newProblem(http.StatusInternalServerError, typeInternal, "internal error"))
+}
+
+// bodyTooLarge is the answer to a body over BodyLimit, which fasthttp
+// refuses before a handler runs.
+func (s *Server) bodyTooLarge() *Problem {
+	return newProblem(http.StatusRequestEntityTooLarge, typeTooLarge, fmt.Sprintf("the request body is larger than the %d-byte limit", s.cfg.BodyLimit),
+		ProblemError{Location: "body", Message: fmt.Sprintf("must be at most %d bytes", s.cfg.BodyLimit)})
 }
 
 // in is where the fields a store error names were sent: "body", "query" or
