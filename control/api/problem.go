@@ -41,6 +41,7 @@ const (
 	typeUnauthorized              = problem.TypeUnauthorized
 	typeForbidden                 = problem.TypeForbidden
 	typeTooLarge                  = problem.TypeTooLarge
+	typeHeadersTooLarge           = problem.TypeHeadersTooLarge
 	typeUnsupportedMediaType      = problem.TypeUnsupportedMediaType
 	typeUnavailable               = problem.TypeUnavailable
 	typeTimeout                   = problem.TypeTimeout
