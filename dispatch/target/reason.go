@@ -16,17 +16,17 @@ import (
 // pod has no AWS credentials to sign it with (errors.Is).
 var ErrCredentials = errors.New("cannot retrieve AWS credentials")
 
-// Reasons a delivery got no answer, the class that starts each Reason.
+// The classes a Reason starts with.
 const (
-	ReasonTimeout     = "timeout"
-	ReasonDNS         = "dns"
-	ReasonRefused     = "refused"
-	ReasonReset       = "reset"
-	ReasonUnreachable = "unreachable"
-	ReasonTLS         = "tls"
-	ReasonBlocked     = "blocked"
-	ReasonCredentials = "credentials"
-	ReasonNetwork     = "network"
+	reasonTimeout     = "timeout"
+	reasonDNS         = "dns"
+	reasonRefused     = "refused"
+	reasonReset       = "reset"
+	reasonUnreachable = "unreachable"
+	reasonTLS         = "tls"
+	reasonBlocked     = "blocked"
+	reasonCredentials = "credentials"
+	reasonNetwork     = "network"
 )
 
 // Reason says why Deliver got no answer in the words a reader of the
@@ -41,60 +41,62 @@ const (
 // they are.
 func Reason(err error) string {
 	var (
-		be  *egress.BlockedError
-		tl  *TooLargeError
-		ua  *UnavailableError
-		dns *net.DNSError
-		ua1 x509.UnknownAuthorityError
-		hn  x509.HostnameError
-		ci  x509.CertificateInvalidError
-		rh  tls.RecordHeaderError
-		cv  *tls.CertificateVerificationError
-		op  *net.OpError
-		ne  net.Error
+		blocked     *egress.BlockedError
+		tooLarge    *TooLargeError
+		unavailable *UnavailableError
+		dns         *net.DNSError
+		authority   x509.UnknownAuthorityError
+		hostname    x509.HostnameError
+		invalid     x509.CertificateInvalidError
+		record      tls.RecordHeaderError
+		verify      *tls.CertificateVerificationError
+		op          *net.OpError
+		ne          net.Error
 	)
 	switch {
-	case errors.As(err, &tl):
-		return tl.Error()
-	case errors.As(err, &ua):
-		return ua.Error()
-	case errors.As(err, &be):
-		return ReasonBlocked + ": the egress policy refuses " + be.Reason
+	case errors.As(err, &tooLarge):
+		return tooLarge.Error()
+	case errors.As(err, &unavailable):
+		return unavailable.Error()
+	case errors.As(err, &blocked) && blocked.Addr.IsValid():
+		return reasonBlocked + ": the egress policy refuses " + blocked.Reason
+	case blocked != nil: // a refused URL: the reason is the policy's own words
+		return reasonBlocked + ": " + blocked.Reason
 	case errors.Is(err, ErrCredentials):
-		return ReasonCredentials + ": the dispatcher cannot get AWS credentials to sign the request"
+		return reasonCredentials + ": the dispatcher cannot get AWS credentials to sign the request"
 	case errors.As(err, &dns):
 		switch {
 		case dns.IsNotFound:
-			return ReasonDNS + ": " + dns.Name + " does not resolve"
+			return reasonDNS + ": " + dns.Name + " does not resolve"
 		case dns.IsTimeout:
-			return ReasonDNS + ": looking up " + dns.Name + " timed out"
+			return reasonDNS + ": looking up " + dns.Name + " timed out"
 		}
-		return ReasonDNS + ": looking up " + dns.Name + " failed"
-	case errors.As(err, &ua1):
-		return ReasonTLS + ": the certificate is not signed by a trusted authority"
-	case errors.As(err, &hn):
-		return ReasonTLS + ": the certificate does not name the host"
-	case errors.As(err, &ci):
-		if ci.Reason == x509.Expired {
-			return ReasonTLS + ": the certificate has expired or is not valid yet"
+		return reasonDNS + ": looking up " + dns.Name + " failed"
+	case errors.As(err, &authority):
+		return reasonTLS + ": the certificate is not signed by a trusted authority"
+	case errors.As(err, &hostname):
+		return reasonTLS + ": the certificate does not name the host"
+	case errors.As(err, &invalid):
+		if invalid.Reason == x509.Expired {
+			return reasonTLS + ": the certificate has expired or is not valid yet"
 		}
-		return ReasonTLS + ": the certificate is not valid"
-	case errors.As(err, &cv):
-		return ReasonTLS + ": the certificate is not valid"
-	case errors.As(err, &rh):
-		return ReasonTLS + ": the server does not speak TLS"
+		return reasonTLS + ": the certificate is not valid"
+	case errors.As(err, &verify):
+		return reasonTLS + ": the certificate is not valid"
+	case errors.As(err, &record):
+		return reasonTLS + ": the server does not speak TLS"
 	case errors.As(err, &op) && op.Op == "remote error":
-		return ReasonTLS + ": the server refused the TLS handshake"
+		return reasonTLS + ": the server refused the TLS handshake"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return ReasonTimeout + ": no answer in time"
+		return reasonTimeout + ": no answer in time"
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return ReasonRefused + ": the connection was refused"
+		return reasonRefused + ": the connection was refused"
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return ReasonUnreachable + ": no route to the host"
+		return reasonUnreachable + ": no route to the host"
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return ReasonReset + ": the connection closed before the answer"
+		return reasonReset + ": the connection closed before the answer"
 	}
-	return ReasonNetwork + ": the request failed"
+	return reasonNetwork + ": the request failed"
 }
 
 // NoAnswerError is an error Deliver returned, as a reader is shown it:
@@ -102,6 +104,7 @@ func Reason(err error) string {
 // and for errors.Is.
 type NoAnswerError struct{ Err error }
 
+// Error returns the Reason of the error Deliver returned.
 func (e *NoAnswerError) Error() string { return Reason(e.Err) }
 
 // Unwrap returns the error Deliver returned.

@@ -59,6 +59,8 @@ func TestReason(t *testing.T) {
 		{"handshake refused", sent(&net.OpError{Op: "remote error", Err: errors.New("tls: bad certificate")}), "tls: the server refused the TLS handshake"},
 		{"blocked at dial time", dial(&egress.BlockedError{Addr: netip.MustParseAddr(secret), Reason: "a private (RFC 1918) address"}),
 			"blocked: the egress policy refuses a private (RFC 1918) address"},
+		{"plain http refused", sent(&egress.BlockedError{Reason: "plain http is not allowed; use https"}),
+			"blocked: plain http is not allowed; use https"},
 		{"no credentials", fmt.Errorf("%w: %w", target.ErrCredentials, dial(os.NewSyscallError("connect", syscall.ECONNREFUSED))),
 			"credentials: the dispatcher cannot get AWS credentials to sign the request"},
 		{"anything else", sent(errors.New("http: server gave HTTP response to HTTPS client at " + secret)), "network: the request failed"},
