@@ -439,13 +439,17 @@ func (d *Dispatcher) classifyError(ctx context.Context, deadline time.Time, ep *
 		msg := fmt.Sprintf("delivery to endpoint %s refused: %v", ep.Name(), err)
 		return verdict{result: resultTooLarge, breaker: registry.Neutral, failed: true, failover: true, detail: msg,
 			complete: &webhooksdk.Result{Error: &webhooksdk.Error{Message: msg, Terminal: true}}}
-	case errors.Is(err, egress.ErrBlocked):
-		msg := fmt.Sprintf("delivery to endpoint %s refused: %v", ep.Name(), err)
-		return verdict{result: resultBlocked, breaker: registry.Failure, failed: true, failover: true, detail: msg, complete: transient(msg)}
-	default:
-		msg := fmt.Sprintf("delivery to endpoint %s failed: %v", ep.Name(), err)
-		return verdict{result: resultNetwork, breaker: registry.Failure, failed: true, failover: true, detail: msg, complete: transient(msg)}
 	}
+	// What a reader of the delivery log or the resource is shown is the
+	// classified reason; the error itself names the pod's resolver and the
+	// addresses it dialled, and goes to the log.
+	d.log.Warn("delivery got no answer", "endpoint", ep.Name(), "reason", target.Reason(err), "err", err)
+	if errors.Is(err, egress.ErrBlocked) {
+		msg := fmt.Sprintf("delivery to endpoint %s refused: %s", ep.Name(), target.Reason(err))
+		return verdict{result: resultBlocked, breaker: registry.Failure, failed: true, failover: true, detail: msg, complete: transient(msg)}
+	}
+	msg := fmt.Sprintf("delivery to endpoint %s failed: %s", ep.Name(), target.Reason(err))
+	return verdict{result: resultNetwork, breaker: registry.Failure, failed: true, failover: true, detail: msg, complete: transient(msg)}
 }
 
 // classifyResponse classifies the answer to a single task's delivery, or

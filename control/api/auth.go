@@ -2,7 +2,6 @@ package api
 
 import (
 	"crypto/subtle"
-	"encoding/json"
 	"mime"
 	"net/http"
 	"strings"
@@ -88,18 +87,10 @@ func RequireReadToken(readTokens, adminTokens []string, h http.Handler) http.Han
 			h.ServeHTTP(w, r)
 			return
 		}
-		p.Instance = r.URL.Path
-		b, err := json.Marshal(p)
-		if err != nil {
-			http.Error(w, p.Detail, p.Status)
-			return
-		}
 		if challenge != "" {
 			w.Header().Set("WWW-Authenticate", challenge)
 		}
-		w.Header().Set("Content-Type", ProblemContentType)
-		w.WriteHeader(p.Status)
-		_, _ = w.Write(b) // the client is gone if this fails
+		p.Write(w, r)
 	})
 }
 

@@ -386,6 +386,12 @@ func TestBadInput(t *testing.T) {
 			{"SelectorNUL", "/api/v1/resources?label_selector=a%3D%00", "query.label_selector"},
 			{"KindTooLong", "/api/v1/resources?kind=" + strings.Repeat("k", api.MaxQueryValueBytes+1), "query.kind"},
 			{"NameNUL", "/api/v1/resources?%00=1", "query"},
+			// A repeated single-valued parameter was silently read as its
+			// first value.
+			{"LimitTwice", "/api/v1/resources?limit=1&limit=3", "query.limit"},
+			{"KindTwice", "/api/v1/resources?kind=bucket&kind=site", "query.kind"},
+			{"SameKindTwice", "/api/v1/providerconfigs?kind=vpc&kind=vpc", "query.kind"},
+			{"SelectorTwice", "/api/v1/resources?phase=Ready&label_selector=a%3Db&phase=Failed&label_selector=c%3Dd", "query.label_selector"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				p := b.do(http.MethodGet, tc.path, nil).wantProblem(t, http.StatusBadRequest, tc.loc)
@@ -410,6 +416,11 @@ func TestBadInput(t *testing.T) {
 			t.Fatal("no next_cursor after a full page")
 		}
 		b.do(http.MethodGet, "/api/v1/resources?limit=1&cursor="+l.NextCursor, nil).want(t, http.StatusOK)
+		// phase is a list: it repeats.
+		b.do(http.MethodGet, "/api/v1/resources?phase=Ready&phase=Reconciling", nil).want(t, http.StatusOK).decode(t, &l)
+		if len(l.Items) != 2 {
+			t.Errorf("?phase=Ready&phase=Reconciling listed %d resources, want both", len(l.Items))
+		}
 		b.exec(`DELETE FROM resources`)
 		b.exec(`DELETE FROM resource_events`)
 		nothingWritten(t, b)

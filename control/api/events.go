@@ -234,7 +234,7 @@ func (h *EventHub) serve(c *fiber.Ctx) error {
 	st := h.open()
 	if st == nil {
 		return writeProblem(c, newProblem(http.StatusServiceUnavailable, typeUnavailable,
-			"too many open event streams, or the server is stopping").retryAfter(RetryAfterUnreachable))
+			"too many open event streams, or the server is stopping").RetryAfter(RetryAfterUnreachable))
 	}
 	c.Set(fiber.HeaderContentType, "text/event-stream")
 	c.Set(fiber.HeaderCacheControl, "no-cache")

@@ -106,5 +106,5 @@ func (s *Server) readyz(ctx context.Context, _ *struct{}) (*bodyOutput[ReadyStat
 		errs[i] = ProblemError{Location: "checks." + name, Message: st.Checks[name]}
 	}
 	return nil, newProblem(http.StatusServiceUnavailable, typeUnavailable,
-		"not ready: "+strings.Join(failed, ", ")+" failed", errs...).retryAfter(RetryAfterUnreachable)
+		"not ready: "+strings.Join(failed, ", ")+" failed", errs...).RetryAfter(RetryAfterUnreachable)
 }

@@ -94,7 +94,7 @@ func (s *Server) idempotency(c *fiber.Ctx) error {
 	case store.IdempotencyRunning:
 		return writeProblem(c, newProblem(http.StatusConflict, typeIdempotencyKeyInUse,
 			"a request with this Idempotency-Key is still running; retry it later to get its answer",
-			ProblemError{Location: "header." + headerIdempotencyKey, Message: "is in use by a request still running"}).retryAfter(RetryAfterBusy))
+			ProblemError{Location: "header." + headerIdempotencyKey, Message: "is in use by a request still running"}).RetryAfter(RetryAfterBusy))
 	case store.IdempotencyLost:
 		return writeProblem(c, newProblem(http.StatusConflict, typeIdempotencyOutcomeUnknown,
 			"the first request with this Idempotency-Key stopped before it answered (its server went away), so whether it took effect is unknown; "+

@@ -17,65 +17,43 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/internal/problem"
 )
 
 // ProblemContentType is the media type of every error response.
-const ProblemContentType = "application/problem+json"
+const ProblemContentType = problem.ContentType
 
-// Problem types. Each names one kind of failure a client may branch on;
-// docs/api.md describes them.
+// Problem types (see package problem). Each names one kind of failure a
+// client may branch on; docs/api.md describes them.
 const (
-	typeMalformed          = "urn:converge:problem:malformed-request"
-	typeInvalidDocument    = "urn:converge:problem:invalid-document"
-	typeInvalid            = "urn:converge:problem:invalid"
-	typeNotFound           = "urn:converge:problem:not-found"
-	typeConflict           = "urn:converge:problem:conflict"
-	typeVersionConflict    = "urn:converge:problem:version-conflict"
-	typePreconditionFailed = "urn:converge:problem:precondition-failed"
+	typeMalformed          = problem.TypeMalformed
+	typeInvalidDocument    = problem.TypeInvalidDocument
+	typeInvalid            = problem.TypeInvalid
+	typeNotFound           = problem.TypeNotFound
+	typeConflict           = problem.TypeConflict
+	typeVersionConflict    = problem.TypeVersionConflict
+	typePreconditionFailed = problem.TypePreconditionFailed
 	// The idempotency key refusals (idempotency.go).
-	typeIdempotencyKeyReused      = "urn:converge:problem:idempotency-key-reused"
-	typeIdempotencyKeyInUse       = "urn:converge:problem:idempotency-key-in-use"
-	typeIdempotencyOutcomeUnknown = "urn:converge:problem:idempotency-outcome-unknown"
-	typeBreakingChange            = "urn:converge:problem:breaking-change"
-	typeUnauthorized              = "urn:converge:problem:unauthorized"
-	typeForbidden                 = "urn:converge:problem:forbidden"
-	typeTooLarge                  = "urn:converge:problem:body-too-large"
-	typeUnsupportedMediaType      = "urn:converge:problem:unsupported-media-type"
-	typeMethodNotAllowed          = "urn:converge:problem:method-not-allowed"
-	typeUnavailable               = "urn:converge:problem:unavailable"
-	typeTimeout                   = "urn:converge:problem:timeout"
-	typeInternal                  = "urn:converge:problem:internal"
+	typeIdempotencyKeyReused      = problem.TypeIdempotencyKeyReused
+	typeIdempotencyKeyInUse       = problem.TypeIdempotencyKeyInUse
+	typeIdempotencyOutcomeUnknown = problem.TypeIdempotencyOutcomeUnknown
+	typeBreakingChange            = problem.TypeBreakingChange
+	typeUnauthorized              = problem.TypeUnauthorized
+	typeForbidden                 = problem.TypeForbidden
+	typeTooLarge                  = problem.TypeTooLarge
+	typeHeadersTooLarge           = problem.TypeHeadersTooLarge
+	typeUnsupportedMediaType      = problem.TypeUnsupportedMediaType
+	typeUnavailable               = problem.TypeUnavailable
+	typeTimeout                   = problem.TypeTimeout
+	typeInternal                  = problem.TypeInternal
 )
 
-// Problem is an RFC 9457 problem document, the body of every error. Errors
-// lists each offending field; it is always present, possibly empty.
-type Problem struct {
-	Type     string         `json:"type" doc:"A URI naming the kind of problem, e.g. urn:converge:problem:invalid-document."`
-	Title    string         `json:"title" doc:"A short summary of the problem type (the HTTP status text)."`
-	Status   int            `json:"status" doc:"The HTTP status code."`
-	Detail   string         `json:"detail" doc:"What went wrong this time."`
-	Instance string         `json:"instance,omitempty" doc:"The request path."`
-	Errors   []ProblemError `json:"errors" doc:"Each offending field."`
-
-	// headers are sent with the problem (Retry-After on a 503).
-	headers http.Header
-}
+// Problem is an RFC 9457 problem document, the body of every error: the
+// one the dispatch listener's callback routes answer with too.
+type Problem = problem.Problem
 
 // ProblemError is one offending field of a request.
-type ProblemError struct {
-	Location string `json:"location" doc:"Where: body.spec.replicas, path.kind, query.limit, header.Content-Type."`
-	Message  string `json:"message" doc:"What is wrong with it."`
-	Value    any    `json:"value,omitempty" doc:"The value sent, when short enough to echo."`
-	// Pointer and Keyword are set for a JSON Schema violation: the RFC 6901
-	// pointer into the request body and the failing schema keyword.
-	Pointer string `json:"pointer,omitempty" doc:"For a JSON Schema violation: an RFC 6901 pointer into the request body."`
-	Keyword string `json:"keyword,omitempty" doc:"For a JSON Schema violation: the schema keyword that failed."`
-}
-
-func (p *Problem) Error() string { return p.Detail }
-
-// GetHeaders makes huma send the problem's headers (huma.HeadersError).
-func (p *Problem) GetHeaders() http.Header { return p.headers }
+type ProblemError = problem.ProblemError
 
 // Retry-After hints, in seconds, on the 503 problems: a database that does
 // not answer at all (down, restarting) is given longer than a busy one.
@@ -84,19 +62,10 @@ const (
 	RetryAfterBusy        = 1
 )
 
-// retryAfter sets the problem's Retry-After header.
-func (p *Problem) retryAfter(secs int) *Problem {
-	if p.headers == nil {
-		p.headers = http.Header{}
-	}
-	p.headers.Set("Retry-After", strconv.Itoa(secs))
-	return p
-}
-
 // unavailableProblem is the answer when the database cannot be reached.
 func unavailableProblem() *Problem {
 	return newProblem(http.StatusServiceUnavailable, typeUnavailable,
-		"the database is unreachable; retry the request later").retryAfter(RetryAfterUnreachable)
+		"the database is unreachable; retry the request later").RetryAfter(RetryAfterUnreachable)
 }
 
 // databaseUnreachable reports whether err says the database could not be
@@ -125,17 +94,8 @@ func databaseUnreachable(err error) bool {
 	return false
 }
 
-// GetStatus makes a Problem a huma.StatusError.
-func (p *Problem) GetStatus() int { return p.Status }
-
-// ContentType makes huma send a Problem as application/problem+json.
-func (p *Problem) ContentType(string) string { return ProblemContentType }
-
 func newProblem(status int, typ, detail string, errs ...ProblemError) *Problem {
-	if errs == nil {
-		errs = []ProblemError{}
-	}
-	return &Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail, Errors: errs}
+	return problem.New(status, typ, detail, errs...)
 }
 
 // writeProblem answers a Fiber request with p.
@@ -147,48 +107,13 @@ func writeProblem(c *fiber.Ctx, p *Problem) error {
 	if err != nil {
 		return fmt.Errorf("encode problem: %w", err)
 	}
-	for k, vs := range p.headers {
+	for k, vs := range p.GetHeaders() {
 		for _, v := range vs {
 			c.Set(k, v)
 		}
 	}
 	c.Set(fiber.HeaderContentType, ProblemContentType)
 	return c.Status(p.Status).Send(b)
-}
-
-// defaultType maps a status to its problem type when nothing more specific
-// is known (huma's own errors, Fiber's).
-func defaultType(status int) string {
-	switch status {
-	case http.StatusBadRequest:
-		return typeMalformed
-	case http.StatusUnprocessableEntity:
-		return typeInvalid
-	case http.StatusNotFound:
-		return typeNotFound
-	case http.StatusConflict:
-		return typeConflict
-	case http.StatusPreconditionFailed:
-		return typePreconditionFailed
-	case http.StatusUnauthorized:
-		return typeUnauthorized
-	case http.StatusForbidden:
-		return typeForbidden
-	case http.StatusRequestEntityTooLarge:
-		return typeTooLarge
-	case http.StatusUnsupportedMediaType:
-		return typeUnsupportedMediaType
-	case http.StatusMethodNotAllowed:
-		return typeMethodNotAllowed
-	case http.StatusServiceUnavailable:
-		return typeUnavailable
-	case http.StatusGatewayTimeout, http.StatusRequestTimeout:
-		return typeTimeout
-	}
-	if status >= 500 {
-		return typeInternal
-	}
-	return "about:blank"
 }
 
 // problemTransformer turns the errors huma raises itself (a bad path or
@@ -206,7 +131,7 @@ func problemTransformer(ctx huma.Context, _ string, v any) (any, error) {
 	if !ok {
 		return v, nil
 	}
-	p := newProblem(em.Status, defaultType(em.Status), em.Detail)
+	p := newProblem(em.Status, problem.TypeFor(em.Status), em.Detail)
 	p.Instance = ctx.URL().Path
 	if em.Title != "" {
 		p.Title = em.Title
@@ -235,8 +160,7 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 	if errors.As(err, &fe) {
 		switch fe.Code {
 		case http.StatusRequestEntityTooLarge:
-			p = newProblem(fe.Code, typeTooLarge, fmt.Sprintf("the request body is larger than the %d-byte limit", s.cfg.BodyLimit),
-				ProblemError{Location: "body", Message: fmt.Sprintf("must be at most %d bytes", s.cfg.BodyLimit)})
+			p = s.bodyTooLarge()
 		case http.StatusNotFound:
 			p = newProblem(fe.Code, typeNotFound, fmt.Sprintf("no route %s %s", c.Method(), c.Path()))
 		default:
@@ -245,7 +169,7 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 				s.log.Error("api: request failed", "method", c.Method(), "path", c.Path(), "err", err)
 				detail = http.StatusText(fe.Code)
 			}
-			p = newProblem(fe.Code, defaultType(fe.Code), detail)
+			p = newProblem(fe.Code, problem.TypeFor(fe.Code), detail)
 		}
 		return writeProblem(c, p)
 	}
@@ -255,6 +179,13 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 	}
 	s.log.Error("api: request failed", "method", c.Method(), "path", c.Path(), "err", err)
 	return writeProblem(c, newProblem(http.StatusInternalServerError, typeInternal, "internal error"))
+}
+
+// bodyTooLarge is the answer to a body over BodyLimit, which fasthttp
+// refuses before a handler runs.
+func (s *Server) bodyTooLarge() *Problem {
+	return newProblem(http.StatusRequestEntityTooLarge, typeTooLarge, fmt.Sprintf("the request body is larger than the %d-byte limit", s.cfg.BodyLimit),
+		ProblemError{Location: "body", Message: fmt.Sprintf("must be at most %d bytes", s.cfg.BodyLimit)})
 }
 
 // in is where the fields a store error names were sent: "body", "query" or
@@ -358,7 +289,7 @@ func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Prob
 		return unavailableProblem()
 	case errors.Is(err, context.DeadlineExceeded):
 		s.log.Warn("api: request timed out", "err", err)
-		return newProblem(http.StatusServiceUnavailable, typeTimeout, "the request did not finish in time; retry it").retryAfter(RetryAfterBusy)
+		return newProblem(http.StatusServiceUnavailable, typeTimeout, "the request did not finish in time; retry it").RetryAfter(RetryAfterBusy)
 	case errors.As(err, &pe):
 		// The store maps the violations it expects; these are backstops.
 		// The SQLSTATE decides the status, and no SQL text leaves.
@@ -373,7 +304,7 @@ func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Prob
 			return newProblem(http.StatusBadRequest, typeMalformed, "a value cannot be stored as sent")
 		case "40001", "40P01", "55P03", "57014", "53300":
 			s.log.Warn("api: database busy", "code", pe.Code, "err", err)
-			return newProblem(http.StatusServiceUnavailable, typeUnavailable, "the database is busy; retry the request").retryAfter(RetryAfterBusy)
+			return newProblem(http.StatusServiceUnavailable, typeUnavailable, "the database is busy; retry the request").RetryAfter(RetryAfterBusy)
 		}
 	}
 	s.log.Error("api: request failed", "err", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -29,26 +30,40 @@ type queryRule struct {
 	allowSpace bool
 	// check validates the format; it returns why the value is refused.
 	check func(string) string
+	// repeatable lets the parameter be sent more than once: a list, read
+	// as huma reads an exploded array. Every other parameter takes one
+	// value, and a second is refused rather than silently ignored.
+	repeatable bool
 }
 
-// queryRules are the parameters with their own rule.
+// queryRules are the parameters with their own rule. A parameter a route
+// reads as a list ([]T, "explode") must be listed here as repeatable.
 var queryRules = map[string]queryRule{ // a constant table
 	"label_selector": {max: MaxSelectorBytes, allowSpace: true},
 	"cursor":         {check: cursorFormat},
+	"phase":          {repeatable: true},
 }
 
 // checkQuery is the one validator of every query parameter of every route
 // under Prefix, run before any handler so that nothing unchecked reaches the
 // database: each name and value must be valid UTF-8 without NUL or other
 // control bytes, at most MaxQueryValueBytes long (label_selector:
-// MaxSelectorBytes), and a cursor must look like one this server issues.
-// A refused parameter is a 400 naming it (query.cursor). The handlers' own
-// rules (limit ranges, a phase name, an owner id) come after, as 422s.
+// MaxSelectorBytes), a cursor must look like one this server issues, and
+// only a repeatable parameter may be sent more than once (?limit=1&limit=3
+// took the first). A refused parameter is a 400 naming it (query.cursor).
+// The handlers' own rules (limit ranges, a phase name, an owner id) come
+// after, as 422s.
 func checkQuery(c *fiber.Ctx) error {
+	var seen []string // a query names few parameters
 	for k, v := range c.Request().URI().QueryArgs().All() {
-		if p := checkParam(string(k), string(v)); p != nil {
+		name := string(k)
+		if p := checkParam(name, string(v)); p != nil {
 			return writeProblem(c, p)
 		}
+		if slices.Contains(seen, name) && !queryRules[name].repeatable {
+			return writeProblem(c, malformed("query."+name, "is sent more than once; it takes one value", nil))
+		}
+		seen = append(seen, name)
 	}
 	return c.Next()
 }

@@ -129,7 +129,7 @@ func versionProblem(e *store.PreconditionError, from in) *Problem {
 			ProblemError{Location: "header.If-Match", Message: staleMessage(e)})
 	}
 	if e.Current != 0 {
-		p.headers = http.Header{"Etag": {etag(e.Current)}}
+		p.WithHeader("ETag", etag(e.Current))
 	}
 	return p
 }

@@ -59,6 +59,7 @@ import (
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/wire"
+	"github.com/convergeplane/converge/internal/problem"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -116,6 +117,7 @@ type Handler struct {
 	tracer     trace.Tracer // nil: tracing off
 	group      *group
 	mux        *http.ServeMux
+	routes     http.Handler // mux, its own 404 and 405 answered as problems
 	callbacks  *prometheus.CounterVec
 	heartbeats *prometheus.CounterVec
 	payloads   *prometheus.CounterVec
@@ -169,13 +171,14 @@ func NewHandler(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("POST /v1/tasks/outcomes", h.outcomes)
 	h.mux.HandleFunc("POST /v1/tasks/{id}/heartbeat", h.heartbeat)
 	h.mux.HandleFunc("GET /v1/tasks/{id}", h.payload)
+	h.routes = problem.Handler(h.mux)
 	return h, nil
 }
 
 // ServeHTTP routes a callback request, in a span when tracing is on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.tracer == nil {
-		h.mux.ServeHTTP(w, r)
+		h.routes.ServeHTTP(w, r)
 		return
 	}
 	_, route := h.mux.Handler(r)
@@ -184,7 +187,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		trace.WithAttributes(attribute.String("http.route", route), attribute.String("url.path", r.URL.Path)))
 	defer span.End()
 	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-	h.mux.ServeHTTP(sw, r.WithContext(ctx))
+	h.routes.ServeHTTP(sw, r.WithContext(ctx))
 	span.SetAttributes(attribute.Int("http.response.status_code", sw.status))
 	if sw.status >= 400 {
 		span.SetStatus(codes.Error, http.StatusText(sw.status))
@@ -228,13 +231,13 @@ func (h *Handler) authorize(r *http.Request) (Claim, error) {
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, string) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			problem(w, http.StatusUnsupportedMediaType, "content type must be application/json")
+			refuse(w, r, http.StatusUnsupportedMediaType, "content type must be application/json")
 			return nil, "unsupported_media_type"
 		}
 	}
 	tooLarge := fmt.Sprintf("body exceeds this route's cap of %d bytes and was not applied", limit)
 	if r.ContentLength > limit {
-		problem(w, http.StatusRequestEntityTooLarge, tooLarge)
+		refuse(w, r, http.StatusRequestEntityTooLarge, tooLarge)
 		return nil, "too_large"
 	}
 	// Sized from Content-Length, already within the cap: io.ReadAll grows from
@@ -243,10 +246,10 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, stri
 	buf.Grow(int(max(r.ContentLength, 0)) + bytes.MinRead)
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			problem(w, http.StatusRequestEntityTooLarge, tooLarge)
+			refuse(w, r, http.StatusRequestEntityTooLarge, tooLarge)
 			return nil, "too_large"
 		}
-		problem(w, http.StatusBadRequest, "cannot read body")
+		refuse(w, r, http.StatusBadRequest, "cannot read body")
 		return nil, "malformed"
 	}
 	return buf.Bytes(), ""
@@ -256,7 +259,7 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 	c, err := h.authorize(r)
 	if err != nil {
 		h.callbacks.WithLabelValues("unauthorized").Inc()
-		problem(w, http.StatusUnauthorized, "callback token refused: "+err.Error())
+		refuse(w, r, http.StatusUnauthorized, "callback token refused: "+err.Error())
 		return
 	}
 	body, fail := readBody(w, r, h.cfg.MaxBodyBytes)
@@ -276,7 +279,7 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 		fallthrough
 	default:
-		problem(w, a.Status, a.Detail)
+		refuse(w, r, a.Status, a.Detail)
 	}
 }
 
@@ -293,12 +296,12 @@ func (h *Handler) outcomes(w http.ResponseWriter, r *http.Request) {
 	var b webhooksdk.CallbackBatch
 	if err := json.Unmarshal(body, &b); err != nil || b.Outcomes == nil {
 		h.callbacks.WithLabelValues("malformed").Inc()
-		problem(w, http.StatusBadRequest, `body must be {"outcomes":[{"token":…,"result":…},…]}`)
+		refuse(w, r, http.StatusBadRequest, `body must be {"outcomes":[{"token":…,"result":…},…]}`)
 		return
 	}
 	if len(b.Outcomes) > webhooksdk.MaxCallbackBatch {
 		h.callbacks.WithLabelValues("too_large").Inc()
-		problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%d outcomes in one batch; at most %d", len(b.Outcomes), webhooksdk.MaxCallbackBatch))
+		refuse(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("%d outcomes in one batch; at most %d", len(b.Outcomes), webhooksdk.MaxCallbackBatch))
 		return
 	}
 	answers := make([]webhooksdk.CallbackItemAnswer, len(b.Outcomes))
@@ -423,7 +426,7 @@ func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {
 	c, err := h.authorize(r)
 	if err != nil {
 		h.heartbeats.WithLabelValues("unauthorized").Inc()
-		problem(w, http.StatusUnauthorized, "callback token refused: "+err.Error())
+		refuse(w, r, http.StatusUnauthorized, "callback token refused: "+err.Error())
 		return
 	}
 	body, fail := readBody(w, r, maxHeartbeatBody)
@@ -437,7 +440,7 @@ func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {
 		}
 		if err := json.Unmarshal(body, &hb); err != nil || (hb.TaskID != "" && hb.TaskID != c.TaskID) || checkEcho(body, c) != nil {
 			h.heartbeats.WithLabelValues("malformed").Inc()
-			problem(w, http.StatusBadRequest, "heartbeat body must be {\"task_id\", \"claim_epoch\"} of this claim, or empty")
+			refuse(w, r, http.StatusBadRequest, "heartbeat body must be {\"task_id\", \"claim_epoch\"} of this claim, or empty")
 			return
 		}
 	}
@@ -449,10 +452,10 @@ func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {
 		h.heartbeats.WithLabelValues("error").Inc()
 		h.cfg.Logger.Error("callback: heartbeat failed", "task_id", c.TaskID, "claim_epoch", c.Epoch, "err", err)
 		w.Header().Set("Retry-After", "1")
-		problem(w, http.StatusServiceUnavailable, "cannot extend the lease now; retry")
+		refuse(w, r, http.StatusServiceUnavailable, "cannot extend the lease now; retry")
 	case !held[c.TaskID]:
 		h.heartbeats.WithLabelValues("superseded").Inc()
-		problem(w, http.StatusConflict, "task superseded: this claim no longer holds it; stop working on it")
+		refuse(w, r, http.StatusConflict, "task superseded: this claim no longer holds it; stop working on it")
 	default:
 		h.heartbeats.WithLabelValues("extended").Inc()
 		writeJSON(w, http.StatusOK, map[string]string{"lease_until": now.Add(lease).UTC().Format(time.RFC3339)})
@@ -466,28 +469,28 @@ func (h *Handler) payload(w http.ResponseWriter, r *http.Request) {
 	c, err := h.authorize(r)
 	if err != nil {
 		h.payloads.WithLabelValues("unauthorized").Inc()
-		problem(w, http.StatusUnauthorized, "callback token refused: "+err.Error())
+		refuse(w, r, http.StatusUnauthorized, "callback token refused: "+err.Error())
 		return
 	}
 	env, err := h.cfg.Store.TaskPayload(r.Context(), c.Task())
 	switch {
 	case errors.Is(err, store.ErrSuperseded):
 		h.payloads.WithLabelValues("superseded").Inc()
-		problem(w, http.StatusConflict, "task superseded: this claim no longer holds it; stop working on it")
+		refuse(w, r, http.StatusConflict, "task superseded: this claim no longer holds it; stop working on it")
 	case errors.Is(err, store.ErrResourceVanished), errors.Is(err, store.ErrOperationGone):
 		h.payloads.WithLabelValues("gone").Inc()
-		problem(w, http.StatusGone, "the task's request cannot be built: "+err.Error())
+		refuse(w, r, http.StatusGone, "the task's request cannot be built: "+err.Error())
 	case err != nil:
 		h.payloads.WithLabelValues("error").Inc()
 		h.cfg.Logger.Error("callback: payload failed", "task_id", c.TaskID, "claim_epoch", c.Epoch, "err", err)
 		w.Header().Set("Retry-After", "1")
-		problem(w, http.StatusServiceUnavailable, "cannot read the task now; retry")
+		refuse(w, r, http.StatusServiceUnavailable, "cannot read the task now; retry")
 	default:
 		h.payloads.WithLabelValues("served").Inc()
 		env.Type = webhooksdk.EnvelopeTask
 		body, err := json.Marshal(&env)
 		if err != nil {
-			problem(w, http.StatusInternalServerError, "cannot encode the task: "+err.Error())
+			refuse(w, r, http.StatusInternalServerError, "cannot encode the task: "+err.Error())
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")
@@ -498,18 +501,10 @@ func (h *Handler) payload(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// problem writes an RFC 9457 problem body.
-func problem(w http.ResponseWriter, status int, detail string) {
-	body, _ := json.Marshal(struct { // plain strings and an int
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail,omitempty"`
-	}{"about:blank", http.StatusText(status), status, detail})
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body) // the client is gone if this fails
+// refuse answers r with a problem document of the project's type for
+// status (see package problem).
+func refuse(w http.ResponseWriter, r *http.Request, status int, detail string) {
+	problem.New(status, problem.TypeFor(status), detail).Write(w, r)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

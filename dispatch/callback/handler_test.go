@@ -21,6 +21,7 @@ import (
 	"github.com/convergeplane/converge/dispatch/callback"
 	"github.com/convergeplane/converge/internal/applylog"
 	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/problem"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -591,5 +592,61 @@ func TestPayload(t *testing.T) {
 	}
 	if got := counterValue(t, b.reg, "converge_dispatch_payloads_total", "served"); got != 1 {
 		t.Errorf("payloads_total{served} = %v, want 1", got)
+	}
+}
+
+// TestRefusalsAreProblemDocuments: every refusal of the callback routes,
+// the router's own 404 and 405 included, is a problem document of the
+// project's types (internal/problem), never about:blank or plain text.
+func TestRefusalsAreProblemDocuments(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	task := b.claimOne(t, "r1")
+	tok := b.token(t, task, time.Now().Add(time.Hour))
+	for _, tc := range []struct {
+		name, method, path, token, contentType string
+		body                                   []byte
+		want                                   int
+	}{
+		{"no token", http.MethodPost, outcomePath(task), "", "application/json", okBody(task), http.StatusUnauthorized},
+		{"not JSON", http.MethodPost, outcomePath(task), tok, "text/plain", okBody(task), http.StatusUnsupportedMediaType},
+		{"over the cap", http.MethodPost, outcomePath(task), tok, "application/json", bytes.Repeat([]byte(" "), 2<<10), http.StatusRequestEntityTooLarge},
+		{"malformed", http.MethodPost, outcomePath(task), tok, "application/json", []byte(`{"outcome":`), http.StatusBadRequest},
+		{"not a batch", http.MethodPost, "/v1/tasks/outcomes", "", "application/json", []byte(`[]`), http.StatusBadRequest},
+		{"heartbeat of another task", http.MethodPost, "/v1/tasks/" + task.ID + "/heartbeat", tok, "application/json",
+			[]byte(`{"task_id":"00000000-0000-0000-0000-000000000000"}`), http.StatusBadRequest},
+		{"wrong method", http.MethodPut, outcomePath(task), tok, "", nil, http.StatusMethodNotAllowed},
+		{"no such route", http.MethodPost, "/v1/tasks/" + task.ID + "/nothing", tok, "", nil, http.StatusNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequestWithContext(b.ctx, tc.method, tc.path, bytes.NewReader(tc.body))
+			if tc.contentType != "" {
+				req.Header.Set("Content-Type", tc.contentType)
+			}
+			if tc.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			rec := httptest.NewRecorder()
+			b.h.ServeHTTP(rec, req)
+			t.Logf("%s %s: %d %s %s", tc.method, tc.path, rec.Code, rec.Header(), rec.Body)
+			if rec.Code != tc.want {
+				t.Fatalf("status %d, want %d", rec.Code, tc.want)
+			}
+			if ct := rec.Header().Get("Content-Type"); ct != problem.ContentType {
+				t.Errorf("Content-Type %q, want %s", ct, problem.ContentType)
+			}
+			var p problem.Problem
+			if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+				t.Fatalf("not a problem document: %v", err)
+			}
+			if p.Type != problem.TypeFor(tc.want) || p.Status != tc.want || p.Title != http.StatusText(tc.want) ||
+				p.Detail == "" || p.Errors == nil || p.Instance != tc.path {
+				t.Errorf("problem %+v, want type %s, status %d, a title, a detail, errors and instance %s",
+					p, problem.TypeFor(tc.want), tc.want, tc.path)
+			}
+			if tc.want == http.StatusMethodNotAllowed && rec.Header().Get("Allow") == "" {
+				t.Error("a 405 without Allow")
+			}
+		})
 	}
 }

@@ -25,8 +25,23 @@
 // cloud metadata addresses (169.254.169.254, 169.254.170.2, fd00:ec2::254),
 // IETF/benchmarking/reserved IPv4 (192.0.0.0/24, 198.18.0.0/15,
 // 240.0.0.0/4), multicast (224.0.0.0/4, ff00::/8), unique-local (fc00::/7),
-// deprecated site-local (fec0::/10), IPv4-mapped IPv6 (::ffff:0:0/96), and
-// NAT64 / 6to4 addresses that embed a blocked IPv4 address.
+// deprecated site-local (fec0::/10), and every IPv6 form that carries an
+// IPv4 address a translator or tunnel may reach:
+//
+//   - blocked outright, whatever address they embed: IPv4-mapped
+//     (::ffff:0:0/96), IPv4-compatible (::/96, deprecated by RFC 4291),
+//     IPv4-translated (::ffff:0:0:0/96, RFC 2765), local-use NAT64
+//     (64:ff9b:1::/48, which embeds at a network-chosen offset), and Teredo
+//     (2001::/32, which embeds its server's address and its client's
+//     inverted): no provider endpoint is reached at one;
+//   - checked as the IPv4 address they embed, so a public one passes: NAT64
+//     (64:ff9b::/96, how an IPv6-only pod reaches IPv4 providers), 6to4
+//     (2002::/16) and an ISATAP interface identifier (…:0:5efe:a.b.c.d,
+//     …:200:5efe:a.b.c.d, under any prefix).
+//
+// A network-specific NAT64 prefix (RFC 6052) or a 6rd prefix is the
+// network's own choice, invisible here: where the pods use one, allowlist
+// nothing under it that embeds a blocked address.
 // Policy.AllowCIDRs permits the listed prefixes (a metadata address only when
 // listed exactly, as a /32 or /128). Policy.DevMode permits loopback
 // (127.0.0.0/8, ::1, their IPv4-mapped forms, localhost) and plain http to
@@ -104,9 +119,12 @@ var blockedRanges = []blockedRange{ // immutable table
 	{netip.MustParsePrefix("240.0.0.0/4"), "a reserved address"},
 	{netip.MustParsePrefix("::/128"), "an unspecified address"},
 	{netip.MustParsePrefix("::1/128"), "a loopback address"},
+	{netip.MustParsePrefix("::/96"), "an IPv4-compatible IPv6 address"}, // after ::/128 and ::1/128, which it holds
 	{netip.MustParsePrefix("::ffff:0:0/96"), "an IPv4-mapped IPv6 address"},
+	{netip.MustParsePrefix("::ffff:0:0:0/96"), "an IPv4-translated IPv6 address"},
 	{netip.MustParsePrefix("64:ff9b:1::/48"), "a local-use NAT64 address"},
 	{netip.MustParsePrefix("100::/64"), "a discard-only address"},
+	{netip.MustParsePrefix("2001::/32"), "a Teredo address"},
 	{netip.MustParsePrefix("fc00::/7"), "a unique-local address"},
 	{netip.MustParsePrefix("fe80::/10"), "a link-local address"},
 	{netip.MustParsePrefix("fec0::/10"), "a site-local address"},
@@ -165,6 +183,8 @@ func (p Policy) checkPlainHTTP(a netip.Addr) error {
 // isLoopback holds for 127.0.0.0/8, ::1 and IPv4-mapped 127.0.0.0/8.
 func isLoopback(a netip.Addr) bool { return a.Unmap().IsLoopback() }
 
+// embeddedV4 returns the IPv4 address a reaches through a translator or
+// tunnel, for the forms checked as that address (see the package doc).
 func embeddedV4(a netip.Addr) (netip.Addr, bool) {
 	if !a.Is6() || a.Is4In6() {
 		return netip.Addr{}, false
@@ -175,6 +195,8 @@ func embeddedV4(a netip.Addr) (netip.Addr, bool) {
 		return netip.AddrFrom4([4]byte(b[12:16])), true
 	case sixToFourPref.Contains(a):
 		return netip.AddrFrom4([4]byte(b[2:6])), true
+	case b[8]&^0x03 == 0 && b[9] == 0 && b[10] == 0x5e && b[11] == 0xfe: // ISATAP (RFC 5214), u/g bits either way
+		return netip.AddrFrom4([4]byte(b[12:16])), true
 	}
 	return netip.Addr{}, false
 }

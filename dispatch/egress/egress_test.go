@@ -65,6 +65,23 @@ func TestCheckAddr(t *testing.T) {
 		{"64:ff9b::7f00:1", strict, true, "NAT64 embedding loopback"},
 		{"64:ff9b::808:808", strict, false, "NAT64 embedding a public address"},
 		{"2002:7f00:1::1", strict, true, "6to4 embedding loopback"},
+		{"2002:a9fe:a9fe::1", strict, true, "6to4 embedding metadata"},
+		{"2002:808:808::1", strict, false, "6to4 embedding a public address"},
+		{"64:ff9b::a9fe:a9fe", strict, true, "NAT64 embedding metadata"},
+		{"::169.254.169.254", strict, true, "IPv4-compatible metadata"},
+		{"::127.0.0.1", strict, true, "IPv4-compatible loopback"},
+		{"::10.0.0.1", strict, true, "IPv4-compatible private"},
+		{"::8.8.8.8", strict, true, "IPv4-compatible is blocked outright (deprecated, RFC 4291)"},
+		{"::ffff:0:7f00:1", strict, true, "IPv4-translated loopback"},
+		{"::ffff:0:808:808", strict, true, "IPv4-translated is blocked outright"},
+		{"64:ff9b:1::a9fe:a9fe", strict, true, "local-use NAT64"},
+		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", strict, true, "Teredo"},
+		{"2001:0:a9fe:a9fe::5666:5601", strict, true, "Teredo with a metadata server"},
+		{"2001:db8:1::1", strict, false, "just outside Teredo's 2001::/32"},
+		{"2600:1f18:1:2:0:5efe:7f00:1", strict, true, "ISATAP embedding loopback"},
+		{"2600:1f18:1:2:200:5efe:a9fe:a9fe", strict, true, "ISATAP (global) embedding metadata"},
+		{"2600:1f18:1:2:200:5efe:808:808", strict, false, "ISATAP embedding a public address"},
+		{"::127.0.0.1", egress.Policy{DevMode: true}, true, "dev mode permits loopback, not its IPv4-compatible form"},
 		{"10.1.2.3", allow, false, "allowlisted private range"},
 		{"10.2.0.1", allow, true, "private range outside the allowlist"},
 		{"169.254.1.1", allow, false, "allowlisted link-local"},
@@ -112,6 +129,11 @@ func TestValidateTargetURL(t *testing.T) {
 		{"https://10.0.0.5/x", egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, false, "allowlisted"},
 		{"https://2130706433/x", strict, true, "decimal address form"},
 		{"https://0x7f.0x0.0x0.0x1/x", strict, true, "hex address form"},
+		{"https://[::169.254.169.254]/", strict, true, "IPv4-compatible metadata literal"},
+		{"https://[::127.0.0.1]/", strict, true, "IPv4-compatible loopback literal"},
+		{"https://[::ffff:169.254.169.254]/", strict, true, "IPv4-mapped metadata literal"},
+		{"https://[64:ff9b::a9fe:a9fe]/", strict, true, "NAT64 metadata literal"},
+		{"https://[64:ff9b::808:808]/", strict, false, "NAT64 public literal"},
 		{"https://user:pw@provider.example.com/x", strict, true, "credentials"},
 		{"https://provider.example.com/x#frag", strict, true, "fragment"},
 		{"ftp://provider.example.com/x", strict, true, "other scheme"},
@@ -315,6 +337,36 @@ func TestClientDNSRebinding(t *testing.T) {
 	}
 	if hits.Load() != 1 {
 		t.Errorf("server saw %d requests, want 1", hits.Load())
+	}
+}
+
+// TestClientRefusesEmbeddedIPv4 dials IPv6 forms that carry a blocked IPv4
+// address, as a literal and as what a name resolves to: the dial-time guard
+// refuses each before a connection is attempted. ::127.0.0.1 and
+// ::169.254.169.254 (IPv4-compatible) were dialled.
+func TestClientRefusesEmbeddedIPv4(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"::127.0.0.1", "::169.254.169.254", "::ffff:0:a9fe:a9fe", "2001:0:a9fe:a9fe::1",
+		"64:ff9b::7f00:1", "2002:7f00:1::1", "2600:1f18:1:2:200:5efe:a9fe:a9fe"} {
+		t.Run(addr, func(t *testing.T) {
+			t.Parallel()
+			a := netip.MustParseAddr(addr)
+			literal := mustClient(t, egress.ClientConfig{Policy: egress.Policy{AllowHTTP: true}})
+			_, err := get(t, literal, "http://"+netip.AddrPortFrom(a, 8080).String()+"/hook")
+			var be *egress.BlockedError
+			if !errors.As(err, &be) || be.Addr != a {
+				t.Errorf("literal: err = %v, want a BlockedError for %s", err, a)
+			}
+			resolver, queries := egresstest.Resolver(a)
+			named := mustClient(t, egress.ClientConfig{Policy: egress.Policy{AllowHTTP: true}, Resolver: resolver})
+			_, err = get(t, named, "http://rebind.example.net:8080/hook")
+			if !errors.As(err, &be) || be.Addr != a {
+				t.Errorf("resolved: err = %v, want a BlockedError for %s", err, a)
+			}
+			if queries.Load() == 0 {
+				t.Error("the fake resolver was never asked: the test proves nothing")
+			}
+		})
 	}
 }
 

@@ -167,7 +167,9 @@ func (p *Prober) Probe(ctx context.Context, pr registry.Probe) registry.ProbeRes
 		Signature: pr.Endpoint.Sign(msgID, now, probeBody),
 	})
 	if err != nil {
-		return registry.ProbeResult{Err: err}
+		// Shown as its class (dns, refused, tls…): the error itself names
+		// the pod's resolver and addresses; the registry logs it.
+		return registry.ProbeResult{Err: &target.NoAnswerError{Err: err}}
 	}
 	if resp.Status != http.StatusOK {
 		return registry.ProbeResult{Err: fmt.Errorf("answered %d %s: %s", resp.Status, http.StatusText(resp.Status), excerpt(resp.Body))}

@@ -341,7 +341,10 @@ func (r *Registry) awsConfigLocked() (aws.Config, error) {
 	defer cancel()
 	cfg, err := r.cfg.AWS(ctx)
 	if err != nil {
-		return aws.Config{}, fmt.Errorf("the AWS configuration cannot be loaded: %w", err)
+		// The error may name the pod's files and credential endpoints: it
+		// goes to the log; the endpoint's readers see that it failed.
+		r.cfg.Logger.Warn("cannot load the AWS configuration", "err", err)
+		return aws.Config{}, errors.New("the AWS configuration cannot be loaded (the dispatcher's log says why)")
 	}
 	r.aws = &cfg
 	return cfg, nil

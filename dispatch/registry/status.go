@@ -2,6 +2,7 @@ package registry
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -121,7 +122,10 @@ func (r *Registry) Probes() []Probe {
 
 // ProbeResult is one health probe's answer: Err if the probe failed (no
 // answer, a non-200, an unreadable body), else the readiness the endpoint
-// reported per "kind/version".
+// reported per "kind/version". Err's text is what readers of the
+// endpoint's state are shown: a probe that got no answer carries a
+// *target.NoAnswerError, whose text is the classified reason and whose
+// cause ReportProbe logs when the reason changes.
 type ProbeResult struct {
 	Err   error
 	Ready map[string]bool
@@ -166,9 +170,13 @@ func (e *Endpoint) ReportProbe(res ProbeResult) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e.lastProbe = now
+	was := e.probeErr
 	e.probeErr = ""
 	if res.Err != nil {
 		e.probeErr = res.Err.Error()
+	}
+	if na, ok := errors.AsType[*target.NoAnswerError](res.Err); ok && e.probeErr != was {
+		r.cfg.Logger.Warn("endpoint health probe got no answer", "endpoint", e.name, "reason", e.probeErr, "err", na.Err)
 	}
 	if e.health == nil {
 		return

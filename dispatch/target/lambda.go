@@ -186,7 +186,7 @@ func (l *Lambda) Deliver(ctx context.Context, d *Delivery) (*Response, error) {
 	}
 	creds, err := l.creds.Retrieve(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("retrieve AWS credentials: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrCredentials, err)
 	}
 	sum := sha256.Sum256(payload)
 	if err := l.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "lambda", l.region, time.Now()); err != nil {
@@ -331,7 +331,7 @@ func (l *LambdaURL) Deliver(ctx context.Context, d *Delivery) (*Response, error)
 	if l.creds != nil {
 		creds, err := l.creds.Retrieve(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("retrieve AWS credentials: %w", err)
+			return nil, fmt.Errorf("%w: %w", ErrCredentials, err)
 		}
 		sum := sha256.Sum256(d.Body)
 		if err := l.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "lambda", l.region, time.Now()); err != nil {

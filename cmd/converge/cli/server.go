@@ -36,6 +36,8 @@ import (
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
 	"github.com/convergeplane/converge/dispatch/egress"
+	"github.com/convergeplane/converge/internal/framing"
+	"github.com/convergeplane/converge/internal/problem"
 	"github.com/convergeplane/converge/internal/tlsreload"
 	"github.com/convergeplane/converge/internal/version"
 	"github.com/convergeplane/converge/migrations"
@@ -482,7 +484,9 @@ func (s *Server) serveDispatch(d *dispatch.Dispatcher, callbackBase string) erro
 	mux := http.NewServeMux()
 	mux.Handle("/v1/tasks/", d.Callbacks())
 	mux.Handle("GET /metrics", api.RequireReadToken(s.cfg.ReadTokens, s.cfg.AdminTokens, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})))
-	s.dispatchHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// The framing guard refuses what a proxy could read as two requests; the
+	// mux's own 404 and 405 are problem documents, like every refusal.
+	s.dispatchHTTP = &http.Server{Handler: framing.Guard(problem.Handler(mux)), ReadHeaderTimeout: 5 * time.Second}
 	go func() { s.served <- s.dispatchHTTP.Serve(s.ln) }()
 	s.log.Info("serving callbacks", "addr", s.ln.Addr().String(), "callbacks", callbackBase)
 	return s.serveHealth()

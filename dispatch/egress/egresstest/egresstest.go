@@ -13,9 +13,11 @@ import (
 )
 
 // Resolver returns a pure-Go resolver whose name server, reached over an
-// in-memory connection, answers every A query with addr (and every other
-// query with no records), and a counter of the queries it answered. Use it
-// as egress.ClientConfig.Resolver (or dispatch.Config.Resolver).
+// in-memory connection, answers every A query with addr when it is IPv4 and
+// every AAAA query with it when it is IPv6 (and every other query with no
+// records: an invalid addr resolves no name), and a counter of the queries
+// it answered. Use it as egress.ClientConfig.Resolver (or
+// dispatch.Config.Resolver).
 func Resolver(addr netip.Addr) (*net.Resolver, *atomic.Int32) {
 	queries := new(atomic.Int32)
 	return &net.Resolver{
@@ -50,7 +52,7 @@ func serve(c net.Conn, addr netip.Addr, queries *atomic.Int32) {
 }
 
 // answer builds a response to query q: the question echoed and, for an A
-// question, one record for addr.
+// (AAAA) question and an IPv4 (IPv6) addr, one record for addr.
 func answer(q []byte, addr netip.Addr) []byte {
 	end := 12
 	for end < len(q) && q[end] != 0 { // QNAME labels
@@ -62,7 +64,7 @@ func answer(q []byte, addr netip.Addr) []byte {
 	}
 	qtype := binary.BigEndian.Uint16(q[end-4 : end-2])
 	var ancount uint16
-	if qtype == 1 && addr.Is4() {
+	if (qtype == 1 && addr.Is4()) || (qtype == 28 && addr.Is6()) {
 		ancount = 1
 	}
 	resp := append([]byte{}, q[0:2]...)           // ID
@@ -72,9 +74,12 @@ func answer(q []byte, addr netip.Addr) []byte {
 	resp = append(resp, 0, 0, 0, 0) // NSCOUNT, ARCOUNT
 	resp = append(resp, q[12:end]...)
 	if ancount == 1 {
-		a := addr.As4()
-		resp = append(resp, 0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4) // name pointer, A, IN, TTL 0, RDLENGTH 4
-		resp = append(resp, a[:]...)
+		a := addr.AsSlice()
+		resp = append(resp, 0xc0, 0x0c)                            // name pointer
+		resp = binary.BigEndian.AppendUint16(resp, qtype)          // A or AAAA
+		resp = append(resp, 0, 1, 0, 0, 0, 0)                      // IN, TTL 0
+		resp = binary.BigEndian.AppendUint16(resp, uint16(len(a))) // RDLENGTH
+		resp = append(resp, a...)
 	}
 	return resp
 }
