@@ -36,6 +36,7 @@ import (
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
 	"github.com/convergeplane/converge/dispatch/egress"
+	"github.com/convergeplane/converge/internal/acceptor"
 	"github.com/convergeplane/converge/internal/framing"
 	"github.com/convergeplane/converge/internal/problem"
 	"github.com/convergeplane/converge/internal/tlsreload"
@@ -93,7 +94,7 @@ type Server struct {
 // ones (cluster membership, the kind cache), the control plane's (drainer,
 // reaper) and the dispatcher with its callback receiver, then the NOTIFY
 // listener they all subscribed to, then the API or, on a dispatch-only pod,
-// the callback and health listeners.
+// the callback listener, and the health listener.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err error) {
 	control := cfg.Role == RoleAll || cfg.Role == RoleControl
 	dispatching := cfg.Role == RoleAll || cfg.Role == RoleDispatch
@@ -123,7 +124,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		}
 	}()
 	// Bind first: in dev mode the callback URL is the bound address.
-	if s.ln, err = s.listen(ctx, cfg.ListenAddr); err != nil {
+	if s.ln, err = s.listen(ctx, cfg.ListenAddr, s.listenCaps()); err != nil {
 		return nil, err
 	}
 	callbackBase, err := s.callbackBase(dispatching)
@@ -423,7 +424,8 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 }
 
 // serveControl serves the API (and the UI's routes) on the main listener,
-// with /metrics, and the callback routes when this pod dispatches (d != nil).
+// with /metrics, and the callback routes when this pod dispatches (d !=
+// nil); and /livez and /readyz on HEALTH_ADDR.
 func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *dispatch.Dispatcher, callbackBase string) error {
 	console, built := ui.Files()
 	if !built {
@@ -431,7 +433,8 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	}
 	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens,
 		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), MetricsRegistry: s.metrics, Console: console, Events: s.events,
-		ReadyChecks: s.readyChecks(), IdempotencyRetention: s.cfg.IdempotencyRetention}
+		ReadyChecks: s.readyChecks(), IdempotencyRetention: s.cfg.IdempotencyRetention, HeaderTimeout: s.cfg.HTTPHeaderTimeout,
+		ReadTimeout: s.cfg.HTTPReadTimeout, WriteTimeout: s.cfg.HTTPWriteTimeout, IdleTimeout: s.cfg.HTTPIdleTimeout}
 	if box != nil {
 		policy := egress.Policy{DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs}
 		acfg.Endpoints = &api.EndpointsConfig{Box: box,
@@ -461,7 +464,7 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	}
 	go func() { s.served <- s.app.Listener(s.ln) }()
 	s.log.Info("serving the API", "addr", s.ln.Addr().String(), "tls", s.cfg.TLS, "role", s.cfg.Role, "callbacks", callbackBase)
-	return nil
+	return s.serveHealth()
 }
 
 // detached serves h under a request context cut loose from fasthttp's: the
@@ -485,22 +488,24 @@ func (s *Server) serveDispatch(d *dispatch.Dispatcher, callbackBase string) erro
 	mux.Handle("/v1/tasks/", d.Callbacks())
 	mux.Handle("GET /metrics", api.RequireReadToken(s.cfg.ReadTokens, s.cfg.AdminTokens, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})))
 	// The framing guard refuses what a proxy could read as two requests; the
-	// mux's own 404 and 405 are problem documents, like every refusal.
-	s.dispatchHTTP = &http.Server{Handler: framing.Guard(problem.Handler(mux)), ReadHeaderTimeout: 5 * time.Second}
+	// mux's own 404 and 405 are problem documents, like every refusal. A
+	// callback's work is bounded by the callback receiver (30 s).
+	s.dispatchHTTP = s.httpServer(framing.Guard(problem.Handler(mux)), api.RequestTimeoutDefault)
 	go func() { s.served <- s.dispatchHTTP.Serve(s.ln) }()
 	s.log.Info("serving callbacks", "addr", s.ln.Addr().String(), "callbacks", callbackBase)
 	return s.serveHealth()
 }
 
-// listen binds addr; with TLS it serves the certificate files through a
-// reloader, started here, that re-reads them every TLS_RELOAD_INTERVAL.
-func (s *Server) listen(ctx context.Context, addr string) (net.Listener, error) {
+// listen binds addr with the connection caps of caps; with TLS it serves
+// the certificate files through a reloader, started here, that re-reads
+// them every TLS_RELOAD_INTERVAL.
+func (s *Server) listen(ctx context.Context, addr string, caps acceptor.Config) (net.Listener, error) {
 	if !s.cfg.TLS {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return nil, fmt.Errorf("listen on %s: %w", addr, err)
 		}
-		return ln, nil
+		return acceptor.New(ln, caps), nil
 	}
 	rl, err := tlsreload.New(tlsreload.Config{CertFile: s.cfg.TLSCertFile, KeyFile: s.cfg.TLSKeyFile,
 		ClientCAFile: s.cfg.TLSClientCAFile, Interval: s.cfg.TLSReloadInterval, Logger: s.log})
@@ -514,7 +519,61 @@ func (s *Server) listen(ctx context.Context, addr string) (net.Listener, error) 
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	return tls.NewListener(ln, rl.TLSConfig()), nil
+	// The caps count TCP connections, below the TLS handshake.
+	return tls.NewListener(acceptor.New(ln, caps), rl.TLSConfig()), nil
+}
+
+// The connection caps of the probe and profiling listeners: a few probes
+// (kubelet, a load balancer's nodes, a scraper) keep-alive each, and one
+// operator profiles.
+const (
+	healthMaxConns = 32
+	pprofMaxConns  = 8
+)
+
+// listenCaps logs the process's open-file limit and returns LISTEN_ADDR's
+// connection caps: LISTEN_MAX_CONNS, by default MaxConnsDefault or half the
+// soft limit if that is lower (the other half is the database pools', the
+// dispatcher's and the other listeners'), and LISTEN_MAX_CONNS_PER_ADDR, by
+// default a tenth of that. Go's runtime has already raised the soft limit
+// to the hard one (less one, so a later prlimit of the process shows); a
+// soft limit still low means the hard limit is.
+func (s *Server) listenCaps() acceptor.Config {
+	soft, hard, err := fileLimit()
+	caps := acceptor.Config{Name: "LISTEN_ADDR", MaxConns: s.cfg.MaxConns, MaxConnsPerAddr: s.cfg.MaxConnsPerAddr, Logger: s.log}
+	if caps.MaxConns == 0 {
+		caps.MaxConns = MaxConnsDefault
+		if err == nil && soft/2 < MaxConnsDefault {
+			caps.MaxConns = max(1, int(soft/2))
+		}
+	}
+	if caps.MaxConnsPerAddr == 0 {
+		caps.MaxConnsPerAddr = max(1, caps.MaxConns/10)
+	}
+	if err != nil {
+		s.log.Warn("cannot read the open-file limit", "err", err)
+		return caps
+	}
+	s.log.Info("open files", "limit", soft, "hard_limit", hard, "listen_max_conns", caps.MaxConns,
+		"listen_max_conns_per_addr", caps.MaxConnsPerAddr)
+	if uint64(caps.MaxConns+healthMaxConns) > soft {
+		s.log.Warn("LISTEN_MAX_CONNS leaves no descriptors for the database and the dispatcher under the open-file limit: "+
+			"raise the limit (ulimit -n, the container's nofile) or lower LISTEN_MAX_CONNS", "limit", soft, "listen_max_conns", caps.MaxConns)
+	}
+	return caps
+}
+
+// httpServer is a net/http server of h with the HTTP_* timeouts.
+// net/http's read timeout covers a request's headers and body together, so
+// it gets both allowances; its write timeout runs from the end of the
+// headers, over the handler's work, so work (the handler's own bound) is
+// added to the write allowance.
+func (s *Server) httpServer(h http.Handler, work time.Duration) *http.Server {
+	header := cmp.Or(s.cfg.HTTPHeaderTimeout, api.HeaderTimeoutDefault)
+	return &http.Server{Handler: h, ReadHeaderTimeout: header,
+		ReadTimeout:  header + cmp.Or(s.cfg.HTTPReadTimeout, api.ReadTimeoutDefault),
+		WriteTimeout: work + cmp.Or(s.cfg.HTTPWriteTimeout, api.WriteTimeoutDefault),
+		IdleTimeout:  cmp.Or(s.cfg.HTTPIdleTimeout, api.IdleTimeoutDefault)}
 }
 
 // readyChecks are /readyz's checks: the database answers, its schema is at
@@ -565,8 +624,9 @@ func latestMigration() (int64, error) {
 	return latest, nil
 }
 
-// serveHealth serves /livez and /readyz for a pod without the API: /readyz
-// answers ReadyStatus as JSON, 200 or 503.
+// serveHealth serves /livez and /readyz on HEALTH_ADDR, for every role:
+// its own listener, so probes are answered while LISTEN_ADDR is flooded.
+// /readyz answers ReadyStatus as JSON, 200 or 503.
 func (s *Server) serveHealth() error {
 	checks := s.readyChecks()
 	mux := http.NewServeMux()
@@ -585,9 +645,11 @@ func (s *Server) serveHealth() error {
 	if err != nil {
 		return fmt.Errorf("listen on HEALTH_ADDR %s: %w", s.cfg.HealthAddr, err)
 	}
-	s.health = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.health = s.httpServer(mux, api.ReadyTimeoutDefault)
 	s.healthAddr = ln.Addr().String()
-	go func() { s.served <- s.health.Serve(ln) }()
+	go func() {
+		s.served <- s.health.Serve(acceptor.New(ln, acceptor.Config{Name: "HEALTH_ADDR", MaxConns: healthMaxConns, Logger: s.log}))
+	}()
 	return nil
 }
 
@@ -608,8 +670,11 @@ func (s *Server) servePprof() error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	s.pprof = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = s.pprof.Serve(ln) }() // ends with Close in Stop
+	// A profile or trace must end within HTTP_WRITE_TIMEOUT (pprof refuses
+	// a longer ?seconds=).
+	s.pprof = s.httpServer(mux, 0)
+	guarded := acceptor.New(ln, acceptor.Config{Name: "PPROF_ADDR", MaxConns: pprofMaxConns, Logger: s.log})
+	go func() { _ = s.pprof.Serve(guarded) }() // ends with Close in Stop
 	s.log.Info("serving pprof", "addr", ln.Addr().String())
 	return nil
 }
@@ -622,8 +687,7 @@ func (s *Server) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// HealthAddr returns the bound address of HEALTH_ADDR's listener, on a pod
-// without the API; else "".
+// HealthAddr returns the bound address of HEALTH_ADDR's listener.
 func (s *Server) HealthAddr() string { return s.healthAddr }
 
 // shutdownTimeout is SHUTDOWN_TIMEOUT, or its default for a Config built
