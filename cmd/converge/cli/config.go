@@ -80,6 +80,16 @@ type Config struct {
 	// (LISTEN_MAX_CONNS_PER_ADDR). Zero takes the default: a tenth of
 	// MaxConns.
 	MaxConnsPerAddr int
+	// APIPoolMaxConns is the size of the API's own database pool, apart
+	// from the engine's DATABASE_URL pool (API_POOL_MAX_CONNS, default the
+	// larger of 4 and the CPU count). Zero takes the default.
+	APIPoolMaxConns int
+	// APIStatementTimeout and APILockTimeout are the statement_timeout and
+	// lock_timeout of the API's database connections, its read pool's
+	// included (API_STATEMENT_TIMEOUT 10s, API_LOCK_TIMEOUT 5s): a statement
+	// the API runs gives up well within the 30 s request timeout, and its
+	// connection returns to the pool. Zero takes the default.
+	APIStatementTimeout, APILockTimeout time.Duration
 	// LogLevel and LogFormat (text|json) come from LOG_LEVEL, LOG_FORMAT.
 	LogLevel  slog.Level
 	LogFormat string
@@ -154,6 +164,12 @@ type Config struct {
 // MaxConnsDefault is LISTEN_MAX_CONNS's default where the open-file limit
 // allows it.
 const MaxConnsDefault = 10000
+
+// The defaults of API_STATEMENT_TIMEOUT and API_LOCK_TIMEOUT.
+const (
+	APIStatementTimeoutDefault = 10 * time.Second
+	APILockTimeoutDefault      = 5 * time.Second
+)
 
 // DatabaseWaitDefault is DATABASE_WAIT's default.
 const DatabaseWaitDefault = 60 * time.Second
@@ -265,6 +281,18 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	c.MaxConnsPerAddr = positiveInt("LISTEN_MAX_CONNS_PER_ADDR", 0)
 	if c.MaxConns > 0 && c.MaxConnsPerAddr > c.MaxConns {
 		bad("LISTEN_MAX_CONNS_PER_ADDR", getenv("LISTEN_MAX_CONNS_PER_ADDR"), "must not exceed LISTEN_MAX_CONNS")
+	}
+	c.APIPoolMaxConns = positiveInt("API_POOL_MAX_CONNS", 0)
+	for _, v := range []struct {
+		name string
+		dst  *time.Duration
+		def  time.Duration
+	}{{"API_STATEMENT_TIMEOUT", &c.APIStatementTimeout, APIStatementTimeoutDefault}, {"API_LOCK_TIMEOUT", &c.APILockTimeout, APILockTimeoutDefault}} {
+		*v.dst = positiveDuration(v.name, v.def, v.def.String())
+		if *v.dst >= api.RequestTimeoutDefault {
+			bad(v.name, getenv(v.name), "must be shorter than the API's request timeout ("+api.RequestTimeoutDefault.String()+"), or a request gives up before its statement")
+			*v.dst = v.def
+		}
 	}
 
 	if v := getenv("LOG_LEVEL"); v != "" {

@@ -21,32 +21,36 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Errorf("defaults = %+v", c)
 	}
 	if c.HTTPHeaderTimeout != 10*time.Second || c.HTTPReadTimeout != time.Minute || c.HTTPWriteTimeout != time.Minute ||
-		c.HTTPIdleTimeout != 90*time.Second {
-		t.Errorf("timeout defaults: header %s, read %s, write %s, idle %s", c.HTTPHeaderTimeout, c.HTTPReadTimeout,
-			c.HTTPWriteTimeout, c.HTTPIdleTimeout)
+		c.HTTPIdleTimeout != 90*time.Second || c.APIStatementTimeout != 10*time.Second || c.APILockTimeout != 5*time.Second {
+		t.Errorf("timeout defaults: header %s, read %s, write %s, idle %s, statement %s, lock %s", c.HTTPHeaderTimeout, c.HTTPReadTimeout,
+			c.HTTPWriteTimeout, c.HTTPIdleTimeout, c.APIStatementTimeout, c.APILockTimeout)
 	}
-	// Derived at start, from the open-file limit.
-	if c.MaxConns != 0 || c.MaxConnsPerAddr != 0 {
-		t.Errorf("LISTEN_MAX_CONNS %d, LISTEN_MAX_CONNS_PER_ADDR %d unset: want 0 (the defaults)", c.MaxConns, c.MaxConnsPerAddr)
+	// Derived at start, from the CPU count and the open-file limit.
+	if c.MaxConns != 0 || c.MaxConnsPerAddr != 0 || c.APIPoolMaxConns != 0 {
+		t.Errorf("LISTEN_MAX_CONNS %d, LISTEN_MAX_CONNS_PER_ADDR %d, API_POOL_MAX_CONNS %d unset: want 0 (the defaults)",
+			c.MaxConns, c.MaxConnsPerAddr, c.APIPoolMaxConns)
 	}
 }
 
-// TestLoadConfigEdge: the listener variables are read, and bad values are
-// refused naming the variable.
+// TestLoadConfigEdge: the listener and API pool variables are read, and
+// bad values are refused naming the variable.
 func TestLoadConfigEdge(t *testing.T) {
 	t.Parallel()
 	c, err := LoadConfig(env(map[string]string{"HTTP_HEADER_TIMEOUT": "2s", "HTTP_READ_TIMEOUT": "3s", "HTTP_WRITE_TIMEOUT": "4s",
-		"HTTP_IDLE_TIMEOUT": "5s", "LISTEN_MAX_CONNS": "100", "LISTEN_MAX_CONNS_PER_ADDR": "10"}))
+		"HTTP_IDLE_TIMEOUT": "5s", "LISTEN_MAX_CONNS": "100", "LISTEN_MAX_CONNS_PER_ADDR": "10", "API_POOL_MAX_CONNS": "7",
+		"API_STATEMENT_TIMEOUT": "8s", "API_LOCK_TIMEOUT": "1s"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.HTTPHeaderTimeout != 2*time.Second || c.HTTPReadTimeout != 3*time.Second || c.HTTPWriteTimeout != 4*time.Second ||
-		c.HTTPIdleTimeout != 5*time.Second || c.MaxConns != 100 || c.MaxConnsPerAddr != 10 {
+		c.HTTPIdleTimeout != 5*time.Second || c.MaxConns != 100 || c.MaxConnsPerAddr != 10 || c.APIPoolMaxConns != 7 ||
+		c.APIStatementTimeout != 8*time.Second || c.APILockTimeout != time.Second {
 		t.Errorf("config = %+v", c)
 	}
 	_, err = LoadConfig(env(map[string]string{"HTTP_HEADER_TIMEOUT": "0s", "HTTP_IDLE_TIMEOUT": "soon", "LISTEN_MAX_CONNS": "10",
-		"LISTEN_MAX_CONNS_PER_ADDR": "11"}))
-	for _, want := range []string{`HTTP_HEADER_TIMEOUT="0s"`, `HTTP_IDLE_TIMEOUT="soon"`, `LISTEN_MAX_CONNS_PER_ADDR="11": must not exceed`} {
+		"LISTEN_MAX_CONNS_PER_ADDR": "11", "API_POOL_MAX_CONNS": "-1", "API_STATEMENT_TIMEOUT": "30s", "API_LOCK_TIMEOUT": "1m"}))
+	for _, want := range []string{`HTTP_HEADER_TIMEOUT="0s"`, `HTTP_IDLE_TIMEOUT="soon"`, `LISTEN_MAX_CONNS_PER_ADDR="11": must not exceed`,
+		`API_POOL_MAX_CONNS="-1"`, `API_STATEMENT_TIMEOUT="30s": must be shorter`, `API_LOCK_TIMEOUT="1m": must be shorter`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}

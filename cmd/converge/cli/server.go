@@ -13,6 +13,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -64,15 +66,17 @@ type namedDuty struct {
 	running func() bool
 }
 
-// Server is a running converge process: its pool, its duties, and its HTTP
+// Server is a running converge process: its pools, its duties, and its HTTP
 // listeners.
 type Server struct {
 	cfg          Config
 	log          *slog.Logger
-	pool         *pgxpool.Pool
+	pool         *pgxpool.Pool // the engine's: DATABASE_URL, warmed
+	apiPool      *pgxpool.Pool // the API's, on a pod that serves it; else nil
 	readPool     *pgxpool.Pool // DATABASE_READ_URL's, or nil
+	readyPool    *pgxpool.Pool // one connection kept for /readyz
 	migration    int64         // the newest embedded numbered migration
-	store        *store.Store
+	store        *store.Store  // over pool: the engine's duties and callbacks
 	metrics      *prometheus.Registry
 	services     []service // started in order, stopped in reverse
 	duties       []namedDuty
@@ -176,8 +180,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	return s, nil
 }
 
-// open migrates the database and opens the pool and the store.
-func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
+// open migrates the database and opens the pools and the store. The
+// engine (its duties, the callback receiver, the kind cache and the LISTEN
+// connections) keeps DATABASE_URL's pool; the API gets its own pool, whose
+// statements run under API_STATEMENT_TIMEOUT and API_LOCK_TIMEOUT; /readyz
+// keeps one connection of its own. A request stuck on a lock can then hold
+// only the API's connections, never the engine's or readiness's.
+func open(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err error) {
 	pcfg, err := poolConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -194,38 +203,72 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	pcfg.MaxConnLifetime = 30 * time.Minute
 	pcfg.MaxConnLifetimeJitter = 5 * time.Minute
-	store.PoolDefaults(pcfg, log)
 	latest, err := latestMigration()
 	if err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
+	s := &Server{cfg: cfg, log: log, migration: latest, served: make(chan error, 2)}
+	defer func() {
+		if err != nil {
+			s.closePools()
+		}
+	}()
+	// The side pools are copies of DATABASE_URL's configuration (IAM auth
+	// included) taken before the engine's warming is added to it.
+	readyCfg := pcfg.Copy()
+	readyCfg.MinConns, readyCfg.MaxConns = 1, 1
+	if s.readyPool, err = pgxpool.NewWithConfig(ctx, readyCfg); err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	read, err := readPool(ctx, cfg, pcfg)
-	if err != nil {
-		pool.Close()
-		return nil, err
+	if cfg.Role == RoleAll || cfg.Role == RoleControl {
+		apiCfg := pcfg.Copy()
+		apiCfg.MinConns, apiCfg.MaxConns = 0, int32(cmp.Or(cfg.APIPoolMaxConns, apiPoolMaxConnsDefault()))
+		s.apiTimeouts(apiCfg.ConnConfig)
+		if s.apiPool, err = pgxpool.NewWithConfig(ctx, apiCfg); err != nil {
+			return nil, fmt.Errorf("connect: %w", err)
+		}
+		if s.readPool, err = s.openReadPool(ctx, pcfg); err != nil {
+			return nil, err
+		}
 	}
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		pgxpoolprometheus.NewCollector(pool, map[string]string{"pool": "primary"}))
-	if read != nil {
-		metrics.MustRegister(pgxpoolprometheus.NewCollector(read, map[string]string{"pool": "read"}))
+	store.PoolDefaults(pcfg, log)
+	if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
 	}
-	st := store.New(pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit, ReadPool: read})
-	return &Server{cfg: cfg, log: log, pool: pool, readPool: read, store: st, metrics: metrics,
-		migration: latest, served: make(chan error, 2)}, nil
+	s.metrics = prometheus.NewRegistry()
+	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		pgxpoolprometheus.NewCollector(s.pool, map[string]string{"pool": "primary"}))
+	for name, p := range map[string]*pgxpool.Pool{"api": s.apiPool, "read": s.readPool} {
+		if p != nil {
+			s.metrics.MustRegister(pgxpoolprometheus.NewCollector(p, map[string]string{"pool": name}))
+		}
+	}
+	s.store = store.New(s.pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit})
+	return s, nil
 }
 
-// readPool opens the pool on DATABASE_READ_URL, if set, configured as the
-// primary's pcfg is (IAM auth included): the API's read routes use it.
-func readPool(ctx context.Context, cfg Config, pcfg *pgxpool.Config) (*pgxpool.Pool, error) {
-	if cfg.DatabaseReadURL == "" {
+// apiPoolMaxConnsDefault is API_POOL_MAX_CONNS's default: the larger of 4
+// and the CPU count, as pgx sizes DATABASE_URL's pool.
+func apiPoolMaxConnsDefault() int { return max(4, runtime.NumCPU()) }
+
+// apiTimeouts sets the statement and lock timeouts of an API connection.
+func (s *Server) apiTimeouts(cc *pgx.ConnConfig) {
+	for name, d := range map[string]time.Duration{
+		"statement_timeout": cmp.Or(s.cfg.APIStatementTimeout, APIStatementTimeoutDefault),
+		"lock_timeout":      cmp.Or(s.cfg.APILockTimeout, APILockTimeoutDefault),
+	} {
+		cc.RuntimeParams[name] = strconv.FormatInt(d.Milliseconds(), 10)
+	}
+}
+
+// openReadPool opens the pool on DATABASE_READ_URL, if set, configured as
+// the primary's pcfg is (IAM auth included): the API's read routes use it,
+// under the API's statement and lock timeouts.
+func (s *Server) openReadPool(ctx context.Context, pcfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	if s.cfg.DatabaseReadURL == "" {
 		return nil, nil
 	}
-	rcfg, err := pgxpool.ParseConfig(cfg.DatabaseReadURL)
+	rcfg, err := pgxpool.ParseConfig(s.cfg.DatabaseReadURL)
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_READ_URL: %w", err)
 	}
@@ -236,6 +279,7 @@ func readPool(ctx context.Context, cfg Config, pcfg *pgxpool.Config) (*pgxpool.P
 		rcfg.BeforeConnect = pcfg.BeforeConnect
 	}
 	rcfg.MaxConnLifetime, rcfg.MaxConnLifetimeJitter = pcfg.MaxConnLifetime, pcfg.MaxConnLifetimeJitter
+	s.apiTimeouts(rcfg.ConnConfig)
 	read, err := pgxpool.NewWithConfig(ctx, rcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to DATABASE_READ_URL: %w", err)
@@ -243,11 +287,12 @@ func readPool(ctx context.Context, cfg Config, pcfg *pgxpool.Config) (*pgxpool.P
 	return read, nil
 }
 
-// closePools closes the database pools.
+// closePools closes the database pools opened.
 func (s *Server) closePools() {
-	s.pool.Close()
-	if s.readPool != nil {
-		s.readPool.Close()
+	for _, p := range []*pgxpool.Pool{s.pool, s.apiPool, s.readPool, s.readyPool} {
+		if p != nil {
+			p.Close()
+		}
 	}
 }
 
@@ -454,7 +499,9 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 			return st
 		}
 	}
-	srv, err := api.New(acfg, s.store, kinds, s.log)
+	// The API's requests run on the API's pools; the kind cache, on the
+	// engine's, has installed its validator in s.store, which Over copies.
+	srv, err := api.New(acfg, s.store.Over(s.apiPool, s.readPool), kinds, s.log)
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
@@ -577,9 +624,10 @@ func (s *Server) httpServer(h http.Handler, work time.Duration) *http.Server {
 }
 
 // readyChecks are /readyz's checks: the database answers, its schema is at
-// this binary's latest migration, and every duty started runs.
+// this binary's latest migration, and every duty started runs. The database
+// checks run on the connection kept for them: busy pools cannot fail them.
 func (s *Server) readyChecks() []api.ReadyCheck {
-	checks := []api.ReadyCheck{api.DatabaseCheck(s.store, s.log), {Name: "migrations", Check: s.checkMigrations}}
+	checks := []api.ReadyCheck{api.DatabaseCheck(s.readyPool, s.log), {Name: "migrations", Check: s.checkMigrations}}
 	for _, d := range s.duties {
 		checks = append(checks, api.ReadyCheck{Name: d.name, Check: func(context.Context) error {
 			if !d.running() {
@@ -596,7 +644,7 @@ func (s *Server) readyChecks() []api.ReadyCheck {
 // (behind or ahead) is not ready.
 func (s *Server) checkMigrations(ctx context.Context) error {
 	var applied int64
-	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&applied); err != nil {
+	if err := s.readyPool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&applied); err != nil {
 		s.log.Warn("readiness: cannot read the schema version", "err", err)
 		return errors.New("cannot read the schema version")
 	}
