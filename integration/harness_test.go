@@ -19,7 +19,14 @@ import (
 	"github.com/convergeplane/converge/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain runs the tests, or converge itself in a process a test started
+// (startProcess).
+func TestMain(m *testing.M) {
+	if os.Getenv(serveEnv) != "" {
+		os.Exit(serveMain())
+	}
+	pgtest.Main(m)
+}
 
 // engine is a running control plane on a private database: the drain duty,
 // optionally the reaper, and in-process executors.

@@ -203,3 +203,29 @@ func TestReadyzDispatchPod(t *testing.T) {
 		return r.code == http.StatusServiceUnavailable && r.checks["dispatcher"] == "stopped"
 	})
 }
+
+// TestReadyzOnHealthAddrForEveryRole: every role answers /livez and /readyz
+// on HEALTH_ADDR, its own listener, so probes reach a pod whose LISTEN_ADDR
+// is flooded: JSON, 200 with its checks.
+func TestReadyzOnHealthAddrForEveryRole(t *testing.T) {
+	t.Parallel()
+	for _, role := range []convergecli.Role{convergecli.RoleAll, convergecli.RoleControl, convergecli.RoleDispatch} {
+		t.Run(string(role), func(t *testing.T) {
+			t.Parallel()
+			srv, _ := startOps(t, t.Context(), role, nil)
+			if srv.HealthAddr() == "" {
+				t.Fatalf("ROLE=%s serves no HEALTH_ADDR", role)
+			}
+			r := getReadyz(t, "http://"+srv.HealthAddr()+"/readyz")
+			if r.code != http.StatusOK || r.status != "ok" || r.ctype != "application/json" || r.checks["database"] != "ok" {
+				t.Fatalf("ROLE=%s: HEALTH_ADDR /readyz = %d %+v", role, r.code, r)
+			}
+			resp, err := http.Get("http://" + srv.HealthAddr() + "/livez") //nolint:noctx // a test's short request
+			must(t, err)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("ROLE=%s: HEALTH_ADDR /livez = %d", role, resp.StatusCode)
+			}
+		})
+	}
+}

@@ -47,7 +47,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -260,13 +260,16 @@ func Hash() string {
 // taken on conn, a connection pinned for the whole run. db is for goose,
 // which takes connections of its own.
 func withLock(ctx context.Context, dsn string, opts []stdlib.OptionOpenDB, fn func(db *sql.DB, conn *sql.Conn) error) (retErr error) {
-	connConfig, err := pgx.ParseConfig(dsn)
+	// pgxpool's parser: DATABASE_URL may carry the pool's settings
+	// (pool_max_conns and the like), which pgx's own would send the server
+	// as parameters it refuses.
+	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return fmt.Errorf("migrations: bad DSN: %w", err)
 	}
 	// stdlib.OpenDB rather than sql.Open("pgx"): no dependence on the
 	// driver registry that package's init populates.
-	db := stdlib.OpenDB(*connConfig, opts...)
+	db := stdlib.OpenDB(*pcfg.ConnConfig, opts...)
 	defer func() {
 		if err := db.Close(); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("migrations: cannot close database: %w", err))

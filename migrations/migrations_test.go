@@ -5,6 +5,7 @@ import (
 	"context"
 	"io/fs"
 	"log/slog"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -125,6 +126,26 @@ func TestUp(t *testing.T) {
 		}
 		if diff := cmp.Diff(onceEach(b.versions), appliedCounts(t, b.db.Pool)); diff != "" {
 			t.Errorf("applied versions -> row count (-want +got):\n%s", diff)
+		}
+	})
+
+	// DATABASE_URL may carry pgxpool's settings; they are not the server's.
+	t.Run("PoolSettingsInTheDSN", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		u, err := url.Parse(b.db.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("pool_max_conns", "4")
+		q.Set("pool_min_conns", "1")
+		u.RawQuery = q.Encode()
+		if err := migrations.Up(ctxT(t), u.String(), b.log); err != nil {
+			t.Fatalf("Up with pool settings in the DSN: %v", err)
+		}
+		if diff := cmp.Diff(onceEach(b.versions), appliedCounts(t, b.db.Pool)); diff != "" {
+			t.Errorf("applied versions (-want +got):\n%s", diff)
 		}
 	})
 

@@ -74,6 +74,24 @@ type Config struct {
 	RequestTimeout time.Duration
 	// ReadyTimeout bounds the checks of /readyz. Defaults to 2 seconds.
 	ReadyTimeout time.Duration
+	// HeaderTimeout bounds the wait for a request's headers, from the
+	// connection's first byte (or, on a kept-alive connection, the next
+	// request's): a connection that sends none, or never finishes them, is
+	// closed. Defaults to 10 seconds.
+	HeaderTimeout time.Duration
+	// ReadTimeout bounds reading a request's body once its headers are in.
+	// Defaults to 60 seconds (a 4 MiB body at 1 Mbit/s takes 34).
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a response. The change stream's deadline
+	// moves on with each event it writes, so an open stream is never cut
+	// while its client reads. Defaults to 60 seconds.
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a kept-alive connection may wait for its
+	// next request. Defaults to 90 seconds: longer than a load balancer's
+	// usual idle timeout (AWS ALB: 60 s), so the balancer, not the server,
+	// closes an idle connection and never sends a request on one being
+	// closed.
+	IdleTimeout time.Duration
 	// ReadyChecks are the checks of /readyz, run in order. Nil checks that
 	// the database answers (DatabaseCheck) and nothing else.
 	ReadyChecks []ReadyCheck
@@ -110,6 +128,10 @@ const (
 	VersionDefault        = "dev"
 	RequestTimeoutDefault = 30 * time.Second
 	ReadyTimeoutDefault   = 2 * time.Second
+	HeaderTimeoutDefault  = 10 * time.Second
+	ReadTimeoutDefault    = 60 * time.Second
+	WriteTimeoutDefault   = 60 * time.Second
+	IdleTimeoutDefault    = 90 * time.Second
 	// IdempotencyRetentionDefault is IdempotencyRetention's default.
 	IdempotencyRetentionDefault = 24 * time.Hour
 )
@@ -132,6 +154,10 @@ func (c Config) WithDefaults() Config {
 	c.Version = cmp.Or(c.Version, VersionDefault)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
 	c.ReadyTimeout = cmp.Or(c.ReadyTimeout, ReadyTimeoutDefault)
+	c.HeaderTimeout = cmp.Or(c.HeaderTimeout, HeaderTimeoutDefault)
+	c.ReadTimeout = cmp.Or(c.ReadTimeout, ReadTimeoutDefault)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, IdleTimeoutDefault)
 	c.IdempotencyRetention = cmp.Or(c.IdempotencyRetention, IdempotencyRetentionDefault)
 	return c
 }
@@ -146,6 +172,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("api: RequestTimeout must not be negative (got %s)", c.RequestTimeout)
 	case c.ReadyTimeout < 0:
 		return fmt.Errorf("api: ReadyTimeout must not be negative (got %s)", c.ReadyTimeout)
+	case c.HeaderTimeout < 0 || c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0:
+		return fmt.Errorf("api: HeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout must not be negative (got %s, %s, %s, %s)",
+			c.HeaderTimeout, c.ReadTimeout, c.WriteTimeout, c.IdleTimeout)
 	case c.IdempotencyRetention < 0:
 		return fmt.Errorf("api: IdempotencyRetention must not be negative (got %s)", c.IdempotencyRetention)
 	}
@@ -206,7 +235,14 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 		ReduceMemoryUsage:     true,
 		ErrorHandler:          s.fiberError,
 		DisableStartupMessage: true,
+		// fasthttp's read timeout runs from a request's first byte, over
+		// its headers; bodyDeadline gives the body its own.
+		ReadTimeout:  cfg.HeaderTimeout,
+		WriteTimeout: cfg.WriteTimeout,
+		IdleTimeout:  cfg.IdleTimeout,
 	})
+	s.app.Server().HeaderReceived = s.bodyDeadline
+	s.app.Server().ConnState = s.firstByteDeadline
 	s.guardRequests()
 	s.answerUnreadable()
 	if cfg.MetricsRegistry != nil {
@@ -252,7 +288,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	}
 	if cfg.Events != nil {
 		// Before huma's routes: a stream is written by Fiber directly.
-		s.app.Get(Prefix+"/events/stream", cfg.Events.serve)
+		s.app.Get(Prefix+"/events/stream", cfg.Events.handler(cfg.WriteTimeout))
 	}
 	s.api = humafiber.NewWithGroup(s.app, literalColons{s.app}, hc)
 
@@ -304,6 +340,23 @@ func (s *Server) withTimeout(c *fiber.Ctx) error {
 	}
 	c.SetUserContext(ctx)
 	return c.Next()
+}
+
+// bodyDeadline gives a request whose headers have arrived ReadTimeout to
+// send its body (fasthttp's HeaderReceived): the server's own read timeout,
+// HeaderTimeout, is the headers'.
+func (s *Server) bodyDeadline(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+	return fasthttp.RequestConfig{ReadTimeout: s.cfg.ReadTimeout}
+}
+
+// firstByteDeadline starts a new connection's header timeout as it is
+// accepted (fasthttp's ConnState): with ReduceMemoryUsage, fasthttp waits
+// for the first byte of a connection's first request under no deadline of
+// its own, and a connection that sent nothing stayed open for ever.
+func (s *Server) firstByteDeadline(c net.Conn, state fasthttp.ConnState) {
+	if state == fasthttp.StateNew {
+		_ = c.SetReadDeadline(time.Now().Add(s.cfg.HeaderTimeout)) // fails only on a closed connection
+	}
 }
 
 // guardRequests answers, before Fiber routes a request, what Fiber would

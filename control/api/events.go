@@ -224,8 +224,15 @@ type ChangeEvent struct {
 // serve answers GET /api/v1/events/stream: text/event-stream, an open
 // event first, then a change event whenever topics changed, and a comment
 // every KeepAlive. It is registered on Fiber directly (huma buffers bodies)
-// behind the same token check as every read route.
-func (h *EventHub) serve(c *fiber.Ctx) error {
+// behind the same token check as every read route. The server's write
+// timeout would cut a stream that outlives it: each write moves the
+// connection's write deadline writeTimeout on instead, so only a client
+// that stops reading loses its stream.
+func (h *EventHub) handler(writeTimeout time.Duration) fiber.Handler {
+	return func(c *fiber.Ctx) error { return h.serve(c, writeTimeout) }
+}
+
+func (h *EventHub) serve(c *fiber.Ctx, writeTimeout time.Duration) error {
 	for k := range c.Request().URI().QueryArgs().All() {
 		name := string(k)
 		return writeProblem(c, newProblem(http.StatusUnprocessableEntity, typeInvalid, "query."+name+" is not a parameter of this route",
@@ -239,12 +246,17 @@ func (h *EventHub) serve(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderContentType, "text/event-stream")
 	c.Set(fiber.HeaderCacheControl, "no-cache")
 	c.Set("X-Accel-Buffering", "no") // a buffering proxy would hold events back
+	conn := c.Context().Conn()
 	c.Context().SetBodyStreamWriter(fasthttp.StreamWriter(func(w *bufio.Writer) {
+		send := func(s string) bool {
+			// A connection that takes no deadline (closed) is gone.
+			return conn.SetWriteDeadline(time.Now().Add(writeTimeout)) == nil && write(w, s)
+		}
 		defer h.close(st)
 		keepAlive := time.NewTicker(h.cfg.KeepAlive)
 		defer keepAlive.Stop()
 		// retry: how long a browser's EventSource waits before reconnecting.
-		if !write(w, "retry: 2000\nevent: open\ndata: {}\n\n") {
+		if !send("retry: 2000\nevent: open\ndata: {}\n\n") {
 			return
 		}
 		for {
@@ -252,7 +264,7 @@ func (h *EventHub) serve(c *fiber.Ctx) error {
 			case <-h.done:
 				return
 			case <-keepAlive.C:
-				if !write(w, ": keep-alive\n\n") {
+				if !send(": keep-alive\n\n") {
 					return
 				}
 			case <-st.signal:
@@ -264,7 +276,7 @@ func (h *EventHub) serve(c *fiber.Ctx) error {
 					continue
 				}
 				data, err := json.Marshal(ChangeEvent{Topics: topics})
-				if err != nil || !write(w, "event: change\ndata: "+string(data)+"\n\n") {
+				if err != nil || !send("event: change\ndata: "+string(data)+"\n\n") {
 					return
 				}
 			}

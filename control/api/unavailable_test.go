@@ -1,10 +1,14 @@
 package api_test
 
 import (
+	"context"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -75,4 +79,77 @@ func TestDatabaseDownIs503(t *testing.T) {
 		}
 	}
 	b.do("GET", "/livez", nil).want(t, http.StatusOK)
+}
+
+// TestDatabaseBusyIs503: a request the database gives up on, or that waits
+// for a connection past its deadline, is answered 503 with Retry-After and
+// an RFC 9457 problem, never 500: its statement cancelled by
+// statement_timeout (57014) or lock_timeout (55P03), both set on the API's
+// connections by a converge process, or its pool's one connection held
+// elsewhere until the request timeout.
+func TestDatabaseBusyIs503(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, params, typ string
+		holdConn          bool
+	}{
+		{name: "statement timeout", params: "statement_timeout=200", typ: "urn:converge:problem:unavailable"},
+		{name: "lock timeout", params: "lock_timeout=200", typ: "urn:converge:problem:unavailable"},
+		{name: "no connection free", holdConn: true, typ: "urn:converge:problem:timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, api.Config{})
+			b.putManifest("widget", map[string]any{"kind": "widget", "kind_version": 1}).want(t, http.StatusCreated)
+			cfg, err := pgxpool.ParseConfig(b.db.DSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MaxConns = 1
+			if k, v, ok := strings.Cut(tc.params, "="); ok {
+				cfg.ConnConfig.RuntimeParams[k] = v
+			}
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			srv, err := api.New(api.Config{RequestTimeout: time.Second}, b.st.Over(pool, nil), b.kinds, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := apitest.Serve(t, srv)
+			if tc.holdConn {
+				conn, err := pool.Acquire(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Release()
+			} else {
+				// A lock every read of the manifests waits on.
+				tx, err := b.db.Pool.Begin(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(context.WithoutCancel(t.Context())) //nolint:errcheck // ends the lock; nothing to report
+				if _, err := tx.Exec(t.Context(), `LOCK TABLE kind_manifest IN ACCESS EXCLUSIVE MODE`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			resp, err := http.Get(base + "/api/v1/manifests") //nolint:noctx // a test's short request
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var p struct{ Type string }
+			if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusServiceUnavailable || p.Type != tc.typ || resp.Header.Get("Retry-After") == "" ||
+				resp.Header.Get("Content-Type") != api.ProblemContentType {
+				t.Errorf("GET /manifests = %d %s (Retry-After %q, %s), want a 503 %s problem with Retry-After",
+					resp.StatusCode, p.Type, resp.Header.Get("Retry-After"), resp.Header.Get("Content-Type"), tc.typ)
+			}
+		})
+	}
 }

@@ -79,6 +79,17 @@ func New(pool *pgxpool.Pool, cfg Config) *Store {
 	return &Store{pool: pool, read: cfg.ReadPool, cfg: cfg.withDefaults()}
 }
 
+// Over returns a Store with s's configuration and spec validator over other
+// pools: pool for everything, read (nil: none) for the reads PreferReadPool
+// marks. A converge process gives its API one over the API's own pool, so
+// that API requests never hold the engine's connections. Call it once the
+// validator is installed (NewKindCache), so the copy has it too.
+func (s *Store) Over(pool, read *pgxpool.Pool) *Store {
+	o := *s
+	o.pool, o.read, o.cfg.ReadPool = pool, read, read
+	return &o
+}
+
 // readPoolKey marks a context whose reads may use the read pool.
 type readPoolKey struct{}
 

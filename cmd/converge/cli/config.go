@@ -59,9 +59,37 @@ type Config struct {
 	// present a certificate this PEM bundle verifies (TLS_CLIENT_CA_FILE;
 	// https:// only).
 	TLSClientCAFile string
-	// HealthAddr serves /livez and /readyz for pods without the API
-	// (HEALTH_ADDR, default :8081; used by ROLE=dispatch).
+	// HealthAddr serves /livez and /readyz on its own listener, for every
+	// role (HEALTH_ADDR, default :8081; `converge dev`: 127.0.0.1:8081), so
+	// probes reach a pod whose LISTEN_ADDR is flooded.
 	HealthAddr string
+	// HTTPHeaderTimeout, HTTPReadTimeout, HTTPWriteTimeout and
+	// HTTPIdleTimeout bound the connections of every listener: the wait for
+	// a request's headers, then for its body, the writing of its response,
+	// and a kept-alive connection's wait for its next request
+	// (HTTP_HEADER_TIMEOUT 10s, HTTP_READ_TIMEOUT 60s, HTTP_WRITE_TIMEOUT
+	// 60s, HTTP_IDLE_TIMEOUT 90s; see api.Config). Zero takes the default.
+	HTTPHeaderTimeout, HTTPReadTimeout, HTTPWriteTimeout, HTTPIdleTimeout time.Duration
+	// MaxConns caps the connections open at once on LISTEN_ADDR; at the cap
+	// the next waits in the kernel's backlog (LISTEN_MAX_CONNS). Zero takes
+	// the default: MaxConnsDefault, or half the process's open-file limit
+	// if that is lower.
+	MaxConns int
+	// MaxConnsPerAddr caps the connections open at once on LISTEN_ADDR from
+	// one client IP address; one more is closed at once
+	// (LISTEN_MAX_CONNS_PER_ADDR). Zero takes the default: a tenth of
+	// MaxConns.
+	MaxConnsPerAddr int
+	// APIPoolMaxConns is the size of the API's own database pool, apart
+	// from the engine's DATABASE_URL pool (API_POOL_MAX_CONNS, default the
+	// larger of 4 and the CPU count). Zero takes the default.
+	APIPoolMaxConns int
+	// APIStatementTimeout and APILockTimeout are the statement_timeout and
+	// lock_timeout of the API's database connections, its read pool's
+	// included (API_STATEMENT_TIMEOUT 10s, API_LOCK_TIMEOUT 5s): a statement
+	// the API runs gives up well within the 30 s request timeout, and its
+	// connection returns to the pool. Zero takes the default.
+	APIStatementTimeout, APILockTimeout time.Duration
 	// LogLevel and LogFormat (text|json) come from LOG_LEVEL, LOG_FORMAT.
 	LogLevel  slog.Level
 	LogFormat string
@@ -132,6 +160,16 @@ type Config struct {
 	// Dev is set by `converge dev`: plain-http loopback endpoints allowed.
 	Dev bool
 }
+
+// MaxConnsDefault is LISTEN_MAX_CONNS's default where the open-file limit
+// allows it.
+const MaxConnsDefault = 10000
+
+// The defaults of API_STATEMENT_TIMEOUT and API_LOCK_TIMEOUT.
+const (
+	APIStatementTimeoutDefault = 10 * time.Second
+	APILockTimeoutDefault      = 5 * time.Second
+)
 
 // DatabaseWaitDefault is DATABASE_WAIT's default.
 const DatabaseWaitDefault = 60 * time.Second
@@ -234,6 +272,27 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	c.HealthAddr = or(getenv("HEALTH_ADDR"), ":8081")
 	if _, _, err := net.SplitHostPort(c.HealthAddr); err != nil {
 		bad("HEALTH_ADDR", c.HealthAddr, "must be host:port")
+	}
+	c.HTTPHeaderTimeout = positiveDuration("HTTP_HEADER_TIMEOUT", api.HeaderTimeoutDefault, "10s")
+	c.HTTPReadTimeout = positiveDuration("HTTP_READ_TIMEOUT", api.ReadTimeoutDefault, "60s")
+	c.HTTPWriteTimeout = positiveDuration("HTTP_WRITE_TIMEOUT", api.WriteTimeoutDefault, "60s")
+	c.HTTPIdleTimeout = positiveDuration("HTTP_IDLE_TIMEOUT", api.IdleTimeoutDefault, "90s")
+	c.MaxConns = positiveInt("LISTEN_MAX_CONNS", 0)
+	c.MaxConnsPerAddr = positiveInt("LISTEN_MAX_CONNS_PER_ADDR", 0)
+	if c.MaxConns > 0 && c.MaxConnsPerAddr > c.MaxConns {
+		bad("LISTEN_MAX_CONNS_PER_ADDR", getenv("LISTEN_MAX_CONNS_PER_ADDR"), "must not exceed LISTEN_MAX_CONNS")
+	}
+	c.APIPoolMaxConns = positiveInt("API_POOL_MAX_CONNS", 0)
+	for _, v := range []struct {
+		name string
+		dst  *time.Duration
+		def  time.Duration
+	}{{"API_STATEMENT_TIMEOUT", &c.APIStatementTimeout, APIStatementTimeoutDefault}, {"API_LOCK_TIMEOUT", &c.APILockTimeout, APILockTimeoutDefault}} {
+		*v.dst = positiveDuration(v.name, v.def, v.def.String())
+		if *v.dst >= api.RequestTimeoutDefault {
+			bad(v.name, getenv(v.name), "must be shorter than the API's request timeout ("+api.RequestTimeoutDefault.String()+"), or a request gives up before its statement")
+			*v.dst = v.def
+		}
 	}
 
 	if v := getenv("LOG_LEVEL"); v != "" {

@@ -20,6 +20,41 @@ func TestLoadConfigDefaults(t *testing.T) {
 		c.ReaperRetryWindow != 30*time.Second || c.DataDir != "/tmp/x" || c.DeliveryLogMaxAge != 168*time.Hour || c.DeliveryLogKeep != 10_000 {
 		t.Errorf("defaults = %+v", c)
 	}
+	if c.HTTPHeaderTimeout != 10*time.Second || c.HTTPReadTimeout != time.Minute || c.HTTPWriteTimeout != time.Minute ||
+		c.HTTPIdleTimeout != 90*time.Second || c.APIStatementTimeout != 10*time.Second || c.APILockTimeout != 5*time.Second {
+		t.Errorf("timeout defaults: header %s, read %s, write %s, idle %s, statement %s, lock %s", c.HTTPHeaderTimeout, c.HTTPReadTimeout,
+			c.HTTPWriteTimeout, c.HTTPIdleTimeout, c.APIStatementTimeout, c.APILockTimeout)
+	}
+	// Derived at start, from the CPU count and the open-file limit.
+	if c.MaxConns != 0 || c.MaxConnsPerAddr != 0 || c.APIPoolMaxConns != 0 {
+		t.Errorf("LISTEN_MAX_CONNS %d, LISTEN_MAX_CONNS_PER_ADDR %d, API_POOL_MAX_CONNS %d unset: want 0 (the defaults)",
+			c.MaxConns, c.MaxConnsPerAddr, c.APIPoolMaxConns)
+	}
+}
+
+// TestLoadConfigEdge: the listener and API pool variables are read, and
+// bad values are refused naming the variable.
+func TestLoadConfigEdge(t *testing.T) {
+	t.Parallel()
+	c, err := LoadConfig(env(map[string]string{"HTTP_HEADER_TIMEOUT": "2s", "HTTP_READ_TIMEOUT": "3s", "HTTP_WRITE_TIMEOUT": "4s",
+		"HTTP_IDLE_TIMEOUT": "5s", "LISTEN_MAX_CONNS": "100", "LISTEN_MAX_CONNS_PER_ADDR": "10", "API_POOL_MAX_CONNS": "7",
+		"API_STATEMENT_TIMEOUT": "8s", "API_LOCK_TIMEOUT": "1s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPHeaderTimeout != 2*time.Second || c.HTTPReadTimeout != 3*time.Second || c.HTTPWriteTimeout != 4*time.Second ||
+		c.HTTPIdleTimeout != 5*time.Second || c.MaxConns != 100 || c.MaxConnsPerAddr != 10 || c.APIPoolMaxConns != 7 ||
+		c.APIStatementTimeout != 8*time.Second || c.APILockTimeout != time.Second {
+		t.Errorf("config = %+v", c)
+	}
+	_, err = LoadConfig(env(map[string]string{"HTTP_HEADER_TIMEOUT": "0s", "HTTP_IDLE_TIMEOUT": "soon", "LISTEN_MAX_CONNS": "10",
+		"LISTEN_MAX_CONNS_PER_ADDR": "11", "API_POOL_MAX_CONNS": "-1", "API_STATEMENT_TIMEOUT": "30s", "API_LOCK_TIMEOUT": "1m"}))
+	for _, want := range []string{`HTTP_HEADER_TIMEOUT="0s"`, `HTTP_IDLE_TIMEOUT="soon"`, `LISTEN_MAX_CONNS_PER_ADDR="11": must not exceed`,
+		`API_POOL_MAX_CONNS="-1"`, `API_STATEMENT_TIMEOUT="30s": must be shorter`, `API_LOCK_TIMEOUT="1m": must be shorter`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s:\n%v", want, err)
+		}
+	}
 }
 
 func TestLoadConfigReportsEveryBadVariable(t *testing.T) {
@@ -74,22 +109,23 @@ func TestParseListen(t *testing.T) {
 }
 
 // TestDevConfigBindsLoopback: `converge dev` serves an open API, so without
-// LISTEN_ADDR it must listen on loopback only, not on every interface.
+// LISTEN_ADDR and HEALTH_ADDR it must listen on loopback only, not on every
+// interface.
 func TestDevConfigBindsLoopback(t *testing.T) {
 	t.Parallel()
 	c, err := loadDevConfig(env(map[string]string{"CONVERGE_DATA_DIR": "/tmp/x"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.Dev || c.ListenAddr != "127.0.0.1:8080" {
-		t.Errorf("dev config: Dev=%v ListenAddr=%q, want dev mode on 127.0.0.1:8080", c.Dev, c.ListenAddr)
+	if !c.Dev || c.ListenAddr != "127.0.0.1:8080" || c.HealthAddr != "127.0.0.1:8081" {
+		t.Errorf("dev config: Dev=%v ListenAddr=%q HealthAddr=%q, want dev mode on 127.0.0.1:8080 and :8081", c.Dev, c.ListenAddr, c.HealthAddr)
 	}
-	c, err = loadDevConfig(env(map[string]string{"CONVERGE_DATA_DIR": "/tmp/x", "LISTEN_ADDR": "0.0.0.0:9000"}))
+	c, err = loadDevConfig(env(map[string]string{"CONVERGE_DATA_DIR": "/tmp/x", "LISTEN_ADDR": "0.0.0.0:9000", "HEALTH_ADDR": "0.0.0.0:9001"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.ListenAddr != "0.0.0.0:9000" {
-		t.Errorf("dev config with LISTEN_ADDR=0.0.0.0:9000 listens on %q", c.ListenAddr)
+	if c.ListenAddr != "0.0.0.0:9000" || c.HealthAddr != "0.0.0.0:9001" {
+		t.Errorf("dev config with LISTEN_ADDR=0.0.0.0:9000 HEALTH_ADDR=0.0.0.0:9001 listens on %q and %q", c.ListenAddr, c.HealthAddr)
 	}
 }
 

@@ -31,7 +31,8 @@ func newDev(stdout io.Writer, getenv func(string) string) *cobra.Command {
 		Long: `dev starts a PostgreSQL from this machine's server binaries in
 CONVERGE_DATA_DIR (default ~/.cache/converge), migrates it, and runs the whole
 control plane against it with dev-mode settings: the API listens on
-127.0.0.1:8080 unless LISTEN_ADDR says otherwise, provider endpoints may be
+127.0.0.1:8080 and /livez and /readyz on 127.0.0.1:8081 unless LISTEN_ADDR
+and HEALTH_ADDR say otherwise, provider endpoints may be
 loopback addresses (plain http allowed there; every other address is checked
 as in production) and keys are generated and kept in the data dir. A
 Postgres that dies is restarted (5 attempts); if it cannot be, dev exits 1.
@@ -147,12 +148,17 @@ runs quickstart-provider's five-resource site. Logs go to the data dir.`,
 	return cmd
 }
 
-// DevListenAddrDefault is where `converge dev` serves when LISTEN_ADDR is
-// unset: loopback only, since a dev server's API is open (no tokens).
-const DevListenAddrDefault = "127.0.0.1:8080"
+// DevListenAddrDefault and DevHealthAddrDefault are where `converge dev`
+// serves when LISTEN_ADDR and HEALTH_ADDR are unset: loopback only, since a
+// dev server's API is open (no tokens).
+const (
+	DevListenAddrDefault = "127.0.0.1:8080"
+	DevHealthAddrDefault = "127.0.0.1:8081"
+)
 
 // loadDevConfig is LoadConfig with dev mode's settings: Dev set, and the API
-// bound to loopback unless LISTEN_ADDR says otherwise.
+// and probes bound to loopback unless LISTEN_ADDR and HEALTH_ADDR say
+// otherwise.
 func loadDevConfig(getenv func(string) string) (Config, error) {
 	cfg, err := LoadConfig(getenv)
 	if err != nil {
@@ -161,6 +167,9 @@ func loadDevConfig(getenv func(string) string) (Config, error) {
 	cfg.Dev = true
 	if getenv("LISTEN_ADDR") == "" {
 		cfg.ListenAddr = DevListenAddrDefault
+	}
+	if getenv("HEALTH_ADDR") == "" {
+		cfg.HealthAddr = DevHealthAddrDefault
 	}
 	return cfg, nil
 }

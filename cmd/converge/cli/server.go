@@ -13,6 +13,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +38,7 @@ import (
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
 	"github.com/convergeplane/converge/dispatch/egress"
+	"github.com/convergeplane/converge/internal/acceptor"
 	"github.com/convergeplane/converge/internal/framing"
 	"github.com/convergeplane/converge/internal/problem"
 	"github.com/convergeplane/converge/internal/tlsreload"
@@ -63,15 +66,17 @@ type namedDuty struct {
 	running func() bool
 }
 
-// Server is a running converge process: its pool, its duties, and its HTTP
+// Server is a running converge process: its pools, its duties, and its HTTP
 // listeners.
 type Server struct {
 	cfg          Config
 	log          *slog.Logger
-	pool         *pgxpool.Pool
+	pool         *pgxpool.Pool // the engine's: DATABASE_URL, warmed
+	apiPool      *pgxpool.Pool // the API's, on a pod that serves it; else nil
 	readPool     *pgxpool.Pool // DATABASE_READ_URL's, or nil
+	readyPool    *pgxpool.Pool // one connection kept for /readyz
 	migration    int64         // the newest embedded numbered migration
-	store        *store.Store
+	store        *store.Store  // over pool: the engine's duties and callbacks
 	metrics      *prometheus.Registry
 	services     []service // started in order, stopped in reverse
 	duties       []namedDuty
@@ -93,7 +98,7 @@ type Server struct {
 // ones (cluster membership, the kind cache), the control plane's (drainer,
 // reaper) and the dispatcher with its callback receiver, then the NOTIFY
 // listener they all subscribed to, then the API or, on a dispatch-only pod,
-// the callback and health listeners.
+// the callback listener, and the health listener.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err error) {
 	control := cfg.Role == RoleAll || cfg.Role == RoleControl
 	dispatching := cfg.Role == RoleAll || cfg.Role == RoleDispatch
@@ -123,7 +128,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		}
 	}()
 	// Bind first: in dev mode the callback URL is the bound address.
-	if s.ln, err = s.listen(ctx, cfg.ListenAddr); err != nil {
+	if s.ln, err = s.listen(ctx, cfg.ListenAddr, s.listenCaps()); err != nil {
 		return nil, err
 	}
 	callbackBase, err := s.callbackBase(dispatching)
@@ -175,8 +180,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	return s, nil
 }
 
-// open migrates the database and opens the pool and the store.
-func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
+// open migrates the database and opens the pools and the store. The
+// engine (its duties, the callback receiver, the kind cache and the LISTEN
+// connections) keeps DATABASE_URL's pool; the API gets its own pool, whose
+// statements run under API_STATEMENT_TIMEOUT and API_LOCK_TIMEOUT; /readyz
+// keeps one connection of its own. A request stuck on a lock can then hold
+// only the API's connections, never the engine's or readiness's.
+func open(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err error) {
 	pcfg, err := poolConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -193,38 +203,72 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	pcfg.MaxConnLifetime = 30 * time.Minute
 	pcfg.MaxConnLifetimeJitter = 5 * time.Minute
-	store.PoolDefaults(pcfg, log)
 	latest, err := latestMigration()
 	if err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
+	s := &Server{cfg: cfg, log: log, migration: latest, served: make(chan error, 2)}
+	defer func() {
+		if err != nil {
+			s.closePools()
+		}
+	}()
+	// The side pools are copies of DATABASE_URL's configuration (IAM auth
+	// included) taken before the engine's warming is added to it.
+	readyCfg := pcfg.Copy()
+	readyCfg.MinConns, readyCfg.MaxConns = 1, 1
+	if s.readyPool, err = pgxpool.NewWithConfig(ctx, readyCfg); err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	read, err := readPool(ctx, cfg, pcfg)
-	if err != nil {
-		pool.Close()
-		return nil, err
+	if cfg.Role == RoleAll || cfg.Role == RoleControl {
+		apiCfg := pcfg.Copy()
+		apiCfg.MinConns, apiCfg.MaxConns = 0, int32(cmp.Or(cfg.APIPoolMaxConns, apiPoolMaxConnsDefault()))
+		s.apiTimeouts(apiCfg.ConnConfig)
+		if s.apiPool, err = pgxpool.NewWithConfig(ctx, apiCfg); err != nil {
+			return nil, fmt.Errorf("connect: %w", err)
+		}
+		if s.readPool, err = s.openReadPool(ctx, pcfg); err != nil {
+			return nil, err
+		}
 	}
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		pgxpoolprometheus.NewCollector(pool, map[string]string{"pool": "primary"}))
-	if read != nil {
-		metrics.MustRegister(pgxpoolprometheus.NewCollector(read, map[string]string{"pool": "read"}))
+	store.PoolDefaults(pcfg, log)
+	if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
 	}
-	st := store.New(pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit, ReadPool: read})
-	return &Server{cfg: cfg, log: log, pool: pool, readPool: read, store: st, metrics: metrics,
-		migration: latest, served: make(chan error, 2)}, nil
+	s.metrics = prometheus.NewRegistry()
+	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		pgxpoolprometheus.NewCollector(s.pool, map[string]string{"pool": "primary"}))
+	for name, p := range map[string]*pgxpool.Pool{"api": s.apiPool, "read": s.readPool} {
+		if p != nil {
+			s.metrics.MustRegister(pgxpoolprometheus.NewCollector(p, map[string]string{"pool": name}))
+		}
+	}
+	s.store = store.New(s.pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit})
+	return s, nil
 }
 
-// readPool opens the pool on DATABASE_READ_URL, if set, configured as the
-// primary's pcfg is (IAM auth included): the API's read routes use it.
-func readPool(ctx context.Context, cfg Config, pcfg *pgxpool.Config) (*pgxpool.Pool, error) {
-	if cfg.DatabaseReadURL == "" {
+// apiPoolMaxConnsDefault is API_POOL_MAX_CONNS's default: the larger of 4
+// and the CPU count, as pgx sizes DATABASE_URL's pool.
+func apiPoolMaxConnsDefault() int { return max(4, runtime.NumCPU()) }
+
+// apiTimeouts sets the statement and lock timeouts of an API connection.
+func (s *Server) apiTimeouts(cc *pgx.ConnConfig) {
+	for name, d := range map[string]time.Duration{
+		"statement_timeout": cmp.Or(s.cfg.APIStatementTimeout, APIStatementTimeoutDefault),
+		"lock_timeout":      cmp.Or(s.cfg.APILockTimeout, APILockTimeoutDefault),
+	} {
+		cc.RuntimeParams[name] = strconv.FormatInt(d.Milliseconds(), 10)
+	}
+}
+
+// openReadPool opens the pool on DATABASE_READ_URL, if set, configured as
+// the primary's pcfg is (IAM auth included): the API's read routes use it,
+// under the API's statement and lock timeouts.
+func (s *Server) openReadPool(ctx context.Context, pcfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	if s.cfg.DatabaseReadURL == "" {
 		return nil, nil
 	}
-	rcfg, err := pgxpool.ParseConfig(cfg.DatabaseReadURL)
+	rcfg, err := pgxpool.ParseConfig(s.cfg.DatabaseReadURL)
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_READ_URL: %w", err)
 	}
@@ -235,6 +279,7 @@ func readPool(ctx context.Context, cfg Config, pcfg *pgxpool.Config) (*pgxpool.P
 		rcfg.BeforeConnect = pcfg.BeforeConnect
 	}
 	rcfg.MaxConnLifetime, rcfg.MaxConnLifetimeJitter = pcfg.MaxConnLifetime, pcfg.MaxConnLifetimeJitter
+	s.apiTimeouts(rcfg.ConnConfig)
 	read, err := pgxpool.NewWithConfig(ctx, rcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to DATABASE_READ_URL: %w", err)
@@ -242,11 +287,12 @@ func readPool(ctx context.Context, cfg Config, pcfg *pgxpool.Config) (*pgxpool.P
 	return read, nil
 }
 
-// closePools closes the database pools.
+// closePools closes the database pools opened.
 func (s *Server) closePools() {
-	s.pool.Close()
-	if s.readPool != nil {
-		s.readPool.Close()
+	for _, p := range []*pgxpool.Pool{s.pool, s.apiPool, s.readPool, s.readyPool} {
+		if p != nil {
+			p.Close()
+		}
 	}
 }
 
@@ -423,7 +469,8 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 }
 
 // serveControl serves the API (and the UI's routes) on the main listener,
-// with /metrics, and the callback routes when this pod dispatches (d != nil).
+// with /metrics, and the callback routes when this pod dispatches (d !=
+// nil); and /livez and /readyz on HEALTH_ADDR.
 func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *dispatch.Dispatcher, callbackBase string) error {
 	console, built := ui.Files()
 	if !built {
@@ -431,7 +478,8 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	}
 	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens,
 		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), MetricsRegistry: s.metrics, Console: console, Events: s.events,
-		ReadyChecks: s.readyChecks(), IdempotencyRetention: s.cfg.IdempotencyRetention}
+		ReadyChecks: s.readyChecks(), IdempotencyRetention: s.cfg.IdempotencyRetention, HeaderTimeout: s.cfg.HTTPHeaderTimeout,
+		ReadTimeout: s.cfg.HTTPReadTimeout, WriteTimeout: s.cfg.HTTPWriteTimeout, IdleTimeout: s.cfg.HTTPIdleTimeout}
 	if box != nil {
 		policy := egress.Policy{DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs}
 		acfg.Endpoints = &api.EndpointsConfig{Box: box,
@@ -451,7 +499,9 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 			return st
 		}
 	}
-	srv, err := api.New(acfg, s.store, kinds, s.log)
+	// The API's requests run on the API's pools; the kind cache, on the
+	// engine's, has installed its validator in s.store, which Over copies.
+	srv, err := api.New(acfg, s.store.Over(s.apiPool, s.readPool), kinds, s.log)
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
@@ -461,7 +511,7 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	}
 	go func() { s.served <- s.app.Listener(s.ln) }()
 	s.log.Info("serving the API", "addr", s.ln.Addr().String(), "tls", s.cfg.TLS, "role", s.cfg.Role, "callbacks", callbackBase)
-	return nil
+	return s.serveHealth()
 }
 
 // detached serves h under a request context cut loose from fasthttp's: the
@@ -485,22 +535,24 @@ func (s *Server) serveDispatch(d *dispatch.Dispatcher, callbackBase string) erro
 	mux.Handle("/v1/tasks/", d.Callbacks())
 	mux.Handle("GET /metrics", api.RequireReadToken(s.cfg.ReadTokens, s.cfg.AdminTokens, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})))
 	// The framing guard refuses what a proxy could read as two requests; the
-	// mux's own 404 and 405 are problem documents, like every refusal.
-	s.dispatchHTTP = &http.Server{Handler: framing.Guard(problem.Handler(mux)), ReadHeaderTimeout: 5 * time.Second}
+	// mux's own 404 and 405 are problem documents, like every refusal. A
+	// callback's work is bounded by the callback receiver (30 s).
+	s.dispatchHTTP = s.httpServer(framing.Guard(problem.Handler(mux)), api.RequestTimeoutDefault)
 	go func() { s.served <- s.dispatchHTTP.Serve(s.ln) }()
 	s.log.Info("serving callbacks", "addr", s.ln.Addr().String(), "callbacks", callbackBase)
 	return s.serveHealth()
 }
 
-// listen binds addr; with TLS it serves the certificate files through a
-// reloader, started here, that re-reads them every TLS_RELOAD_INTERVAL.
-func (s *Server) listen(ctx context.Context, addr string) (net.Listener, error) {
+// listen binds addr with the connection caps of caps; with TLS it serves
+// the certificate files through a reloader, started here, that re-reads
+// them every TLS_RELOAD_INTERVAL.
+func (s *Server) listen(ctx context.Context, addr string, caps acceptor.Config) (net.Listener, error) {
 	if !s.cfg.TLS {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return nil, fmt.Errorf("listen on %s: %w", addr, err)
 		}
-		return ln, nil
+		return acceptor.New(ln, caps), nil
 	}
 	rl, err := tlsreload.New(tlsreload.Config{CertFile: s.cfg.TLSCertFile, KeyFile: s.cfg.TLSKeyFile,
 		ClientCAFile: s.cfg.TLSClientCAFile, Interval: s.cfg.TLSReloadInterval, Logger: s.log})
@@ -514,13 +566,68 @@ func (s *Server) listen(ctx context.Context, addr string) (net.Listener, error) 
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	return tls.NewListener(ln, rl.TLSConfig()), nil
+	// The caps count TCP connections, below the TLS handshake.
+	return tls.NewListener(acceptor.New(ln, caps), rl.TLSConfig()), nil
+}
+
+// The connection caps of the probe and profiling listeners: a few probes
+// (kubelet, a load balancer's nodes, a scraper) keep-alive each, and one
+// operator profiles.
+const (
+	healthMaxConns = 32
+	pprofMaxConns  = 8
+)
+
+// listenCaps logs the process's open-file limit and returns LISTEN_ADDR's
+// connection caps: LISTEN_MAX_CONNS, by default MaxConnsDefault or half the
+// soft limit if that is lower (the other half is the database pools', the
+// dispatcher's and the other listeners'), and LISTEN_MAX_CONNS_PER_ADDR, by
+// default a tenth of that. Go's runtime has already raised the soft limit
+// to the hard one (less one, so a later prlimit of the process shows); a
+// soft limit still low means the hard limit is.
+func (s *Server) listenCaps() acceptor.Config {
+	soft, hard, err := fileLimit()
+	caps := acceptor.Config{Name: "LISTEN_ADDR", MaxConns: s.cfg.MaxConns, MaxConnsPerAddr: s.cfg.MaxConnsPerAddr, Logger: s.log}
+	if caps.MaxConns == 0 {
+		caps.MaxConns = MaxConnsDefault
+		if err == nil && soft/2 < MaxConnsDefault {
+			caps.MaxConns = max(1, int(soft/2))
+		}
+	}
+	if caps.MaxConnsPerAddr == 0 {
+		caps.MaxConnsPerAddr = max(1, caps.MaxConns/10)
+	}
+	if err != nil {
+		s.log.Warn("cannot read the open-file limit", "err", err)
+		return caps
+	}
+	s.log.Info("open files", "limit", soft, "hard_limit", hard, "listen_max_conns", caps.MaxConns,
+		"listen_max_conns_per_addr", caps.MaxConnsPerAddr)
+	if uint64(caps.MaxConns+healthMaxConns) > soft {
+		s.log.Warn("LISTEN_MAX_CONNS leaves no descriptors for the database and the dispatcher under the open-file limit: "+
+			"raise the limit (ulimit -n, the container's nofile) or lower LISTEN_MAX_CONNS", "limit", soft, "listen_max_conns", caps.MaxConns)
+	}
+	return caps
+}
+
+// httpServer is a net/http server of h with the HTTP_* timeouts.
+// net/http's read timeout covers a request's headers and body together, so
+// it gets both allowances; its write timeout runs from the end of the
+// headers, over the handler's work, so work (the handler's own bound) is
+// added to the write allowance.
+func (s *Server) httpServer(h http.Handler, work time.Duration) *http.Server {
+	header := cmp.Or(s.cfg.HTTPHeaderTimeout, api.HeaderTimeoutDefault)
+	return &http.Server{Handler: h, ReadHeaderTimeout: header,
+		ReadTimeout:  header + cmp.Or(s.cfg.HTTPReadTimeout, api.ReadTimeoutDefault),
+		WriteTimeout: work + cmp.Or(s.cfg.HTTPWriteTimeout, api.WriteTimeoutDefault),
+		IdleTimeout:  cmp.Or(s.cfg.HTTPIdleTimeout, api.IdleTimeoutDefault)}
 }
 
 // readyChecks are /readyz's checks: the database answers, its schema is at
-// this binary's latest migration, and every duty started runs.
+// this binary's latest migration, and every duty started runs. The database
+// checks run on the connection kept for them: busy pools cannot fail them.
 func (s *Server) readyChecks() []api.ReadyCheck {
-	checks := []api.ReadyCheck{api.DatabaseCheck(s.store, s.log), {Name: "migrations", Check: s.checkMigrations}}
+	checks := []api.ReadyCheck{api.DatabaseCheck(s.readyPool, s.log), {Name: "migrations", Check: s.checkMigrations}}
 	for _, d := range s.duties {
 		checks = append(checks, api.ReadyCheck{Name: d.name, Check: func(context.Context) error {
 			if !d.running() {
@@ -537,7 +644,7 @@ func (s *Server) readyChecks() []api.ReadyCheck {
 // (behind or ahead) is not ready.
 func (s *Server) checkMigrations(ctx context.Context) error {
 	var applied int64
-	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&applied); err != nil {
+	if err := s.readyPool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&applied); err != nil {
 		s.log.Warn("readiness: cannot read the schema version", "err", err)
 		return errors.New("cannot read the schema version")
 	}
@@ -565,8 +672,9 @@ func latestMigration() (int64, error) {
 	return latest, nil
 }
 
-// serveHealth serves /livez and /readyz for a pod without the API: /readyz
-// answers ReadyStatus as JSON, 200 or 503.
+// serveHealth serves /livez and /readyz on HEALTH_ADDR, for every role:
+// its own listener, so probes are answered while LISTEN_ADDR is flooded.
+// /readyz answers ReadyStatus as JSON, 200 or 503.
 func (s *Server) serveHealth() error {
 	checks := s.readyChecks()
 	mux := http.NewServeMux()
@@ -585,9 +693,11 @@ func (s *Server) serveHealth() error {
 	if err != nil {
 		return fmt.Errorf("listen on HEALTH_ADDR %s: %w", s.cfg.HealthAddr, err)
 	}
-	s.health = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.health = s.httpServer(mux, api.ReadyTimeoutDefault)
 	s.healthAddr = ln.Addr().String()
-	go func() { s.served <- s.health.Serve(ln) }()
+	go func() {
+		s.served <- s.health.Serve(acceptor.New(ln, acceptor.Config{Name: "HEALTH_ADDR", MaxConns: healthMaxConns, Logger: s.log}))
+	}()
 	return nil
 }
 
@@ -608,8 +718,11 @@ func (s *Server) servePprof() error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	s.pprof = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = s.pprof.Serve(ln) }() // ends with Close in Stop
+	// A profile or trace must end within HTTP_WRITE_TIMEOUT (pprof refuses
+	// a longer ?seconds=).
+	s.pprof = s.httpServer(mux, 0)
+	guarded := acceptor.New(ln, acceptor.Config{Name: "PPROF_ADDR", MaxConns: pprofMaxConns, Logger: s.log})
+	go func() { _ = s.pprof.Serve(guarded) }() // ends with Close in Stop
 	s.log.Info("serving pprof", "addr", ln.Addr().String())
 	return nil
 }
@@ -622,8 +735,7 @@ func (s *Server) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// HealthAddr returns the bound address of HEALTH_ADDR's listener, on a pod
-// without the API; else "".
+// HealthAddr returns the bound address of HEALTH_ADDR's listener.
 func (s *Server) HealthAddr() string { return s.healthAddr }
 
 // shutdownTimeout is SHUTDOWN_TIMEOUT, or its default for a Config built
