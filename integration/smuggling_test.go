@@ -104,6 +104,7 @@ func TestRequestSmuggling(t *testing.T) {
 			}{
 				{"API listener", api.Addr(), "/livez", tc.api},
 				{"dispatch listener", dispatchPod.Addr(), "/metrics", tc.dispatch},
+				{"HEALTH_ADDR listener", dispatchPod.HealthAddr(), "/livez", tc.dispatch},
 			} {
 				answers, closed, all := exchange(t, l.addr, raw(l.path, tc.req))
 				first := answers[0]

@@ -534,10 +534,8 @@ func (s *Server) serveDispatch(d *dispatch.Dispatcher, callbackBase string) erro
 	mux := http.NewServeMux()
 	mux.Handle("/v1/tasks/", d.Callbacks())
 	mux.Handle("GET /metrics", api.RequireReadToken(s.cfg.ReadTokens, s.cfg.AdminTokens, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})))
-	// The framing guard refuses what a proxy could read as two requests; the
-	// mux's own 404 and 405 are problem documents, like every refusal. A
-	// callback's work is bounded by the callback receiver (30 s).
-	s.dispatchHTTP = s.httpServer(framing.Guard(problem.Handler(mux)), api.RequestTimeoutDefault)
+	// A callback's work is bounded by the callback receiver (30 s).
+	s.dispatchHTTP = s.httpServer(mux, api.RequestTimeoutDefault)
 	go func() { s.served <- s.dispatchHTTP.Serve(s.ln) }()
 	s.log.Info("serving callbacks", "addr", s.ln.Addr().String(), "callbacks", callbackBase)
 	return s.serveHealth()
@@ -610,14 +608,17 @@ func (s *Server) listenCaps() acceptor.Config {
 	return caps
 }
 
-// httpServer is a net/http server of h with the HTTP_* timeouts.
-// net/http's read timeout covers a request's headers and body together, so
-// it gets both allowances; its write timeout runs from the end of the
-// headers, over the handler's work, so work (the handler's own bound) is
-// added to the write allowance.
+// httpServer is a net/http server of h (callbacks, HEALTH_ADDR, PPROF_ADDR)
+// with the HTTP_* timeouts, behind the framing guard, which refuses what a
+// proxy could read as two requests, its refusals and the mux's own 404 and
+// 405 being problem documents, like every refusal. net/http's read timeout
+// covers a request's headers and body together, so it gets both
+// allowances; its write timeout runs from the end of the headers, over the
+// handler's work, so work (the handler's own bound) is added to the write
+// allowance.
 func (s *Server) httpServer(h http.Handler, work time.Duration) *http.Server {
 	header := cmp.Or(s.cfg.HTTPHeaderTimeout, api.HeaderTimeoutDefault)
-	return &http.Server{Handler: h, ReadHeaderTimeout: header,
+	return &http.Server{Handler: framing.Guard(problem.Handler(h)), ReadHeaderTimeout: header,
 		ReadTimeout:  header + cmp.Or(s.cfg.HTTPReadTimeout, api.ReadTimeoutDefault),
 		WriteTimeout: work + cmp.Or(s.cfg.HTTPWriteTimeout, api.WriteTimeoutDefault),
 		IdleTimeout:  cmp.Or(s.cfg.HTTPIdleTimeout, api.IdleTimeoutDefault)}
