@@ -23,17 +23,9 @@ type ProviderConfigApply struct {
 	ResourceVersion int64 `json:"resource_version,omitempty" doc:"The resource_version the change was made from (a GET's): the apply is refused with 409, and changes nothing, when the object has been written since. Omitted = apply whatever the version."`
 }
 
-// configServerFields are read-only fields a GET returns, accepted and
-// ignored on apply.
-type configServerFields struct {
-	OwnerID   json.RawMessage `json:"owner_id,omitempty"`
-	CreatedAt json.RawMessage `json:"created_at,omitempty"`
-	UpdatedAt json.RawMessage `json:"updated_at,omitempty"`
-}
-
 type providerConfigApplyBody struct {
 	ProviderConfigApply
-	configServerFields
+	providerConfigReadOnly
 }
 
 // applyInput is the input of an apply that takes its body raw and may be

@@ -26,26 +26,9 @@ type ResourceApply struct {
 	ResourceVersion int64 `json:"resource_version,omitempty" doc:"The resource_version the change was made from (a GET's): the apply is refused with 409, and changes nothing, when the resource has been written since. Omitted = apply whatever the version."`
 }
 
-// resourceServerFields are the read-only fields a GET returns. An apply
-// accepts and ignores them, so an edited GET answer can be applied as is.
-type resourceServerFields struct {
-	ID         json.RawMessage `json:"id,omitempty"`
-	Status     json.RawMessage `json:"status,omitempty"`
-	OwnerID    json.RawMessage `json:"owner_id,omitempty"`
-	Generation json.RawMessage `json:"generation,omitempty"`
-	SyncedGen  json.RawMessage `json:"synced_gen,omitempty"`
-	HealthOK   json.RawMessage `json:"health_ok,omitempty"`
-	FailureGen json.RawMessage `json:"failure_gen,omitempty"`
-	Phase      json.RawMessage `json:"phase,omitempty"`
-	LastError  json.RawMessage `json:"last_error,omitempty"`
-	CreatedAt  json.RawMessage `json:"created_at,omitempty"`
-	UpdatedAt  json.RawMessage `json:"updated_at,omitempty"`
-	Conditions json.RawMessage `json:"conditions,omitempty"`
-}
-
 type resourceApplyBody struct {
 	ResourceApply
-	resourceServerFields
+	resourceReadOnly
 }
 
 type applyResourceInput struct {
