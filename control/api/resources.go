@@ -63,7 +63,7 @@ type listResourcesInput struct {
 	Kind          string   `query:"kind" doc:"Only this kind."`
 	KindVersion   int      `query:"kind_version" minimum:"1" maximum:"32767" doc:"Only this kind version."`
 	Phase         []string `query:"phase,explode" doc:"Only these phases; repeat to union: ?phase=Failed&phase=Degraded. One of Deleting, Quarantined, Failed, Orphaned, Degraded, Ready, Reconciling."`
-	LabelSelector string   `query:"label_selector" doc:"Comma-separated key=value pairs the labels must all contain: team=a,env=prod." example:"team=payments"`
+	LabelSelector string   `query:"label_selector" doc:"Comma-separated requirements the labels must all meet: key=value (or ==), key!=value, key in (v1,v2), key notin (v1,v2), key (set), !key (not set). A != or notin also matches a resource without the label." example:"team=payments,env!=dev"`
 	Owner         string   `query:"owner" doc:"Only the children of this resource id."`
 	NamePrefix    string   `query:"name_prefix" doc:"Only resources whose name starts with this text." example:"shop-"`
 	Failure       string   `query:"failure" enum:"retrying,terminal" doc:"Only resources whose reconcile failed: retrying (transiently, still retried) or terminal (not retried). Both are phase Failed."`
@@ -221,11 +221,11 @@ func (s *Server) getResource(ctx context.Context, in *resourcePath) (*versionedO
 }
 
 func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*listResourcesOutput, error) {
-	labels, p := parseSelector(in.LabelSelector)
+	selector, p := parseSelector(in.LabelSelector)
 	if p != nil {
 		return nil, p
 	}
-	params := store.ListResourcesParams{Kind: in.Kind, KindVersion: in.KindVersion, Labels: labels,
+	params := store.ListResourcesParams{Kind: in.Kind, KindVersion: in.KindVersion, Selector: selector,
 		OwnerID: in.Owner, NamePrefix: in.NamePrefix, Failure: in.Failure, Limit: in.Limit, Cursor: in.Cursor}
 	for _, ph := range in.Phase {
 		// ?phase=Failed,Degraded is accepted as well as repeated params.
@@ -245,30 +245,13 @@ func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*li
 				return in.Owner
 			case "phase":
 				return in.Phase
+			case "label_selector":
+				return in.LabelSelector
 			}
 			return nil
 		}})
 	}
 	return &listResourcesOutput{NextCursor: page.NextCursor, Body: ResourceList{Items: page.Items, NextCursor: page.NextCursor}}, nil
-}
-
-// parseSelector parses "k=v,k2=v2". Keys and values are taken verbatim
-// (any Unicode, '=' allowed in values); a value cannot contain ','.
-func parseSelector(sel string) (map[string]string, *Problem) {
-	if strings.TrimSpace(sel) == "" {
-		return nil, nil
-	}
-	out := map[string]string{}
-	for _, part := range strings.Split(sel, ",") {
-		k, v, ok := strings.Cut(part, "=")
-		k = strings.TrimSpace(k)
-		if !ok || k == "" {
-			return nil, newProblem(http.StatusUnprocessableEntity, typeInvalid, "query.label_selector must be key=value pairs separated by commas",
-				ProblemError{Location: "query.label_selector", Message: "each term must be key=value", Value: part})
-		}
-		out[k] = v
-	}
-	return out, nil
 }
 
 func (s *Server) deleteResource(ctx context.Context, in *deleteResourceInput) (*versionedOutput[model.Resource], error) {

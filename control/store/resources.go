@@ -498,8 +498,8 @@ type ListResourcesParams struct {
 	KindVersion int
 	// Phases keeps resources in any of these phases.
 	Phases []model.Phase
-	// Labels keeps resources whose labels contain every pair.
-	Labels map[string]string
+	// Selector keeps resources whose labels meet every requirement.
+	Selector LabelSelector
 	// OwnerID keeps the children of this resource (a UUID).
 	OwnerID string
 	// NamePrefix keeps resources whose name starts with it.
@@ -563,11 +563,11 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 		}
 		q.WriteString(` AND r.phase = ANY (` + arg(phases) + `::text[])`)
 	}
-	if len(p.Labels) > 0 {
-		if err := validateLabels("label_selector", p.Labels); err != nil {
+	if len(p.Selector) > 0 {
+		if err := p.Selector.validate(); err != nil {
 			return ResourcePage{}, err
 		}
-		q.WriteString(` AND r.labels @> ` + arg(p.Labels) + `::jsonb`)
+		q.WriteString(` AND ` + p.Selector.where("r.labels", arg))
 	}
 	if p.OwnerID != "" {
 		id, err := uuid.Parse(p.OwnerID)

@@ -834,6 +834,48 @@ func TestList(t *testing.T) {
 		}
 	})
 
+	t.Run("SelectorForms", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.seedKinds(t)
+		b.seed(t, "res", `[{"kind":"vpc","kind_version":1,"name":"a","labels":{"team":"x"}},
+			{"kind":"vpc","kind_version":1,"name":"b","labels":{"team":"y"}},
+			{"kind":"vpc","kind_version":1,"name":"c"}]`)
+		for _, tc := range []struct{ selector, want string }{
+			{"team!=x", "b,c"}, // a resource without the label is not x
+			{"team==y", "b"},
+			{"team in (x, y)", "a,b"},
+			{"team notin (x)", "b,c"},
+			{"team", "a,b"},
+			{"!team", "c"},
+			{"team!=x,team", "b"},
+		} {
+			r := b.run(t, "", "list", "res", "-l", tc.selector, "-o", "json")
+			wantCode(t, r, ExitOK)
+			var got struct {
+				Items []struct {
+					Name string `json:"name"`
+				} `json:"items"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, it := range got.Items {
+				names = append(names, it.Name)
+			}
+			if strings.Join(names, ",") != tc.want {
+				t.Errorf("-l %q listed %v, want %s", tc.selector, names, tc.want)
+			}
+		}
+		// What the grammar cannot read is refused, not an empty list.
+		r := b.run(t, "", "list", "res", "-l", "team in x")
+		wantCode(t, r, ExitFailure)
+		if !strings.Contains(r.stderr, "400 Bad Request") || !strings.Contains(r.stderr, "query.label_selector") {
+			t.Errorf("stderr = %q", r.stderr)
+		}
+	})
+
 	t.Run("ServerRefusesBadFilters", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

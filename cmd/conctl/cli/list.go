@@ -100,7 +100,7 @@ default, or as the server returned them with -o json or -o yaml
 		f.StringVar(&o.kind, "kind", "", "only this kind")
 		o.kv.register(c, "only this kind version (1..32767)")
 		f.StringSliceVar(&o.phases, "phase", nil, "only these phases; repeatable or comma-separated (union)")
-		f.StringVarP(&o.selector, "selector", "l", "", "label selector, e.g. team=payments,env=prod")
+		f.StringVarP(&o.selector, "selector", "l", "", "label selector, e.g. team=payments,env!=dev or 'team in (a,b),!frozen'")
 		f.StringVar(&o.owner, "owner", "", "only resources owned by this owner")
 		f.IntVar(&o.limit, "limit", 0, "page size (0: the server's default)")
 		f.StringVar(&o.cursor, "cursor", "", "start after this cursor (from next_cursor)")
