@@ -145,7 +145,8 @@ func configSpecProblem(spec json.RawMessage) *Problem {
 }
 
 func (s *Server) listProviderConfigs(ctx context.Context, in *listProviderConfigsInput) (*listProviderConfigsOutput, error) {
-	params := store.ListProviderConfigsParams{Kind: in.Kind, KindVersion: in.KindVersion, Limit: in.Limit, Cursor: in.Cursor}
+	params := store.ListProviderConfigsParams{Kind: in.Kind, KindVersion: in.KindVersion, Limit: in.Limit,
+		MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor}
 	if in.Default != "" {
 		d := in.Default == "true"
 		params.Default = &d

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -49,9 +50,46 @@ type resourcePath struct {
 
 // ResourceList is one page of GET /resources.
 type ResourceList struct {
-	Items []model.Resource `json:"items"`
+	Items []ListedResource `json:"items"`
 	// NextCursor continues the listing; absent on the last page.
-	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as ?cursor= for the next page; absent on the last page."`
+	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as ?cursor= for the next page; absent on the last page. A page ends before limit when the next item would take it past the server's byte budget (LIST_PAGE_BYTES)."`
+}
+
+// ListedResource is a resource as a list shows it: without its spec or
+// status when the request left them out (fields=-spec,-status).
+type ListedResource struct {
+	model.Resource
+	Spec   json.RawMessage `json:"spec,omitempty" doc:"The desired state; absent with fields=-spec."`
+	Status json.RawMessage `json:"status,omitempty" doc:"The last applied status; absent with fields=-status, and before the first."`
+}
+
+// listed shows a page of resources as a list does.
+func listed(rs []model.Resource) []ListedResource {
+	out := make([]ListedResource, len(rs))
+	for i, r := range rs {
+		out[i] = ListedResource{Resource: r, Spec: r.Spec, Status: r.Status}
+	}
+	return out
+}
+
+// parseFields reads a fields parameter: which of spec and status the
+// items leave out. Anything but -spec and -status is a 400.
+func parseFields(s string) (store.ResourceFields, *Problem) {
+	var f store.ResourceFields
+	if s == "" {
+		return f, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		switch strings.TrimSpace(part) {
+		case "-spec":
+			f.OmitSpec = true
+		case "-status":
+			f.OmitStatus = true
+		default:
+			return f, malformed("query.fields", fmt.Sprintf("%q is not a field a list can leave out: use -spec, -status or -spec,-status", part), s)
+		}
+	}
+	return f, nil
 }
 
 type listResourcesOutput struct {
@@ -67,7 +105,8 @@ type listResourcesInput struct {
 	Owner         string   `query:"owner" doc:"Only the children of this resource id."`
 	NamePrefix    string   `query:"name_prefix" doc:"Only resources whose name starts with this text." example:"shop-"`
 	Failure       string   `query:"failure" enum:"retrying,terminal" doc:"Only resources whose reconcile failed: retrying (transiently, still retried) or terminal (not retried). Both are phase Failed."`
-	Limit         int      `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
+	Fields        string   `query:"fields" doc:"Leave large fields out of the items, comma-separated: -spec, -status or both." example:"-spec,-status"`
+	Limit         int      `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size: the most items a page holds. A page may end earlier, at the server's byte budget."`
 	Cursor        string   `query:"cursor" doc:"The next_cursor of the previous page."`
 }
 
@@ -225,8 +264,13 @@ func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*li
 	if p != nil {
 		return nil, p
 	}
+	fields, p := parseFields(in.Fields)
+	if p != nil {
+		return nil, p
+	}
 	params := store.ListResourcesParams{Kind: in.Kind, KindVersion: in.KindVersion, Selector: selector,
-		OwnerID: in.Owner, NamePrefix: in.NamePrefix, Failure: in.Failure, Limit: in.Limit, Cursor: in.Cursor}
+		OwnerID: in.Owner, NamePrefix: in.NamePrefix, Failure: in.Failure, Fields: fields, Limit: in.Limit,
+		MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor}
 	for _, ph := range in.Phase {
 		// ?phase=Failed,Degraded is accepted as well as repeated params.
 		for _, one := range strings.Split(ph, ",") {
@@ -251,7 +295,7 @@ func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*li
 			return nil
 		}})
 	}
-	return &listResourcesOutput{NextCursor: page.NextCursor, Body: ResourceList{Items: page.Items, NextCursor: page.NextCursor}}, nil
+	return &listResourcesOutput{NextCursor: page.NextCursor, Body: ResourceList{Items: listed(page.Items), NextCursor: page.NextCursor}}, nil
 }
 
 func (s *Server) deleteResource(ctx context.Context, in *deleteResourceInput) (*versionedOutput[model.Resource], error) {
