@@ -289,6 +289,8 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	hc.SchemasPath = ""
 	hc.RejectUnknownQueryParameters = true
 	hc.Transformers = []huma.Transformer{problemTransformer}
+	jf := jsonFormat()
+	hc.Formats = map[string]huma.Format{"application/json": jf, "json": jf}
 	if s.auth.enabled() {
 		hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 			"bearer": {Type: "http", Scheme: "bearer", Description: "A read or admin token."},
