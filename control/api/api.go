@@ -60,7 +60,7 @@ type Config struct {
 	// refused with 413 naming body.items. Defaults to 5,000.
 	BatchMaxItems int
 	// ListPageBytes ends a page of a list of large objects (resources,
-	// provider configs) early, with a next_cursor, before the item that
+	// children, provider configs, operations, spec revisions) early, with a next_cursor, before the item that
 	// would take the bytes read for it past ListPageBytes; a page always
 	// holds at least one item. It bounds the memory one list request
 	// takes. Defaults to store.ListBytesDefault (4 MiB).

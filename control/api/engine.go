@@ -174,12 +174,7 @@ func (s *Server) listChildren(ctx context.Context, in *childrenInput) (*children
 	}
 	page, err := s.store.Children(ctx, store.ChildrenParams{OwnerID: id, Fields: fields, MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor})
 	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "query", value: func(f string) any {
-			if f == "cursor" {
-				return in.Cursor
-			}
-			return nil
-		}})
+		return nil, s.problemFor(ctx, err, pageProblem(in.Cursor))
 	}
 	return &childrenOutput{NextCursor: page.NextCursor, Body: ChildList{Items: listed(page.Items), NextCursor: page.NextCursor}}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -205,6 +206,53 @@ func TestListPageBytes(t *testing.T) {
 		}
 		pages := b.pages(t, "/api/v1/providerconfigs", url.Values{"limit": {"1000"}})
 		checkPages(t, pages, "name", want, "spec", "data")
+	})
+
+	t.Run("Operations", func(t *testing.T) {
+		t.Parallel()
+		b.putManifest("box", `{"kind":"box","kind_version":1,"reactions":[
+			{"name":"snap","trigger":"operation","verb":"snapshot","emits":["operationOutput"],
+			 "input_schema":{"type":"object","properties":{"label":{"type":"string"}}}}]}`).wantApply(t, "created")
+		b.apply(`{"kind":"box","kind_version":1,"name":"b"}`).wantApply(t, "created")
+		var ids []string
+		for range 8 {
+			var op struct {
+				ID string `json:"id"`
+			}
+			b.do(http.MethodPost, "/api/v1/resources/box/b/ops", fmt.Sprintf(`{"verb":"snapshot","input":{"label":%q}}`,
+				strings.Repeat("l", 30_000))).want(t, http.StatusAccepted).decode(t, &op)
+			ids = append([]string{op.ID}, ids...) // newest first
+		}
+		checkPages(t, b.pages(t, "/api/v1/resources/box/b/ops", url.Values{"limit": {"1000"}}), "id", ids, "input", "operation_output")
+	})
+
+	t.Run("SpecHistory", func(t *testing.T) {
+		t.Parallel()
+		b.putManifest("doc", `{"kind":"doc","kind_version":1,"reactions":[]}`).wantApply(t, "created")
+		var revs []string
+		for i := range 8 {
+			b.apply(fmt.Sprintf(`{"kind":"doc","kind_version":1,"name":"d","spec":{"text":%q}}`, strings.Repeat(string(rune('a'+i)), 30_000))).
+				want(t, map[bool]int{true: http.StatusCreated, false: http.StatusOK}[i == 0])
+			revs = append([]string{strconv.Itoa(i + 1)}, revs...) // newest first
+		}
+		var got []string
+		pages := b.pages(t, "/api/v1/resources/doc/d/spec-history", url.Values{})
+		for _, p := range pages {
+			for _, it := range p.Items {
+				got = append(got, string(it["revision"]))
+			}
+		}
+		if diff := cmp.Diff(revs, got); diff != "" {
+			t.Fatalf("pages skipped or repeated revisions (-want +got):\n%s", diff)
+		}
+		for i, p := range pages {
+			if n := itemsBytes(p, "spec"); len(p.Items) > 1 && n > 100_000 {
+				t.Errorf("page %d holds %d revisions of %d bytes, over the 100,000-byte budget", i, len(p.Items), n)
+			}
+		}
+		if len(pages) < 3 {
+			t.Errorf("%d pages of 8 revisions of 30 kB, want at least 3 at 100 kB a page", len(pages))
+		}
 	})
 
 	t.Run("FieldsRefusesOtherNames", func(t *testing.T) {

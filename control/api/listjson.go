@@ -81,3 +81,5 @@ func (n noNewline) Write(p []byte) (int, error) {
 func (l ResourceList) writeJSON(w io.Writer) error       { return writeItems(w, l.Items, l.NextCursor) }
 func (l ChildList) writeJSON(w io.Writer) error          { return writeItems(w, l.Items, l.NextCursor) }
 func (l ProviderConfigList) writeJSON(w io.Writer) error { return writeItems(w, l.Items, l.NextCursor) }
+func (l OperationList) writeJSON(w io.Writer) error      { return writeItems(w, l.Items, l.NextCursor) }
+func (l SpecHistory) writeJSON(w io.Writer) error        { return writeItems(w, l.Items, l.NextCursor) }

@@ -153,12 +153,7 @@ func (s *Server) listProviderConfigs(ctx context.Context, in *listProviderConfig
 	}
 	page, err := s.store.ListProviderConfigs(ctx, params)
 	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "query", value: func(f string) any {
-			if f == "cursor" {
-				return in.Cursor
-			}
-			return nil
-		}})
+		return nil, s.problemFor(ctx, err, pageProblem(in.Cursor))
 	}
 	return &listProviderConfigsOutput{NextCursor: page.NextCursor,
 		Body: ProviderConfigList{Items: page.Items, NextCursor: page.NextCursor}}, nil

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -218,7 +219,13 @@ func (a *app) list(cmd *cobra.Command, t *objectType, q url.Values, all bool) er
 		// page holds --limit resources however large their documents are.
 		q.Set("fields", "-spec,-status")
 	}
-	page, raw, err := c.List(cmd.Context(), collectionPath(t), q, all)
+	return a.printList(cmd.Context(), c, p, t, collectionPath(t), q, all)
+}
+
+// printList prints the list answer of path: one page, with a hint on
+// stderr when there are more, or with all every page, merged.
+func (a *app) printList(ctx context.Context, c *Client, p *printer, t *objectType, path string, q url.Values, all bool) error {
+	page, raw, err := c.List(ctx, path, q, all)
 	if err != nil {
 		return err
 	}

@@ -141,8 +141,9 @@ type Config struct {
 	// default 24h).
 	IdempotencyRetention time.Duration
 	// ListPageBytes is the byte budget of a list page of resources,
-	// children or provider configs (LIST_PAGE_BYTES, default 4 MiB): a page
-	// ends early, with a cursor, before the item that would pass it.
+	// children, provider configs, operations or spec revisions
+	// (LIST_PAGE_BYTES, default 4 MiB): a page ends early, with a cursor,
+	// before the item that would pass it.
 	ListPageBytes int
 	// MemberID names this process in the cluster view (MEMBER_ID,
 	// default host-pid).
