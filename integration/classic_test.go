@@ -137,24 +137,34 @@ func bomChildren(r map[string]any) map[string]bool {
 	return want
 }
 
-// classicTree is the BOM root's children by "kind/name" with their phases.
+// classicTree is the BOM root's children by "kind/name" with their phases,
+// read page by page without their specs and statuses.
 func (s *server) classicTree(root string) map[string]string {
 	s.t.Helper()
-	code, body := s.call("GET", "/resources/classicbom/"+root+"/children", nil)
-	if code != 200 {
-		s.t.Fatalf("children of %s = %d %s", root, code, body)
-	}
-	var list struct {
-		Items []struct {
-			Kind, Name, Phase string
-		} `json:"items"`
-	}
-	must(s.t, json.Unmarshal(body, &list))
 	got := map[string]string{}
-	for _, c := range list.Items {
-		got[c.Kind+"/"+c.Name] = c.Phase
+	for cursor := ""; ; {
+		path := "/resources/classicbom/" + root + "/children?fields=-spec,-status"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		code, body := s.call("GET", path, nil)
+		if code != 200 {
+			s.t.Fatalf("children of %s = %d %s", root, code, body)
+		}
+		var list struct {
+			Items []struct {
+				Kind, Name, Phase string
+			} `json:"items"`
+			NextCursor string `json:"next_cursor"`
+		}
+		must(s.t, json.Unmarshal(body, &list))
+		for _, c := range list.Items {
+			got[c.Kind+"/"+c.Name] = c.Phase
+		}
+		if cursor = list.NextCursor; cursor == "" {
+			return got
+		}
 	}
-	return got
 }
 
 // waitClassicConverged waits until the root is Ready at its latest generation

@@ -774,10 +774,10 @@ func TestReadsAndReconcileNow(t *testing.T) {
 	if ed := g.Edges[0]; ed.Dependent.Name != "b" || ed.Dependency.Name != "a" || len(ed.Values) != 1 || ed.DependencyPhase != "Ready" {
 		t.Errorf("edge = %+v", ed)
 	}
-	kids, err := e.st.Children(ctx, rootID)
+	kids, err := e.st.Children(ctx, store.ChildrenParams{OwnerID: rootID})
 	must(t, err)
-	if len(kids) != 2 {
-		t.Errorf("children = %d, want 2", len(kids))
+	if len(kids.Items) != 2 {
+		t.Errorf("children = %d, want 2", len(kids.Items))
 	}
 	bID, err := e.st.ResourceID(ctx, "leaf", "b")
 	must(t, err)

@@ -59,6 +59,12 @@ type Config struct {
 	// BatchMaxItems caps the items of one POST /resources:batch; more is
 	// refused with 413 naming body.items. Defaults to 5,000.
 	BatchMaxItems int
+	// ListPageBytes ends a page of a list of large objects (resources,
+	// children, provider configs, operations, spec revisions) early, with a next_cursor, before the item that
+	// would take the bytes read for it past ListPageBytes; a page always
+	// holds at least one item. It bounds the memory one list request
+	// takes. Defaults to store.ListBytesDefault (4 MiB).
+	ListPageBytes int
 	// Version is the build version reported by GET /api/v1/version and in
 	// the OpenAPI document. Defaults to "dev".
 	Version string
@@ -151,6 +157,7 @@ const MaxHeaderBytes = 32 << 10
 func (c Config) WithDefaults() Config {
 	c.BodyLimit = cmp.Or(c.BodyLimit, BodyLimitDefault)
 	c.BatchMaxItems = cmp.Or(c.BatchMaxItems, BatchMaxItemsDefault)
+	c.ListPageBytes = cmp.Or(c.ListPageBytes, store.ListBytesDefault)
 	c.Version = cmp.Or(c.Version, VersionDefault)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
 	c.ReadyTimeout = cmp.Or(c.ReadyTimeout, ReadyTimeoutDefault)
@@ -168,6 +175,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("api: BodyLimit must not be negative (got %d)", c.BodyLimit)
 	case c.BatchMaxItems < 0:
 		return fmt.Errorf("api: BatchMaxItems must not be negative (got %d)", c.BatchMaxItems)
+	case c.ListPageBytes < 0:
+		return fmt.Errorf("api: ListPageBytes must not be negative (got %d)", c.ListPageBytes)
 	case c.RequestTimeout < 0:
 		return fmt.Errorf("api: RequestTimeout must not be negative (got %s)", c.RequestTimeout)
 	case c.ReadyTimeout < 0:
@@ -280,6 +289,8 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	hc.SchemasPath = ""
 	hc.RejectUnknownQueryParameters = true
 	hc.Transformers = []huma.Transformer{problemTransformer}
+	jf := jsonFormat()
+	hc.Formats = map[string]huma.Format{"application/json": jf, "json": jf}
 	if s.auth.enabled() {
 		hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 			"bearer": {Type: "http", Scheme: "bearer", Description: "A read or admin token."},

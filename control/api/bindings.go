@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -28,8 +27,7 @@ type ReactorBindingApply struct {
 
 type bindingApplyBody struct {
 	ReactorBindingApply
-	CreatedAt json.RawMessage `json:"created_at,omitempty"`
-	UpdatedAt json.RawMessage `json:"updated_at,omitempty"`
+	bindingReadOnly
 }
 
 // ReactorBindingList is the body of GET /reactor-bindings.

@@ -73,7 +73,7 @@ func decodeJSON(raw []byte, v any) *Problem {
 // embedded are the Go names of the structs the body types embed; the
 // decoder puts them in field paths, where a client expects JSON names.
 var embedded = map[string]bool{"KindManifest": true, "Policy": true, "ResourceApply": true,
-	"ProviderConfigApply": true, "ReactorBindingApply": true}
+	"ProviderConfigApply": true, "ReactorBindingApply": true, "EndpointApply": true, "KindConfigPut": true}
 
 // jsonPath drops the embedded struct names from a decoder field path.
 func jsonPath(field string) string {

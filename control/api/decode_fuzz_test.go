@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/convergeplane/converge/control/store"
 )
 
 // The fuzz targets of the API's decoders of outside input: request bodies
@@ -215,33 +217,58 @@ func FuzzQueryParam(f *testing.F) {
 	})
 }
 
-// FuzzLabelSelector: a selector parseSelector accepts, written back as
-// sorted k=v pairs, parses to the same map; a refusal is a 422 at
-// query.label_selector.
+// FuzzLabelSelector: a selector parseSelector accepts, written back in its
+// canonical form, parses to the same requirements, each with a non-empty
+// key free of the grammar's characters and the values its operator takes;
+// a refusal is a 400 at query.label_selector.
 func FuzzLabelSelector(f *testing.F) {
-	for _, s := range []string{"", " ", "team=net", "team=net,tier=a=b", " a = b ,c=", "a", "=b", "a=b,,c=d", "a=b,a=c", "ü=ö"} {
+	for _, s := range []string{"", " ", "team=net", "team=net,tier=a=b", " a = b ,c=", "a", "=b", "a=b,,c=d", "a=b,a=c", "ü=ö",
+		"a!=b", "a==b", "a in (b, c)", "a notin (b)", "!a", "a in (b", "a in ()", "a in b", "!a=b", "a in (b,c),d!=e,!f,g"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, sel string) {
-		m, p := parseSelector(sel)
+		reqs, p := parseSelector(sel)
 		if p != nil {
 			checkRefusal(t, p, "query.label_selector")
-			return
-		}
-		if len(m) == 0 {
+			if p.Status != http.StatusBadRequest {
+				t.Fatalf("refused %q with %d, want 400", sel, p.Status)
+			}
 			return
 		}
 		var parts []string
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			if k == "" || k != strings.TrimSpace(k) || strings.ContainsAny(k, ",=") || strings.Contains(m[k], ",") {
-				t.Fatalf("parsed %q into the pair %q=%q", sel, k, m[k])
+		for _, r := range reqs {
+			if r.Key == "" || r.Key != strings.TrimSpace(r.Key) || strings.ContainsAny(r.Key, ",=()") || strings.HasPrefix(r.Key, "!") {
+				t.Fatalf("parsed %q into the key %q", sel, r.Key)
 			}
-			parts = append(parts, k+"="+m[k])
+			switch r.Op {
+			case store.SelectorEquals, store.SelectorNotEquals:
+				if len(r.Values) != 1 || strings.Contains(r.Values[0], ",") {
+					t.Fatalf("parsed %q into %+v", sel, r)
+				}
+				op := "!="
+				if r.Op == store.SelectorEquals {
+					op = "==" // a value may start with '='
+				}
+				parts = append(parts, r.Key+op+r.Values[0])
+			case store.SelectorIn, store.SelectorNotIn:
+				for _, v := range r.Values {
+					if v == "" || v != strings.TrimSpace(v) || strings.ContainsAny(v, ",()") {
+						t.Fatalf("parsed %q into %+v", sel, r)
+					}
+				}
+				parts = append(parts, r.Key+" "+string(r.Op)+" ("+strings.Join(r.Values, ",")+")")
+			case store.SelectorExists:
+				parts = append(parts, r.Key)
+			case store.SelectorDoesNotExist:
+				parts = append(parts, "!"+r.Key)
+			default:
+				t.Fatalf("parsed %q into the operator %q", sel, r.Op)
+			}
 		}
 		again := strings.Join(parts, ",")
-		m2, p := parseSelector(again)
-		if p != nil || !maps.Equal(m, m2) {
-			t.Fatalf("%q parsed to %v, its re-encoding %q to %v (%v)", sel, m, again, m2, p)
+		reqs2, p := parseSelector(again)
+		if p != nil || !reflect.DeepEqual(reqs, reqs2) {
+			t.Fatalf("%q parsed to %+v, its re-encoding %q to %+v (%v)", sel, reqs, again, reqs2, p)
 		}
 	})
 }

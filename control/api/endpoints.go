@@ -48,6 +48,11 @@ type EndpointApply struct {
 	ResourceVersion int64 `json:"resource_version,omitempty" doc:"The resource_version the change was made from (a GET's): the apply is refused with 409, and changes nothing, when the object has been written since. Omitted = apply whatever the version."`
 }
 
+type endpointApplyBody struct {
+	EndpointApply
+	endpointReadOnly
+}
+
 // EndpointView is an endpoint as the API shows it. Secret is present only in
 // the answer that created the endpoint or rotated its secret: it is never
 // shown again.
@@ -104,7 +109,7 @@ func (s *Server) registerEndpoints() {
 }
 
 func (s *Server) applyEndpoint(ctx context.Context, in *applyInput) (*applyOutput[EndpointView], error) {
-	var b EndpointApply
+	var b endpointApplyBody
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
 	}

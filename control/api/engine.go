@@ -25,9 +25,23 @@ type EventList struct {
 	NextBefore int64 `json:"next_before,omitempty" doc:"Pass as ?before= for older events; absent when there are none."`
 }
 
-// ChildList is the body of GET /resources/{kind}/{name}/children.
+// ChildList is one page of GET /resources/{kind}/{name}/children.
 type ChildList struct {
-	Items []model.Resource `json:"items"`
+	Items []ListedResource `json:"items"`
+	// NextCursor continues the listing; absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as ?cursor= for the next page; absent on the last page. A page ends when the next child would take it past the server's byte budget (LIST_PAGE_BYTES)."`
+}
+
+type childrenInput struct {
+	Kind   string `path:"kind" doc:"The kind."`
+	Name   string `path:"name" doc:"The resource name."`
+	Fields string `query:"fields" doc:"Leave large fields out of the items, comma-separated: -spec, -status or both." example:"-spec,-status"`
+	Cursor string `query:"cursor" doc:"The next_cursor of the previous page."`
+}
+
+type childrenOutput struct {
+	NextCursor string `header:"X-Next-Cursor" doc:"Same as body.next_cursor."`
+	Body       ChildList
 }
 
 type eventsInput struct {
@@ -74,7 +88,10 @@ func (s *Server) registerEngine() {
 	}, nil, s.listEvents)
 	register(s, huma.Operation{
 		OperationID: "list-resource-children", Method: http.MethodGet, Path: "/resources/{kind}/{name}/children", Tags: []string{"Resources"},
-		Summary: "List the resources a composite owns", Errors: []int{404},
+		Summary: "List the resources a composite owns",
+		Description: "By kind and name, as many as fit the server's byte budget (LIST_PAGE_BYTES) a page; " +
+			"next_cursor continues. fields=-spec,-status leaves their large fields out.",
+		Errors: []int{404},
 	}, nil, s.listChildren)
 	register(s, huma.Operation{
 		OperationID: "get-resource-dependencies", Method: http.MethodGet, Path: "/resources/{kind}/{name}/dependencies", Tags: []string{"Resources"},
@@ -146,19 +163,20 @@ func (s *Server) listEvents(ctx context.Context, in *eventsInput) (*bodyOutput[E
 	return &bodyOutput[EventList]{Body: out}, nil
 }
 
-func (s *Server) listChildren(ctx context.Context, in *resourcePath) (*bodyOutput[ChildList], error) {
-	id, err := s.resolve(ctx, in)
+func (s *Server) listChildren(ctx context.Context, in *childrenInput) (*childrenOutput, error) {
+	fields, p := parseFields(in.Fields)
+	if p != nil {
+		return nil, p
+	}
+	id, err := s.resolve(ctx, &resourcePath{Kind: in.Kind, Name: in.Name})
 	if err != nil {
 		return nil, err
 	}
-	kids, err := s.store.Children(ctx, id)
+	page, err := s.store.Children(ctx, store.ChildrenParams{OwnerID: id, Fields: fields, MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor})
 	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{})
+		return nil, s.problemFor(ctx, err, pageProblem(in.Cursor))
 	}
-	if kids == nil {
-		kids = []model.Resource{}
-	}
-	return &bodyOutput[ChildList]{Body: ChildList{Items: kids}}, nil
+	return &childrenOutput{NextCursor: page.NextCursor, Body: ChildList{Items: listed(page.Items), NextCursor: page.NextCursor}}, nil
 }
 
 func (s *Server) getDependencies(ctx context.Context, in *resourcePath) (*bodyOutput[Dependencies], error) {

@@ -68,9 +68,9 @@ type KindSchemas struct {
 	ConfigSchema json.RawMessage `json:"config_schema,omitempty" doc:"Validates provider config specs; absent = untyped."`
 }
 
-// kindConfigBody is the body of PUT .../config: the six policy fields. kind
+// KindConfigPut is the body of PUT .../config: the six policy fields. kind
 // and kind_version may be sent, and must then match the path.
-type kindConfigBody struct {
+type KindConfigPut struct {
 	Kind                 string       `json:"kind,omitempty" doc:"Optional; must match the path."`
 	KindVersion          versionField `json:"kind_version,omitempty" doc:"Optional; must match the path."`
 	MaxInflight          int          `json:"max_inflight" minimum:"0"`
@@ -79,9 +79,13 @@ type kindConfigBody struct {
 	ResyncRecomposes     bool         `json:"resync_recomposes"`
 	OrphanGraceSecs      int          `json:"orphan_grace_secs" minimum:"0"`
 	MaxTransientAttempts int          `json:"max_transient_attempts" minimum:"0"`
-	UpdatedAt            any          `json:"updated_at,omitempty" readOnly:"true" doc:"Ignored: set by the server."`
 	// ResourceVersion, when sent, makes the apply conditional on it.
 	ResourceVersion int64 `json:"resource_version,omitempty" doc:"The resource_version the change was made from (a GET's): the apply is refused with 409, and changes nothing, when the object has been written since. Omitted = apply whatever the version."`
+}
+
+type kindConfigBody struct {
+	KindConfigPut
+	kindConfigReadOnly
 }
 
 type putKindConfigInput struct {
@@ -131,7 +135,7 @@ func (s *Server) registerManifests() {
 		Summary:     "Replace a kind version's operational config",
 		Description: "Replaces all six fields (an omitted one becomes 0/false). Takes effect on the next claim; no restart.",
 		Errors:      []int{400, 404, 409, 412, 422},
-	}, kindConfigBody{}, s.putKindConfig)
+	}, KindConfigPut{}, s.putKindConfig)
 }
 
 func (s *Server) putManifest(ctx context.Context, in *putManifestInput) (*applyOutput[*model.KindManifest], error) {

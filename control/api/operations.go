@@ -20,14 +20,23 @@ type OperationRequest struct {
 	Input json.RawMessage `json:"input,omitempty" doc:"A JSON object validated against the verb's input_schema. Omitted = {}."`
 }
 
-// OperationList is the body of GET /resources/{kind}/{name}/ops.
+// OperationList is one page of GET /resources/{kind}/{name}/ops.
 type OperationList struct {
 	Items []store.Operation `json:"items"`
+	// NextCursor continues the listing; absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as ?cursor= for older operations; absent on the last page. A page ends before limit when the next operation would take it past the server's byte budget (LIST_PAGE_BYTES)."`
 }
 
-// SpecHistory is the body of GET /resources/{kind}/{name}/spec-history.
+// SpecHistory is one page of GET /resources/{kind}/{name}/spec-history.
 type SpecHistory struct {
 	Items []store.SpecRevision `json:"items"`
+	// NextCursor continues the listing; absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as ?cursor= for older revisions; absent on the last page. A page ends when the next revision would take it past the server's byte budget (LIST_PAGE_BYTES)."`
+}
+
+type pageOutput[T any] struct {
+	NextCursor string `header:"X-Next-Cursor" doc:"Same as body.next_cursor."`
+	Body       T
 }
 
 // RollbackRequest is the body of POST /resources/{kind}/{name}/rollback.
@@ -42,9 +51,16 @@ type resourceBodyInput struct {
 }
 
 type listOperationsInput struct {
-	Kind  string `path:"kind" doc:"The kind."`
-	Name  string `path:"name" doc:"The resource name."`
-	Limit int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"At most this many, newest first."`
+	Kind   string `path:"kind" doc:"The kind."`
+	Name   string `path:"name" doc:"The resource name."`
+	Limit  int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"At most this many, newest first. A page may end earlier, at the server's byte budget."`
+	Cursor string `query:"cursor" doc:"The next_cursor of the previous page."`
+}
+
+type specHistoryInput struct {
+	Kind   string `path:"kind" doc:"The kind."`
+	Name   string `path:"name" doc:"The resource name."`
+	Cursor string `query:"cursor" doc:"The next_cursor of the previous page."`
 }
 
 type operationPath struct {
@@ -79,9 +95,10 @@ func (s *Server) registerOperations() {
 	}, nil, s.cancelOperation)
 	register(s, huma.Operation{
 		OperationID: "get-spec-history", Method: http.MethodGet, Path: "/resources/{kind}/{name}/spec-history", Tags: []string{"Resources"},
-		Summary:     "List a resource's spec revisions, newest first",
-		Description: "A root resource records a revision on every apply that changes its generation; the newest are kept (20 by default). Composed children record none.",
-		Errors:      []int{404},
+		Summary: "List a resource's spec revisions, newest first",
+		Description: "A root resource records a revision on every apply that changes its generation; the newest are kept (20 by default). " +
+			"Composed children record none. A page holds as many as fit the server's byte budget (LIST_PAGE_BYTES); next_cursor continues.",
+		Errors: []int{404},
 	}, nil, s.specHistory)
 	register(s, huma.Operation{
 		OperationID: "rollback-resource", Method: http.MethodPost, Path: "/resources/{kind}/{name}/rollback", Tags: []string{"Resources"},
@@ -116,15 +133,24 @@ func (s *Server) invokeOperation(ctx context.Context, in *resourceBodyInput) (*b
 	return &bodyOutput[store.Operation]{Body: op}, nil
 }
 
-func (s *Server) listOperations(ctx context.Context, in *listOperationsInput) (*bodyOutput[OperationList], error) {
-	ops, err := s.store.ListOperations(ctx, in.Kind, in.Name, in.Limit)
+func (s *Server) listOperations(ctx context.Context, in *listOperationsInput) (*pageOutput[OperationList], error) {
+	page, err := s.store.ListOperations(ctx, store.ListOperationsParams{Kind: in.Kind, Name: in.Name, Limit: in.Limit,
+		MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor})
 	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+		return nil, s.problemFor(ctx, err, pageProblem(in.Cursor))
 	}
-	if ops == nil {
-		ops = []store.Operation{}
-	}
-	return &bodyOutput[OperationList]{Body: OperationList{Items: ops}}, nil
+	return &pageOutput[OperationList]{NextCursor: page.NextCursor, Body: OperationList{Items: page.Items, NextCursor: page.NextCursor}}, nil
+}
+
+// pageProblem locates the store's refusal of a list's parameters in the
+// query, echoing the cursor.
+func pageProblem(cursor string) problemOpts {
+	return problemOpts{in: "query", value: func(f string) any {
+		if f == "cursor" {
+			return cursor
+		}
+		return nil
+	}}
 }
 
 func (s *Server) getOperation(ctx context.Context, in *operationPath) (*bodyOutput[store.Operation], error) {
@@ -143,15 +169,12 @@ func (s *Server) cancelOperation(ctx context.Context, in *operationPath) (*bodyO
 	return &bodyOutput[store.Operation]{Body: op}, nil
 }
 
-func (s *Server) specHistory(ctx context.Context, in *resourcePath) (*bodyOutput[SpecHistory], error) {
-	revs, err := s.store.SpecHistory(ctx, in.Kind, in.Name)
+func (s *Server) specHistory(ctx context.Context, in *specHistoryInput) (*pageOutput[SpecHistory], error) {
+	page, err := s.store.SpecHistory(ctx, store.SpecHistoryParams{Kind: in.Kind, Name: in.Name, MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor})
 	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+		return nil, s.problemFor(ctx, err, pageProblem(in.Cursor))
 	}
-	if revs == nil {
-		revs = []store.SpecRevision{}
-	}
-	return &bodyOutput[SpecHistory]{Body: SpecHistory{Items: revs}}, nil
+	return &pageOutput[SpecHistory]{NextCursor: page.NextCursor, Body: SpecHistory{Items: page.Items, NextCursor: page.NextCursor}}, nil
 }
 
 func (s *Server) rollback(ctx context.Context, in *resourceBodyInput) (*applyOutput[model.Resource], error) {

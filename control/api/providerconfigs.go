@@ -23,17 +23,9 @@ type ProviderConfigApply struct {
 	ResourceVersion int64 `json:"resource_version,omitempty" doc:"The resource_version the change was made from (a GET's): the apply is refused with 409, and changes nothing, when the object has been written since. Omitted = apply whatever the version."`
 }
 
-// configServerFields are read-only fields a GET returns, accepted and
-// ignored on apply.
-type configServerFields struct {
-	OwnerID   json.RawMessage `json:"owner_id,omitempty"`
-	CreatedAt json.RawMessage `json:"created_at,omitempty"`
-	UpdatedAt json.RawMessage `json:"updated_at,omitempty"`
-}
-
 type providerConfigApplyBody struct {
 	ProviderConfigApply
-	configServerFields
+	providerConfigReadOnly
 }
 
 // applyInput is the input of an apply that takes its body raw and may be
@@ -153,19 +145,15 @@ func configSpecProblem(spec json.RawMessage) *Problem {
 }
 
 func (s *Server) listProviderConfigs(ctx context.Context, in *listProviderConfigsInput) (*listProviderConfigsOutput, error) {
-	params := store.ListProviderConfigsParams{Kind: in.Kind, KindVersion: in.KindVersion, Limit: in.Limit, Cursor: in.Cursor}
+	params := store.ListProviderConfigsParams{Kind: in.Kind, KindVersion: in.KindVersion, Limit: in.Limit,
+		MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor}
 	if in.Default != "" {
 		d := in.Default == "true"
 		params.Default = &d
 	}
 	page, err := s.store.ListProviderConfigs(ctx, params)
 	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "query", value: func(f string) any {
-			if f == "cursor" {
-				return in.Cursor
-			}
-			return nil
-		}})
+		return nil, s.problemFor(ctx, err, pageProblem(in.Cursor))
 	}
 	return &listProviderConfigsOutput{NextCursor: page.NextCursor,
 		Body: ProviderConfigList{Items: page.Items, NextCursor: page.NextCursor}}, nil

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -26,26 +27,9 @@ type ResourceApply struct {
 	ResourceVersion int64 `json:"resource_version,omitempty" doc:"The resource_version the change was made from (a GET's): the apply is refused with 409, and changes nothing, when the resource has been written since. Omitted = apply whatever the version."`
 }
 
-// resourceServerFields are the read-only fields a GET returns. An apply
-// accepts and ignores them, so an edited GET answer can be applied as is.
-type resourceServerFields struct {
-	ID         json.RawMessage `json:"id,omitempty"`
-	Status     json.RawMessage `json:"status,omitempty"`
-	OwnerID    json.RawMessage `json:"owner_id,omitempty"`
-	Generation json.RawMessage `json:"generation,omitempty"`
-	SyncedGen  json.RawMessage `json:"synced_gen,omitempty"`
-	HealthOK   json.RawMessage `json:"health_ok,omitempty"`
-	FailureGen json.RawMessage `json:"failure_gen,omitempty"`
-	Phase      json.RawMessage `json:"phase,omitempty"`
-	LastError  json.RawMessage `json:"last_error,omitempty"`
-	CreatedAt  json.RawMessage `json:"created_at,omitempty"`
-	UpdatedAt  json.RawMessage `json:"updated_at,omitempty"`
-	Conditions json.RawMessage `json:"conditions,omitempty"`
-}
-
 type resourceApplyBody struct {
 	ResourceApply
-	resourceServerFields
+	resourceReadOnly
 }
 
 type applyResourceInput struct {
@@ -66,9 +50,46 @@ type resourcePath struct {
 
 // ResourceList is one page of GET /resources.
 type ResourceList struct {
-	Items []model.Resource `json:"items"`
+	Items []ListedResource `json:"items"`
 	// NextCursor continues the listing; absent on the last page.
-	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as ?cursor= for the next page; absent on the last page."`
+	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as ?cursor= for the next page; absent on the last page. A page ends before limit when the next item would take it past the server's byte budget (LIST_PAGE_BYTES)."`
+}
+
+// ListedResource is a resource as a list shows it: without its spec or
+// status when the request left them out (fields=-spec,-status).
+type ListedResource struct {
+	model.Resource
+	Spec   json.RawMessage `json:"spec,omitempty" doc:"The desired state; absent with fields=-spec."`
+	Status json.RawMessage `json:"status,omitempty" doc:"The last applied status; absent with fields=-status, and before the first."`
+}
+
+// listed shows a page of resources as a list does.
+func listed(rs []model.Resource) []ListedResource {
+	out := make([]ListedResource, len(rs))
+	for i, r := range rs {
+		out[i] = ListedResource{Resource: r, Spec: r.Spec, Status: r.Status}
+	}
+	return out
+}
+
+// parseFields reads a fields parameter: which of spec and status the
+// items leave out. Anything but -spec and -status is a 400.
+func parseFields(s string) (store.ResourceFields, *Problem) {
+	var f store.ResourceFields
+	if s == "" {
+		return f, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		switch strings.TrimSpace(part) {
+		case "-spec":
+			f.OmitSpec = true
+		case "-status":
+			f.OmitStatus = true
+		default:
+			return f, malformed("query.fields", fmt.Sprintf("%q is not a field a list can leave out: use -spec, -status or -spec,-status", part), s)
+		}
+	}
+	return f, nil
 }
 
 type listResourcesOutput struct {
@@ -80,11 +101,12 @@ type listResourcesInput struct {
 	Kind          string   `query:"kind" doc:"Only this kind."`
 	KindVersion   int      `query:"kind_version" minimum:"1" maximum:"32767" doc:"Only this kind version."`
 	Phase         []string `query:"phase,explode" doc:"Only these phases; repeat to union: ?phase=Failed&phase=Degraded. One of Deleting, Quarantined, Failed, Orphaned, Degraded, Ready, Reconciling."`
-	LabelSelector string   `query:"label_selector" doc:"Comma-separated key=value pairs the labels must all contain: team=a,env=prod." example:"team=payments"`
+	LabelSelector string   `query:"label_selector" doc:"Comma-separated requirements the labels must all meet: key=value (or ==), key!=value, key in (v1,v2), key notin (v1,v2), key (set), !key (not set). A != or notin also matches a resource without the label." example:"team=payments,env!=dev"`
 	Owner         string   `query:"owner" doc:"Only the children of this resource id."`
 	NamePrefix    string   `query:"name_prefix" doc:"Only resources whose name starts with this text." example:"shop-"`
 	Failure       string   `query:"failure" enum:"retrying,terminal" doc:"Only resources whose reconcile failed: retrying (transiently, still retried) or terminal (not retried). Both are phase Failed."`
-	Limit         int      `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
+	Fields        string   `query:"fields" doc:"Leave large fields out of the items, comma-separated: -spec, -status or both." example:"-spec,-status"`
+	Limit         int      `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size: the most items a page holds. A page may end earlier, at the server's byte budget."`
 	Cursor        string   `query:"cursor" doc:"The next_cursor of the previous page."`
 }
 
@@ -238,12 +260,17 @@ func (s *Server) getResource(ctx context.Context, in *resourcePath) (*versionedO
 }
 
 func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*listResourcesOutput, error) {
-	labels, p := parseSelector(in.LabelSelector)
+	selector, p := parseSelector(in.LabelSelector)
 	if p != nil {
 		return nil, p
 	}
-	params := store.ListResourcesParams{Kind: in.Kind, KindVersion: in.KindVersion, Labels: labels,
-		OwnerID: in.Owner, NamePrefix: in.NamePrefix, Failure: in.Failure, Limit: in.Limit, Cursor: in.Cursor}
+	fields, p := parseFields(in.Fields)
+	if p != nil {
+		return nil, p
+	}
+	params := store.ListResourcesParams{Kind: in.Kind, KindVersion: in.KindVersion, Selector: selector,
+		OwnerID: in.Owner, NamePrefix: in.NamePrefix, Failure: in.Failure, Fields: fields, Limit: in.Limit,
+		MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor}
 	for _, ph := range in.Phase {
 		// ?phase=Failed,Degraded is accepted as well as repeated params.
 		for _, one := range strings.Split(ph, ",") {
@@ -262,30 +289,13 @@ func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*li
 				return in.Owner
 			case "phase":
 				return in.Phase
+			case "label_selector":
+				return in.LabelSelector
 			}
 			return nil
 		}})
 	}
-	return &listResourcesOutput{NextCursor: page.NextCursor, Body: ResourceList{Items: page.Items, NextCursor: page.NextCursor}}, nil
-}
-
-// parseSelector parses "k=v,k2=v2". Keys and values are taken verbatim
-// (any Unicode, '=' allowed in values); a value cannot contain ','.
-func parseSelector(sel string) (map[string]string, *Problem) {
-	if strings.TrimSpace(sel) == "" {
-		return nil, nil
-	}
-	out := map[string]string{}
-	for _, part := range strings.Split(sel, ",") {
-		k, v, ok := strings.Cut(part, "=")
-		k = strings.TrimSpace(k)
-		if !ok || k == "" {
-			return nil, newProblem(http.StatusUnprocessableEntity, typeInvalid, "query.label_selector must be key=value pairs separated by commas",
-				ProblemError{Location: "query.label_selector", Message: "each term must be key=value", Value: part})
-		}
-		out[k] = v
-	}
-	return out, nil
+	return &listResourcesOutput{NextCursor: page.NextCursor, Body: ResourceList{Items: listed(page.Items), NextCursor: page.NextCursor}}, nil
 }
 
 func (s *Server) deleteResource(ctx context.Context, in *deleteResourceInput) (*versionedOutput[model.Resource], error) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/convergeplane/converge/control/api"
@@ -244,6 +245,17 @@ func TestListResources(t *testing.T) {
 			{"CommaPhases", "phase=Ready,Deleting", []string{"n0", "n1", "gone"}},
 			{"LabelSelector", "kind=widget&label_selector=team=b", []string{"w1", "w3", "w5"}},
 			{"LabelSelectorAllPairs", "label_selector=" + url.QueryEscape("team=a,env=prod"), []string{"w0", "w2", "w4", "w6"}},
+			{"SelectorDoubleEquals", "label_selector=" + url.QueryEscape("team==b"), []string{"w1", "w3", "w5"}},
+			{"SelectorNotEqualsMatchesWithoutTheLabel", "label_selector=" + url.QueryEscape("team!=a"),
+				[]string{"w1", "w3", "w5", "n1", "gone", "sample-vpc-tagged", "sample-vpc-v2"}},
+			{"SelectorIn", "label_selector=" + url.QueryEscape("team in (b, payments)"),
+				[]string{"w1", "w3", "w5", "sample-vpc-tagged", "sample-vpc-v2"}},
+			{"SelectorNotInMatchesWithoutTheLabel", "label_selector=" + url.QueryEscape("team notin (a,b)"),
+				[]string{"n1", "gone", "sample-vpc-tagged", "sample-vpc-v2"}},
+			{"SelectorExists", "label_selector=env", []string{"w0", "w1", "w2", "w3", "w4", "w5", "w6", "sample-vpc-tagged"}},
+			{"SelectorDoesNotExist", "label_selector=" + url.QueryEscape("!team"), []string{"n1", "gone"}},
+			{"SelectorAllRequirements", "label_selector=" + url.QueryEscape("team in (a,payments), env ,env!=prod"), []string{"sample-vpc-tagged"}},
+			{"SelectorConflictingEqualities", "label_selector=" + url.QueryEscape("team=a,team=b"), []string{}},
 			{"Owner", "owner=" + root.ID, []string{"w0", "n1"}},
 			{"NamePrefix", "name_prefix=n", []string{"n0", "n1"}},
 			{"NamePrefixIsLiteral", "name_prefix=" + url.QueryEscape("w_"), []string{}},
@@ -274,11 +286,21 @@ func TestListResources(t *testing.T) {
 			{"LimitTooBig", "limit=1001", "query.limit"},
 			{"Phase", "phase=Sleeping", "query.phase"},
 			{"Owner", "owner=nope", "query.owner"},
-			{"Selector", "label_selector=team", "query.label_selector"},
+			{"SelectorKeyTooLong", "label_selector=" + strings.Repeat("k", 254) + "=v", "query.label_selector"},
+			{"SelectorSetTooLarge", "label_selector=" + url.QueryEscape("k in ("+strings.Repeat("v,", 64)+"v)"), "query.label_selector"},
 			{"UnknownParameter", "knd=vpc", "query.knd"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				b.do(http.MethodGet, "/api/v1/resources?"+tc.query, nil).wantProblem(t, http.StatusUnprocessableEntity, tc.loc)
+			})
+		}
+		// A selector the grammar cannot read is malformed: a 400 naming
+		// the term, never a selector that silently matches nothing.
+		for _, sel := range []string{"team in (a", "team in ()", "team in (a,,b)", "env in a", "team notin", "!team=a", "a,,b", "=b", " ,a=b",
+			"team in (a(b))", "f(x)=1"} {
+			t.Run("Malformed "+sel, func(t *testing.T) {
+				b.do(http.MethodGet, "/api/v1/resources?label_selector="+url.QueryEscape(sel), nil).
+					wantProblem(t, http.StatusBadRequest, "query.label_selector")
 			})
 		}
 	})

@@ -35,10 +35,12 @@ type Operation struct {
 const operationCols = `o.id, o.resource_id, o.verb, o.input, o.state, o.output, coalesce(o.error, ''), o.attempts,
        o.created_at, o.updated_at, o.finished_at`
 
-func scanOperation(row pgx.Row) (Operation, error) {
+// scanOperation scans operationCols, then the row's further columns into
+// tail.
+func scanOperation(row pgx.Row, tail ...any) (Operation, error) {
 	var op Operation
-	err := row.Scan(&op.ID, &op.ResourceID, &op.Verb, &op.Input, &op.State, &op.Output, &op.Error, &op.Attempts,
-		&op.CreatedAt, &op.UpdatedAt, &op.FinishedAt)
+	err := row.Scan(append([]any{&op.ID, &op.ResourceID, &op.Verb, &op.Input, &op.State, &op.Output, &op.Error, &op.Attempts,
+		&op.CreatedAt, &op.UpdatedAt, &op.FinishedAt}, tail...)...)
 	return op, err
 }
 
@@ -127,22 +129,71 @@ func errDeleting(kind, name string) error {
 	return &ConflictError{Message: fmt.Sprintf("%s/%s is being deleted", kind, name)}
 }
 
-// ListOperations returns the newest limit ops of (kind, name), newest first.
-func (s *Store) ListOperations(ctx context.Context, kind, name string, limit int) ([]Operation, error) {
-	rid, err := s.ResourceID(ctx, kind, name)
+// ListOperationsParams selects and pages ListOperations.
+type ListOperationsParams struct {
+	Kind, Name string
+	// Limit is the page size: ListLimitDefault when 0, at most ListLimitMax.
+	Limit int
+	// MaxBytes ends a page early, as ListResourcesParams.MaxBytes does.
+	MaxBytes int
+	// Cursor continues after the page that returned it.
+	Cursor string
+}
+
+// OperationPage is one page of a resource's operations, newest first.
+type OperationPage struct {
+	Items []Operation
+	// NextCursor continues the listing; "" on the last page.
+	NextCursor string
+}
+
+// ListOperations pages through the operations of (kind, name), newest
+// first, up to Limit a page and ending early at MaxBytes (see
+// collectPage).
+func (s *Store) ListOperations(ctx context.Context, p ListOperationsParams) (OperationPage, error) {
+	limit, err := pageLimit(p.Limit)
 	if err != nil {
-		return nil, err
+		return OperationPage{}, err
 	}
-	rows, err := s.reader(ctx).Query(ctx, `SELECT `+operationCols+` FROM resource_operations o
-		WHERE o.resource_id = $1 ORDER BY o.created_at DESC, o.id DESC LIMIT $2`, rid, limit)
+	budget := pageBudget(p.MaxBytes)
+	rid, err := s.ResourceID(ctx, p.Kind, p.Name)
 	if err != nil {
-		return nil, fmt.Errorf("list operations of %s/%s: %w", kind, name, err)
+		return OperationPage{}, err
 	}
-	ops, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Operation, error) { return scanOperation(r) })
+	var (
+		qa  queryArgs
+		arg = qa.add
+	)
+	q := `SELECT ` + operationCols + `, pg_column_size(o.input) + coalesce(pg_column_size(o.output), 0) AS row_size
+  FROM resource_operations o WHERE o.resource_id = ` + arg(rid)
+	if p.Cursor != "" {
+		at, id, err := decodeCursor(p.Cursor)
+		if err != nil {
+			return OperationPage{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
+		}
+		q += ` AND (o.created_at, o.id) < (` + arg(at) + `, ` + arg(id) + `)`
+	}
+	rows, err := s.reader(ctx).Query(ctx, pageSQL(q, "created_at DESC, id DESC", arg(limit), arg(budget)), qa...)
 	if err != nil {
-		return nil, fmt.Errorf("list operations of %s/%s: %w", kind, name, err)
+		return OperationPage{}, fmt.Errorf("list operations of %s/%s: %w", p.Kind, p.Name, err)
 	}
-	return ops, nil
+	ops, more, err := collectPage(rows, budget, func(row pgx.CollectableRow) (Operation, bool, error) {
+		var next bool
+		op, err := scanOperation(row, nil, nil, &next)
+		return op, next, err
+	})
+	if err != nil {
+		return OperationPage{}, fmt.Errorf("list operations of %s/%s: %w", p.Kind, p.Name, err)
+	}
+	page := OperationPage{Items: ops}
+	if more {
+		last := ops[len(ops)-1]
+		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+	}
+	if page.Items == nil {
+		page.Items = []Operation{}
+	}
+	return page, nil
 }
 
 // GetOperation returns op id of (kind, name), or a *NotFoundError.

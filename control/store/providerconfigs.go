@@ -234,6 +234,8 @@ type ListProviderConfigsParams struct {
 	Default *bool
 	// Limit is the page size: ListLimitDefault when 0, at most ListLimitMax.
 	Limit int
+	// MaxBytes ends a page early, as ListResourcesParams.MaxBytes does.
+	MaxBytes int
 	// Cursor continues after the page that returned it.
 	Cursor string
 }
@@ -244,18 +246,21 @@ type ProviderConfigPage struct {
 	NextCursor string
 }
 
-// ListProviderConfigs pages through provider configs by name.
+// ListProviderConfigs pages through provider configs by name, up to Limit
+// a page and ending early at MaxBytes (see collectPage).
 func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsParams) (ProviderConfigPage, error) {
 	limit, err := pageLimit(p.Limit)
 	if err != nil {
 		return ProviderConfigPage{}, err
 	}
+	budget := pageBudget(p.MaxBytes)
 	var (
 		q   strings.Builder
 		qa  queryArgs
 		arg = qa.add
 	)
-	q.WriteString(`SELECT ` + providerConfigCols + ` FROM providerconfigs WHERE true`)
+	q.WriteString(`SELECT ` + providerConfigCols + `, pg_column_size(spec) + coalesce(pg_column_size(data), 0) AS row_size
+  FROM providerconfigs WHERE true`)
 	if p.Kind != "" {
 		q.WriteString(` AND kind = ` + arg(p.Kind))
 	}
@@ -275,19 +280,23 @@ func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsPa
 		}
 		q.WriteString(` AND name > ` + arg(string(after)))
 	}
-	q.WriteString(` ORDER BY name LIMIT ` + arg(limit+1))
-	rows, err := s.reader(ctx).Query(ctx, q.String(), qa...)
+	rows, err := s.reader(ctx).Query(ctx, pageSQL(q.String(), "name", arg(limit), arg(budget)), qa...)
 	if err != nil {
 		return ProviderConfigPage{}, fmt.Errorf("list provider configs: %w", err)
 	}
-	items, err := pgx.CollectRows(rows, pgx.RowToStructByName[ProviderConfig])
+	items, more, err := collectPage(rows, budget, func(row pgx.CollectableRow) (ProviderConfig, bool, error) {
+		r, err := pgx.RowToStructByName[struct {
+			ProviderConfig
+			pageTail
+		}](row)
+		return r.ProviderConfig, r.More, err
+	})
 	if err != nil {
 		return ProviderConfigPage{}, fmt.Errorf("list provider configs: %w", err)
 	}
 	page := ProviderConfigPage{Items: items}
-	if len(items) > limit {
-		page.Items = items[:limit]
-		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(page.Items[limit-1].Name))
+	if more {
+		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(items[len(items)-1].Name))
 	}
 	if page.Items == nil {
 		page.Items = []ProviderConfig{}

@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -11,17 +13,54 @@ import (
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
-// Children returns the resources a composite owns directly.
-func (s *Store) Children(ctx context.Context, ownerID string) ([]model.Resource, error) {
-	rows, err := s.reader(ctx).Query(ctx, `SELECT `+resourceCols+` FROM resources r WHERE r.owner_id = $1 ORDER BY r.kind, r.name`, ownerID)
-	if err != nil {
-		return nil, fmt.Errorf("children: %w", err)
+// ChildrenParams selects and pages Children.
+type ChildrenParams struct {
+	// OwnerID is the composite's id.
+	OwnerID string
+	// Fields says whether the items have their spec and status.
+	Fields ResourceFields
+	// MaxBytes ends a page early, as ListResourcesParams.MaxBytes does; a
+	// page has no other limit.
+	MaxBytes int
+	// Cursor continues after the page that returned it.
+	Cursor string
+}
+
+// Children pages through the resources a composite owns directly, by kind
+// and name: as many as MaxBytes holds (see collectPage). An invalid cursor
+// is an *InvalidError.
+func (s *Store) Children(ctx context.Context, p ChildrenParams) (ResourcePage, error) {
+	budget := pageBudget(p.MaxBytes)
+	var (
+		qa  queryArgs
+		arg = qa.add
+	)
+	q := `SELECT ` + p.Fields.listCols() + ` FROM resources r WHERE r.owner_id = ` + arg(p.OwnerID)
+	if p.Cursor != "" {
+		after, err := base64.RawURLEncoding.DecodeString(p.Cursor)
+		kind, name, ok := strings.Cut(string(after), "/")
+		if err != nil || !ok {
+			return ResourcePage{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
+		}
+		q += ` AND (r.kind, r.name) > (` + arg(kind) + `, ` + arg(name) + `)`
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Resource, error) { return scanResource(r) })
+	rows, err := s.reader(ctx).Query(ctx, pageSQL(q, "kind, name", "ALL", arg(budget)), qa...)
 	if err != nil {
-		return nil, fmt.Errorf("children: %w", err)
+		return ResourcePage{}, fmt.Errorf("children: %w", err)
 	}
-	return out, nil
+	items, more, err := collectPage(rows, budget, scanListed)
+	if err != nil {
+		return ResourcePage{}, fmt.Errorf("children: %w", err)
+	}
+	page := ResourcePage{Items: items}
+	if more {
+		last := items[len(items)-1]
+		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(last.Kind + "/" + last.Name))
+	}
+	if page.Items == nil {
+		page.Items = []model.Resource{}
+	}
+	return page, nil
 }
 
 // DepEdge is one dependency edge with both ends named and their phases.

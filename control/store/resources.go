@@ -48,10 +48,56 @@ type ApplyResourceParams struct {
 // what names the resource in a *PreconditionError.
 func (p ApplyResourceParams) what() string { return "resource " + p.Kind + "/" + p.Name }
 
-// resourceViewCols are the columns a resource is read with, from alias r.
-const resourceViewCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec, r.status, r.owner_id,
+// resourceViewCols are the columns a resource is read with, from alias r:
+// resourceColsHead, its spec and status, then resourceColsTail.
+const (
+	resourceViewCols = resourceColsHead + `r.spec, r.status` + resourceColsTail
+	resourceColsHead = `r.id, r.kind, r.kind_version, r.name, r.labels, `
+	resourceColsTail = `, r.owner_id,
        r.provider_config_ref, r.generation, r.synced_gen, r.health_ok, r.failure_gen,
        r.phase, r.last_error, r.created_at, r.updated_at, r.resource_version`
+)
+
+// ResourceFields says which of a resource's large fields a list reads. The
+// zero value reads them all.
+type ResourceFields struct {
+	// OmitSpec and OmitStatus leave the spec and the status out: they are
+	// not read from the database, and the items have none.
+	OmitSpec, OmitStatus bool
+}
+
+// listCols are resourceViewCols, from alias r, with the fields f omits as
+// NULL, then row_size: the bytes the labels and the fields read take as
+// stored (see pageSQL).
+func (f ResourceFields) listCols() string {
+	spec, status, size := "r.spec", "r.status", "pg_column_size(r.labels)"
+	if f.OmitSpec {
+		spec = "NULL::jsonb AS spec"
+	} else {
+		size += " + pg_column_size(r.spec)"
+	}
+	if f.OmitStatus {
+		status = "NULL::jsonb AS status"
+	} else {
+		size += " + coalesce(pg_column_size(r.status), 0)"
+	}
+	return resourceColsHead + spec + ", " + status + resourceColsTail + ", " + size + " AS row_size"
+}
+
+// scanListed scans a row of listCols under pageSQL: the resource and
+// whether a row follows it.
+func scanListed(row pgx.CollectableRow) (model.Resource, bool, error) {
+	var (
+		r    model.Resource
+		more bool
+	)
+	targets, finish := resourceScanTargets(&r)
+	if err := row.Scan(append(targets, nil, nil, &more)...); err != nil {
+		return r, false, err
+	}
+	finish()
+	return r, more, nil
+}
 
 // resourceScanTargets returns scan destinations for resourceViewCols and a
 // func that finishes r once scanned. model.Resource carries no db tags (it
@@ -498,8 +544,8 @@ type ListResourcesParams struct {
 	KindVersion int
 	// Phases keeps resources in any of these phases.
 	Phases []model.Phase
-	// Labels keeps resources whose labels contain every pair.
-	Labels map[string]string
+	// Selector keeps resources whose labels meet every requirement.
+	Selector LabelSelector
 	// OwnerID keeps the children of this resource (a UUID).
 	OwnerID string
 	// NamePrefix keeps resources whose name starts with it.
@@ -509,8 +555,14 @@ type ListResourcesParams struct {
 	// FailureTerminal (not retried until the spec changes or an operator
 	// asks). Both are phase Failed.
 	Failure string
+	// Fields says whether the items have their spec and status.
+	Fields ResourceFields
 	// Limit is the page size: ListLimitDefault when 0, at most ListLimitMax.
 	Limit int
+	// MaxBytes ends a page early, before the row that would take the bytes
+	// read for it past MaxBytes (the first row always stays):
+	// ListBytesDefault when 0.
+	MaxBytes int
 	// Cursor continues after the page that returned it; "" starts at the
 	// beginning.
 	Cursor string
@@ -531,19 +583,21 @@ type ResourcePage struct {
 
 // ListResources pages through resources in (created_at, id) order with a
 // keyset cursor: each page is one indexed range scan, stable under
-// concurrent inserts, and no total is counted. Invalid parameters return
-// *InvalidError naming the parameter.
+// concurrent inserts, and no total is counted. A page holds up to Limit
+// resources and ends early at MaxBytes (see collectPage). Invalid
+// parameters return *InvalidError naming the parameter.
 func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (ResourcePage, error) {
 	limit, err := pageLimit(p.Limit)
 	if err != nil {
 		return ResourcePage{}, err
 	}
+	budget := pageBudget(p.MaxBytes)
 	var (
 		q   strings.Builder
 		qa  queryArgs
 		arg = qa.add
 	)
-	q.WriteString(`SELECT ` + resourceViewCols + ` FROM resources r WHERE true`)
+	q.WriteString(`SELECT ` + p.Fields.listCols() + ` FROM resources r WHERE true`)
 	if p.Kind != "" {
 		q.WriteString(` AND r.kind = ` + arg(p.Kind))
 	}
@@ -563,11 +617,11 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 		}
 		q.WriteString(` AND r.phase = ANY (` + arg(phases) + `::text[])`)
 	}
-	if len(p.Labels) > 0 {
-		if err := validateLabels("label_selector", p.Labels); err != nil {
+	if len(p.Selector) > 0 {
+		if err := p.Selector.validate(); err != nil {
 			return ResourcePage{}, err
 		}
-		q.WriteString(` AND r.labels @> ` + arg(p.Labels) + `::jsonb`)
+		q.WriteString(` AND ` + p.Selector.where("r.labels", arg))
 	}
 	if p.OwnerID != "" {
 		id, err := uuid.Parse(p.OwnerID)
@@ -597,29 +651,18 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 		}
 		q.WriteString(` AND (r.created_at, r.id) > (` + arg(at) + `, ` + arg(id) + `)`)
 	}
-	// One row more than the page says whether another page follows.
-	q.WriteString(` ORDER BY r.created_at, r.id LIMIT ` + arg(limit+1))
-
-	rows, err := s.reader(ctx).Query(ctx, q.String(), qa...)
+	sql := pageSQL(q.String(), "created_at, id", arg(limit), arg(budget))
+	rows, err := s.reader(ctx).Query(ctx, sql, qa...)
 	if err != nil {
 		return ResourcePage{}, fmt.Errorf("list resources: %w", err)
 	}
-	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (model.Resource, error) {
-		var r model.Resource
-		targets, finish := resourceScanTargets(&r)
-		if err := row.Scan(targets...); err != nil {
-			return r, err
-		}
-		finish()
-		return r, nil
-	})
+	items, more, err := collectPage(rows, budget, scanListed)
 	if err != nil {
 		return ResourcePage{}, fmt.Errorf("list resources: %w", err)
 	}
 	page := ResourcePage{Items: items}
-	if len(items) > limit {
-		page.Items = items[:limit]
-		last := page.Items[limit-1]
+	if more {
+		last := items[len(items)-1]
 		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
 	}
 	if page.Items == nil {

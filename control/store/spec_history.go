@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,28 +27,73 @@ type SpecRevision struct {
 
 const specHistoryCols = `h.revision, h.generation, h.kind_version::int, h.spec, h.labels, h.applied_at`
 
-func scanRevision(row pgx.Row) (SpecRevision, error) {
+// scanRevision scans specHistoryCols, then the row's further columns into
+// tail.
+func scanRevision(row pgx.Row, tail ...any) (SpecRevision, error) {
 	var r SpecRevision
-	err := row.Scan(&r.Revision, &r.Generation, &r.KindVersion, &r.Spec, &r.Labels, &r.AppliedAt)
+	err := row.Scan(append([]any{&r.Revision, &r.Generation, &r.KindVersion, &r.Spec, &r.Labels, &r.AppliedAt}, tail...)...)
 	return r, err
 }
 
-// SpecHistory returns the kept revisions of (kind, name), newest first.
-func (s *Store) SpecHistory(ctx context.Context, kind, name string) ([]SpecRevision, error) {
-	rid, err := s.ResourceID(ctx, kind, name)
+// SpecHistoryParams selects and pages SpecHistory.
+type SpecHistoryParams struct {
+	Kind, Name string
+	// MaxBytes ends a page early, as ListResourcesParams.MaxBytes does; a
+	// page has no other limit.
+	MaxBytes int
+	// Cursor continues after the page that returned it.
+	Cursor string
+}
+
+// SpecHistoryPage is one page of a resource's spec revisions, newest first.
+type SpecHistoryPage struct {
+	Items []SpecRevision
+	// NextCursor continues the listing; "" on the last page.
+	NextCursor string
+}
+
+// SpecHistory pages through the kept revisions of (kind, name), newest
+// first: as many as MaxBytes holds (see collectPage).
+func (s *Store) SpecHistory(ctx context.Context, p SpecHistoryParams) (SpecHistoryPage, error) {
+	budget := pageBudget(p.MaxBytes)
+	rid, err := s.ResourceID(ctx, p.Kind, p.Name)
 	if err != nil {
-		return nil, err
+		return SpecHistoryPage{}, err
 	}
-	rows, err := s.reader(ctx).Query(ctx, `SELECT `+specHistoryCols+` FROM resource_spec_history h
-		WHERE h.resource_id = $1 ORDER BY h.revision DESC`, rid)
+	var (
+		qa  queryArgs
+		arg = qa.add
+	)
+	q := `SELECT ` + specHistoryCols + `, pg_column_size(h.spec) + pg_column_size(h.labels) AS row_size
+  FROM resource_spec_history h WHERE h.resource_id = ` + arg(rid)
+	if p.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(p.Cursor)
+		before, perr := strconv.ParseInt(string(b), 10, 64)
+		if err != nil || perr != nil {
+			return SpecHistoryPage{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
+		}
+		q += ` AND h.revision < ` + arg(before)
+	}
+	rows, err := s.reader(ctx).Query(ctx, pageSQL(q, "revision DESC", "ALL", arg(budget)), qa...)
 	if err != nil {
-		return nil, fmt.Errorf("spec history of %s/%s: %w", kind, name, err)
+		return SpecHistoryPage{}, fmt.Errorf("spec history of %s/%s: %w", p.Kind, p.Name, err)
 	}
-	revs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpecRevision, error) { return scanRevision(r) })
+	revs, more, err := collectPage(rows, budget, func(row pgx.CollectableRow) (SpecRevision, bool, error) {
+		var next bool
+		r, err := scanRevision(row, nil, nil, &next)
+		return r, next, err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("spec history of %s/%s: %w", kind, name, err)
+		return SpecHistoryPage{}, fmt.Errorf("spec history of %s/%s: %w", p.Kind, p.Name, err)
 	}
-	return revs, nil
+	page := SpecHistoryPage{Items: revs}
+	if more {
+		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(revs[len(revs)-1].Revision, 10)))
+	}
+	if page.Items == nil {
+		page.Items = []SpecRevision{}
+	}
+	return page, nil
 }
 
 // rollbackTargetSQL reads the resource's current version, labels and

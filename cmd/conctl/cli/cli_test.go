@@ -811,9 +811,10 @@ func TestList(t *testing.T) {
 		if len(reqs) != 1 {
 			t.Fatalf("requests = %v", requestLines(reqs))
 		}
+		// The table shows no spec or status: they are left out.
 		want := url.Values{
 			"kind": {"vpc"}, "kind_version": {"1"}, "phase": {"Failed", "Degraded", "Reconciling"},
-			"label_selector": {"team=payments,env=prod"}, "owner": {owner}, "limit": {"50"},
+			"label_selector": {"team=payments,env=prod"}, "owner": {owner}, "limit": {"50"}, "fields": {"-spec,-status"},
 		}
 		if diff := cmp.Diff(want, reqs[0].Query); diff != "" {
 			t.Errorf("query (-want +got):\n%s", diff)
@@ -831,6 +832,48 @@ func TestList(t *testing.T) {
 			r = b.run(t, "", append([]string{"list", "resources"}, args...)...)
 			wantCode(t, r, ExitOK)
 			wantOutput(t, r.stderr, "No resources found.\n")
+		}
+	})
+
+	t.Run("SelectorForms", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.seedKinds(t)
+		b.seed(t, "res", `[{"kind":"vpc","kind_version":1,"name":"a","labels":{"team":"x"}},
+			{"kind":"vpc","kind_version":1,"name":"b","labels":{"team":"y"}},
+			{"kind":"vpc","kind_version":1,"name":"c"}]`)
+		for _, tc := range []struct{ selector, want string }{
+			{"team!=x", "b,c"}, // a resource without the label is not x
+			{"team==y", "b"},
+			{"team in (x, y)", "a,b"},
+			{"team notin (x)", "b,c"},
+			{"team", "a,b"},
+			{"!team", "c"},
+			{"team!=x,team", "b"},
+		} {
+			r := b.run(t, "", "list", "res", "-l", tc.selector, "-o", "json")
+			wantCode(t, r, ExitOK)
+			var got struct {
+				Items []struct {
+					Name string `json:"name"`
+				} `json:"items"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, it := range got.Items {
+				names = append(names, it.Name)
+			}
+			if strings.Join(names, ",") != tc.want {
+				t.Errorf("-l %q listed %v, want %s", tc.selector, names, tc.want)
+			}
+		}
+		// What the grammar cannot read is refused, not an empty list.
+		r := b.run(t, "", "list", "res", "-l", "team in x")
+		wantCode(t, r, ExitFailure)
+		if !strings.Contains(r.stderr, "400 Bad Request") || !strings.Contains(r.stderr, "query.label_selector") {
+			t.Errorf("stderr = %q", r.stderr)
 		}
 	})
 
@@ -860,9 +903,9 @@ func TestList(t *testing.T) {
 			t.Fatalf("want 3 pages, got %v", requestLines(reqs))
 		}
 		wantRequests(t, b,
-			"GET /resources?limit=2",
-			"GET /resources?"+url.Values{"cursor": {reqs[0].NextCursor}, "limit": {"2"}}.Encode(),
-			"GET /resources?"+url.Values{"cursor": {reqs[1].NextCursor}, "limit": {"2"}}.Encode())
+			"GET /resources?"+url.Values{"fields": {"-spec,-status"}, "limit": {"2"}}.Encode(),
+			"GET /resources?"+url.Values{"cursor": {reqs[0].NextCursor}, "fields": {"-spec,-status"}, "limit": {"2"}}.Encode(),
+			"GET /resources?"+url.Values{"cursor": {reqs[1].NextCursor}, "fields": {"-spec,-status"}, "limit": {"2"}}.Encode())
 		if reqs[0].NextCursor == "" || reqs[1].NextCursor == "" || reqs[2].NextCursor != "" {
 			t.Errorf("cursors = %q, %q, %q", reqs[0].NextCursor, reqs[1].NextCursor, reqs[2].NextCursor)
 		}
@@ -888,6 +931,55 @@ vpc    1         e      Reconciling   1     0        60m
 		}
 		if len(got.Items) != 5 || got.Items[4].Name != "e" || got.NextCursor != nil {
 			t.Errorf("merged list = %+v", got)
+		}
+	})
+
+	t.Run("AllFollowsPagesCutByBytes", func(t *testing.T) {
+		t.Parallel()
+		// Pages of 3 kB: the server ends each after one or two of these
+		// objects, well before --limit.
+		b := setupWith(t, apiOptions{listPageBytes: 3000})
+		b.seedKinds(t)
+		var res, pcs []string
+		for _, n := range []string{"a", "b", "c", "d", "e"} {
+			res = append(res, fmt.Sprintf(`{"kind":"vpc","kind_version":1,"name":%q,"spec":{"cidr":%q}}`, n, strings.Repeat("1", 1200)))
+			pcs = append(pcs, fmt.Sprintf(`{"name":"pc-%s","kind":"vpc","kind_version":1,"spec":{"k":%q}}`, n, strings.Repeat("2", 1200)))
+		}
+		b.seed(t, "res", "["+strings.Join(res, ",")+"]")
+		b.seed(t, "pc", "["+strings.Join(pcs, ",")+"]")
+		for _, tc := range []struct{ typ, want string }{{"res", "a,b,c,d,e"}, {"pc", "pc-a,pc-b,pc-c,pc-d,pc-e"}} {
+			b.api.forget()
+			r := b.run(t, "", "list", tc.typ, "--all", "--limit", "1000", "-o", "json")
+			wantCode(t, r, ExitOK)
+			var got struct {
+				Items []struct {
+					Name string `json:"name"`
+				} `json:"items"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, it := range got.Items {
+				names = append(names, it.Name)
+			}
+			if strings.Join(names, ",") != tc.want {
+				t.Errorf("list %s --all listed %v, want %s", tc.typ, names, tc.want)
+			}
+			if n := len(b.api.recorded()); n < 3 {
+				t.Errorf("list %s --all took %d pages, want at least 3 (the byte budget ends them)", tc.typ, n)
+			}
+		}
+		// One page says there is more, and how to get it.
+		b.api.forget()
+		r := b.run(t, "", "list", "pc", "--limit", "1000")
+		wantCode(t, r, ExitOK)
+		next := b.api.recorded()[0].NextCursor
+		wantOutput(t, r.stderr, "More provider configs available: rerun with --all, or with --cursor "+next+" for the next page.\n")
+		r = b.run(t, "", "list", "pc", "--cursor", next)
+		wantCode(t, r, ExitOK)
+		if strings.Contains(r.stdout, "pc-a ") || !strings.Contains(r.stdout, "pc-") {
+			t.Errorf("the next page of provider configs:\n%s", r.stdout)
 		}
 	})
 

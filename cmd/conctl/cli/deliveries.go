@@ -16,9 +16,7 @@ type deliveriesOpts struct {
 	classification string
 	failed         bool
 	since          string
-	limit          int
-	cursor         string
-	all            bool
+	page           pageOpts
 }
 
 func (o *deliveriesOpts) query() (url.Values, error) {
@@ -46,16 +44,7 @@ func (o *deliveriesOpts) query() (url.Values, error) {
 		}
 		q.Set("since", o.since)
 	}
-	if o.limit < 0 {
-		return nil, usagef("invalid --limit %d: must be positive (0 lets the server choose)", o.limit)
-	}
-	if o.limit > 0 {
-		q.Set("limit", strconv.Itoa(o.limit))
-	}
-	if o.cursor != "" {
-		q.Set("cursor", o.cursor)
-	}
-	return q, nil
+	return q, o.page.query(q)
 }
 
 func (a *app) deliveriesCommand() *cobra.Command {
@@ -80,7 +69,7 @@ server's answer. Replay an attempt's task with conctl replay ID.`,
 			if err != nil {
 				return err
 			}
-			return a.list(cmd, typeDelivery, q, o.all)
+			return a.list(cmd, typeDelivery, q, o.page.all)
 		},
 	}
 	f := c.Flags()
@@ -89,9 +78,7 @@ server's answer. Replay an attempt's task with conctl replay ID.`,
 	f.StringVar(&o.classification, "classification", "", "only attempts so classified (ok, task_error, accepted, callback_ok, callback_error, server_error, ...)")
 	f.BoolVar(&o.failed, "failed", false, "only failed attempts")
 	f.StringVar(&o.since, "since", "", "only attempts at or after this RFC 3339 time")
-	f.IntVar(&o.limit, "limit", 0, "page size (0: the server's default)")
-	f.StringVar(&o.cursor, "cursor", "", "start after this cursor (from next_cursor)")
-	f.BoolVar(&o.all, "all", false, "follow next_cursor and list every page")
+	o.page.register(c)
 	return c
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 
 	"github.com/spf13/cobra"
 )
@@ -26,7 +27,9 @@ that gives it a new generation; composed children record none.`,
 			if err != nil {
 				return err
 			}
-			return a.listOf(cmd.Context(), c, p, typeRevision, t.path+"/spec-history", nil)
+			// Every page: the server keeps few revisions, but ends a page
+			// at its byte budget.
+			return a.printList(cmd.Context(), c, p, typeRevision, t.path+"/spec-history", url.Values{}, true)
 		},
 	}
 	ref.register(c)

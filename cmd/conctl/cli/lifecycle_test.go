@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"sync"
@@ -438,4 +439,47 @@ func TestHistoryAndRollback(t *testing.T) {
 	wantCode(t, b.run(t, "", "rollback", "vpc/sample-vpc"), ExitUsage)
 	wantCode(t, b.run(t, "", "rollback", "vpc/sample-vpc", "--revision", "0"), ExitUsage)
 	wantRequests(t, b)
+}
+
+// TestOpsAndHistoryFollowPages: the server ends a page of operations or
+// spec revisions at its byte budget; history reads every page, ops one
+// (saying how to get the next) or, with --all, every page.
+func TestOpsAndHistoryFollowPages(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, apiOptions{listPageBytes: 3000})
+	b.seed(t, "manifest", manifestBox)
+	for i := range 4 {
+		b.seed(t, "res", fmt.Sprintf(`{"kind":"box","kind_version":1,"name":"b1","spec":{"n":%d,"pad":%q}}`, i, strings.Repeat("p", 1200)))
+		wantCode(t, b.run(t, "", "op", "box/b1", "snapshot", "--input", fmt.Sprintf(`{"label": %q}`, strings.Repeat("l", 1200))), ExitOK)
+	}
+	b.api.forget()
+
+	count := func(stdout string) int {
+		t.Helper()
+		var list struct{ Items []json.RawMessage }
+		if err := json.Unmarshal([]byte(stdout), &list); err != nil {
+			t.Fatalf("%v: %q", err, stdout)
+		}
+		return len(list.Items)
+	}
+	r := b.run(t, "", "history", "box/b1", "-o", "json")
+	wantCode(t, r, ExitOK)
+	if n, pages := count(r.stdout), len(b.api.recorded()); n != 4 || pages < 2 {
+		t.Errorf("history listed %d revisions in %d pages, want 4 in several", n, pages)
+	}
+
+	b.api.forget()
+	r = b.run(t, "", "ops", "box/b1", "--all", "-o", "json")
+	wantCode(t, r, ExitOK)
+	if n, pages := count(r.stdout), len(b.api.recorded()); n != 4 || pages < 2 {
+		t.Errorf("ops --all listed %d operations in %d pages, want 4 in several", n, pages)
+	}
+
+	b.api.forget()
+	r = b.run(t, "", "ops", "box/b1")
+	wantCode(t, r, ExitOK)
+	next := b.api.recorded()[0].NextCursor
+	wantOutput(t, r.stderr, "More operations available: rerun with --all, or with --cursor "+next+" for the next page.\n")
+	wantCode(t, b.run(t, "", "ops", "box/b1", "--cursor", next), ExitOK)
+	wantCode(t, b.run(t, "", "ops", "box/b1", "--cancel", "x", "--all"), ExitUsage)
 }

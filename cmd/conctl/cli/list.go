@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -10,6 +11,34 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// pageOpts are the paging flags of a paged list: --limit, --cursor, --all.
+type pageOpts struct {
+	limit  int
+	cursor string
+	all    bool
+}
+
+func (o *pageOpts) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.IntVar(&o.limit, "limit", 0, "page size (0: the server's default); a page may hold fewer, at the server's byte budget")
+	f.StringVar(&o.cursor, "cursor", "", "start after this cursor (from next_cursor)")
+	f.BoolVar(&o.all, "all", false, "follow next_cursor and list every page")
+}
+
+// query adds the flags' parameters to q, or refuses a negative --limit.
+func (o *pageOpts) query(q url.Values) error {
+	if o.limit < 0 {
+		return usagef("invalid --limit %d: must be positive (0 lets the server choose)", o.limit)
+	}
+	if o.limit > 0 {
+		q.Set("limit", strconv.Itoa(o.limit))
+	}
+	if o.cursor != "" {
+		q.Set("cursor", o.cursor)
+	}
+	return nil
+}
+
 type listResourcesOpts struct {
 	kind     string
 	kv       kindVersionOpt
@@ -17,17 +46,12 @@ type listResourcesOpts struct {
 	phaseSet bool // --phase given, perhaps empty
 	selector string
 	owner    string
-	limit    int
-	cursor   string
-	all      bool
+	page     pageOpts
 }
 
 func (o *listResourcesOpts) validate() error {
 	if err := o.kv.validate(false); err != nil {
 		return err
-	}
-	if o.limit < 0 {
-		return usagef("invalid --limit %d: must be positive (0 lets the server choose)", o.limit)
 	}
 	if o.phaseSet && len(o.phases) == 0 {
 		return usagef("empty --phase value")
@@ -40,7 +64,7 @@ func (o *listResourcesOpts) validate() error {
 	return nil
 }
 
-func (o *listResourcesOpts) query() url.Values {
+func (o *listResourcesOpts) query() (url.Values, error) {
 	q := url.Values{}
 	if o.kind != "" {
 		q.Set("kind", o.kind)
@@ -57,13 +81,7 @@ func (o *listResourcesOpts) query() url.Values {
 	if o.owner != "" {
 		q.Set("owner", o.owner)
 	}
-	if o.limit > 0 {
-		q.Set("limit", strconv.Itoa(o.limit))
-	}
-	if o.cursor != "" {
-		q.Set("cursor", o.cursor)
-	}
-	return q
+	return q, o.page.query(q)
 }
 
 func (a *app) listCommand() *cobra.Command {
@@ -93,18 +111,20 @@ default, or as the server returned them with -o json or -o yaml
 				if err := o.validate(); err != nil {
 					return err
 				}
-				return a.list(cmd, typeResource, o.query(), o.all)
+				q, err := o.query()
+				if err != nil {
+					return err
+				}
+				return a.list(cmd, typeResource, q, o.page.all)
 			},
 		}
 		f := c.Flags()
 		f.StringVar(&o.kind, "kind", "", "only this kind")
 		o.kv.register(c, "only this kind version (1..32767)")
 		f.StringSliceVar(&o.phases, "phase", nil, "only these phases; repeatable or comma-separated (union)")
-		f.StringVarP(&o.selector, "selector", "l", "", "label selector, e.g. team=payments,env=prod")
+		f.StringVarP(&o.selector, "selector", "l", "", "label selector, e.g. team=payments,env!=dev or 'team in (a,b),!frozen'")
 		f.StringVar(&o.owner, "owner", "", "only resources owned by this owner")
-		f.IntVar(&o.limit, "limit", 0, "page size (0: the server's default)")
-		f.StringVar(&o.cursor, "cursor", "", "start after this cursor (from next_cursor)")
-		f.BoolVar(&o.all, "all", false, "follow next_cursor and list every page")
+		o.page.register(c)
 		cmd.AddCommand(c)
 	}
 	// manifests
@@ -131,10 +151,11 @@ default, or as the server returned them with -o json or -o yaml
 		var kind string
 		var kv kindVersionOpt
 		var def bool
+		var page pageOpts
 		c := &cobra.Command{
 			Use:     "providerconfig",
 			Aliases: typeProviderConfig.aliases,
-			Short:   "List provider configs",
+			Short:   "List provider configs (paged; --all follows every page)",
 			Args:    noArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				if err := kv.validate(false); err != nil {
@@ -150,12 +171,16 @@ default, or as the server returned them with -o json or -o yaml
 				if cmd.Flags().Changed("default") {
 					q.Set("default", strconv.FormatBool(def))
 				}
-				return a.list(cmd, typeProviderConfig, q, false)
+				if err := page.query(q); err != nil {
+					return err
+				}
+				return a.list(cmd, typeProviderConfig, q, page.all)
 			},
 		}
 		c.Flags().StringVar(&kind, "kind", "", "only this kind")
 		kv.register(c, "only this kind version (1..32767)")
 		c.Flags().BoolVar(&def, "default", false, "only defaults (--default=false: only custom configs)")
+		page.register(c)
 		cmd.AddCommand(c)
 	}
 	// the rest take no filters
@@ -189,7 +214,18 @@ func (a *app) list(cmd *cobra.Command, t *objectType, q url.Values, all bool) er
 	if err != nil {
 		return err
 	}
-	page, raw, err := c.List(cmd.Context(), collectionPath(t), q, all)
+	if t == typeResource && p.format == outputTable {
+		// The table shows neither: left out, they are not even read, and a
+		// page holds --limit resources however large their documents are.
+		q.Set("fields", "-spec,-status")
+	}
+	return a.printList(cmd.Context(), c, p, t, collectionPath(t), q, all)
+}
+
+// printList prints the list answer of path: one page, with a hint on
+// stderr when there are more, or with all every page, merged.
+func (a *app) printList(ctx context.Context, c *Client, p *printer, t *objectType, path string, q url.Values, all bool) error {
+	page, raw, err := c.List(ctx, path, q, all)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -205,15 +204,16 @@ func opProgress(op obj) string {
 func (a *app) opsCommand() *cobra.Command {
 	var (
 		ref    resourceArg
-		limit  int
+		page   pageOpts
 		cancel string
 	)
 	c := &cobra.Command{
-		Use:   "ops KIND/NAME [--limit N] [--cancel ID]",
+		Use:   "ops KIND/NAME [--limit N] [--cursor C] [--all] [--cancel ID]",
 		Short: "List a resource's operations, or cancel one",
-		Long: `Ops lists a resource's operations, newest first (GET …/ops): a table of
-ID, VERB, STATE, AGE and ERROR, or the server's {"items": [...]} with -o json
-or -o yaml.
+		Long: `Ops lists a resource's operations, newest first (GET …/ops), one page
+(--limit; the server may end it earlier at its byte budget) or with --all
+every page: a table of ID, VERB, STATE, AGE and ERROR, or the server's
+{"items": [...]} with -o json or -o yaml.
 
 With --cancel ID it cancels that operation instead (DELETE …/ops/ID) and
 prints its new state; only an operation no provider has taken yet can be
@@ -223,11 +223,14 @@ cancelled (409 otherwise).`,
   conctl ops vpc/sample-vpc --cancel 0b6c5a0e-8f4e-4c52-9b7c-1f0f2e0f6a11`,
 		Args: exactArgs(1, "KIND/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if limit < 0 {
-				return usagef("invalid --limit %d: must be positive (0 lets the server choose)", limit)
+			q := url.Values{}
+			if err := page.query(q); err != nil {
+				return err
 			}
-			if cancel != "" && cmd.Flags().Changed("limit") {
-				return usagef("--limit does not go with --cancel")
+			for _, f := range []string{"limit", "cursor", "all"} {
+				if cancel != "" && cmd.Flags().Changed(f) {
+					return usagef("--%s does not go with --cancel", f)
+				}
 			}
 			t, c, p, err := a.resourceCall(&ref, args[0])
 			if err != nil {
@@ -242,29 +245,11 @@ cancelled (409 otherwise).`,
 					return fmt.Sprintf("operation %s %s", op.str("id"), op.str("state"))
 				})
 			}
-			q := url.Values{}
-			if limit > 0 {
-				q.Set("limit", strconv.Itoa(limit))
-			}
-			return a.listOf(cmd.Context(), c, p, typeOperation, t.path+"/ops", q)
+			return a.printList(cmd.Context(), c, p, typeOperation, t.path+"/ops", q, page.all)
 		},
 	}
 	ref.register(c)
-	c.Flags().IntVar(&limit, "limit", 0, "at most this many, newest first (0: the server's default, 100)")
+	page.register(c)
 	c.Flags().StringVar(&cancel, "cancel", "", "cancel the operation with this id instead of listing")
 	return c
-}
-
-// listOf prints a one-page {"items": [...]} answer of path: a table, or the
-// answer as sent with -o json|yaml.
-func (a *app) listOf(ctx context.Context, c *Client, p *printer, t *objectType, path string, q url.Values) error {
-	page, raw, err := c.List(ctx, path, q, false)
-	if err != nil {
-		return err
-	}
-	if p.format == outputTable && len(page.Items) == 0 {
-		fmt.Fprintf(a.stderr, "No %s found.\n", t.plural)
-		return nil
-	}
-	return p.list(t, page.Items, raw)
 }

@@ -78,6 +78,9 @@ type apiOptions struct {
 	// batchMaxItems is the server's item limit of POST /resources:batch; 0
 	// takes the default.
 	batchMaxItems int
+	// listPageBytes is the server's byte budget of a list page; 0 takes
+	// the default.
+	listPageBytes int
 }
 
 func startAPI(t *testing.T, opts apiOptions) *realAPI {
@@ -102,7 +105,7 @@ func startAPI(t *testing.T, opts apiOptions) *realAPI {
 		Endpoints: &api.EndpointsConfig{Box: box,
 			ValidateURL: func(u string) error { return egress.ValidateTargetURL(u, egress.Policy{}) }},
 	}
-	cfg.BatchMaxItems = opts.batchMaxItems
+	cfg.BatchMaxItems, cfg.ListPageBytes = opts.batchMaxItems, opts.listPageBytes
 	if opts.auth {
 		cfg.AdminTokens, cfg.ReadTokens = []string{testAdminToken}, []string{testReadToken}
 	}

@@ -140,6 +140,11 @@ type Config struct {
 	// Idempotency-Key is kept for its retries (IDEMPOTENCY_KEY_RETENTION,
 	// default 24h).
 	IdempotencyRetention time.Duration
+	// ListPageBytes is the byte budget of a list page of resources,
+	// children, provider configs, operations or spec revisions
+	// (LIST_PAGE_BYTES, default 4 MiB): a page ends early, with a cursor,
+	// before the item that would pass it.
+	ListPageBytes int
 	// MemberID names this process in the cluster view (MEMBER_ID,
 	// default host-pid).
 	MemberID string
@@ -363,6 +368,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	c.DeliveryLogKeep = positiveInt("DELIVERY_LOG_KEEP", store.DeliveryLogKeepDefault)
 	c.SpecHistoryLimit = positiveInt("SPEC_HISTORY_LIMIT", store.SpecHistoryLimitDefault)
 	c.IdempotencyRetention = positiveDuration("IDEMPOTENCY_KEY_RETENTION", api.IdempotencyRetentionDefault, "24h")
+	c.ListPageBytes = positiveInt("LIST_PAGE_BYTES", store.ListBytesDefault)
 	c.ShutdownTimeout = positiveDuration("SHUTDOWN_TIMEOUT", ShutdownTimeoutDefault, "30s")
 	c.DatabaseWait = positiveDuration("DATABASE_WAIT", DatabaseWaitDefault, "60s")
 	c.MemberID = getenv("MEMBER_ID")

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/convergeplane/converge/control/store"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -202,6 +204,25 @@ func TestLoadConfigDurations(t *testing.T) {
 			if _, err := LoadConfig(env(map[string]string{name: v})); err == nil || !strings.Contains(err.Error(), name+`="`+v+`"`) {
 				t.Errorf("%s=%s: err = %v, want one naming it", name, v, err)
 			}
+		}
+	}
+}
+
+// TestLoadConfigListPageBytes: LIST_PAGE_BYTES defaults to the store's
+// budget, takes a positive byte count, and refuses anything else by name.
+func TestLoadConfigListPageBytes(t *testing.T) {
+	t.Parallel()
+	c, err := LoadConfig(env(map[string]string{}))
+	if err != nil || c.ListPageBytes != store.ListBytesDefault {
+		t.Fatalf("default = %d, %v; want %d", c.ListPageBytes, err, store.ListBytesDefault)
+	}
+	c, err = LoadConfig(env(map[string]string{"LIST_PAGE_BYTES": "1048576"}))
+	if err != nil || c.ListPageBytes != 1<<20 {
+		t.Fatalf("LIST_PAGE_BYTES=1048576: %d, %v", c.ListPageBytes, err)
+	}
+	for _, v := range []string{"0", "-1", "4MiB", "1e6"} {
+		if _, err := LoadConfig(env(map[string]string{"LIST_PAGE_BYTES": v})); err == nil || !strings.Contains(err.Error(), `LIST_PAGE_BYTES="`+v+`"`) {
+			t.Errorf("LIST_PAGE_BYTES=%s: err = %v, want one naming it", v, err)
 		}
 	}
 }

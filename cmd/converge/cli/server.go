@@ -476,7 +476,7 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	if !built {
 		s.log.Info("this binary has no web console built in: / serves a page saying how to build it (make ui)")
 	}
-	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens,
+	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens, ListPageBytes: s.cfg.ListPageBytes,
 		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), MetricsRegistry: s.metrics, Console: console, Events: s.events,
 		ReadyChecks: s.readyChecks(), IdempotencyRetention: s.cfg.IdempotencyRetention, HeaderTimeout: s.cfg.HTTPHeaderTimeout,
 		ReadTimeout: s.cfg.HTTPReadTimeout, WriteTimeout: s.cfg.HTTPWriteTimeout, IdleTimeout: s.cfg.HTTPIdleTimeout}

@@ -377,7 +377,7 @@ function RootPicker() {
     async () => {
       const ms = await get<Items<Manifest>>("/manifests");
       const composite = [...new Set(ms.items.filter((m) => (m.reactions ?? []).some((r) => (r.emits ?? []).includes("children"))).map((m) => m.kind))];
-      const lists = await Promise.all(composite.map((k) => get<Items<Resource>>(`/resources?kind=${enc(k)}&limit=50`)));
+      const lists = await Promise.all(composite.map((k) => get<Items<Resource>>(`/resources?kind=${enc(k)}&limit=50&fields=-spec,-status`)));
       return lists.flatMap((l) => l.items).filter((r) => !r.owner_id);
     },
     [],

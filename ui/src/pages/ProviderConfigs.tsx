@@ -6,11 +6,31 @@ import { useLocation } from "../router";
 import type { Items, ProviderConfig } from "../types";
 import { DocEditor, deleteDoc } from "./Documents";
 
+// shown is how many provider configs the page lists at most.
+const shown = 1000;
+
+// firstConfigs reads the first provider configs of kind ("" for every
+// kind), following next_cursor: a page may end before its limit, at the
+// server's byte budget.
+async function firstConfigs(kind: string): Promise<Items<ProviderConfig>> {
+  const items: ProviderConfig[] = [];
+  let cursor = "";
+  do {
+    const q = new URLSearchParams({ limit: String(shown - items.length) });
+    if (kind) q.set("kind", kind);
+    if (cursor) q.set("cursor", cursor);
+    const page = await get<Items<ProviderConfig>>(`/providerconfigs?${q.toString()}`);
+    items.push(...page.items);
+    cursor = page.next_cursor ?? "";
+  } while (cursor && items.length < shown);
+  return { items };
+}
+
 export function ProviderConfigs() {
   const search = useLocation().searchParams;
   const kind = search.get("kind") ?? "";
   const only = search.get("name") ?? "";
-  const list = useLive(() => get<Items<ProviderConfig>>(`/providerconfigs?limit=1000${kind ? `&kind=${encodeURIComponent(kind)}` : ""}`), [kind], ["providerconfigs"]);
+  const list = useLive(() => firstConfigs(kind), [kind], ["providerconfigs"]);
   const [editing, setEditing] = useState<ProviderConfig | "new" | null>(null);
   const [error, setError] = useState<unknown>();
   const items = (list.data?.items ?? []).filter((c) => !only || c.name === only);

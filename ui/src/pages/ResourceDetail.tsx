@@ -185,7 +185,7 @@ export function ResourceDetail({ kind, name }: { kind: string; name: string }) {
         </Section>
       </div>
       <EffectiveConfig r={r} />
-      <Children path={path} />
+      <Children path={path} ownerId={r.id} />
       <Dependencies path={path} />
       <Operations path={path} r={r} onDone={detail.reload} />
       {r.pending_reactions && r.pending_reactions.length > 0 && (
@@ -252,11 +252,15 @@ function EffectiveConfig({ r }: { r: Resource }) {
   );
 }
 
-function Children({ path }: { path: string }) {
-  const kids = useLive(() => get<Items<Resource>>(`${path}/children`), [path], ["resources"], 1000);
+// Children shows the first page of the resource's children, without their
+// specs and statuses (a page ends at the server's byte budget; the list of
+// resources owned by it has them all, page by page).
+function Children({ path, ownerId }: { path: string; ownerId: string }) {
+  const kids = useLive(() => get<Items<Resource>>(`${path}/children?fields=-spec,-status`), [path], ["resources"], 1000);
   const items = kids.data?.items ?? [];
+  const more = !!kids.data?.next_cursor;
   return (
-    <Section title={`Children (${items.length})`}>
+    <Section title={`Children (${items.length}${more ? "+" : ""})`}>
       <ProblemView error={kids.error} />
       {items.length === 0 ? (
         <p className="muted">It owns none.</p>
@@ -271,6 +275,11 @@ function Children({ path }: { path: string }) {
             </li>
           ))}
           {items.length > 200 && <li className="muted">… and {items.length - 200} more (see the graph)</li>}
+          {more && (
+            <li className="muted">
+              … and more: <Link to={`/resources?owner=${enc(ownerId)}`}>all its children</Link>
+            </li>
+          )}
         </ul>
       )}
     </Section>

@@ -28,6 +28,8 @@ export function Resources({ search }: { search: URLSearchParams }) {
   }
   for (const p of selected) query.append("phase", p);
   query.set("limit", limit);
+  // The table shows neither: leaving them out keeps a page to its limit.
+  query.set("fields", "-spec,-status");
   if (cursor) query.set("cursor", cursor);
   const q = query.toString();
 
