@@ -74,6 +74,17 @@ func setupWith(t *testing.T, cfg api.Config, register func(*api.Server, *store.S
 	return b
 }
 
+// endpointsConfig enables the endpoint routes with a fixed test key and an
+// egress policy that lets every URL through.
+func endpointsConfig(t *testing.T) *api.EndpointsConfig {
+	t.Helper()
+	box, err := store.NewSecretBox(bytes.Repeat([]byte{7}, store.SecretKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &api.EndpointsConfig{Box: box, ValidateURL: func(string) error { return nil }}
+}
+
 // response is one answer of the API.
 type response struct {
 	status int

@@ -131,12 +131,5 @@ func (s *Server) getBinding(ctx context.Context, in *namePath) (*versionedOutput
 }
 
 func (s *Server) deleteBinding(ctx context.Context, in *deleteByNameInput) (*struct{}, error) {
-	pre, p := conditionOf(in.IfMatch, store.Precondition{})
-	if p != nil {
-		return nil, p
-	}
-	if err := s.store.DeleteReactorBinding(ctx, in.Name, pre.Precondition); err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path", version: pre.in})
-	}
-	return &struct{}{}, nil
+	return s.deleteNamed(ctx, in, s.store.DeleteReactorBinding)
 }

@@ -1,12 +1,10 @@
 package api_test
 
 import (
-	"bytes"
 	"net/http"
 	"testing"
 
 	"github.com/convergeplane/converge/control/api"
-	"github.com/convergeplane/converge/control/store"
 )
 
 // TestDeliveriesAuth: with tokens on, a read token lists the delivery log
@@ -14,12 +12,8 @@ import (
 // a refused replay writes no event.
 func TestDeliveriesAuth(t *testing.T) {
 	t.Parallel()
-	box, err := store.NewSecretBox(bytes.Repeat([]byte{7}, store.SecretKeyBytes))
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := setup(t, api.Config{ReadTokens: []string{"reader-token"}, AdminTokens: []string{"admin-token"},
-		Endpoints: &api.EndpointsConfig{Box: box, ValidateURL: func(string) error { return nil }}})
+		Endpoints: endpointsConfig(t)})
 	const (
 		read  = "Authorization: Bearer reader-token"
 		admin = "Authorization: Bearer admin-token"

@@ -178,14 +178,7 @@ func (s *Server) getEndpoint(ctx context.Context, in *namePath) (*versionedOutpu
 }
 
 func (s *Server) deleteEndpoint(ctx context.Context, in *deleteByNameInput) (*struct{}, error) {
-	pre, p := conditionOf(in.IfMatch, store.Precondition{})
-	if p != nil {
-		return nil, p
-	}
-	if err := s.store.DeleteEndpoint(ctx, in.Name, pre.Precondition); err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path", version: pre.in})
-	}
-	return &struct{}{}, nil
+	return s.deleteNamed(ctx, in, s.store.DeleteEndpoint)
 }
 
 func (s *Server) rotateEndpointSecret(ctx context.Context, in *namePath) (*bodyOutput[RotatedSecret], error) {

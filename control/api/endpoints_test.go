@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/convergeplane/converge/control/api"
-	"github.com/convergeplane/converge/control/store"
 )
 
 // TestEndpointSuppliedSecret: the signing secret existed only in the answer
@@ -17,11 +16,8 @@ import (
 // now supply the secret on create; it is validated and never echoed.
 func TestEndpointSuppliedSecret(t *testing.T) {
 	t.Parallel()
-	box, err := store.NewSecretBox(bytes.Repeat([]byte{7}, store.SecretKeyBytes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := setup(t, api.Config{Endpoints: &api.EndpointsConfig{Box: box, ValidateURL: func(string) error { return nil }}})
+	ec := endpointsConfig(t)
+	b := setup(t, api.Config{Endpoints: ec})
 	secretOf := func(n int) string {
 		return "whsec_" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x5a}, n))
 	}
@@ -34,7 +30,7 @@ func TestEndpointSuppliedSecret(t *testing.T) {
 	}
 	stored := func(t *testing.T, name string) string {
 		t.Helper()
-		ds, err := b.st.DispatchEndpoints(t.Context(), box)
+		ds, err := b.st.DispatchEndpoints(t.Context(), ec.Box)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,11 +96,7 @@ func TestEndpointSuppliedSecret(t *testing.T) {
 // value outside 1..256 is a problem naming the field.
 func TestEndpointMaxBatch(t *testing.T) {
 	t.Parallel()
-	box, err := store.NewSecretBox(bytes.Repeat([]byte{7}, store.SecretKeyBytes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := setup(t, api.Config{Endpoints: &api.EndpointsConfig{Box: box, ValidateURL: func(string) error { return nil }}})
+	b := setup(t, api.Config{Endpoints: endpointsConfig(t)})
 	body := func(name, extra string) string {
 		return `{"name":"` + name + `","kinds":[{"kind":"vpc","kind_version":1}],"target":{"type":"https","url":"https://p.example/"}` + extra + `}`
 	}

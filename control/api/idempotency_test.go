@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/control/api"
-	"github.com/convergeplane/converge/control/store"
 )
 
 // key is a fresh Idempotency-Key header.
@@ -180,16 +179,8 @@ func TestIdempotencyDuplicatesRace(t *testing.T) {
 // answer that shows a signing secret is stored encrypted.
 func TestIdempotencyPerCaller(t *testing.T) {
 	t.Parallel()
-	raw := make([]byte, store.SecretKeyBytes)
-	if _, err := rand.Read(raw); err != nil {
-		t.Fatal(err)
-	}
-	box, err := store.NewSecretBox(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := setup(t, api.Config{AdminTokens: []string{"admin-token-one-xx", "admin-token-two-xx"},
-		Endpoints: &api.EndpointsConfig{Box: box, ValidateURL: func(string) error { return nil }}})
+		Endpoints: endpointsConfig(t)})
 	one, two := "Authorization: Bearer admin-token-one-xx", "Authorization: Bearer admin-token-two-xx"
 	b.do(http.MethodPut, "/api/v1/kinds/vpc/manifest", fixture(t, "vpc.kind.json"), one).wantApply(t, "created")
 	b.do(http.MethodPost, "/api/v1/endpoints", `{"name":"ep","kinds":[{"kind":"vpc","kind_version":1}],"target":{"type":"https","url":"https://p.example/"}}`, one).

@@ -168,12 +168,5 @@ func (s *Server) getProviderConfig(ctx context.Context, in *namePath) (*versione
 }
 
 func (s *Server) deleteProviderConfig(ctx context.Context, in *deleteByNameInput) (*struct{}, error) {
-	pre, p := conditionOf(in.IfMatch, store.Precondition{})
-	if p != nil {
-		return nil, p
-	}
-	if err := s.store.DeleteProviderConfig(ctx, in.Name, pre.Precondition); err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path", version: pre.in})
-	}
-	return &struct{}{}, nil
+	return s.deleteNamed(ctx, in, s.store.DeleteProviderConfig)
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -80,6 +81,20 @@ func applyCondition(header string, v int64) (precondition, *Problem) {
 		return precondition{}, p
 	}
 	return conditionOf(header, body)
+}
+
+// deleteNamed runs del, a store delete by name, under the condition of
+// in's If-Match.
+func (s *Server) deleteNamed(ctx context.Context, in *deleteByNameInput,
+	del func(context.Context, string, store.Precondition) error) (*struct{}, error) {
+	pre, p := conditionOf(in.IfMatch, store.Precondition{})
+	if p != nil {
+		return nil, p
+	}
+	if err := del(ctx, in.Name, pre.Precondition); err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path", version: pre.in})
+	}
+	return &struct{}{}, nil
 }
 
 // parseIfMatch parses If-Match (RFC 9110 §13.1.1): * or a comma-separated

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"crypto/rand"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/convergeplane/converge/control/api"
-	"github.com/convergeplane/converge/control/store"
 )
 
 // version reads an answer's ETag and checks it names the body's
@@ -158,15 +156,7 @@ func TestConcurrentAppliesOneWins(t *testing.T) {
 // and endpoints answer with their ETag and refuse stale writes and deletes.
 func TestObjectVersionsHTTP(t *testing.T) {
 	t.Parallel()
-	key := make([]byte, store.SecretKeyBytes)
-	if _, err := rand.Read(key); err != nil {
-		t.Fatal(err)
-	}
-	box, err := store.NewSecretBox(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := setup(t, api.Config{Endpoints: &api.EndpointsConfig{Box: box, ValidateURL: func(string) error { return nil }}})
+	b := setup(t, api.Config{Endpoints: endpointsConfig(t)})
 	b.putManifest("vpc", fixture(t, "vpc.kind.json")).wantApply(t, "created")
 	b.putManifest("statussink", fixture(t, "statussink.kind.json")).wantApply(t, "created")
 

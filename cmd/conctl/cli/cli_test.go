@@ -108,6 +108,25 @@ func jsonEqual(t *testing.T, got []byte, want string) {
 	}
 }
 
+// listedNames reads a list's -o json output: its items' names, joined by
+// commas.
+func listedNames(t *testing.T, out string) string {
+	t.Helper()
+	var got struct {
+		Items []struct {
+			Name string `json:"name"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, len(got.Items))
+	for i, it := range got.Items {
+		names[i] = it.Name
+	}
+	return strings.Join(names, ",")
+}
+
 // requestLines renders recorded requests as "METHOD path?query" lines.
 func requestLines(reqs []recordedRequest) []string {
 	var out []string
@@ -853,20 +872,9 @@ func TestList(t *testing.T) {
 		} {
 			r := b.run(t, "", "list", "res", "-l", tc.selector, "-o", "json")
 			wantCode(t, r, ExitOK)
-			var got struct {
-				Items []struct {
-					Name string `json:"name"`
-				} `json:"items"`
-			}
-			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, it := range got.Items {
-				names = append(names, it.Name)
-			}
-			if strings.Join(names, ",") != tc.want {
-				t.Errorf("-l %q listed %v, want %s", tc.selector, names, tc.want)
+			names := listedNames(t, r.stdout)
+			if names != tc.want {
+				t.Errorf("-l %q listed %s, want %s", tc.selector, names, tc.want)
 			}
 		}
 		// What the grammar cannot read is refused, not an empty list.
@@ -951,20 +959,9 @@ vpc    1         e      Reconciling   1     0        60m
 			b.api.forget()
 			r := b.run(t, "", "list", tc.typ, "--all", "--limit", "1000", "-o", "json")
 			wantCode(t, r, ExitOK)
-			var got struct {
-				Items []struct {
-					Name string `json:"name"`
-				} `json:"items"`
-			}
-			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, it := range got.Items {
-				names = append(names, it.Name)
-			}
-			if strings.Join(names, ",") != tc.want {
-				t.Errorf("list %s --all listed %v, want %s", tc.typ, names, tc.want)
+			names := listedNames(t, r.stdout)
+			if names != tc.want {
+				t.Errorf("list %s --all listed %s, want %s", tc.typ, names, tc.want)
 			}
 			if n := len(b.api.recorded()); n < 3 {
 				t.Errorf("list %s --all took %d pages, want at least 3 (the byte budget ends them)", tc.typ, n)
