@@ -144,7 +144,7 @@ func versionProblem(e *store.PreconditionError, from in) *Problem {
 			ProblemError{Location: "header.If-Match", Message: staleMessage(e)})
 	}
 	if e.Current != 0 {
-		p.WithHeader("ETag", etag(e.Current))
+		p = p.WithHeader("ETag", etag(e.Current))
 	}
 	return p
 }

@@ -144,8 +144,7 @@ func TestConcurrentAppliesOneWins(t *testing.T) {
 		}
 		close(gate)
 		wg.Wait()
-		if !(status[0] == http.StatusOK && status[1] == http.StatusPreconditionFailed ||
-			status[1] == http.StatusOK && status[0] == http.StatusPreconditionFailed) {
+		if one, other := min(status[0], status[1]), max(status[0], status[1]); one != http.StatusOK || other != http.StatusPreconditionFailed {
 			t.Fatalf("round %d: statuses %v, want one 200 and one 412", round, status)
 		}
 		v = b.do(http.MethodGet, "/api/v1/resources/widget/w", nil).want(t, http.StatusOK).version(t)

@@ -155,7 +155,7 @@ func recordingFront(t *testing.T, next http.Handler) *realAPI {
 		if a.unavailable.Add(-1) >= 0 {
 			rec.Header().Set("Content-Type", "application/problem+json")
 			rec.WriteHeader(http.StatusServiceUnavailable)
-			rec.WriteString(`{"type":"urn:converge:problem:unavailable","title":"Service Unavailable","status":503,"detail":"no pod is ready","errors":[]}`)
+			_, _ = rec.WriteString(`{"type":"urn:converge:problem:unavailable","title":"Service Unavailable","status":503,"detail":"no pod is ready","errors":[]}`)
 		} else {
 			next.ServeHTTP(rec, r)
 		}
