@@ -3,15 +3,17 @@ SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/convergeplane/converge/internal/version.Version=$(VERSION)
-# The default suite stays well under 20 minutes on 2 cores.
-TEST_TIMEOUT ?= 20m
+# The default suite stays well under 15 minutes on 2 cores; RACE=1 runs it
+# under the race detector (slower: CI's one run of the suite).
+RACE ?=
+TEST_TIMEOUT ?= $(if $(RACE),40m,20m)
 PKGS ?= ./...
 # The AWS Lambda Runtime Interface Emulator, pinned; installed into bin/tools by the
 # first `make test`, which hands it to the functions' end-to-end test.
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart dev test test-race test-docker build functions lint bench bench-demo bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui test-ui bench-ui chromium
+.PHONY: help demo demo-quickstart dev test test-unit test-race test-docker build functions lint bench bench-demo bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui test-ui bench-ui chromium
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -33,11 +35,17 @@ demo-quickstart: build postgres ## the smaller quickstart demo: a five-resource 
 dev: build postgres ## run the control plane on an embedded Postgres (no demo)
 	./bin/converge dev
 
-test: postgres $(RIE) ## run the whole test suite against real Postgres and the Lambda emulator (installs them if missing)
-	AWS_LAMBDA_RIE="$(CURDIR)/$(RIE)" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+test: postgres $(RIE) ## run the whole test suite against real Postgres and the Lambda emulator (installs them if missing; RACE=1: under the race detector)
+	AWS_LAMBDA_RIE="$(CURDIR)/$(RIE)" $(GO) test $(if $(RACE),-race) -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-test-race: postgres $(RIE) ## the suite under the race detector (slower)
-	AWS_LAMBDA_RIE="$(CURDIR)/$(RIE)" $(GO) test -race -count=1 -timeout 40m $(PKGS)
+test-race: ## the suite under the race detector: make test RACE=1
+	$(MAKE) test RACE=1
+
+# The edit-run loop's tier: no PostgreSQL, browser or emulator, and go
+# test's cache is kept, so a package whose code did not change is not run
+# again. scripts/unit-packages.sh finds the packages.
+test-unit: ## the fast tier: every package whose tests need no PostgreSQL, browser or Lambda emulator (~25 s warm)
+	$(GO) test $$(./scripts/unit-packages.sh)
 
 # Opt-in: the Docker client and testcontainers are compiled in only under
 # -tags testcontainers, so the default suite never needs Docker.
@@ -92,7 +100,8 @@ $(RIE):
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-lint: $(GOLANGCI_LINT) ## golangci-lint (.golangci.yml: gofmt, go vet, staticcheck, errcheck, revive, gocritic, nolintlint)
+lint: $(GOLANGCI_LINT) ## no tracked binaries or big files (scripts/check-tracked.sh), then golangci-lint (.golangci.yml: gofmt, go vet, staticcheck, errcheck, revive, gocritic, nolintlint)
+	./scripts/check-tracked.sh
 	$(GOLANGCI_LINT) run ./...
 
 $(GOLANGCI_LINT):

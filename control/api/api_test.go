@@ -109,8 +109,19 @@ func (r response) object(t *testing.T) map[string]any {
 }
 
 // do sends one request through the app. body is sent as is when it is a
-// string or []byte, else JSON-encoded; hdr is "Name: value" pairs.
+// string or []byte, else JSON-encoded; hdr is "Name: value" pairs. A
+// transport error fails the test.
 func (b *testBundle) do(method, path string, body any, hdr ...string) response {
+	b.t.Helper()
+	r, err := b.try(method, path, body, hdr...)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return r
+}
+
+// try is do, returning a transport error instead of failing the test.
+func (b *testBundle) try(method, path string, body any, hdr ...string) (response, error) {
 	b.t.Helper()
 	var raw []byte
 	switch v := body.(type) {
@@ -138,16 +149,16 @@ func (b *testBundle) do(method, path string, body any, hdr ...string) response {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		b.t.Fatalf("%s %s: %v", method, path, err)
+		return response{}, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	if err != nil {
-		b.t.Fatalf("%s %s: read answer: %v", method, path, err)
+		return response{}, fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
 	r := response{status: resp.StatusCode, header: resp.Header, body: out}
 	b.record(method, path, req.Header, raw, r)
-	return r
+	return r, nil
 }
 
 func (b *testBundle) record(method, path string, h http.Header, body []byte, r response) {

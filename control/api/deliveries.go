@@ -18,11 +18,6 @@ type DeliveryList struct {
 	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as ?cursor= for the next (older) page; absent on the last page."`
 }
 
-type listDeliveriesOutput struct {
-	NextCursor string `header:"X-Next-Cursor" doc:"Same as body.next_cursor."`
-	Body       DeliveryList
-}
-
 // DeliveryQuery are the filters both delivery lists take (exported: huma
 // reads the parameters of an embedded struct only when its type is).
 type DeliveryQuery struct {
@@ -106,23 +101,23 @@ func (s *Server) registerDeliveries() {
 	}, nil, s.listEndpointDeliveries)
 }
 
-func (s *Server) listDeliveries(ctx context.Context, in *listDeliveriesInput) (*listDeliveriesOutput, error) {
+func (s *Server) listDeliveries(ctx context.Context, in *listDeliveriesInput) (*pageOutput[DeliveryList], error) {
 	return s.deliveries(ctx, in.filter(in.Endpoint), in.DeliveryQuery)
 }
 
-func (s *Server) listEndpointDeliveries(ctx context.Context, in *endpointDeliveriesInput) (*listDeliveriesOutput, error) {
+func (s *Server) listEndpointDeliveries(ctx context.Context, in *endpointDeliveriesInput) (*pageOutput[DeliveryList], error) {
 	if _, err := s.store.GetEndpoint(ctx, in.Name); err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
 	return s.deliveries(ctx, in.filter(in.Name), in.DeliveryQuery)
 }
 
-func (s *Server) deliveries(ctx context.Context, f store.DeliveryFilter, q DeliveryQuery) (*listDeliveriesOutput, error) {
+func (s *Server) deliveries(ctx context.Context, f store.DeliveryFilter, q DeliveryQuery) (*pageOutput[DeliveryList], error) {
 	page, err := s.store.ListDeliveries(ctx, f)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "query", value: q.value})
 	}
-	return &listDeliveriesOutput{NextCursor: page.NextCursor, Body: DeliveryList{Items: page.Items, NextCursor: page.NextCursor}}, nil
+	return &pageOutput[DeliveryList]{NextCursor: page.NextCursor, Body: DeliveryList{Items: page.Items, NextCursor: page.NextCursor}}, nil
 }
 
 func (s *Server) getDelivery(ctx context.Context, in *deliveryPath) (*bodyOutput[store.Delivery], error) {

@@ -39,11 +39,6 @@ type childrenInput struct {
 	Cursor string `query:"cursor" doc:"The next_cursor of the previous page."`
 }
 
-type childrenOutput struct {
-	NextCursor string `header:"X-Next-Cursor" doc:"Same as body.next_cursor."`
-	Body       ChildList
-}
-
 type eventsInput struct {
 	Kind   string `path:"kind" doc:"The kind."`
 	Name   string `path:"name" doc:"The resource name."`
@@ -163,7 +158,7 @@ func (s *Server) listEvents(ctx context.Context, in *eventsInput) (*bodyOutput[E
 	return &bodyOutput[EventList]{Body: out}, nil
 }
 
-func (s *Server) listChildren(ctx context.Context, in *childrenInput) (*childrenOutput, error) {
+func (s *Server) listChildren(ctx context.Context, in *childrenInput) (*pageOutput[ChildList], error) {
 	fields, p := parseFields(in.Fields)
 	if p != nil {
 		return nil, p
@@ -176,7 +171,7 @@ func (s *Server) listChildren(ctx context.Context, in *childrenInput) (*children
 	if err != nil {
 		return nil, s.problemFor(ctx, err, pageProblem(in.Cursor))
 	}
-	return &childrenOutput{NextCursor: page.NextCursor, Body: ChildList{Items: listed(page.Items), NextCursor: page.NextCursor}}, nil
+	return &pageOutput[ChildList]{NextCursor: page.NextCursor, Body: ChildList{Items: listed(page.Items), NextCursor: page.NextCursor}}, nil
 }
 
 func (s *Server) getDependencies(ctx context.Context, in *resourcePath) (*bodyOutput[Dependencies], error) {

@@ -42,6 +42,13 @@ type bodyOutput[T any] struct {
 	Body T
 }
 
+// pageOutput is the answer of a list: one page, its cursor also in
+// X-Next-Cursor.
+type pageOutput[T any] struct {
+	NextCursor string `header:"X-Next-Cursor" doc:"Same as body.next_cursor."`
+	Body       T
+}
+
 // versionedOutput is the answer of a read or delete of one object that
 // carries a resource_version.
 type versionedOutput[T any] struct {

@@ -34,11 +34,6 @@ type SpecHistory struct {
 	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as ?cursor= for older revisions; absent on the last page. A page ends when the next revision would take it past the server's byte budget (LIST_PAGE_BYTES)."`
 }
 
-type pageOutput[T any] struct {
-	NextCursor string `header:"X-Next-Cursor" doc:"Same as body.next_cursor."`
-	Body       T
-}
-
 // RollbackRequest is the body of POST /resources/{kind}/{name}/rollback.
 type RollbackRequest struct {
 	Revision json.RawMessage `json:"revision" doc:"The spec revision to re-apply (see spec-history)." example:"3"`

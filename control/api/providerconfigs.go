@@ -52,11 +52,6 @@ type ProviderConfigList struct {
 	NextCursor string                 `json:"next_cursor,omitempty" doc:"Pass as ?cursor= for the next page; absent on the last page."`
 }
 
-type listProviderConfigsOutput struct {
-	NextCursor string `header:"X-Next-Cursor"`
-	Body       ProviderConfigList
-}
-
 type listProviderConfigsInput struct {
 	Kind        string `query:"kind" doc:"Only this kind."`
 	KindVersion int    `query:"kind_version" minimum:"1" maximum:"32767" doc:"Only this kind version."`
@@ -144,7 +139,7 @@ func configSpecProblem(spec json.RawMessage) *Problem {
 		ProblemError{Location: loc, Message: msg, Value: value, Pointer: "/spec", Keyword: "type"})
 }
 
-func (s *Server) listProviderConfigs(ctx context.Context, in *listProviderConfigsInput) (*listProviderConfigsOutput, error) {
+func (s *Server) listProviderConfigs(ctx context.Context, in *listProviderConfigsInput) (*pageOutput[ProviderConfigList], error) {
 	params := store.ListProviderConfigsParams{Kind: in.Kind, KindVersion: in.KindVersion, Limit: in.Limit,
 		MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor}
 	if in.Default != "" {
@@ -155,7 +150,7 @@ func (s *Server) listProviderConfigs(ctx context.Context, in *listProviderConfig
 	if err != nil {
 		return nil, s.problemFor(ctx, err, pageProblem(in.Cursor))
 	}
-	return &listProviderConfigsOutput{NextCursor: page.NextCursor,
+	return &pageOutput[ProviderConfigList]{NextCursor: page.NextCursor,
 		Body: ProviderConfigList{Items: page.Items, NextCursor: page.NextCursor}}, nil
 }
 

@@ -92,11 +92,6 @@ func parseFields(s string) (store.ResourceFields, *Problem) {
 	return f, nil
 }
 
-type listResourcesOutput struct {
-	NextCursor string `header:"X-Next-Cursor" doc:"Same as body.next_cursor."`
-	Body       ResourceList
-}
-
 type listResourcesInput struct {
 	Kind          string   `query:"kind" doc:"Only this kind."`
 	KindVersion   int      `query:"kind_version" minimum:"1" maximum:"32767" doc:"Only this kind version."`
@@ -259,7 +254,7 @@ func (s *Server) getResource(ctx context.Context, in *resourcePath) (*versionedO
 	return &versionedOutput[ResourceView]{ETag: etag(r.ResourceVersion), Body: v}, nil
 }
 
-func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*listResourcesOutput, error) {
+func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*pageOutput[ResourceList], error) {
 	selector, p := parseSelector(in.LabelSelector)
 	if p != nil {
 		return nil, p
@@ -295,7 +290,7 @@ func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*li
 			return nil
 		}})
 	}
-	return &listResourcesOutput{NextCursor: page.NextCursor, Body: ResourceList{Items: listed(page.Items), NextCursor: page.NextCursor}}, nil
+	return &pageOutput[ResourceList]{NextCursor: page.NextCursor, Body: ResourceList{Items: listed(page.Items), NextCursor: page.NextCursor}}, nil
 }
 
 func (s *Server) deleteResource(ctx context.Context, in *deleteResourceInput) (*versionedOutput[model.Resource], error) {

@@ -215,21 +215,14 @@ type DeliveryFilter struct {
 	Cursor string
 }
 
-// DeliveryPage is one page of the delivery log.
-type DeliveryPage struct {
-	Items []Delivery
-	// NextCursor continues the listing; "" on the last page.
-	NextCursor string
-}
-
 // ListDeliveries pages through the delivery log newest first with an id
 // keyset cursor; each filter is served by an index (endpoint, resource,
 // failures) and the rest are checked on the rows that range returns.
 // Invalid parameters are an *InvalidError naming the parameter.
-func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryPage, error) {
+func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (Page[Delivery], error) {
 	limit, err := pageLimit(f.Limit)
 	if err != nil {
-		return DeliveryPage{}, err
+		return Page[Delivery]{}, err
 	}
 	var (
 		q   strings.Builder
@@ -244,16 +237,16 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 	case f.Kind != "" && f.Name != "":
 		q.WriteString(` AND d.kind = ` + arg(f.Kind) + ` AND d.name = ` + arg(f.Name))
 	case f.Kind != "":
-		return DeliveryPage{}, &InvalidError{Location: "name", Message: "is required with kind: a resource is its kind and name"}
+		return Page[Delivery]{}, &InvalidError{Location: "name", Message: "is required with kind: a resource is its kind and name"}
 	case f.Name != "":
-		return DeliveryPage{}, &InvalidError{Location: "kind", Message: "is required with name: a resource is its kind and name"}
+		return Page[Delivery]{}, &InvalidError{Location: "kind", Message: "is required with name: a resource is its kind and name"}
 	}
 	if f.ResourceID != "" {
 		q.WriteString(` AND d.resource_id = ` + arg(f.ResourceID) + `::uuid`)
 	}
 	if f.Classification != "" {
 		if !slices.Contains(DeliveryClassifications, f.Classification) {
-			return DeliveryPage{}, &InvalidError{Location: "classification",
+			return Page[Delivery]{}, &InvalidError{Location: "classification",
 				Message: fmt.Sprintf("%q is not one of %s", f.Classification, strings.Join(DeliveryClassifications, ", "))}
 		}
 		q.WriteString(` AND d.classification = ` + arg(f.Classification))
@@ -267,20 +260,20 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 	if f.Cursor != "" {
 		id, err := decodeDeliveryCursor(f.Cursor)
 		if err != nil {
-			return DeliveryPage{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
+			return Page[Delivery]{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
 		}
 		q.WriteString(` AND d.id < ` + arg(id))
 	}
 	q.WriteString(` ORDER BY d.id DESC LIMIT ` + arg(limit+1))
 	rows, err := s.reader(ctx).Query(ctx, q.String(), qa...)
 	if err != nil {
-		return DeliveryPage{}, fmt.Errorf("list deliveries: %w", err)
+		return Page[Delivery]{}, fmt.Errorf("list deliveries: %w", err)
 	}
 	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) { return scanDelivery(r) })
 	if err != nil {
-		return DeliveryPage{}, fmt.Errorf("list deliveries: %w", err)
+		return Page[Delivery]{}, fmt.Errorf("list deliveries: %w", err)
 	}
-	page := DeliveryPage{Items: items}
+	page := Page[Delivery]{Items: items}
 	if len(items) > limit {
 		page.Items = items[:limit]
 		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte("d" + strconv.FormatInt(page.Items[limit-1].ID, 10)))

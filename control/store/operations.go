@@ -140,25 +140,18 @@ type ListOperationsParams struct {
 	Cursor string
 }
 
-// OperationPage is one page of a resource's operations, newest first.
-type OperationPage struct {
-	Items []Operation
-	// NextCursor continues the listing; "" on the last page.
-	NextCursor string
-}
-
 // ListOperations pages through the operations of (kind, name), newest
 // first, up to Limit a page and ending early at MaxBytes (see
 // collectPage).
-func (s *Store) ListOperations(ctx context.Context, p ListOperationsParams) (OperationPage, error) {
+func (s *Store) ListOperations(ctx context.Context, p ListOperationsParams) (Page[Operation], error) {
 	limit, err := pageLimit(p.Limit)
 	if err != nil {
-		return OperationPage{}, err
+		return Page[Operation]{}, err
 	}
 	budget := pageBudget(p.MaxBytes)
 	rid, err := s.ResourceID(ctx, p.Kind, p.Name)
 	if err != nil {
-		return OperationPage{}, err
+		return Page[Operation]{}, err
 	}
 	var (
 		qa  queryArgs
@@ -169,13 +162,13 @@ func (s *Store) ListOperations(ctx context.Context, p ListOperationsParams) (Ope
 	if p.Cursor != "" {
 		at, id, err := decodeCursor(p.Cursor)
 		if err != nil {
-			return OperationPage{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
+			return Page[Operation]{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
 		}
 		q += ` AND (o.created_at, o.id) < (` + arg(at) + `, ` + arg(id) + `)`
 	}
 	rows, err := s.reader(ctx).Query(ctx, pageSQL(q, "created_at DESC, id DESC", arg(limit), arg(budget)), qa...)
 	if err != nil {
-		return OperationPage{}, fmt.Errorf("list operations of %s/%s: %w", p.Kind, p.Name, err)
+		return Page[Operation]{}, fmt.Errorf("list operations of %s/%s: %w", p.Kind, p.Name, err)
 	}
 	ops, more, err := collectPage(rows, budget, func(row pgx.CollectableRow) (Operation, bool, error) {
 		var next bool
@@ -183,9 +176,9 @@ func (s *Store) ListOperations(ctx context.Context, p ListOperationsParams) (Ope
 		return op, next, err
 	})
 	if err != nil {
-		return OperationPage{}, fmt.Errorf("list operations of %s/%s: %w", p.Kind, p.Name, err)
+		return Page[Operation]{}, fmt.Errorf("list operations of %s/%s: %w", p.Kind, p.Name, err)
 	}
-	page := OperationPage{Items: ops}
+	page := Page[Operation]{Items: ops}
 	if more {
 		last := ops[len(ops)-1]
 		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)

@@ -4,6 +4,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Page is one page of a list: its items, in the list's order, and the
+// cursor that continues it ("" on the last page).
+type Page[T any] struct {
+	Items      []T
+	NextCursor string
+}
+
 // ListBytesDefault is the byte budget of a list page when its params leave
 // it 0: a page ends early, with a cursor, before the row that would take
 // the bytes read for it past the budget (see collectPage).

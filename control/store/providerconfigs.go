@@ -240,18 +240,12 @@ type ListProviderConfigsParams struct {
 	Cursor string
 }
 
-// ProviderConfigPage is one page of provider configs in name order.
-type ProviderConfigPage struct {
-	Items      []ProviderConfig
-	NextCursor string
-}
-
 // ListProviderConfigs pages through provider configs by name, up to Limit
 // a page and ending early at MaxBytes (see collectPage).
-func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsParams) (ProviderConfigPage, error) {
+func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsParams) (Page[ProviderConfig], error) {
 	limit, err := pageLimit(p.Limit)
 	if err != nil {
-		return ProviderConfigPage{}, err
+		return Page[ProviderConfig]{}, err
 	}
 	budget := pageBudget(p.MaxBytes)
 	var (
@@ -266,7 +260,7 @@ func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsPa
 	}
 	if p.KindVersion != 0 {
 		if !model.ValidKindVersion(p.KindVersion) {
-			return ProviderConfigPage{}, &InvalidError{Location: "kind_version", Message: fmt.Sprintf("must be in 1..%d", model.MaxKindVersion)}
+			return Page[ProviderConfig]{}, &InvalidError{Location: "kind_version", Message: fmt.Sprintf("must be in 1..%d", model.MaxKindVersion)}
 		}
 		q.WriteString(` AND kind_version = ` + arg(p.KindVersion))
 	}
@@ -276,13 +270,13 @@ func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsPa
 	if p.Cursor != "" {
 		after, err := base64.RawURLEncoding.DecodeString(p.Cursor)
 		if err != nil || len(after) == 0 {
-			return ProviderConfigPage{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
+			return Page[ProviderConfig]{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
 		}
 		q.WriteString(` AND name > ` + arg(string(after)))
 	}
 	rows, err := s.reader(ctx).Query(ctx, pageSQL(q.String(), "name", arg(limit), arg(budget)), qa...)
 	if err != nil {
-		return ProviderConfigPage{}, fmt.Errorf("list provider configs: %w", err)
+		return Page[ProviderConfig]{}, fmt.Errorf("list provider configs: %w", err)
 	}
 	items, more, err := collectPage(rows, budget, func(row pgx.CollectableRow) (ProviderConfig, bool, error) {
 		r, err := pgx.RowToStructByName[struct {
@@ -292,9 +286,9 @@ func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsPa
 		return r.ProviderConfig, r.More, err
 	})
 	if err != nil {
-		return ProviderConfigPage{}, fmt.Errorf("list provider configs: %w", err)
+		return Page[ProviderConfig]{}, fmt.Errorf("list provider configs: %w", err)
 	}
-	page := ProviderConfigPage{Items: items}
+	page := Page[ProviderConfig]{Items: items}
 	if more {
 		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(items[len(items)-1].Name))
 	}

@@ -29,7 +29,7 @@ type ChildrenParams struct {
 // Children pages through the resources a composite owns directly, by kind
 // and name: as many as MaxBytes holds (see collectPage). An invalid cursor
 // is an *InvalidError.
-func (s *Store) Children(ctx context.Context, p ChildrenParams) (ResourcePage, error) {
+func (s *Store) Children(ctx context.Context, p ChildrenParams) (Page[model.Resource], error) {
 	budget := pageBudget(p.MaxBytes)
 	var (
 		qa  queryArgs
@@ -40,19 +40,19 @@ func (s *Store) Children(ctx context.Context, p ChildrenParams) (ResourcePage, e
 		after, err := base64.RawURLEncoding.DecodeString(p.Cursor)
 		kind, name, ok := strings.Cut(string(after), "/")
 		if err != nil || !ok {
-			return ResourcePage{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
+			return Page[model.Resource]{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
 		}
 		q += ` AND (r.kind, r.name) > (` + arg(kind) + `, ` + arg(name) + `)`
 	}
 	rows, err := s.reader(ctx).Query(ctx, pageSQL(q, "kind, name", "ALL", arg(budget)), qa...)
 	if err != nil {
-		return ResourcePage{}, fmt.Errorf("children: %w", err)
+		return Page[model.Resource]{}, fmt.Errorf("children: %w", err)
 	}
 	items, more, err := collectPage(rows, budget, scanListed)
 	if err != nil {
-		return ResourcePage{}, fmt.Errorf("children: %w", err)
+		return Page[model.Resource]{}, fmt.Errorf("children: %w", err)
 	}
-	page := ResourcePage{Items: items}
+	page := Page[model.Resource]{Items: items}
 	if more {
 		last := items[len(items)-1]
 		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(last.Kind + "/" + last.Name))

@@ -574,22 +574,15 @@ const (
 	FailureTerminal = "terminal"
 )
 
-// ResourcePage is one page of resources in creation order.
-type ResourcePage struct {
-	Items []model.Resource
-	// NextCursor continues the listing; "" on the last page.
-	NextCursor string
-}
-
 // ListResources pages through resources in (created_at, id) order with a
 // keyset cursor: each page is one indexed range scan, stable under
 // concurrent inserts, and no total is counted. A page holds up to Limit
 // resources and ends early at MaxBytes (see collectPage). Invalid
 // parameters return *InvalidError naming the parameter.
-func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (ResourcePage, error) {
+func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Page[model.Resource], error) {
 	limit, err := pageLimit(p.Limit)
 	if err != nil {
-		return ResourcePage{}, err
+		return Page[model.Resource]{}, err
 	}
 	budget := pageBudget(p.MaxBytes)
 	var (
@@ -603,7 +596,7 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 	}
 	if p.KindVersion != 0 {
 		if !model.ValidKindVersion(p.KindVersion) {
-			return ResourcePage{}, &InvalidError{Location: "kind_version", Message: fmt.Sprintf("must be in 1..%d", model.MaxKindVersion)}
+			return Page[model.Resource]{}, &InvalidError{Location: "kind_version", Message: fmt.Sprintf("must be in 1..%d", model.MaxKindVersion)}
 		}
 		q.WriteString(` AND r.kind_version = ` + arg(p.KindVersion))
 	}
@@ -611,7 +604,7 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 		phases := make([]string, len(p.Phases))
 		for i, ph := range p.Phases {
 			if !slices.Contains(model.Phases, ph) {
-				return ResourcePage{}, &InvalidError{Location: "phase", Message: fmt.Sprintf("%q is not one of %s", ph, phaseNames())}
+				return Page[model.Resource]{}, &InvalidError{Location: "phase", Message: fmt.Sprintf("%q is not one of %s", ph, phaseNames())}
 			}
 			phases[i] = string(ph)
 		}
@@ -619,14 +612,14 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 	}
 	if len(p.Selector) > 0 {
 		if err := p.Selector.validate(); err != nil {
-			return ResourcePage{}, err
+			return Page[model.Resource]{}, err
 		}
 		q.WriteString(` AND ` + p.Selector.where("r.labels", arg))
 	}
 	if p.OwnerID != "" {
 		id, err := uuid.Parse(p.OwnerID)
 		if err != nil {
-			return ResourcePage{}, &InvalidError{Location: "owner", Message: "must be a resource id (a UUID)"}
+			return Page[model.Resource]{}, &InvalidError{Location: "owner", Message: "must be a resource id (a UUID)"}
 		}
 		q.WriteString(` AND r.owner_id = ` + arg(id))
 	}
@@ -639,7 +632,7 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 	case FailureTerminal:
 		q.WriteString(` AND r.failure_gen > 0 AND r.failure_gen = r.generation AND r.failure_terminal`)
 	default:
-		return ResourcePage{}, &InvalidError{Location: "failure", Message: fmt.Sprintf("must be %s or %s", FailureRetrying, FailureTerminal)}
+		return Page[model.Resource]{}, &InvalidError{Location: "failure", Message: fmt.Sprintf("must be %s or %s", FailureRetrying, FailureTerminal)}
 	}
 	if p.NamePrefix != "" {
 		q.WriteString(` AND starts_with(r.name, ` + arg(p.NamePrefix) + `)`)
@@ -647,20 +640,20 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Resou
 	if p.Cursor != "" {
 		at, id, err := decodeCursor(p.Cursor)
 		if err != nil {
-			return ResourcePage{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
+			return Page[model.Resource]{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
 		}
 		q.WriteString(` AND (r.created_at, r.id) > (` + arg(at) + `, ` + arg(id) + `)`)
 	}
 	sql := pageSQL(q.String(), "created_at, id", arg(limit), arg(budget))
 	rows, err := s.reader(ctx).Query(ctx, sql, qa...)
 	if err != nil {
-		return ResourcePage{}, fmt.Errorf("list resources: %w", err)
+		return Page[model.Resource]{}, fmt.Errorf("list resources: %w", err)
 	}
 	items, more, err := collectPage(rows, budget, scanListed)
 	if err != nil {
-		return ResourcePage{}, fmt.Errorf("list resources: %w", err)
+		return Page[model.Resource]{}, fmt.Errorf("list resources: %w", err)
 	}
-	page := ResourcePage{Items: items}
+	page := Page[model.Resource]{Items: items}
 	if more {
 		last := items[len(items)-1]
 		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)

@@ -45,20 +45,13 @@ type SpecHistoryParams struct {
 	Cursor string
 }
 
-// SpecHistoryPage is one page of a resource's spec revisions, newest first.
-type SpecHistoryPage struct {
-	Items []SpecRevision
-	// NextCursor continues the listing; "" on the last page.
-	NextCursor string
-}
-
 // SpecHistory pages through the kept revisions of (kind, name), newest
 // first: as many as MaxBytes holds (see collectPage).
-func (s *Store) SpecHistory(ctx context.Context, p SpecHistoryParams) (SpecHistoryPage, error) {
+func (s *Store) SpecHistory(ctx context.Context, p SpecHistoryParams) (Page[SpecRevision], error) {
 	budget := pageBudget(p.MaxBytes)
 	rid, err := s.ResourceID(ctx, p.Kind, p.Name)
 	if err != nil {
-		return SpecHistoryPage{}, err
+		return Page[SpecRevision]{}, err
 	}
 	var (
 		qa  queryArgs
@@ -70,13 +63,13 @@ func (s *Store) SpecHistory(ctx context.Context, p SpecHistoryParams) (SpecHisto
 		b, err := base64.RawURLEncoding.DecodeString(p.Cursor)
 		before, perr := strconv.ParseInt(string(b), 10, 64)
 		if err != nil || perr != nil {
-			return SpecHistoryPage{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
+			return Page[SpecRevision]{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
 		}
 		q += ` AND h.revision < ` + arg(before)
 	}
 	rows, err := s.reader(ctx).Query(ctx, pageSQL(q, "revision DESC", "ALL", arg(budget)), qa...)
 	if err != nil {
-		return SpecHistoryPage{}, fmt.Errorf("spec history of %s/%s: %w", p.Kind, p.Name, err)
+		return Page[SpecRevision]{}, fmt.Errorf("spec history of %s/%s: %w", p.Kind, p.Name, err)
 	}
 	revs, more, err := collectPage(rows, budget, func(row pgx.CollectableRow) (SpecRevision, bool, error) {
 		var next bool
@@ -84,9 +77,9 @@ func (s *Store) SpecHistory(ctx context.Context, p SpecHistoryParams) (SpecHisto
 		return r, next, err
 	})
 	if err != nil {
-		return SpecHistoryPage{}, fmt.Errorf("spec history of %s/%s: %w", p.Kind, p.Name, err)
+		return Page[SpecRevision]{}, fmt.Errorf("spec history of %s/%s: %w", p.Kind, p.Name, err)
 	}
-	page := SpecHistoryPage{Items: revs}
+	page := Page[SpecRevision]{Items: revs}
 	if more {
 		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(revs[len(revs)-1].Revision, 10)))
 	}
