@@ -100,8 +100,9 @@ $(RIE):
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-lint: $(GOLANGCI_LINT) ## no tracked binaries or big files (scripts/check-tracked.sh), then golangci-lint (.golangci.yml: gofmt, go vet, staticcheck, errcheck, revive, gocritic, nolintlint)
+lint: $(GOLANGCI_LINT) ## no tracked binaries or big files (scripts/check-tracked.sh), no measured figures in code comments (scripts/check-comment-figures.sh), then golangci-lint (.golangci.yml: gofmt, go vet, staticcheck, errcheck, revive, gocritic, nolintlint)
 	./scripts/check-tracked.sh
+	./scripts/check-comment-figures.sh
 	$(GOLANGCI_LINT) run ./...
 
 $(GOLANGCI_LINT):

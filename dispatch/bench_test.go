@@ -173,8 +173,8 @@ func newBenchDB(tb testing.TB) *benchDB {
 // process configures its own (store.PoolDefaults) and its connections
 // opened and warmed before anything is timed, as a running process has
 // them. Cold, a run's first second went to loading catalogs and plans on
-// 20 new backends: 60 % of the tasks claimed in it took over 200 ms from
-// claim to applied, and none after it.
+// 20 new backends, and the tasks claimed in it made the run's whole
+// latency tail.
 func benchPool(tb testing.TB) *pgtest.Database {
 	tb.Helper()
 	db := pgtest.NewWith(tb, func(c *pgxpool.Config) { store.PoolDefaults(c, benchLog) })

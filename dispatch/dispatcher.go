@@ -509,11 +509,12 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	// completer, and its endpoint slot is free again as soon as the answer
 	// came. When the database records results slower than endpoints answer,
 	// finished deliveries wait on the completer, so the slots alone do not
-	// bound what this pod holds: at a million resources it held 57k claimed
-	// tasks and 3.4 GiB. Tracked tasks are capped at the endpoints' capacity
-	// plus one claim; with the completer's queue, the batch it gathers and
-	// the batches it is writing, a pod holds at most capacity + 6·BatchSize
-	// tasks.
+	// bound what this pod holds: at a million resources the claim loop kept
+	// claiming while results piled up behind the completer, and the pod's
+	// memory grew with them. Tracked tasks are capped at the endpoints'
+	// capacity plus one claim; with the completer's queue, the batch it
+	// gathers and the batches it is writing, a pod holds at most
+	// capacity + 6·BatchSize tasks.
 	room := capacity + d.cfg.BatchSize - d.InFlight()
 	if room < min(spare, d.cfg.BatchSize) {
 		d.throttled.Store(true)

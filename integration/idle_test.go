@@ -11,8 +11,9 @@ import (
 // TestIdleServerIsQuiet: a whole server (ROLE all) with nothing to do
 // commits a handful of transactions a second (heartbeat, drain and claim
 // polls, the reaper), not a loop of them. A self-sustaining wake-up loop
-// (as the heartbeat's cluster_changed storm was: ~2,400 beats a second)
-// shows up here as thousands of commits in the window.
+// (as the heartbeat's cluster_changed storm was: each beat's NOTIFY woke
+// every member into beating again) shows up here as thousands of commits
+// in the window.
 func TestIdleServerIsQuiet(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t, engineOpts{noDrain: true})

@@ -130,8 +130,8 @@ func (e *Endpoint) heartbeat(rn *run) {
 		case <-tick.C:
 		}
 		// Built at the first beat: most asynchronous Work ends before one
-		// is due, and building it up front was 3.7 % of the async batched
-		// benchmark's CPU.
+		// is due, and building it up front cost every task its parse and
+		// encoding.
 		if hbURL == "" {
 			u, err := HeartbeatURL(cb.URL)
 			if err != nil {

@@ -64,8 +64,8 @@ type providerSlot struct {
 	seen   bool
 	cfgSum [sha256.Size]byte
 	// The last config's bytes as delivered: almost every delivery repeats
-	// them, and comparing bytes skips the compaction and hash (4.5 % of a
-	// batched benchmark's CPU when done per task).
+	// them, and comparing bytes skips the compaction and hash, which done
+	// per task were a visible share of a busy provider's CPU.
 	lastSpec, lastBundle []byte
 }
 
@@ -705,8 +705,7 @@ func (e *Endpoint) taskLogger(rn *run) *slog.Logger {
 
 // taskAttrs puts a task's attributes first on each record it logs, as
 // Logger.With would, but only when a record is logged: most tasks log
-// nothing, and With formats its attributes at once (2.3 % of a batched
-// benchmark's CPU when done per task).
+// nothing, and With formats its attributes at once, for every task.
 type taskAttrs struct {
 	slog.Handler
 	rn *run

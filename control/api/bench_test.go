@@ -28,18 +28,16 @@ const benchRounds = 5
 // BenchmarkApply measures resource applies per second through the HTTP API
 // (a real loopback listener, 8 concurrent clients, distinct names, a small
 // spec validated against its schema, the resource scheduled with
-// schedule_eligible) and, in the same run on the same database, bare pgx
+// schedule_applied) and, in the same run on the same database, bare pgx
 // INSERTs of the same rows into resources by 8 concurrent goroutines. It
 // reports applies/s, inserts/s and their ratio (the goal is 0.25), plus
 // store-applies/s — the same applies through store.ApplyResource without
 // HTTP — which separates the HTTP layer's cost from the database's.
 //
 // A warm-up precedes the measurement and ends with ANALYZE, as autovacuum
-// would on a live database. The figures are dominated by the engine's
-// schedule_eligible, which the apply must call: its lookup of the new row
-// (r.id = ANY(p_ids) plus the lagging predicates) is planned as a scan of
-// the partial index idx_resources_lagging, so each apply costs O(resources
-// awaiting reconcile) — see the report on issue 2.
+// would on a live database. Beside the bare INSERT's row, an apply writes
+// its applied event, its spec revision and its queue row (schedule_applied:
+// a created resource takes one plain insert), in one transaction.
 //
 //	go test ./control/api -run '^$' -bench BenchmarkApply -benchtime 4000x
 func BenchmarkApply(b *testing.B) {

@@ -11,8 +11,9 @@ import (
 
 // Topology is GET /resources/{kind}/{name}/topology: the shape of a root's
 // graph and each node's phase, what a picture of it needs and no more. The
-// console's graph page reads it on every change of a converging tree; at
-// the large demo BOM's 5,448 nodes it is a tenth of the graph's bytes.
+// console's graph page reads it on every change of a converging tree, so
+// each node is its kind, name, phase and owner's index, not the resource
+// the graph carries.
 type Topology struct {
 	Nodes []TopologyNode `json:"nodes" doc:"The root first, then its owned subtree by depth (as in the graph)."`
 	Edges [][2]int       `json:"edges" doc:"The dependency edges inside the subtree as [dependent, dependency] indexes into nodes."`

@@ -14,11 +14,9 @@ import (
 // without sequential scans (enable_seqscan off, against plans kept from a
 // small table) gives any scan it cannot avoid, of a scratch table or on an
 // unindexed condition, the planner's disable cost of 1e10: far above
-// jit_above_cost, so PostgreSQL compiled such a statement at every
-// execution. Measured across the integration suite: 105 executions of 6
-// statements (the compose's edges, the teardown's), 93 ms of compilation
-// each, on statements that run in a few milliseconds. Each such function
-// turns JIT off.
+// jit_above_cost, so PostgreSQL compiled such a statement (the compose's
+// edges, the teardown's) at every execution, taking far longer to compile
+// than the few milliseconds it runs. Each such function turns JIT off.
 func TestEngineStatementsAreNotJITCompiled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -13,8 +13,8 @@ import (
 // WarmConn readies a new connection for the engine's hot paths: it loads
 // the catalogs of the tables claims and completions touch and plans what
 // it can of them (warm_session, migrations/engine/warm.sql). On a fresh
-// backend that is ~100 ms of work the first tasks through the connection
-// would otherwise wait on.
+// backend that work is many times a task's own cost, and the first tasks
+// through the connection would otherwise wait on it.
 func WarmConn(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, "SELECT warm_session()"); err != nil {
 		return fmt.Errorf("warm session: %w", err)

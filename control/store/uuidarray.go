@@ -7,8 +7,8 @@ import "strings"
 // sent in the text format, which PostgreSQL parses as the parameter's type.
 // A []string argument for a uuid[] parameter is sent as text too, but only
 // after pgx has tried the binary format, failed, and formatted the whole
-// array into an error it then drops: 1–2 % of the dispatcher's CPU on the
-// claim, request and completion paths.
+// array into an error it then drops: work for nothing on every claim,
+// request and completion of the dispatcher.
 func uuidArray(ids []string) string {
 	var b strings.Builder
 	b.Grow(2 + 37*len(ids))

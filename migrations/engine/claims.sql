@@ -163,8 +163,7 @@ BEGIN
     RETURN QUERY
     -- The picked rows are updated by TID, as the drain pops the outbox: a
     -- join by key planned as a rescan of the range's whole outbox for each
-    -- picked row (64 picked of a 1,000-row backlog: 63,936 rows removed by
-    -- the join filter, growing with the backlog times the batch).
+    -- picked row, growing with the backlog times the batch.
     WITH pick AS (
         SELECT l.shard_id, l.tableoid AS tab, l.ctid AS tid,
                rk.kind, rk.kind_version, rk.reaction, rk.emits, rk.deadline_secs
@@ -208,8 +207,8 @@ $$;
 
 -- inflight_release gives capped kinds back their tokens for tasks leaving
 -- the claimed state. It is plpgsql, not SQL, for its cached plan: a SQL
--- function that cannot be inlined (an UPDATE) is planned at every call,
--- 0.33 ms of every completion (10% of a 32-task one's 3.2 ms).
+-- function that cannot be inlined (an UPDATE) is planned at every call, a
+-- fixed cost that was a sizeable share of every small completion.
 --
 -- The rows are locked in key order whatever the plan: the subquery locks
 -- them sorted (FOR UPDATE under its ORDER BY), and the UPDATE writes only

@@ -21,8 +21,7 @@ $$;
 -- finish_successes finishes the work rows of plain successes (no error,
 -- nothing to compose), the common outcome: each row is deleted while it is
 -- claimed at the completion's epoch and no outcome is queued for the claim,
--- one write where a lock and then a delete took two (stage benchmark,
--- complete 364/365 -> 309/344 ms for 10,000 leaves). It returns them as
+-- one write where a lock and then a delete took two. It returns them as
 -- drain_items for apply_items, with the kinds inflight_release needs.
 --
 -- The plan is cached from the session's first call, when the queue's
@@ -178,10 +177,10 @@ BEGIN
         )
         -- The kinds to release are read from src whole, not joined to ins:
         -- both CTEs are estimated at one row, so the join planned as a
-        -- nested loop, quadratic in the batch (114 of a 500-task
-        -- completion's 134 ms). Only a repeat racing this call between the
-        -- probe and the insert makes ins smaller than the composing part of
-        -- src; that rare case is filtered below.
+        -- nested loop, quadratic in the batch: most of a large completion's
+        -- time. Only a repeat racing this call between the probe and the
+        -- insert makes ins smaller than the composing part of src; that rare
+        -- case is filtered below.
         SELECT (SELECT array_agg(ins.task_id) FROM ins),
                array_agg(ROW(s.ord, s.shard_id, s.resource_id, s.task_id, s.task_type, s.kind, s.kind_version, s.trigger, s.claim_epoch,
                              s.claimed_gen, s.emits, s.outcome, s.error, s.terminal, now(), s.claimed_at, s.abandoned)::work_outbox

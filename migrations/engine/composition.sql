@@ -125,7 +125,7 @@ BEGIN
         -- down is left to it. NOT IN makes the outcome's keys one hashed
         -- subplan: a NOT EXISTS over the array was planned as a nested loop
         -- (the planner guesses 100 elements and one owned child), quadratic
-        -- in the children: 2.1 s of the large BOM's 2.9 s compose drain.
+        -- in the children: most of the large BOM's compose drain.
         WITH gone AS (
             SELECT r.id, coalesce(kc.orphan_grace_secs, 0) AS grace
               FROM resources r
@@ -208,7 +208,9 @@ BEGIN
         PERFORM emit_lifecycle(v_new_ids, 'created');
         -- A child this outcome created has no task yet: unless an edge holds
         -- it back, it takes one plain queue insert, as an API create does
-        -- (schedule_applied). The 10k-child compose spent 275 ms in the gate.
+        -- (schedule_applied), not the gate: its checks find nothing on a
+        -- child with no task and no edge holding it, and a large compose
+        -- would pay for them per child.
         WITH q AS (
             INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
             SELECT n.shard_id, n.id, 'reconcile', n.kind, n.kind_version, 1, 'specChange'

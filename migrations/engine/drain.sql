@@ -33,7 +33,7 @@ BEGIN
     -- The table's own row type (RETURNING x), not RETURNING x.*: a CTE's
     -- row is an anonymous record, and plpgsql casts record[] to
     -- work_outbox[] through text, which re-parsed every outcome's jsonb (a
-    -- composer's 2.4 MB outcome: 228 ms of the large BOM's compose drain).
+    -- composer's outcome of megabytes: a large share of a compose drain).
     SELECT array_agg(d.x ORDER BY (d.x).id) INTO v_out FROM d;
     IF v_out IS NULL THEN RETURN 0; END IF;
     RETURN apply_outcomes(v_out, p_lo, p_hi, p_retry_base_ms, p_retry_max_ms);
@@ -154,8 +154,8 @@ $$;
 -- It plans without sequential scans: its generic plans are made at the
 -- session's first call and kept, and one made while resources was small
 -- scanned every resource in the phase read and the UPDATE and compared each
--- with every id of the batch (= ANY on a parameter is a linear search): 21-24
--- ms per 512 completions once the table held 11,000 rows, growing with it.
+-- with every id of the batch (= ANY on a parameter is a linear search), a
+-- cost that grows with the table.
 -- A bulk apply or a large composite grows the table faster than autovacuum
 -- re-analyzes it (which would re-plan). TestCompletionReadsOnlyClaimedRows
 -- counts the resources a completion reads.
@@ -177,9 +177,10 @@ BEGIN
 
     -- The phases before the update: a success is logged only if it moves
     -- the phase. (Kept by the update itself in a column, the wider row
-    -- took the drain's HOT updates from 99 % to 93 % of 10,000 leaves,
-    -- which cost more than this read.) A caller that locked the resources
-    -- first passes the phases its lock read (p_was_ids, p_was).
+    -- left fewer of the apply's updates HOT, and a non-HOT update writes
+    -- every index of resources: that cost more than this read.) A caller
+    -- that locked the resources first passes the phases its lock read
+    -- (p_was_ids, p_was).
     IF p_was_ids IS NULL THEN
         SELECT array_agg(r.id), array_agg(r.phase) INTO v_was_ids, v_was
           FROM resources r WHERE r.id = ANY (v_rids);

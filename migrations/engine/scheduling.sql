@@ -96,8 +96,8 @@ $$;
 -- failed for this generation), and either its specChange reaction is due and
 -- every upstream is synced, or its rollup is due and no child still progresses.
 -- A kind with nothing to run is synced on the spot. Each resource's
--- eligibility is evaluated once (c is materialized): measured on 10,000 fresh
--- leaves, one call, 444-545 ms inlined, 325-350 ms materialized.
+-- eligibility is evaluated once (c is materialized), not once for each
+-- expression that reads it.
 -- Like apply_items, it plans without sequential scans: a plan kept from a
 -- small table read every resource per call.
 CREATE OR REPLACE FUNCTION schedule_eligible(p_ids uuid[]) RETURNS int
@@ -119,8 +119,8 @@ BEGIN
     -- copied into each of the four expressions that read trig below.
     -- blocked is the batch's resources with a lagging upstream, found in
     -- one pass and probed by hash: an EXISTS per resource cost a bitmap
-    -- probe of resource_deps each, about 3 us even when it held nothing
-    -- (a third of the gate for 10,000 leaves).
+    -- probe of resource_deps each, even when it held nothing, and those
+    -- probes were a large part of the gate.
     WITH t AS MATERIALIZED (
         SELECT * FROM resources WHERE id = ANY (p_ids)
     ), blocked AS MATERIALIZED (
@@ -211,8 +211,8 @@ BEGIN
     -- The chunk's resources are found first, by (kind, name), on their own:
     -- joined in one step with kind_manifest, the planner probed the
     -- (kind, name) index by kind alone after joining the manifest, reading
-    -- every resource of the kind for each item (500 items of a 2,750-row
-    -- kind: 1.4M rows, 218 ms a chunk, growing with the kind).
+    -- every resource of the kind for each item: a chunk's cost grew with
+    -- the kind's size times the chunk's.
     WITH w AS MATERIALIZED (
         SELECT res.id, res.shard_id, res.kind, res.kind_version, res.generation,
                res.created_at = now() AND res.generation = 1 AS fresh
@@ -263,7 +263,7 @@ BEGIN
     -- EXECUTE plans the join for this statement's transition tables: a
     -- cached plan is made once per session (the query has no parameters),
     -- and one made for a 1-row update nested-loops over a 2,000-row drain
-    -- batch (measured: 200 ms per batch instead of ~1 ms).
+    -- batch: quadratic in the batch.
     EXECUTE $q$
     WITH ch AS (
         SELECT n.id, n.owner_id,

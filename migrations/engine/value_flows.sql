@@ -32,8 +32,8 @@ $$;
 -- can see into the new spec, but an upstream finishing at the same moment
 -- may have flowed a value the compose's snapshot does not show: the
 -- compose's upsert waits for that row and must not write the value away.
--- (No query inside: a FOR over a query cost 42 us a call, most of it the
--- cursor.)
+-- (No query inside: a FOR over a query opens a cursor at every call, which
+-- cost more than the function's work.)
 CREATE OR REPLACE FUNCTION keep_flowed(p_new jsonb, p_old jsonb, p_ptrs text[]) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
@@ -54,8 +54,8 @@ $$;
 -- their dependents' specs (a spec change bumps generation, so the dependent
 -- re-runs) and schedules the dependents it changed. Every resources lookup
 -- is keyed (id = ANY): joined in one statement, the planner hashed a scan of
--- the whole table twice per call (the large classic BOM: 188 of its 211
--- drains, 12 ms each at 5,400 resources, growing with the table).
+-- the whole table twice per call, in most of the large classic BOM's drains,
+-- growing with the table.
 CREATE OR REPLACE FUNCTION substitute_values(p_upstreams uuid[]) RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE

@@ -2,10 +2,10 @@
 -- session's first claim, completion and apply load the catalog entries of
 -- every table they touch (work_queue and work_outbox are 16 partitions
 -- each, with their indexes and statistics) and plan their statements: on a
--- fresh backend that cost ~100 ms, paid by the first tasks through it, and
--- a pod's pool opens a backend per connection, at start and at every
--- recycle. Run when a connection opens (store.WarmConn), it moves that cost
--- off the tasks' path.
+-- fresh backend that costs many times a task's own work, paid by the first
+-- tasks through it, and a pod's pool opens a backend per connection, at
+-- start and at every recycle. Run when a connection opens (store.WarmConn),
+-- it moves that cost off the tasks' path.
 --
 -- Each call matches nothing (an empty shard range, empty arrays) and so
 -- writes nothing; what it plans stays cached in the session.

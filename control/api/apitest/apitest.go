@@ -25,9 +25,9 @@ func Serve(t testing.TB, srv *api.Server) string {
 	t.Cleanup(func() {
 		// The tests' client (http.DefaultClient) may hold a connection it
 		// dialed for a request that another connection served: it never sent
-		// a request, and fasthttp waits for one until the shutdown times out
-		// (measured: a bare dial held it the full 10 s of a longer timeout).
-		// The client closes its idle connections first.
+		// a request, and fasthttp waits for one until the shutdown times out,
+		// however long that timeout is. The client closes its idle
+		// connections first.
 		http.DefaultClient.CloseIdleConnections()
 		if err := srv.App().ShutdownWithTimeout(5 * time.Second); err != nil {
 			t.Errorf("shutdown: %v", err)

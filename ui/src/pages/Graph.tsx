@@ -111,12 +111,13 @@ function build(t: Topology, showDeps: boolean, showOwners: boolean): Graphology 
 
 // bitmapPan makes a drag move the rendered image (a CSS translate of the
 // layer sigma draws in) and re-renders once, at the new camera, on release.
-// A drag re-rendering every frame costs a 5,000-node tree ~200 ms a frame
-// on a software-rendered WebGL (no GPU; headless Chromium's SwiftShader),
-// where a translate is composited in a few. While a drag lasts its mouse
-// moves stop before sigma's document listener (this one captures on the
-// window), so neither the camera nor the hover re-renders. It returns a
-// function that says, once, whether the click ending a drag is to be ignored.
+// A drag re-rendering every frame redraws a tree of thousands of nodes per
+// frame, far too slow on a software-rendered WebGL (no GPU; headless
+// Chromium's SwiftShader), where a translate is only composited. While a
+// drag lasts its mouse moves stop before sigma's document listener (this
+// one captures on the window), so neither the camera nor the hover
+// re-renders. It returns a function that says, once, whether the click
+// ending a drag is to be ignored.
 function bitmapPan(s: Sigma, box: HTMLElement, layer: HTMLElement): () => boolean {
   let pan: { x: number; y: number; dx: number; dy: number } | null = null;
   let panned = false;
