@@ -13,7 +13,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart dev test test-unit test-race test-docker build functions lint bench bench-demo bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui test-ui bench-ui chromium
+.PHONY: help demo demo-quickstart dev test test-unit test-race test-docker build functions lint bench bench-demo bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui ui-types test-ui bench-ui chromium
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -72,6 +72,14 @@ ui/node_modules/.package-lock.json: ui/package-lock.json
 $(UI_DIST): ui/node_modules/.package-lock.json $(UI_SRC)
 	cd ui && npm run build
 
+# The console's API types: control/api's TestStaticOpenAPI writes the API's
+# OpenAPI document without kinds to ui/openapi.json (and, in make test,
+# fails when it is stale); openapi-typescript makes ui/src/api-types.ts of
+# it (and, in make test-ui, check-types fails when that is stale).
+ui-types: ui/node_modules/.package-lock.json ## regenerate ui/openapi.json from the API's code, then the console's TypeScript types from it
+	UPDATE_OPENAPI=1 $(GO) test -count=1 -run '^TestStaticOpenAPI$$' ./control/api/
+	cd ui && npm run --silent types
+
 build: $(if $(NPM),ui) ## build converge (with the console when npm is present), conctl, stdprovider and the example providers into bin/
 	@mkdir -p bin
 	@$(if $(NPM),,echo "build: npm is missing: converge will serve a page saying how to build the console (make ui)")
@@ -122,7 +130,8 @@ chromium:
 	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  { echo "chromium: no Chromium found and cannot install one (run as root, or apt-get install chromium)" >&2; exit 1; }
 
-test-ui: postgres ui chromium ## the console's tests: its server parts, then end to end in a real headless Chromium (builds the console, installs chromium)
+test-ui: postgres ui chromium ## the console's tests: its API types are current, its server parts, then end to end in a real headless Chromium (builds the console, installs chromium)
+	cd ui && npm run --silent check-types
 	$(GO) test -count=1 -timeout 10m -run 'Console|EventStream|IdleStream|Topology|FilesAlwaysHaveAnIndex' ./ui/ ./control/api/ ./integration/
 
 # Outside `make test-ui`: 100,000 resources and the large BOM take minutes.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -107,6 +108,28 @@ func (d *openAPIDoc) get() ([]byte, []byte, error) {
 	return j, y, nil
 }
 
+// StaticOpenAPI returns the OpenAPI document of s's operations with no
+// kind's schemas: the part of GET /openapi.json that the code alone
+// decides, indented. The console's TypeScript types are generated from it
+// (ui/openapi.json; see ui/README.md). Building it reads neither the store
+// nor the kind cache.
+func (s *Server) StaticOpenAPI() ([]byte, error) {
+	s.docs.mu.Lock()
+	defer s.docs.mu.Unlock()
+	j, err := s.docs.build(nil)
+	if err != nil {
+		return nil, fmt.Errorf("build openapi document: %w", err)
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, j, "", "  "); err != nil {
+		return nil, fmt.Errorf("build openapi document: %w", err)
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
+}
+
+// build merges huma's document with the schemas of kinds. The caller holds
+// d.mu.
 func (d *openAPIDoc) build(kinds []*model.KindManifest) ([]byte, error) {
 	base, err := json.Marshal(d.s.api.OpenAPI())
 	if err != nil {

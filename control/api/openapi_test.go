@@ -1,9 +1,11 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -30,6 +32,53 @@ func TestComponentName(t *testing.T) {
 		if got := api.ComponentName(tc.kind, tc.version, tc.axis); got != tc.want {
 			t.Errorf("ComponentName(%q, %d, %q) = %q, want %q", tc.kind, tc.version, tc.axis, got, tc.want)
 		}
+	}
+}
+
+// TestStaticOpenAPI: ui/openapi.json, which the console's TypeScript types
+// are generated from (ui/src/api-types.ts, see ui/README.md), is the
+// document this code builds with no kinds and the endpoint routes on, as
+// the console uses them. A changed operation, field or doc string fails
+// here until `make ui-types` rewrites both files (this test with
+// UPDATE_OPENAPI=1 writes ui/openapi.json). It needs no database: the store
+// and the kind cache are never read.
+func TestStaticOpenAPI(t *testing.T) {
+	t.Parallel()
+	const golden = "../../ui/openapi.json"
+	st := store.New(nil, store.Config{})
+	srv, err := api.New(api.Config{Endpoints: endpointsConfig(t)}, st, store.NewKindCache(st, store.KindCacheConfig{}, nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := srv.StaticOpenAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("UPDATE_OPENAPI") == "1" {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s (%d bytes)", golden, len(got))
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v: run make ui-types", err)
+	}
+	if !bytes.Equal(got, want) {
+		g, w := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
+		i := 0
+		for i < len(g) && i < len(w) && g[i] == w[i] {
+			i++
+		}
+		line := func(l []string) string {
+			if i < len(l) {
+				return l[i]
+			}
+			return "(end of file)"
+		}
+		t.Fatalf("ui/openapi.json is not the API's document: run make ui-types (it regenerates the console's types too)\n"+
+			"line %d: the API's %s\nline %d: the file's %s", i+1, strings.TrimSpace(line(g)), i+1, strings.TrimSpace(line(w)))
 	}
 }
 
@@ -77,6 +126,14 @@ func TestOpenAPI(t *testing.T) {
 		}
 		if !strings.Contains(string(s["VpcV2Spec"]), "region") || strings.Contains(string(s["VpcSpec"]), "region") {
 			t.Errorf("versions mixed up: VpcSpec %s / VpcV2Spec %s", s["VpcSpec"], s["VpcV2Spec"])
+		}
+		// The static document, the console's, leaves every kind out.
+		static, err := b.srv.StaticOpenAPI()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(static, []byte("AccountSpec")) || bytes.Contains(static, []byte("x-converge-kind")) {
+			t.Error("StaticOpenAPI holds a published kind's schema")
 		}
 		// Every error is documented as a Problem.
 		if _, ok := s["Problem"]; !ok {

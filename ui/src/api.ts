@@ -2,27 +2,14 @@
 // origin that served the page, with the operator's bearer token when the
 // API asks for one, and the change stream that tells pages when to re-read.
 
-export interface ProblemError {
-  location: string;
-  message: string;
-  value?: unknown;
-  pointer?: string;
-  keyword?: string;
-}
+import type { Problem, ProblemError } from "./types";
 
-// An RFC 9457 problem document, as every API error is.
-export interface Problem {
-  type: string;
-  title: string;
-  status: number;
-  detail: string;
-  errors: ProblemError[];
-}
-
+// ApiError is an error answer: its RFC 9457 problem document, as every API
+// error is, with its errors always a list (empty when the answer had none).
 export class ApiError extends Error {
   constructor(
     readonly status: number,
-    readonly problem: Problem,
+    readonly problem: Problem & { errors: ProblemError[] },
   ) {
     super(problem.detail || problem.title);
   }

@@ -1,5 +1,5 @@
 import { useState, type ReactNode } from "react";
-import { ApiError, staleVersion, type Problem } from "./api";
+import { ApiError, staleVersion } from "./api";
 import type { JSONSchema } from "./types";
 
 export function PhaseBadge({ phase }: { phase: string }) {
@@ -70,7 +70,7 @@ export function ProblemView({ error }: { error: unknown }) {
       </div>
     );
   }
-  const p: Problem = error.problem;
+  const p = error.problem;
   return (
     <div className="problem" role="alert" data-problem-type={p.type}>
       <p>

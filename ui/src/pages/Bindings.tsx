@@ -2,12 +2,13 @@ import { useState } from "react";
 import { get } from "../api";
 import { Loading, ProblemView } from "../components";
 import { useLive } from "../hooks";
-import type { Binding, Items } from "../types";
+import type { Binding, BindingList } from "../types";
 import { DocEditor, deleteDoc } from "./Documents";
 
 export function Bindings() {
   // No NOTIFY announces bindings; the page re-reads after its own writes.
-  const list = useLive(() => get<Items<Binding>>("/reactor-bindings"), [], []);
+  const list = useLive(() => get<BindingList>("/reactor-bindings"), [], []);
+  const items = list.data?.items ?? [];
   const [editing, setEditing] = useState<Binding | "new" | null>(null);
   const [error, setError] = useState<unknown>();
   return (
@@ -38,7 +39,7 @@ export function Bindings() {
               </tr>
             </thead>
             <tbody>
-              {(list.data?.items ?? []).map((b) => (
+              {items.map((b) => (
                 <tr key={b.name} data-binding={b.name}>
                   <td>{b.name}</td>
                   <td>
@@ -69,7 +70,7 @@ export function Bindings() {
             </tbody>
           </table>
         </div>
-        {list.data?.items.length === 0 && <p>No binding.</p>}
+        {list.data && items.length === 0 && <p>No binding.</p>}
       </DocEditor>
     </>
   );

@@ -1,10 +1,10 @@
 import { get } from "../api";
 import { Loading, ProblemView, When } from "../components";
 import { useLive, usePoll } from "../hooks";
-import type { Items, Member } from "../types";
+import type { MemberList } from "../types";
 
 export function Cluster() {
-  const list = useLive(() => get<Items<Member>>("/cluster-members"), [], ["cluster"]);
+  const list = useLive(() => get<MemberList>("/cluster-members"), [], ["cluster"]);
   // A crash fires no NOTIFY: liveness is a heartbeat's age, so re-read it
   // every 10 s while the page is visible (0.1 request a second).
   usePoll(list.reload, 10000);

@@ -3,7 +3,7 @@ import { call, enc, get } from "../api";
 import { Fields, Loading, ProblemView, Section, When } from "../components";
 import { useLive } from "../hooks";
 import { Link } from "../router";
-import type { Delivery, Endpoint, Items } from "../types";
+import type { DeliveryList, Endpoint, EndpointList, RotatedSecret } from "../types";
 
 function target(e: Endpoint): string {
   return e.target.url ?? [e.target.function, e.target.region, e.target.invocation].filter(Boolean).join(" · ");
@@ -29,7 +29,8 @@ function Health({ e }: { e: Endpoint }) {
 }
 
 export function Endpoints() {
-  const list = useLive(() => get<Items<Endpoint>>("/endpoints"), [], ["endpoints"]);
+  const list = useLive(() => get<EndpointList>("/endpoints"), [], ["endpoints"]);
+  const items = list.data?.items ?? [];
   return (
     <>
       <h1>Endpoints</h1>
@@ -49,7 +50,7 @@ export function Endpoints() {
             </tr>
           </thead>
           <tbody>
-            {(list.data?.items ?? []).map((e) => (
+            {items.map((e) => (
               <tr key={e.name} data-endpoint={e.name}>
                 <td>
                   <Link to={`/endpoints/${enc(e.name)}`}>{e.name}</Link>
@@ -72,7 +73,7 @@ export function Endpoints() {
           </tbody>
         </table>
       </div>
-      {list.data?.items.length === 0 && <p>No endpoint is registered.</p>}
+      {list.data && items.length === 0 && <p>No endpoint is registered.</p>}
     </>
   );
 }
@@ -80,14 +81,15 @@ export function Endpoints() {
 export function EndpointDetail({ name }: { name: string }) {
   const path = `/endpoints/${enc(name)}`;
   const ep = useLive(() => get<Endpoint>(path), [path], ["endpoints", "resources"], 1000);
-  const deliveries = useLive(() => get<Items<Delivery>>(`${path}/deliveries?failed=true&limit=50`), [path], ["resources"], 2000);
-  const [secret, setSecret] = useState<{ secret: string; previous_valid_until: string } | null>(null);
+  const deliveries = useLive(() => get<DeliveryList>(`${path}/deliveries?failed=true&limit=50`), [path], ["resources"], 2000);
+  const failed = deliveries.data?.items ?? [];
+  const [secret, setSecret] = useState<RotatedSecret | null>(null);
   const [error, setError] = useState<unknown>();
   const rotate = async () => {
     if (!window.confirm(`Rotate the signing secret of ${name}? The old one keeps signing for 24 hours.`)) return;
     setError(undefined);
     try {
-      setSecret((await call<{ secret: string; previous_valid_until: string }>("POST", `${path}/rotate-secret`)).data);
+      setSecret((await call<RotatedSecret>("POST", `${path}/rotate-secret`)).data);
     } catch (e) {
       setError(e);
     }
@@ -174,7 +176,7 @@ export function EndpointDetail({ name }: { name: string }) {
               </tr>
             </thead>
             <tbody>
-              {(deliveries.data?.items ?? []).map((d) => (
+              {failed.map((d) => (
                 <tr key={d.id}>
                   <td>
                     <When at={d.at} />
@@ -193,7 +195,7 @@ export function EndpointDetail({ name }: { name: string }) {
             </tbody>
           </table>
         </div>
-        {deliveries.data?.items.length === 0 && <p className="muted">No failed delivery.</p>}
+        {deliveries.data && failed.length === 0 && <p className="muted">No failed delivery.</p>}
       </Section>
     </>
   );

@@ -6,13 +6,13 @@ import { enc, get } from "../api";
 import { Loading, PhaseBadge, ProblemView } from "../components";
 import { useLive } from "../hooks";
 import { Link, navigate } from "../router";
-import { phases, type Items, type Manifest, type Phase, type Resource } from "../types";
+import { phases, type ManifestList, type Phase, type ResourceList, type Topology, type TopologyNode } from "../types";
 
 // Phase colours, distinct in both themes and for the common colour-vision
 // deficiencies (blue/orange for the two busiest, Reconciling and Ready,
 // would be safest; green for Ready is what operators expect, so Ready and
 // Failed also differ in lightness).
-export const phaseColor: Record<Phase, string> = {
+export const phaseColor: Partial<Record<string, string>> = {
   Ready: "#2da44e",
   Reconciling: "#3b82f6",
   Degraded: "#d4a72c",
@@ -20,23 +20,26 @@ export const phaseColor: Record<Phase, string> = {
   Orphaned: "#8c959f",
   Quarantined: "#8250df",
   Deleting: "#e16f24",
-};
+} satisfies Record<Phase, string>;
 const ownerEdge = "#8c959f99";
 const depEdge = "#e16f24aa";
 
-// Topology is GET …/topology: nodes with their owner as an index (-1 for
-// the root, first), dependency edges as [dependent, dependency] indexes.
-interface Topology {
-  nodes: { kind: string; name: string; phase: Phase; owner: number }[];
+// Tree is GET …/topology with its lists present (the document allows
+// null): nodes with their owner as an index (-1 for the root, first),
+// dependency edges as [dependent, dependency] indexes.
+interface Tree {
+  nodes: TopologyNode[];
   edges: [number, number][];
 }
+
+const treeOf = (t: Topology): Tree => ({ nodes: t.nodes ?? [], edges: (t.edges ?? []).filter((e) => e !== null) });
 
 const key = (n: { kind: string; name: string }) => `${n.kind}/${n.name}`;
 
 // depLevels gives each node its dependency depth inside the tree: 0 for a
 // node that depends on nothing here, else one more than its deepest
 // dependency (a cycle counts once).
-function depLevels(t: Topology): number[] {
+function depLevels(t: Tree): number[] {
   const deps: number[][] = t.nodes.map(() => []);
   for (const [a, b] of t.edges) deps[a].push(b);
   const level: (number | undefined)[] = [];
@@ -61,7 +64,7 @@ function depLevels(t: Topology): number[] {
 // layout would take seconds and move on every update. Siblings are ordered
 // by name, so the resources of one team sit together, and pushed outwards
 // by their dependency depth, so a dependency edge is a short step out.
-function layout(t: Topology): { x: number; y: number; depth: number }[] {
+function layout(t: Tree): { x: number; y: number; depth: number }[] {
   const levels = depLevels(t);
   const kids: number[][] = t.nodes.map(() => []);
   t.nodes.forEach((n, i) => {
@@ -84,7 +87,7 @@ function layout(t: Topology): { x: number; y: number; depth: number }[] {
   return out;
 }
 
-function build(t: Topology, showDeps: boolean, showOwners: boolean): Graphology {
+function build(t: Tree, showDeps: boolean, showOwners: boolean): Graphology {
   const g = new Graphology({ multi: false, type: "directed" });
   const pos = layout(t);
   const large = t.nodes.length > 1000;
@@ -182,7 +185,7 @@ export function Graph({ kind, name }: { kind?: string; name?: string }) {
 function GraphView({ kind, name }: { kind: string; name: string }) {
   const path = `/resources/${enc(kind)}/${enc(name)}`;
   // The graph is the heaviest read: at most one a second while it converges.
-  const doc = useLive(() => get<Topology>(`${path}/topology`), [path], ["resources"], 1000);
+  const doc = useLive(() => get<Topology>(`${path}/topology`).then(treeOf), [path], ["resources"], 1000);
   const box = useRef<HTMLDivElement>(null);
   const layer = useRef<HTMLDivElement>(null);
   const sigma = useRef<Sigma | null>(null);
@@ -264,7 +267,7 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
   }, [selected]);
 
   const counts = useMemo(() => {
-    const c: Partial<Record<Phase, number>> = {};
+    const c: Partial<Record<string, number>> = {};
     for (const n of doc.data?.nodes ?? []) c[n.phase] = (c[n.phase] ?? 0) + 1;
     return c;
   }, [doc.data]);
@@ -376,10 +379,10 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
 function RootPicker() {
   const roots = useLive(
     async () => {
-      const ms = await get<Items<Manifest>>("/manifests");
-      const composite = [...new Set(ms.items.filter((m) => (m.reactions ?? []).some((r) => (r.emits ?? []).includes("children"))).map((m) => m.kind))];
-      const lists = await Promise.all(composite.map((k) => get<Items<Resource>>(`/resources?kind=${enc(k)}&limit=50&fields=-spec,-status`)));
-      return lists.flatMap((l) => l.items).filter((r) => !r.owner_id);
+      const ms = await get<ManifestList>("/manifests");
+      const composite = [...new Set((ms.items ?? []).filter((m) => (m.reactions ?? []).some((r) => (r.emits ?? []).includes("children"))).map((m) => m.kind))];
+      const lists = await Promise.all(composite.map((k) => get<ResourceList>(`/resources?kind=${enc(k)}&limit=50&fields=-spec,-status`)));
+      return lists.flatMap((l) => l.items ?? []).filter((r) => !r.owner_id);
     },
     [],
     ["kinds"],

@@ -3,10 +3,11 @@ import { call, enc, get } from "../api";
 import { Json, Loading, ProblemView, SchemaView, Section } from "../components";
 import { useLive } from "../hooks";
 import { Link } from "../router";
-import type { Items, KindConfig, Manifest } from "../types";
+import type { KindConfig, KindList, Manifest } from "../types";
 
 export function Kinds() {
-  const kinds = useLive(() => get<Items<{ kind: string; versions: number[]; reactor: boolean }>>("/kinds"), [], ["kinds"]);
+  const kinds = useLive(() => get<KindList>("/kinds"), [], ["kinds"]);
+  const items = kinds.data?.items ?? [];
   return (
     <>
       <h1>Kinds</h1>
@@ -22,11 +23,11 @@ export function Kinds() {
             </tr>
           </thead>
           <tbody>
-            {(kinds.data?.items ?? []).map((k) => (
+            {items.map((k) => (
               <tr key={k.kind} data-kind={k.kind}>
                 <td>{k.kind}</td>
                 <td>
-                  {k.versions.map((v) => (
+                  {(k.versions ?? []).map((v) => (
                     <Link key={v} to={`/kinds/${enc(k.kind)}/${v}`} className="chip-link">
                       v{v}
                     </Link>
@@ -38,7 +39,7 @@ export function Kinds() {
           </tbody>
         </table>
       </div>
-      {kinds.data?.items.length === 0 && <p>No kind is published yet. Apply a manifest below.</p>}
+      {kinds.data && items.length === 0 && <p>No kind is published yet. Apply a manifest below.</p>}
       <ApplyManifest />
     </>
   );

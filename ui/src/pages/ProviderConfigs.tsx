@@ -3,7 +3,7 @@ import { get } from "../api";
 import { Json, Loading, ProblemView } from "../components";
 import { useLive } from "../hooks";
 import { useLocation } from "../router";
-import type { Items, ProviderConfig } from "../types";
+import type { ProviderConfig, ProviderConfigList } from "../types";
 import { DocEditor, deleteDoc } from "./Documents";
 
 // shown is how many provider configs the page lists at most.
@@ -12,15 +12,15 @@ const shown = 1000;
 // firstConfigs reads the first provider configs of kind ("" for every
 // kind), following next_cursor: a page may end before its limit, at the
 // server's byte budget.
-async function firstConfigs(kind: string): Promise<Items<ProviderConfig>> {
+async function firstConfigs(kind: string): Promise<ProviderConfigList> {
   const items: ProviderConfig[] = [];
   let cursor = "";
   do {
     const q = new URLSearchParams({ limit: String(shown - items.length) });
     if (kind) q.set("kind", kind);
     if (cursor) q.set("cursor", cursor);
-    const page = await get<Items<ProviderConfig>>(`/providerconfigs?${q.toString()}`);
-    items.push(...page.items);
+    const page = await get<ProviderConfigList>(`/providerconfigs?${q.toString()}`);
+    items.push(...(page.items ?? []));
     cursor = page.next_cursor ?? "";
   } while (cursor && items.length < shown);
   return { items };

@@ -3,24 +3,14 @@ import { call, enc, get, ifMatch } from "../api";
 import { Fields, Json, Loading, PhaseBadge, ProblemView, Section, When } from "../components";
 import { useLive } from "../hooks";
 import { Link, navigate } from "../router";
-import type { DepEdge, Items, Manifest, ProviderConfig, Resource, ResourceView } from "../types";
-
-interface Operation {
-  id: string;
-  verb: string;
-  state: string;
-  attempts: number;
-  error?: string;
-  created_at: string;
-  finished_at?: string;
-}
+import type { ChildList, DepEdge, Dependencies, EventList, Manifest, OperationList, ProviderConfig, ProviderConfigList, ResourceView } from "../types";
 
 // effectiveConfig is the provider config a task of r carries: its own
 // provider_config_ref, else its kind version's default.
-async function effectiveConfig(r: Resource): Promise<ProviderConfig | null> {
+async function effectiveConfig(r: ResourceView): Promise<ProviderConfig | null> {
   if (r.provider_config_ref) return get<ProviderConfig>(`/providerconfigs/${enc(r.provider_config_ref)}`);
-  const l = await get<Items<ProviderConfig>>(`/providerconfigs?kind=${enc(r.kind)}&kind_version=${r.kind_version}&default=true&limit=1`);
-  return l.items[0] ?? null;
+  const l = await get<ProviderConfigList>(`/providerconfigs?kind=${enc(r.kind)}&kind_version=${r.kind_version}&default=true&limit=1`);
+  return l.items?.[0] ?? null;
 }
 
 export function ResourceDetail({ kind, name }: { kind: string; name: string }) {
@@ -57,6 +47,7 @@ export function ResourceDetail({ kind, name }: { kind: string; name: string }) {
     );
   }
   const quarantined = r.phase === "Quarantined";
+  const conditions = r.conditions ?? [];
   return (
     <>
       <p className="crumbs">
@@ -139,13 +130,13 @@ export function ResourceDetail({ kind, name }: { kind: string; name: string }) {
             <>
               <h3>Teardown</h3>
               <p>{r.teardown.reason}</p>
-              <Fields rows={[["remaining beneath", r.teardown.remaining], ["finalizers", r.teardown.finalizers.join(", ")]]} />
+              <Fields rows={[["remaining beneath", r.teardown.remaining], ["finalizers", (r.teardown.finalizers ?? []).join(", ")]]} />
             </>
           )}
         </Section>
       </div>
       <Section title="Conditions">
-        {r.conditions.length === 0 ? (
+        {conditions.length === 0 ? (
           <p className="muted">None.</p>
         ) : (
           <div className="scroll">
@@ -160,7 +151,7 @@ export function ResourceDetail({ kind, name }: { kind: string; name: string }) {
                 </tr>
               </thead>
               <tbody>
-                {r.conditions.map((c) => (
+                {conditions.map((c) => (
                   <tr key={c.type}>
                     <td>{c.type}</td>
                     <td>{c.status}</td>
@@ -232,7 +223,7 @@ export function ResourceDetail({ kind, name }: { kind: string; name: string }) {
   );
 }
 
-function EffectiveConfig({ r }: { r: Resource }) {
+function EffectiveConfig({ r }: { r: ResourceView }) {
   const cfg = useLive(() => effectiveConfig(r), [r.kind, r.kind_version, r.provider_config_ref], ["providerconfigs"]);
   return (
     <Section title="Config (effective)">
@@ -256,7 +247,7 @@ function EffectiveConfig({ r }: { r: Resource }) {
 // specs and statuses (a page ends at the server's byte budget; the list of
 // resources owned by it has them all, page by page).
 function Children({ path, ownerId }: { path: string; ownerId: string }) {
-  const kids = useLive(() => get<Items<Resource>>(`${path}/children?fields=-spec,-status`), [path], ["resources"], 1000);
+  const kids = useLive(() => get<ChildList>(`${path}/children?fields=-spec,-status`), [path], ["resources"], 1000);
   const items = kids.data?.items ?? [];
   const more = !!kids.data?.next_cursor;
   return (
@@ -322,7 +313,7 @@ function EdgeTable({ edges, side, label }: { edges: DepEdge[]; side: "dependency
 }
 
 function Dependencies({ path }: { path: string }) {
-  const deps = useLive(() => get<{ upstream: DepEdge[]; downstream: DepEdge[] }>(`${path}/dependencies`), [path], ["resources"], 1000);
+  const deps = useLive(() => get<Dependencies>(`${path}/dependencies`), [path], ["resources"], 1000);
   return (
     <Section title="Dependencies and value flows">
       <ProblemView error={deps.error} />
@@ -334,8 +325,8 @@ function Dependencies({ path }: { path: string }) {
   );
 }
 
-function Operations({ path, r, onDone }: { path: string; r: Resource; onDone: () => void }) {
-  const ops = useLive(() => get<Items<Operation>>(`${path}/ops?limit=20`), [path], ["resources"], 1000);
+function Operations({ path, r, onDone }: { path: string; r: ResourceView; onDone: () => void }) {
+  const ops = useLive(() => get<OperationList>(`${path}/ops?limit=20`), [path], ["resources"], 1000);
   const manifest = useLive(() => get<Manifest>(`/kinds/${enc(r.kind)}/versions/${r.kind_version}/manifest`), [r.kind, r.kind_version], ["kinds"]);
   const verbs = (manifest.data?.reactions ?? []).filter((x) => x.trigger === "operation" && x.verb).map((x) => x.verb!);
   const [verb, setVerb] = useState("");
@@ -384,12 +375,7 @@ function Operations({ path, r, onDone }: { path: string; r: Resource; onDone: ()
 }
 
 function Events({ path }: { path: string }) {
-  const events = useLive(
-    () => get<Items<{ id: number; at: string; type: string; generation?: number; message?: string }>>(`${path}/events?limit=50`),
-    [path],
-    ["resources"],
-    1000,
-  );
+  const events = useLive(() => get<EventList>(`${path}/events?limit=50`), [path], ["resources"], 1000);
   return (
     <Section title="Events">
       <ProblemView error={events.error} />

@@ -3,7 +3,7 @@ import { enc, get } from "../api";
 import { Loading, PhaseBadge, ProblemView, When } from "../components";
 import { useLive } from "../hooks";
 import { Link, navigate } from "../router";
-import { phases, type Items, type Resource } from "../types";
+import { phases, type KindList, type ResourceList } from "../types";
 
 // The filters the list keeps in its URL, so that a filtered view is a link.
 const filterKeys = ["kind", "kind_version", "label_selector", "owner", "name_prefix"] as const;
@@ -33,7 +33,7 @@ export function Resources({ search }: { search: URLSearchParams }) {
   if (cursor) query.set("cursor", cursor);
   const q = query.toString();
 
-  const list = useLive(() => get<Items<Resource>>(`/resources?${q}`), [q], ["resources"]);
+  const list = useLive(() => get<ResourceList>(`/resources?${q}`), [q], ["resources"]);
 
   const go = (mut: (p: URLSearchParams) => void, keepCursor = false) => {
     const p = new URLSearchParams(search);
@@ -153,7 +153,7 @@ export function Resources({ search }: { search: URLSearchParams }) {
 
 function Filters({ search, onApply }: { search: URLSearchParams; onApply: (v: Record<string, string>) => void }) {
   const [vals, setVals] = useState<Record<string, string>>(() => Object.fromEntries(filterKeys.map((k) => [k, search.get(k) ?? ""])));
-  const kinds = useLive(() => get<Items<{ kind: string; versions: number[] }>>("/kinds"), [], ["kinds"]);
+  const kinds = useLive(() => get<KindList>("/kinds"), [], ["kinds"]);
   const submit = (e: FormEvent) => {
     e.preventDefault();
     onApply(vals);
