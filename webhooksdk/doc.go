@@ -16,7 +16,7 @@
 //     heartbeats to the matching …/heartbeat URL while the work runs.
 //
 // The dispatcher also probes readiness with a signed {"type": "health"} POST, answered
-// with a [HealthResponse] built from every provider's Ready.
+// with a [HealthResponse] of every provider's readiness.
 //
 // docs/protocol.md in this repository is the normative wire protocol; this package is
 // one implementation of its provider side, and its wire types and signing functions
@@ -24,10 +24,12 @@
 //
 // # The contract
 //
-// A [Provider] serves exactly one (kind, version). The SDK calls only its four methods:
-// Kind once at construction, Ready for health probes and before each task, OnConfig
-// before Work whenever the task's effective config differs from the last one the
-// provider saw, and Work once per delivery. Work returns an [Outcome] or an error; an
+// A [Provider] serves exactly one (kind, version) with two methods: Kind, called once at
+// construction, and Work, called once per delivery. Two more are optional, found by type
+// assertion: a [Readier]'s Ready answers health probes and is checked before each task
+// (without it, the provider is always ready), and a [Configurer]'s OnConfig runs before
+// Work whenever the task's effective config differs from the last one the provider saw
+// (without it, config changes are ignored). [WorkFunc] makes a Provider of a function. Work returns an [Outcome] or an error; an
 // error is retried with backoff unless wrapped with [Terminal]. An HTTP status is never
 // a terminal failure — only a Result with "terminal": true is.
 //

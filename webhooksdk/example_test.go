@@ -72,9 +72,6 @@ func (accountProvider) Work(ctx context.Context, req webhooksdk.Request) (webhoo
 	return webhooksdk.Outcome{Status: status}, nil
 }
 
-func (accountProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (accountProvider) Ready() bool                        { return true }
-
 // Serve providers over HTTPS and drain on SIGTERM: first the HTTP server (inline
 // requests), then the Endpoint (asynchronous work and callbacks).
 func ExampleHandler() {
