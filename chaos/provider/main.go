@@ -382,8 +382,6 @@ type kind struct {
 func (k *kind) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: k.name, Version: 1}
 }
-func (k *kind) OnConfig(webhooksdk.ProviderConfig) {}
-func (k *kind) Ready() bool                        { return true }
 
 func (k *kind) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	p := k.p
