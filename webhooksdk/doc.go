@@ -1,5 +1,6 @@
 // Package webhooksdk is the provider SDK for Converge's push dispatch: write a kind's
-// handler code once as a [Provider] and serve it over HTTPS with [Handler].
+// handler code once as a [Provider] and serve it over HTTPS with [ListenAndServe], or
+// mount [Handler] in a server of your own.
 //
 // # Model
 //
@@ -54,6 +55,16 @@
 //     dropped and the Work context is cancelled with cause [ErrSuperseded].
 //   - Readiness is advisory: an unready provider is answered 503 (transient), never a
 //     terminal failure.
+//
+// # Serving
+//
+// [ListenAndServe] (or [Serve], on a listener of the caller's) is a provider process's
+// whole server: it checks the providers and options, listens (HTTPS with [WithTLS]),
+// serves the Endpoint (beside routes of the caller's with [WithMiddleware]) and, once
+// its context ends or SIGINT or SIGTERM arrives, stops gracefully: the listener closes,
+// requests in flight finish, then asynchronous Work and its callbacks, all within
+// [WithDrainTimeout]. It returns nil after a stop that finished its work and an error
+// otherwise; it never exits the process.
 //
 // # Batched deliveries
 //

@@ -93,7 +93,8 @@ type run struct {
 }
 
 // Handler returns the Endpoint serving providers. Every provider needs a distinct, valid
-// Kind() (kind non-empty, version 1..32767), and WithSecrets is required.
+// Kind() (kind non-empty, version 1..32767), and WithSecrets is required; the serving
+// options are refused, since the server is the caller's ([Serve] runs one).
 //
 // Requests: POST only (405); body capped (413); Standard Webhooks signature checked
 // (401); envelope decoded (400). A health probe gets 200 with every provider's readiness
@@ -107,17 +108,27 @@ type run struct {
 // A batched delivery (docs/protocol.md §16) is verified once and each of its tasks served
 // as above, its answer collected into one [BatchResponse].
 func Handler(providers []Provider, opts ...Option) (*Endpoint, error) {
-	cfg := defaultConfig()
-	for _, opt := range opts {
-		if err := opt(&cfg); err != nil {
-			return nil, fmt.Errorf("webhooksdk handler: %w", err)
-		}
+	cfg, err := newConfig(opts)
+	if err == nil && len(cfg.serveOnly) > 0 {
+		err = fmt.Errorf("%s: serving options, for Serve and ListenAndServe only", strings.Join(cfg.serveOnly, ", "))
 	}
+	if err != nil {
+		return nil, fmt.Errorf("webhooksdk handler: %w", err)
+	}
+	e, err := newEndpoint(cfg, providers)
+	if err != nil {
+		return nil, fmt.Errorf("webhooksdk handler: %w", err)
+	}
+	return e, nil
+}
+
+// newEndpoint returns the Endpoint serving providers under cfg.
+func newEndpoint(cfg config, providers []Provider) (*Endpoint, error) {
 	if len(cfg.secrets) == 0 {
-		return nil, errors.New("webhooksdk handler: no signing secrets; use WithSecrets")
+		return nil, errors.New("no signing secrets; use WithSecrets")
 	}
 	if len(providers) == 0 {
-		return nil, errors.New("webhooksdk handler: no providers")
+		return nil, errors.New("no providers")
 	}
 	e := &Endpoint{
 		cfg:      cfg,
@@ -144,17 +155,17 @@ func Handler(providers []Provider, opts ...Option) (*Endpoint, error) {
 	}
 	for i, p := range providers {
 		if p == nil {
-			return nil, fmt.Errorf("webhooksdk handler: provider %d is nil", i)
+			return nil, fmt.Errorf("provider %d is nil", i)
 		}
 		if f, ok := p.(workFunc); ok && f.work == nil {
-			return nil, fmt.Errorf("webhooksdk handler: provider %d: WorkFunc with a nil func", i)
+			return nil, fmt.Errorf("provider %d: WorkFunc with a nil func", i)
 		}
 		kv := p.Kind()
 		if err := kv.validate(); err != nil {
-			return nil, fmt.Errorf("webhooksdk handler: provider %d: %w", i, err)
+			return nil, fmt.Errorf("provider %d: %w", i, err)
 		}
 		if _, dup := e.byKind[kv]; dup {
-			return nil, fmt.Errorf("webhooksdk handler: two providers for %s", kv)
+			return nil, fmt.Errorf("two providers for %s", kv)
 		}
 		s := &providerSlot{kv: kv, p: p}
 		s.configurer, _ = p.(Configurer)
