@@ -315,8 +315,7 @@ func (p *provider) Kind() webhooksdk.KindVersion {
 func (p *provider) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	return p.work(ctx, req)
 }
-func (p *provider) OnConfig(webhooksdk.ProviderConfig) {}
-func (p *provider) Ready() bool                        { return p.ready.Load() }
+func (p *provider) Ready() bool { return p.ready.Load() }
 
 // echo reports the spec as the status.
 func echo(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {

@@ -27,8 +27,6 @@ type configProvider struct {
 func (p *configProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: p.kind, Version: 1}
 }
-func (p *configProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (p *configProvider) Ready() bool                        { return true }
 func (p *configProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	p.mu.Lock()
 	p.seen[req.Resource.Name] = append(json.RawMessage(nil), req.Config...)

@@ -33,8 +33,6 @@ type runProvider struct {
 func (p *runProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: p.kind, Version: 1}
 }
-func (p *runProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (p *runProvider) Ready() bool                        { return true }
 func (p *runProvider) Work(ctx context.Context, _ webhooksdk.Request) (webhooksdk.Outcome, error) {
 	n := p.runs.Add(1)
 	if p.delay > 0 {

@@ -28,8 +28,7 @@ type echoProvider struct {
 func (p *echoProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: "echo", Version: 1}
 }
-func (p *echoProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (p *echoProvider) Ready() bool                        { return p.ready.Load() }
+func (p *echoProvider) Ready() bool { return p.ready.Load() }
 func (p *echoProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	p.runs.Add(1)
 	if p.fail.Load() {

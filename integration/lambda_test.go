@@ -29,8 +29,6 @@ type lambdaProvider struct {
 func (p *lambdaProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: p.kind, Version: 1}
 }
-func (p *lambdaProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (p *lambdaProvider) Ready() bool                        { return true }
 func (p *lambdaProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	p.runs.Add(1)
 	out := webhooksdk.Outcome{Status: json.RawMessage(`{"via":"lambda"}`)}

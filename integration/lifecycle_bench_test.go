@@ -24,8 +24,7 @@ type bigProvider struct {
 func (p *bigProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: p.kind, Version: 1}
 }
-func (p *bigProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (p *bigProvider) Ready() bool                        { return !p.paused.Load() }
+func (p *bigProvider) Ready() bool { return !p.paused.Load() }
 func (p *bigProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	p.calls.Add(1)
 	if p.kind == "big" && req.Trigger == webhooksdk.TriggerSpecChange {

@@ -121,8 +121,6 @@ type probeProvider struct {
 func (p *probeProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: "probe", Version: 1}
 }
-func (p *probeProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (p *probeProvider) Ready() bool                        { return true }
 func (p *probeProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	p.mu.Lock()
 	p.calls[req.Trigger]++
@@ -197,8 +195,6 @@ type versionProvider struct {
 func (p *versionProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: "ver", Version: p.version}
 }
-func (p *versionProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (p *versionProvider) Ready() bool                        { return true }
 func (p *versionProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	if req.KindVersion != p.version || req.Resource.KindVersion != p.version {
 		p.wrong.Add(1)

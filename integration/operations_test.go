@@ -27,8 +27,6 @@ type opsProvider struct {
 func (p *opsProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: "opsk", Version: 1}
 }
-func (p *opsProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (p *opsProvider) Ready() bool                        { return true }
 func (p *opsProvider) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	if req.TaskType != webhooksdk.TaskOperate {
 		return webhooksdk.Outcome{Status: json.RawMessage(`{"echoed":` + string(req.Resource.Spec) + `}`)}, nil
@@ -357,8 +355,6 @@ type composerProvider struct{}
 func (composerProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: "hcomp", Version: 1}
 }
-func (composerProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (composerProvider) Ready() bool                        { return true }
 func (composerProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	return webhooksdk.Outcome{Status: json.RawMessage(`{}`), Children: []webhooksdk.Child{
 		{Kind: "echo", KindVersion: 1, Name: req.Resource.Name + "-child", Spec: json.RawMessage(`{"n":7}`)}}}, nil

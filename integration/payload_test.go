@@ -38,8 +38,6 @@ type blobProvider struct {
 func (p *blobProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: p.kind, Version: 1}
 }
-func (p *blobProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (p *blobProvider) Ready() bool                        { return true }
 func (p *blobProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	if p.kind == "blob" {
 		st, _ := json.Marshal(map[string]string{"blob": strings.Repeat("x", blobBytes)})

@@ -20,8 +20,6 @@ type bomProvider struct{}
 func (bomProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: "bom", Version: 1}
 }
-func (bomProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (bomProvider) Ready() bool                        { return true }
 func (bomProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	if req.Trigger == webhooksdk.TriggerChildrenSettled {
 		ready := 0
@@ -50,8 +48,6 @@ type partProvider struct{}
 func (partProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: "part", Version: 1}
 }
-func (partProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (partProvider) Ready() bool                        { return true }
 func (partProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	var spec struct{ Fail bool }
 	_ = json.Unmarshal(req.Resource.Spec, &spec)
@@ -75,8 +71,6 @@ type sinkProvider struct {
 func (p *sinkProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: "sink", Version: 1}
 }
-func (p *sinkProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (p *sinkProvider) Ready() bool                        { return true }
 func (p *sinkProvider) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	p.running.Add(1)
 	defer p.running.Add(-1)

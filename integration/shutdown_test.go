@@ -24,8 +24,6 @@ type readyEcho struct{}
 func (readyEcho) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: "echo", Version: 1}
 }
-func (readyEcho) OnConfig(webhooksdk.ProviderConfig) {}
-func (readyEcho) Ready() bool                        { return true }
 func (readyEcho) Work(context.Context, webhooksdk.Request) (webhooksdk.Outcome, error) {
 	return webhooksdk.Outcome{}, nil
 }

@@ -19,8 +19,6 @@ type leafProvider struct{ kind string }
 func (p leafProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: p.kind, Version: 1}
 }
-func (p leafProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (p leafProvider) Ready() bool                        { return true }
 func (p leafProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	st, err := json.Marshal(map[string]any{"id": p.kind + "-" + req.Resource.Name, "spec": req.Resource.Spec})
 	return webhooksdk.Outcome{Status: st}, err

@@ -20,8 +20,6 @@ type starLeaf struct{}
 func (starLeaf) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: "starleaf", Version: 1}
 }
-func (starLeaf) OnConfig(webhooksdk.ProviderConfig) {}
-func (starLeaf) Ready() bool                        { return true }
 func (starLeaf) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	var spec struct {
 		NetID string `json:"net_id"`

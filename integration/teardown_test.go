@@ -61,8 +61,6 @@ func (p *stackProvider) worked(name string) int32 {
 func (p *stackProvider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: p.kind, Version: 1}
 }
-func (p *stackProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (p *stackProvider) Ready() bool                        { return true }
 func (p *stackProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	name := req.Resource.Name
 	switch {

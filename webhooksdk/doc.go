@@ -1,5 +1,6 @@
 // Package webhooksdk is the provider SDK for Converge's push dispatch: write a kind's
-// handler code once as a [Provider] and serve it over HTTPS with [Handler].
+// handler code once as a [Provider] and serve it over HTTPS with [ListenAndServe], or
+// mount [Handler] in a server of your own.
 //
 // # Model
 //
@@ -16,7 +17,7 @@
 //     heartbeats to the matching …/heartbeat URL while the work runs.
 //
 // The dispatcher also probes readiness with a signed {"type": "health"} POST, answered
-// with a [HealthResponse] built from every provider's Ready.
+// with a [HealthResponse] of every provider's readiness.
 //
 // docs/protocol.md in this repository is the normative wire protocol; this package is
 // one implementation of its provider side, and its wire types and signing functions
@@ -24,10 +25,12 @@
 //
 // # The contract
 //
-// A [Provider] serves exactly one (kind, version). The SDK calls only its four methods:
-// Kind once at construction, Ready for health probes and before each task, OnConfig
-// before Work whenever the task's effective config differs from the last one the
-// provider saw, and Work once per delivery. Work returns an [Outcome] or an error; an
+// A [Provider] serves exactly one (kind, version) with two methods: Kind, called once at
+// construction, and Work, called once per delivery. Two more are optional, found by type
+// assertion: a [Readier]'s Ready answers health probes and is checked before each task
+// (without it, the provider is always ready), and a [Configurer]'s OnConfig runs before
+// Work whenever the task's effective config differs from the last one the provider saw
+// (without it, config changes are ignored). [WorkFunc] makes a Provider of a function. Work returns an [Outcome] or an error; an
 // error is retried with backoff unless wrapped with [Terminal]. An HTTP status is never
 // a terminal failure — only a Result with "terminal": true is.
 //
@@ -52,6 +55,16 @@
 //     dropped and the Work context is cancelled with cause [ErrSuperseded].
 //   - Readiness is advisory: an unready provider is answered 503 (transient), never a
 //     terminal failure.
+//
+// # Serving
+//
+// [ListenAndServe] (or [Serve], on a listener of the caller's) is a provider process's
+// whole server: it checks the providers and options, listens (HTTPS with [WithTLS]),
+// serves the Endpoint (beside routes of the caller's with [WithMiddleware]) and, once
+// its context ends or SIGINT or SIGTERM arrives, stops gracefully: the listener closes,
+// requests in flight finish, then asynchronous Work and its callbacks, all within
+// [WithDrainTimeout]. It returns nil after a stop that finished its work and an error
+// otherwise; it never exits the process.
 //
 // # Batched deliveries
 //

@@ -54,11 +54,13 @@ type Endpoint struct {
 	batcher *callbackBatcher // nil: every Result to its own callback URL
 }
 
-// providerSlot is one registered provider and the fingerprint of the last config its
-// OnConfig saw.
+// providerSlot is one registered provider, its optional hooks and the fingerprint of
+// the last config its OnConfig saw.
 type providerSlot struct {
-	kv KindVersion
-	p  Provider
+	kv         KindVersion
+	p          Provider
+	configurer Configurer // nil: config changes are ignored
+	readier    Readier    // nil: always ready
 
 	mu     sync.Mutex // serialises OnConfig
 	seen   bool
@@ -91,30 +93,42 @@ type run struct {
 }
 
 // Handler returns the Endpoint serving providers. Every provider needs a distinct, valid
-// Kind() (kind non-empty, version 1..32767), and WithSecrets is required.
+// Kind() (kind non-empty, version 1..32767), and WithSecrets is required; the serving
+// options are refused, since the server is the caller's ([Serve] runs one).
 //
 // Requests: POST only (405); body capped (413); Standard Webhooks signature checked
-// (401); envelope decoded (400). A health probe gets 200 with every provider's Ready().
-// A task goes to the provider of its (kind, kind_version) (404 if none; 503 with
-// Retry-After if it is not ready or the endpoint is shutting down) and Work runs under
-// the task deadline. If Work finishes within the sync budget the answer is 200 with the
+// (401); envelope decoded (400). A health probe gets 200 with every provider's readiness
+// (its Ready if it is a [Readier], else ready). A task goes to the provider of its (kind,
+// kind_version) (404 if none; 503 with Retry-After if it is not ready or the endpoint is
+// shutting down) and Work runs under the task deadline, after OnConfig if the provider
+// is a [Configurer] and the task's config is new to it. If Work finishes within the sync budget the answer is 200 with the
 // Result (an error result too); otherwise 202, and the Result is POSTed to the
 // envelope's callback URL later, with heartbeats meanwhile. A repeated webhook-id is
 // never run twice: while it runs it gets 202, once finished it gets the same body again.
 // A batched delivery (docs/protocol.md §16) is verified once and each of its tasks served
 // as above, its answer collected into one [BatchResponse].
 func Handler(providers []Provider, opts ...Option) (*Endpoint, error) {
-	cfg := defaultConfig()
-	for _, opt := range opts {
-		if err := opt(&cfg); err != nil {
-			return nil, fmt.Errorf("webhooksdk handler: %w", err)
-		}
+	cfg, err := newConfig(opts)
+	if err == nil && len(cfg.serveOnly) > 0 {
+		err = fmt.Errorf("%s: serving options, for Serve and ListenAndServe only", strings.Join(cfg.serveOnly, ", "))
 	}
+	if err != nil {
+		return nil, fmt.Errorf("webhooksdk handler: %w", err)
+	}
+	e, err := newEndpoint(cfg, providers)
+	if err != nil {
+		return nil, fmt.Errorf("webhooksdk handler: %w", err)
+	}
+	return e, nil
+}
+
+// newEndpoint returns the Endpoint serving providers under cfg.
+func newEndpoint(cfg config, providers []Provider) (*Endpoint, error) {
 	if len(cfg.secrets) == 0 {
-		return nil, errors.New("webhooksdk handler: no signing secrets; use WithSecrets")
+		return nil, errors.New("no signing secrets; use WithSecrets")
 	}
 	if len(providers) == 0 {
-		return nil, errors.New("webhooksdk handler: no providers")
+		return nil, errors.New("no providers")
 	}
 	e := &Endpoint{
 		cfg:      cfg,
@@ -141,16 +155,21 @@ func Handler(providers []Provider, opts ...Option) (*Endpoint, error) {
 	}
 	for i, p := range providers {
 		if p == nil {
-			return nil, fmt.Errorf("webhooksdk handler: provider %d is nil", i)
+			return nil, fmt.Errorf("provider %d is nil", i)
+		}
+		if f, ok := p.(workFunc); ok && f.work == nil {
+			return nil, fmt.Errorf("provider %d: WorkFunc with a nil func", i)
 		}
 		kv := p.Kind()
 		if err := kv.validate(); err != nil {
-			return nil, fmt.Errorf("webhooksdk handler: provider %d: %w", i, err)
+			return nil, fmt.Errorf("provider %d: %w", i, err)
 		}
 		if _, dup := e.byKind[kv]; dup {
-			return nil, fmt.Errorf("webhooksdk handler: two providers for %s", kv)
+			return nil, fmt.Errorf("two providers for %s", kv)
 		}
 		s := &providerSlot{kv: kv, p: p}
+		s.configurer, _ = p.(Configurer)
+		s.readier, _ = p.(Readier)
 		e.slots = append(e.slots, s)
 		e.byKind[kv] = s
 	}
@@ -615,7 +634,7 @@ func (e *Endpoint) execute(rn *run) {
 	e.deliver(rn, body, log)
 }
 
-// work calls OnConfig (if the config changed) and Work, turning a panic into a
+// work calls OnConfig (if the provider has it and the config changed) and Work, turning a panic into a
 // transient error result.
 func (e *Endpoint) work(ctx context.Context, rn *run, log *slog.Logger) (res Result) {
 	res = Result{TaskID: rn.env.TaskID, ClaimEpoch: rn.env.ClaimEpoch}
@@ -656,9 +675,12 @@ func (e *Endpoint) work(ctx context.Context, rn *run, log *slog.Logger) (res Res
 	return res
 }
 
-// configure fires OnConfig if req's effective config differs from the last one this
-// provider saw (the first one included). Serialised per provider.
+// configure fires OnConfig if the provider has it and req's effective config differs
+// from the last one this provider saw (the first one included). Serialised per provider.
 func (s *providerSlot) configure(req Request) {
+	if s.configurer == nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.seen && bytes.Equal(s.lastSpec, req.Config) && bytes.Equal(s.lastBundle, req.Bundle) {
@@ -666,7 +688,7 @@ func (s *providerSlot) configure(req Request) {
 	}
 	sum := configSum(req.Config, req.Bundle)
 	if !s.seen || s.cfgSum != sum {
-		s.p.OnConfig(ProviderConfig{Spec: req.Config, Data: req.Bundle})
+		s.configurer.OnConfig(ProviderConfig{Spec: req.Config, Data: req.Bundle})
 		s.seen, s.cfgSum = true, sum // only once OnConfig returned normally
 	}
 	s.lastSpec, s.lastBundle = bytes.Clone(req.Config), bytes.Clone(req.Bundle)
@@ -689,14 +711,18 @@ func configSum(spec json.RawMessage, bundle []byte) [sha256.Size]byte {
 	return sum
 }
 
+// ready is the provider's Ready, true for one without it, false if it panics.
 func (e *Endpoint) ready(s *providerSlot) (ok bool) {
+	if s.readier == nil {
+		return true
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			e.log.Error("provider Ready panicked", "kind", s.kv.Kind, "kind_version", s.kv.Version, "panic", p)
 			ok = false
 		}
 	}()
-	return s.p.Ready()
+	return s.readier.Ready()
 }
 
 func (e *Endpoint) taskLogger(rn *run) *slog.Logger {

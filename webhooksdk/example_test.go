@@ -1,14 +1,18 @@
 package webhooksdk_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"io"
 	"log"
+	"log/slog"
+	"net"
 	"net/http"
-	"os/signal"
-	"syscall"
+	"net/http/httptest"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/convergeplane/converge/webhooksdk"
@@ -49,14 +53,9 @@ func ExampleSigner() {
 	// <nil>
 }
 
-// accountProvider is a leaf provider: it reads the spec, reconciles, returns status.
-type accountProvider struct{}
-
-func (accountProvider) Kind() webhooksdk.KindVersion {
-	return webhooksdk.KindVersion{Kind: "account", Version: 1}
-}
-
-func (accountProvider) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
+// account is a leaf provider: it reads the spec, reconciles, returns status. One
+// reaction, no config hook, always ready: a WorkFunc is the whole provider.
+func account(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	var spec struct {
 		TeamName string `json:"team_name"`
 	}
@@ -72,41 +71,109 @@ func (accountProvider) Work(ctx context.Context, req webhooksdk.Request) (webhoo
 	return webhooksdk.Outcome{Status: status}, nil
 }
 
-func (accountProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (accountProvider) Ready() bool                        { return true }
+func ExampleWorkFunc() {
+	p := webhooksdk.WorkFunc("account", 1, account)
+	out, err := p.Work(context.Background(), webhooksdk.Request{
+		Reaction: "work",
+		Resource: webhooksdk.Resource{Kind: "account", KindVersion: 1, Name: "blue", Spec: json.RawMessage(`{"team_name":"blue"}`)},
+	})
+	fmt.Println(p.Kind(), string(out.Status), err)
 
-// Serve providers over HTTPS and drain on SIGTERM: first the HTTP server (inline
-// requests), then the Endpoint (asynchronous work and callbacks).
-func ExampleHandler() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	_, err = p.Work(context.Background(), webhooksdk.Request{Resource: webhooksdk.Resource{Spec: json.RawMessage(`[]`)}})
+	fmt.Println(webhooksdk.IsTerminal(err))
+	// Output:
+	// account/v1 {"account_id":"acc-blue"} <nil>
+	// true
+}
 
-	ep, err := webhooksdk.Handler(
-		[]webhooksdk.Provider{accountProvider{}},
-		webhooksdk.WithSecrets("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), // from a secret store, not code
+// A provider process's main: serve until SIGINT or SIGTERM, then drain. PROVIDER_ADDR
+// and PROVIDER_SECRETS are this program's choice of names, as are the files' paths.
+func ExampleListenAndServe() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	err := webhooksdk.ListenAndServe(context.Background(), os.Getenv("PROVIDER_ADDR"),
+		[]webhooksdk.Provider{webhooksdk.WorkFunc("account", 1, account)},
+		webhooksdk.WithSecrets(strings.Split(os.Getenv("PROVIDER_SECRETS"), ",")...), // both during a rotation
+		webhooksdk.WithTLS("/etc/provider/tls.crt", "/etc/provider/tls.key"),
+		webhooksdk.WithDrainTimeout(50*time.Second), // within the pod's termination grace period
+		webhooksdk.WithLogger(log),
 	)
 	if err != nil {
-		log.Print(err)
+		log.Error("provider stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+// Serve on a listener of one's own, probed the way the dispatcher probes, and stopped
+// by its context.
+func ExampleServe() {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" // from a secret store, not code
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- webhooksdk.Serve(ctx, ln, []webhooksdk.Provider{webhooksdk.WorkFunc("account", 1, account)},
+			webhooksdk.WithSecrets(secret), webhooksdk.WithLogger(slog.New(slog.DiscardHandler)))
+	}()
+
+	fmt.Println(probe("http://"+ln.Addr().String()+"/", secret))
+	stop()
+	fmt.Println(<-served)
+	// Output:
+	// 200 {"kinds":[{"kind":"account","kind_version":1,"ready":true}]}
+	// <nil>
+}
+
+// probe POSTs a signed health probe to url and returns the answer's status and body.
+func probe(url, secret string) string {
+	signer, err := webhooksdk.NewSigner(secret)
+	if err != nil {
+		return err.Error()
+	}
+	body := []byte(`{"type":"health"}`)
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	signer.SetHeaders(req.Header, "msg_probe", time.Now(), body)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprint(resp.StatusCode, " ", string(answer))
+}
+
+// The Endpoint in a server of one's own (Serve does all of this): mount it where the
+// registered endpoint's target and health URLs point, and stop the server before the
+// Endpoint, so that inline answers finish before asynchronous work is cut off.
+func ExampleHandler() {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	ep, err := webhooksdk.Handler([]webhooksdk.Provider{webhooksdk.WorkFunc("account", 1, account)},
+		webhooksdk.WithSecrets(secret))
+	if err != nil {
+		fmt.Println(err)
 		return
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /converge", ep)        // the endpoint's target URL
 	mux.Handle("POST /converge/health", ep) // its health URL
-	srv := &http.Server{Addr: ":8443", Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := httptest.NewServer(mux)
 
-	go func() {
-		if err := srv.ListenAndServeTLS("tls.crt", "tls.key"); !errors.Is(err, http.ErrServerClosed) {
-			log.Print(err)
-			stop()
-		}
-	}()
-	<-ctx.Done()
-	drain, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	fmt.Println(probe(srv.URL+"/converge/health", secret))
+	srv.Close()
+	drain, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(drain); err != nil {
-		log.Print(err)
-	}
-	if err := ep.Shutdown(drain); err != nil {
-		log.Print(err)
-	}
+	fmt.Println(ep.Shutdown(drain))
+	// Output:
+	// 200 {"kinds":[{"kind":"account","kind_version":1,"ready":true}]}
+	// <nil>
 }

@@ -1,6 +1,7 @@
 package webhooksdk
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,12 +34,16 @@ const (
 	CallbackBatchWindowDefault = 2 * time.Millisecond
 	// CallbackBatchMaxDefault caps the Results of one batched callback.
 	CallbackBatchMaxDefault = 64
+	// DrainTimeoutDefault is how long Serve's graceful stop waits for in-flight work.
+	DrainTimeoutDefault = 30 * time.Second
 	// RetryAfterUnready is the Retry-After, in seconds, of a 503 for an unready provider
 	// or a shutting-down endpoint.
 	RetryAfterUnready = 5
 )
 
-// Option configures [Handler]. An option returns an error for an invalid value.
+// Option configures [Handler], [Serve] and [ListenAndServe]. An option returns an error
+// for an invalid value. The serving options ([WithDrainTimeout], [WithTLS],
+// [WithMiddleware]) configure the server Serve runs, and Handler refuses them.
 type Option func(*config) error
 
 type config struct {
@@ -59,10 +64,17 @@ type config struct {
 	batchConcurrency int
 	cbBatchWindow    time.Duration
 	cbBatchMax       int
+
+	// The serving options, read by Serve and ListenAndServe only.
+	drainTimeout time.Duration
+	tlsCert      *tls.Certificate // nil: plain HTTP
+	middleware   []func(http.Handler) http.Handler
+	serveOnly    []string // the serving options given, which Handler refuses
 }
 
-func defaultConfig() config {
-	return config{
+// newConfig is the default config with opts applied.
+func newConfig(opts []Option) (config, error) {
+	cfg := config{
 		syncBudget:       SyncBudgetDefault,
 		tolerance:        DefaultTolerance,
 		maxBody:          MaxBodyDefault,
@@ -76,6 +88,25 @@ func defaultConfig() config {
 		batchConcurrency: BatchConcurrencyDefault,
 		cbBatchWindow:    CallbackBatchWindowDefault,
 		cbBatchMax:       CallbackBatchMaxDefault,
+		drainTimeout:     DrainTimeoutDefault,
+	}
+	for _, opt := range opts {
+		if err := opt(&cfg); err != nil {
+			return config{}, err
+		}
+	}
+	return cfg, nil
+}
+
+// serveOption is the serving option named name, whose set applies it: only Serve and
+// ListenAndServe read the serving options, and Handler refuses them by name.
+func serveOption(name string, set func(*config) error) Option {
+	return func(c *config) error {
+		if err := set(c); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		c.serveOnly = append(c.serveOnly, name)
+		return nil
 	}
 }
 
@@ -232,4 +263,49 @@ func WithBatchConcurrency(n int) Option {
 		c.batchConcurrency = n
 		return nil
 	}
+}
+
+// WithDrainTimeout bounds the graceful stop of [Serve]: once its context ends or a
+// SIGINT or SIGTERM arrives, the listener closes, and the requests in flight, the
+// asynchronous Work and its callbacks get d to finish; past it every Work context is
+// cancelled (cause ErrShutdown) and Serve returns an error saying so. The dispatcher
+// re-dispatches the tasks left unfinished when their leases expire. 0 cancels at once.
+// Defaults to DrainTimeoutDefault. A serving option: Handler refuses it.
+func WithDrainTimeout(d time.Duration) Option {
+	return serveOption("with drain timeout", func(c *config) error {
+		if d < 0 {
+			return errors.New("negative duration")
+		}
+		c.drainTimeout = d
+		return nil
+	})
+}
+
+// WithTLS makes [Serve] serve HTTPS (HTTP/2 offered, TLS 1.2 at least) with the PEM
+// certificate chain and key in certFile and keyFile, read once, when the option is
+// applied. Without it Serve serves plain HTTP, for a loopback address or behind a proxy
+// that terminates TLS. A serving option: Handler refuses it.
+func WithTLS(certFile, keyFile string) Option {
+	return serveOption("with tls", func(c *config) error {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return err
+		}
+		c.tlsCert = &cert
+		return nil
+	})
+}
+
+// WithMiddleware makes [Serve] serve the handler mw returns for the Endpoint, to add
+// routes beside it (a debug page) or to see every request before it (a fault
+// injector). The Endpoint answers every path it is given. Given more than once, the
+// first wraps the others. A serving option: Handler refuses it.
+func WithMiddleware(mw func(next http.Handler) http.Handler) Option {
+	return serveOption("with middleware", func(c *config) error {
+		if mw == nil {
+			return errors.New("nil func")
+		}
+		c.middleware = append(c.middleware, mw)
+		return nil
+	})
 }

@@ -42,8 +42,10 @@ type ProviderConfig struct {
 	Data []byte
 }
 
-// Provider is the handler code for one (kind, version). The SDK calls only these four
-// methods and never a set-up step.
+// Provider is the handler code for one (kind, version): what every provider has. A
+// provider that reacts to config changes also implements [Configurer], and one that can
+// be unready implements [Readier]; the Handler finds both by type assertion, once, at
+// construction. The SDK calls only these methods and never a set-up step.
 type Provider interface {
 	// Kind returns the one pair this provider serves. It must be pure: the Handler calls
 	// it once, at construction.
@@ -57,21 +59,48 @@ type Provider interface {
 	// idempotent: delivery is at least once. A kind with several reactions switches on
 	// req.Reaction.
 	Work(ctx context.Context, req Request) (Outcome, error)
+}
 
-	// OnConfig is the hook to redial a client or recompile a bundle when the provider
-	// config changes. The Handler calls it before Work whenever a task's effective
-	// config (Request.Config and Request.Bundle) differs from the last one this provider
-	// saw, the first task included. Calls are serialised per provider, and a task's Work
-	// starts only after the OnConfig for its config has returned. A provider without
-	// config makes it a no-op.
+// Configurer is the optional hook of a [Provider] that redials a client or recompiles a
+// bundle when its provider config changes. The effective config also rides on every
+// task (Request.Config and Request.Bundle), so a provider that reads it there needs no
+// hook: without one, config changes are ignored.
+type Configurer interface {
+	// OnConfig is called before Work whenever a task's effective config (Request.Config
+	// and Request.Bundle) differs from the last one this provider saw, the first task
+	// included. Calls are serialised per provider, and a task's Work starts only after
+	// the OnConfig for its config has returned.
 	OnConfig(cfg ProviderConfig)
+}
 
+// Readier is the optional readiness report of a [Provider] that depends on something
+// that can be down (a downstream API, a binary on the host). Without it, a provider is
+// always ready.
+type Readier interface {
 	// Ready reports whether the provider can do work right now. Health probes report
 	// it, so the dispatcher stops sending this pair's tasks to an endpoint that is not
 	// ready; a task that arrives anyway is refused with a transient 503, never a
 	// terminal failure. Ready must be cheap and safe for concurrent use.
 	Ready() bool
 }
+
+// WorkFunc returns the Provider of (kind, version) whose Work is work: the whole of a
+// provider that needs no config hook and is always ready, typically a kind with one
+// reaction. work receives every task of the pair; a kind with several reactions may
+// switch on req.Reaction in it.
+func WorkFunc(kind string, version int, work func(ctx context.Context, req Request) (Outcome, error)) Provider {
+	return workFunc{kv: KindVersion{Kind: kind, Version: version}, work: work}
+}
+
+// workFunc is the Provider WorkFunc returns.
+type workFunc struct {
+	kv   KindVersion
+	work func(ctx context.Context, req Request) (Outcome, error)
+}
+
+func (f workFunc) Kind() KindVersion { return f.kv }
+
+func (f workFunc) Work(ctx context.Context, req Request) (Outcome, error) { return f.work(ctx, req) }
 
 // Request is one task as Work receives it. Fields a reaction does not need are zero.
 type Request struct {

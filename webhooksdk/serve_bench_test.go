@@ -25,8 +25,6 @@ func (noopProvider) Kind() webhooksdk.KindVersion { return kvVPC }
 func (noopProvider) Work(context.Context, webhooksdk.Request) (webhooksdk.Outcome, error) {
 	return webhooksdk.Outcome{Status: json.RawMessage(`{}`)}, nil
 }
-func (noopProvider) OnConfig(webhooksdk.ProviderConfig) {}
-func (noopProvider) Ready() bool                        { return true }
 
 // BenchmarkServeBatch serves a signed batch of 32 task envelopes, each shaped as the
 // dispatcher sends a leaf's reconcile (resource, callback, deadline), to a no-op provider.

@@ -34,10 +34,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/convergeplane/converge/chaos/internal/calllog"
@@ -83,10 +81,7 @@ func main() {
 		f.until = time.UnixMilli(until)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, f, log)
-	stop()
-	if err != nil {
+	if err := run(context.Background(), f, log); err != nil {
 		log.Error("chaos provider failed", "err", err)
 		os.Exit(1)
 	}
@@ -110,30 +105,21 @@ func run(ctx context.Context, f faults, log *slog.Logger) error {
 		drawn: map[string]int{}, injected: map[string]int{}, owed: owed}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &callbacks{p: p, next: http.DefaultTransport},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	h, err := webhooksdk.Handler([]webhooksdk.Provider{&kind{p: p, name: "leaf"}, &kind{p: p, name: "comp"}},
+	return webhooksdk.ListenAndServe(ctx, os.Getenv("PROVIDER_ADDR"), []webhooksdk.Provider{&kind{p: p, name: "leaf"}, &kind{p: p, name: "comp"}},
 		webhooksdk.WithSecrets(strings.Split(os.Getenv("PROVIDER_SECRETS"), ",")...),
 		webhooksdk.WithSyncBudget(f.syncBudget), webhooksdk.WithHTTPClient(client),
 		webhooksdk.WithCallbackRetry(200*time.Millisecond, 2*time.Second, time.Minute), webhooksdk.WithLogger(log),
 		// Each Result to its own callback URL: the fault transport below logs,
 		// drops and duplicates callbacks one task at a time. Batched callbacks
 		// (protocol §8.1) have their own tests in dispatch/callback and webhooksdk.
-		webhooksdk.WithCallbackBatch(0, 1))
-	if err != nil {
-		return err
-	}
-	p.next = h
-	srv := &http.Server{Addr: os.Getenv("PROVIDER_ADDR"), Handler: p, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = h.Shutdown(sctx) // stopping: unfinished runs are the dispatcher's to retry
-	return srv.Shutdown(sctx)
+		webhooksdk.WithCallbackBatch(0, 1),
+		// A stop leaves what is unfinished by then to the dispatcher's retries.
+		webhooksdk.WithDrainTimeout(10*time.Second),
+		// Every delivery passes the fault injector and its log first.
+		webhooksdk.WithMiddleware(func(ep http.Handler) http.Handler {
+			p.next = ep
+			return p
+		}))
 }
 
 type provider struct {
@@ -382,8 +368,6 @@ type kind struct {
 func (k *kind) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: k.name, Version: 1}
 }
-func (k *kind) OnConfig(webhooksdk.ProviderConfig) {}
-func (k *kind) Ready() bool                        { return true }
 
 func (k *kind) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	p := k.p

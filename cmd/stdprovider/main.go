@@ -14,18 +14,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/convergeplane/converge/providers/stdcel"
 	"github.com/convergeplane/converge/providers/stdio"
@@ -67,16 +64,13 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, log, os.Getenv)
-	stop()
-	if err != nil {
+	if err := run(context.Background(), log, os.Getenv); err != nil {
 		log.Error("stdprovider failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-// run serves until ctx ends, then drains in-flight tasks.
+// run serves until ctx ends or SIGINT or SIGTERM arrives, then drains in-flight tasks.
 func run(ctx context.Context, log *slog.Logger, getenv func(string) string) error {
 	kinds, err := selectKinds(getenv)
 	if err != nil {
@@ -87,30 +81,11 @@ func run(ctx context.Context, log *slog.Logger, getenv func(string) string) erro
 		return errors.New("PROVIDER_SECRETS is required: the endpoint's signing secret (whsec_...)")
 	}
 	providers := make([]webhooksdk.Provider, len(kinds))
-	names := make([]string, len(kinds))
 	for i, k := range kinds {
-		providers[i], names[i] = k.provider, k.provider.Kind().String()
+		providers[i] = k.provider
 	}
-	h, err := webhooksdk.Handler(providers, webhooksdk.WithSecrets(secrets...), webhooksdk.WithLogger(log))
-	if err != nil {
-		return err
-	}
-	addr := getenv("PROVIDER_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:9090"
-	}
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("stdprovider listening", "addr", addr, "kinds", strings.Join(names, " "))
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return errors.Join(srv.Shutdown(sctx), h.Shutdown(sctx))
+	return webhooksdk.ListenAndServe(ctx, cmp.Or(getenv("PROVIDER_ADDR"), "127.0.0.1:9090"), providers,
+		webhooksdk.WithSecrets(secrets...), webhooksdk.WithLogger(log))
 }
 
 // selectKinds builds the kinds the environment selects: STD_KINDS picks providers,

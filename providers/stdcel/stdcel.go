@@ -60,8 +60,9 @@ func (p *Provider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: p.kind, Version: 1}
 }
 
-// Ready is always true: the provider needs nothing outside the request.
-func (p *Provider) Ready() bool { return true }
+// The Handler finds this hook by type assertion: a mistyped signature would lose it
+// silently.
+var _ webhooksdk.Configurer = (*Provider)(nil)
 
 // OnConfig compiles a new config ahead of the tasks that carry it. A config
 // that does not compile is reported by the task that carries it, so the

@@ -11,17 +11,6 @@ import (
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
-// noop is an in-process provider doing nothing: the baseline stdio's spawn cost is
-// measured against.
-type noop struct{}
-
-func (noop) Kind() webhooksdk.KindVersion       { return webhooksdk.KindVersion{Kind: "noop", Version: 1} }
-func (noop) OnConfig(webhooksdk.ProviderConfig) {}
-func (noop) Ready() bool                        { return true }
-func (noop) Work(context.Context, webhooksdk.Request) (webhooksdk.Outcome, error) {
-	return webhooksdk.Outcome{Status: json.RawMessage(`{}`)}, nil
-}
-
 // BenchmarkWork reports one task's cost through stdio — spawning `/bin/cat resp.json`,
 // which prints a canned response — beside the in-process no-op provider: the
 // difference is the per-task process overhead.
@@ -32,10 +21,15 @@ func BenchmarkWork(b *testing.B) {
 	}
 	cfg, _ := json.Marshal(map[string]any{"command": "/bin/cat", "args": []string{resp}})
 	req := request("work", cfg)
+	// noop is an in-process provider doing nothing: the baseline stdio's spawn cost is
+	// measured against.
+	noop := webhooksdk.WorkFunc("noop", 1, func(context.Context, webhooksdk.Request) (webhooksdk.Outcome, error) {
+		return webhooksdk.Outcome{Status: json.RawMessage(`{}`)}, nil
+	})
 	for _, bc := range []struct {
 		name string
 		p    webhooksdk.Provider
-	}{{"noop", noop{}}, {"stdio-cat", stdio.New("stdio")}} {
+	}{{"noop", noop}, {"stdio-cat", stdio.New("stdio")}} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
 				if _, err := bc.p.Work(b.Context(), req); err != nil {

@@ -61,22 +61,12 @@ func Manifest(kind string, composer bool) []byte {
 
 // New returns the provider for the stdio kind named kind (version 1), leaf or composer
 // alike: the two differ only in their manifests, and the program learns which it serves
-// from Request.Reaction ("work" or "compose").
-func New(kind string) webhooksdk.Provider { return &provider{kind: kind} }
+// from Request.Reaction ("work" or "compose"). It reads its config from each task, where
+// the resource's override is already merged in.
+func New(kind string) webhooksdk.Provider { return webhooksdk.WorkFunc(kind, 1, work) }
 
-type provider struct{ kind string }
-
-func (p *provider) Kind() webhooksdk.KindVersion {
-	return webhooksdk.KindVersion{Kind: p.kind, Version: 1}
-}
-
-// OnConfig does nothing: the config is read from each task, where the resource's
-// override is already merged in.
-func (*provider) OnConfig(webhooksdk.ProviderConfig) {}
-
-func (*provider) Ready() bool { return true }
-
-func (p *provider) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
+// work runs the configured program on one task.
+func work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	cfg, err := ParseConfig(req.Config)
 	if err != nil {
 		return webhooksdk.Outcome{}, webhooksdk.Terminal(err)

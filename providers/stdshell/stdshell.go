@@ -66,21 +66,12 @@ type Status struct {
 	DurationMS int64 `json:"duration_ms"`
 }
 
-// New returns the provider for kind (version 1).
-func New(kind string) webhooksdk.Provider { return &provider{kind: kind} }
+// New returns the provider for kind (version 1). It reads its defaults from each task's
+// effective config.
+func New(kind string) webhooksdk.Provider { return webhooksdk.WorkFunc(kind, 1, work) }
 
-type provider struct{ kind string }
-
-func (p *provider) Kind() webhooksdk.KindVersion {
-	return webhooksdk.KindVersion{Kind: p.kind, Version: 1}
-}
-
-// OnConfig does nothing: the defaults are read from each task's effective config.
-func (*provider) OnConfig(webhooksdk.ProviderConfig) {}
-
-func (*provider) Ready() bool { return true }
-
-func (p *provider) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
+// work runs one task's script.
+func work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	var cfg Options
 	if err := decodeStrict(req.Config, &cfg); err != nil {
 		return webhooksdk.Outcome{}, webhooksdk.Terminal(fmt.Errorf("config: %w", err))

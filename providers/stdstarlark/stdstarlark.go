@@ -64,7 +64,9 @@ func (p *provider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: p.kind, Version: 1}
 }
 
-func (p *provider) Ready() bool { return true }
+// The Handler finds this hook by type assertion: a mistyped signature would lose it
+// silently.
+var _ webhooksdk.Configurer = (*provider)(nil)
 
 // OnConfig compiles the new bundle ahead of the task that carries it.
 func (p *provider) OnConfig(cfg webhooksdk.ProviderConfig) {

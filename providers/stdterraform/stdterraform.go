@@ -102,8 +102,11 @@ func (p *provider) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: p.kind, Version: 1}
 }
 
-func (p *provider) OnConfig(webhooksdk.ProviderConfig) {}
+// The Handler finds this hook by type assertion: a mistyped signature would lose it
+// silently.
+var _ webhooksdk.Readier = (*provider)(nil)
 
+// Ready is false while the terraform binary is missing: the kind parks rather than fails.
 func (p *provider) Ready() bool { return p.found }
 
 // spec is a resource's spec.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,9 +28,7 @@ var kvDisk = webhooksdk.KindVersion{Kind: "disk", Version: 1}
 // "slow", and otherwise reports a size.
 type disk struct{}
 
-func (disk) Kind() webhooksdk.KindVersion       { return kvDisk }
-func (disk) OnConfig(webhooksdk.ProviderConfig) {}
-func (disk) Ready() bool                        { return true }
+func (disk) Kind() webhooksdk.KindVersion { return kvDisk }
 
 func (disk) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	switch req.Reaction {
@@ -142,6 +141,56 @@ func TestInvokeSync(t *testing.T) {
 			t.Errorf("kinds %+v, want [%+v]", health.Kinds, want)
 		}
 	})
+}
+
+// hooked has both optional hooks: Ready reports ready, and OnConfig records each config.
+type hooked struct {
+	ready   atomic.Bool
+	configs atomic.Value // string: the last config's spec
+}
+
+func (*hooked) Kind() webhooksdk.KindVersion             { return kvDisk }
+func (h *hooked) Ready() bool                            { return h.ready.Load() }
+func (h *hooked) OnConfig(cfg webhooksdk.ProviderConfig) { h.configs.Store(string(cfg.Spec)) }
+func (*hooked) Work(context.Context, webhooksdk.Request) (webhooksdk.Outcome, error) {
+	return webhooksdk.Outcome{}, nil
+}
+
+// TestInvokeOptionalHooks: a provider's Ready and OnConfig are called behind the
+// Lambda adapter as behind the HTTP Handler (the disk provider, which has neither, is
+// ready in TestInvokeSync).
+func TestInvokeOptionalHooks(t *testing.T) {
+	t.Parallel()
+	p := &hooked{}
+	l, err := lambda.New([]webhooksdk.Provider{p}, webhooksdk.WithSecrets(secret),
+		webhooksdk.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := awslambda.NewHandler(l.Serve)
+	resp := invoke(t, h, sdktest.InvokeEvent(t, secret, []byte(`{"type":"health"}`), nil))
+	if want := `{"kinds":[{"kind":"disk","kind_version":1,"ready":false}]}`; resp.Body != want {
+		t.Errorf("health while unready: %s, want %s", resp.Body, want)
+	}
+	task := func() events.LambdaFunctionURLResponse {
+		env := sdktest.TaskEnvelope(kvDisk)
+		env.Config = json.RawMessage(`{"zone":"a"}`)
+		body, err := json.Marshal(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return invoke(t, h, sdktest.InvokeEvent(t, secret, body, nil))
+	}
+	if resp := task(); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("task while unready: %d %s, want 503", resp.StatusCode, resp.Body)
+	}
+	p.ready.Store(true)
+	if resp := task(); resp.StatusCode != http.StatusOK {
+		t.Errorf("task once ready: %d %s, want 200", resp.StatusCode, resp.Body)
+	}
+	if got, _ := p.configs.Load().(string); got != `{"zone":"a"}` {
+		t.Errorf("OnConfig got %q, want the task's config", got)
+	}
 }
 
 func TestInvokeEvent(t *testing.T) {

@@ -24,7 +24,7 @@ import (
 )
 
 // Run runs one task on p in-process, the way the Handler would: OnConfig with the
-// request's effective config, then Work under the test's context (and req.Deadline, if
+// request's effective config if p is a webhooksdk.Configurer, then Work under the test's context (and req.Deadline, if
 // set), with a panic turned into an error. It fails the test if the outcome is one the
 // core would reject (see webhooksdk.Outcome.Validate).
 func Run(t testing.TB, p webhooksdk.Provider, req webhooksdk.Request) (out webhooksdk.Outcome, err error) {
@@ -44,7 +44,9 @@ func Run(t testing.TB, p webhooksdk.Provider, req webhooksdk.Request) (out webho
 			out, err = webhooksdk.Outcome{}, fmt.Errorf("provider %s panicked: %v", p.Kind(), r)
 		}
 	}()
-	p.OnConfig(webhooksdk.ProviderConfig{Spec: req.Config, Data: req.Bundle})
+	if c, ok := p.(webhooksdk.Configurer); ok {
+		c.OnConfig(webhooksdk.ProviderConfig{Spec: req.Config, Data: req.Bundle})
+	}
 	out, err = p.Work(ctx, req)
 	if err == nil {
 		if verr := out.Validate(); verr != nil {

@@ -47,7 +47,6 @@ func (a *account) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.
 }
 
 func (a *account) OnConfig(cfg webhooksdk.ProviderConfig) { a.configs = append(a.configs, cfg) }
-func (*account) Ready() bool                              { return true }
 
 func TestRun(t *testing.T) {
 	t.Parallel()
@@ -75,6 +74,19 @@ func TestRun(t *testing.T) {
 	_, err = sdktest.Run(t, &account{panics: true}, webhooksdk.Request{})
 	if err == nil || !strings.Contains(err.Error(), "panicked: boom") {
 		t.Errorf("panic: err = %v", err)
+	}
+}
+
+// TestRunWithoutOnConfig: a provider without OnConfig runs, and reads its config from
+// the request.
+func TestRunWithoutOnConfig(t *testing.T) {
+	t.Parallel()
+	p := webhooksdk.WorkFunc("echo", 1, func(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
+		return webhooksdk.Outcome{Status: req.Config}, nil
+	})
+	out, err := sdktest.Run(t, p, webhooksdk.Request{Config: json.RawMessage(`{"endpoint":"x"}`)})
+	if err != nil || string(out.Status) != `{"endpoint":"x"}` {
+		t.Errorf("Run = %s, %v; want the config echoed", out.Status, err)
 	}
 }
 

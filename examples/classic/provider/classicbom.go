@@ -36,8 +36,6 @@ type bom struct{ o Options }
 func (*bom) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: "classicbom", Version: 1}
 }
-func (*bom) OnConfig(webhooksdk.ProviderConfig) {}
-func (*bom) Ready() bool                        { return true }
 
 func (b *bom) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	switch req.Reaction {

@@ -449,10 +449,6 @@ func TestBOMProvider(t *testing.T) {
 	if got := b.Kind(); got != (webhooksdk.KindVersion{Kind: "classicbom", Version: 1}) {
 		t.Errorf("Kind() = %v", got)
 	}
-	b.OnConfig(webhooksdk.ProviderConfig{Spec: json.RawMessage(`{"x":1}`)})
-	if !b.Ready() {
-		t.Error("classicbom is not Ready")
-	}
 }
 
 func descendants(spec map[string][]string) []webhooksdk.Resource {

@@ -8,29 +8,21 @@ import (
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
-// leaf is a simulated kind: work answers its specChange and operation
-// reactions; the teardown and the fault knobs are common to all.
-type leaf struct {
-	kv   webhooksdk.KindVersion
-	o    Options
-	work func(req webhooksdk.Request) (webhooksdk.Outcome, error)
-}
-
-func (l *leaf) Kind() webhooksdk.KindVersion     { return l.kv }
-func (*leaf) OnConfig(webhooksdk.ProviderConfig) {}
-func (*leaf) Ready() bool                        { return true }
-
-func (l *leaf) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
-	if fault(l.o.FaultRate) {
-		return webhooksdk.Outcome{}, errFault
-	}
-	if req.TaskType == webhooksdk.TaskDelete {
-		return teardown(ctx, l.o, req)
-	}
-	if err := sleep(ctx, l.o.WorkDelay); err != nil {
-		return webhooksdk.Outcome{}, err
-	}
-	return l.work(req)
+// leaf is the provider of a simulated kind: work answers its specChange and
+// operation reactions; the teardown and the fault knobs are common to all.
+func leaf(kind string, version int, o Options, work func(req webhooksdk.Request) (webhooksdk.Outcome, error)) webhooksdk.Provider {
+	return webhooksdk.WorkFunc(kind, version, func(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
+		if fault(o.FaultRate) {
+			return webhooksdk.Outcome{}, errFault
+		}
+		if req.TaskType == webhooksdk.TaskDelete {
+			return teardown(ctx, o, req)
+		}
+		if err := sleep(ctx, o.WorkDelay); err != nil {
+			return webhooksdk.Outcome{}, err
+		}
+		return work(req)
+	})
 }
 
 type accountSpec struct {

@@ -360,14 +360,3 @@ func TestDelaysWait(t *testing.T) {
 		t.Errorf("teardown log = %q, want [tgw/t]", got)
 	}
 }
-
-func TestLeafProvider(t *testing.T) {
-	t.Parallel()
-	for _, kv := range leafKinds {
-		p := leafFor(t, Options{}, kv.Kind, kv.Version)
-		p.OnConfig(webhooksdk.ProviderConfig{Spec: json.RawMessage(`{"flow_logs_bucket": "b"}`)})
-		if !p.Ready() {
-			t.Errorf("%v is not Ready", kv)
-		}
-	}
-}

@@ -53,11 +53,11 @@ type Options struct {
 // New returns every provider of the classic demo.
 func New(o Options) []webhooksdk.Provider {
 	return []webhooksdk.Provider{
-		&leaf{kv: webhooksdk.KindVersion{Kind: "account", Version: 1}, o: o, work: account},
-		&leaf{kv: webhooksdk.KindVersion{Kind: "vpc", Version: 1}, o: o, work: vpc},
-		&leaf{kv: webhooksdk.KindVersion{Kind: "vpc", Version: 2}, o: o, work: vpc},
-		&leaf{kv: webhooksdk.KindVersion{Kind: "tgw", Version: 1}, o: o, work: tgw},
-		&leaf{kv: webhooksdk.KindVersion{Kind: "route", Version: 1}, o: o, work: route},
+		leaf("account", 1, o, account),
+		leaf("vpc", 1, o, vpc),
+		leaf("vpc", 2, o, vpc),
+		leaf("tgw", 1, o, tgw),
+		leaf("route", 1, o, route),
 		&bom{o: o},
 		NewStatusSink(),
 	}

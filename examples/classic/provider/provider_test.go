@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/webhooksdk"
+	"github.com/convergeplane/converge/webhooksdk/sdktest"
 )
 
 func TestNew(t *testing.T) {
@@ -27,8 +28,23 @@ func TestNew(t *testing.T) {
 		t.Errorf("New serves %v, want %v", got, want)
 	}
 	// The Handler refuses duplicate or invalid kinds, so New's set must build one.
-	if _, err := webhooksdk.Handler(New(Options{}), webhooksdk.WithSecrets("whsec_"+strings.Repeat("A", 32))); err != nil {
-		t.Errorf("webhooksdk.Handler(New(...)): %v", err)
+	secret := "whsec_" + strings.Repeat("A", 32)
+	h, err := webhooksdk.Handler(New(Options{}), webhooksdk.WithSecrets(secret))
+	if err != nil {
+		t.Fatalf("webhooksdk.Handler(New(...)): %v", err)
+	}
+	// Every kind is ready from the start: statussink until a config names a store it
+	// cannot reach, the others always.
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, sdktest.NewHealthRequest(t, secret))
+	var health webhooksdk.HealthResponse
+	if err := json.Unmarshal(w.Body.Bytes(), &health); err != nil || len(health.Kinds) != len(want) {
+		t.Fatalf("health probe: %d %s", w.Code, w.Body)
+	}
+	for _, k := range health.Kinds {
+		if !k.Ready {
+			t.Errorf("%s/%d is not ready", k.Kind, k.KindVersion)
+		}
 	}
 }
 

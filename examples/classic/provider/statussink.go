@@ -63,6 +63,13 @@ func (*StatusSink) Kind() webhooksdk.KindVersion {
 	return webhooksdk.KindVersion{Kind: "statussink", Version: 1}
 }
 
+// The Handler finds these hooks by type assertion: a mistyped signature would lose
+// them silently.
+var (
+	_ webhooksdk.Readier    = (*StatusSink)(nil)
+	_ webhooksdk.Configurer = (*StatusSink)(nil)
+)
+
 // Ready is false while the configured store cannot be reached (and redials).
 func (s *StatusSink) Ready() bool {
 	s.mu.Lock()

@@ -28,39 +28,29 @@ import (
 // New returns the quickstart's providers. delay slows every leaf's work so
 // the demo can be watched converging; 0 answers at once.
 func New(delay time.Duration) []webhooksdk.Provider {
-	return []webhooksdk.Provider{
-		leaf{kv: webhooksdk.KindVersion{Kind: "bucket", Version: 1}, delay: delay, work: bucket},
-		leaf{kv: webhooksdk.KindVersion{Kind: "cdn", Version: 1}, delay: delay, work: cdn},
-		site{},
-	}
+	return []webhooksdk.Provider{leaf("bucket", delay, bucket), leaf("cdn", delay, cdn), site{}}
 }
 
-type leaf struct {
-	kv    webhooksdk.KindVersion
-	delay time.Duration
-	work  func(req webhooksdk.Request) (webhooksdk.Outcome, error)
-}
-
-func (l leaf) Kind() webhooksdk.KindVersion     { return l.kv }
-func (leaf) OnConfig(webhooksdk.ProviderConfig) {}
-func (leaf) Ready() bool                        { return true }
-
-func (l leaf) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
-	if l.delay > 0 {
-		t := time.NewTimer(l.delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return webhooksdk.Outcome{}, ctx.Err()
+// leaf is the provider of a simulated leaf kind: work reconciles it after the delay,
+// and its teardown succeeds at once.
+func leaf(kind string, delay time.Duration, work func(req webhooksdk.Request) (webhooksdk.Outcome, error)) webhooksdk.Provider {
+	return webhooksdk.WorkFunc(kind, 1, func(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
+		if delay > 0 {
+			t := time.NewTimer(delay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return webhooksdk.Outcome{}, ctx.Err()
+			}
 		}
-	}
-	if req.TaskType == webhooksdk.TaskDelete {
-		// The simulated bucket or cdn is gone; a real provider deletes it
-		// and succeeds when it is already gone.
-		return webhooksdk.Outcome{}, nil
-	}
-	return l.work(req)
+		if req.TaskType == webhooksdk.TaskDelete {
+			// The simulated bucket or cdn is gone; a real provider deletes it
+			// and succeeds when it is already gone.
+			return webhooksdk.Outcome{}, nil
+		}
+		return work(req)
+	})
 }
 
 type bucketSpec struct {
@@ -101,9 +91,7 @@ type SiteSpec struct {
 
 type site struct{}
 
-func (site) Kind() webhooksdk.KindVersion       { return webhooksdk.KindVersion{Kind: "site", Version: 1} }
-func (site) OnConfig(webhooksdk.ProviderConfig) {}
-func (site) Ready() bool                        { return true }
+func (site) Kind() webhooksdk.KindVersion { return webhooksdk.KindVersion{Kind: "site", Version: 1} }
 
 func (site) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
 	switch req.Reaction {

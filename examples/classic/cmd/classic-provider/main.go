@@ -34,6 +34,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,10 +44,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/convergeplane/converge/examples/classic"
 	"github.com/convergeplane/converge/examples/classic/provider"
@@ -67,10 +65,7 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, log)
-	stop()
-	if err != nil {
+	if err := run(context.Background(), log); err != nil {
 		log.Error("classic provider failed", "err", err)
 		os.Exit(1)
 	}
@@ -94,12 +89,9 @@ func objects(args []string, w io.Writer) error {
 	return enc.Encode(o)
 }
 
-// run serves until ctx is done, then drains in-flight tasks.
+// run serves until ctx is done or SIGINT or SIGTERM arrives, then drains in-flight
+// tasks.
 func run(ctx context.Context, log *slog.Logger) error {
-	addr := os.Getenv("PROVIDER_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:9090"
-	}
 	secrets := strings.Split(os.Getenv("PROVIDER_SECRETS"), ",")
 	if secrets[0] == "" {
 		return errors.New("PROVIDER_SECRETS is required: the endpoint's signing secret (whsec_...)")
@@ -109,24 +101,13 @@ func run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	opts.Teardowns = &provider.TeardownLog{}
-	h, err := webhooksdk.Handler(provider.New(opts), webhooksdk.WithSecrets(secrets...), webhooksdk.WithLogger(log))
-	if err != nil {
-		return fmt.Errorf("build handler: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /debug/teardowns", opts.Teardowns)
-	mux.Handle("/", h)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("classic provider listening", "addr", addr, "fault_rate", opts.FaultRate,
-		"work_delay", opts.WorkDelay, "delete_delay", opts.DeleteDelay)
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return errors.Join(srv.Shutdown(sctx), h.Shutdown(sctx))
+	log.Info("classic provider", "fault_rate", opts.FaultRate, "work_delay", opts.WorkDelay, "delete_delay", opts.DeleteDelay)
+	return webhooksdk.ListenAndServe(ctx, cmp.Or(os.Getenv("PROVIDER_ADDR"), "127.0.0.1:9090"), provider.New(opts),
+		webhooksdk.WithSecrets(secrets...), webhooksdk.WithLogger(log),
+		webhooksdk.WithMiddleware(func(ep http.Handler) http.Handler {
+			mux := http.NewServeMux()
+			mux.Handle("GET /debug/teardowns", opts.Teardowns)
+			mux.Handle("/", ep)
+			return mux
+		}))
 }

@@ -95,7 +95,7 @@ func TestRunConfigErrors(t *testing.T) {
 		wantErr string
 	}{
 		{"no secrets", map[string]string{"PROVIDER_SECRETS": ""}, "PROVIDER_SECRETS is required"},
-		{"bad secret", map[string]string{"PROVIDER_SECRETS": "not-a-secret"}, "build handler"},
+		{"bad secret", map[string]string{"PROVIDER_SECRETS": "not-a-secret"}, "with secrets"},
 		{"bad fault rate", map[string]string{"PROVIDER_SECRETS": newSecret(t), "FAKE_FAULT_RATE": "2"}, "FAKE_FAULT_RATE"},
 		{"bad delay", map[string]string{"PROVIDER_SECRETS": newSecret(t), "FAKE_WORK_DELAY": "later"}, "FAKE_WORK_DELAY"},
 	} {

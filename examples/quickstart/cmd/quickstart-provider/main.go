@@ -12,17 +12,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
 	"github.com/convergeplane/converge/examples/quickstart"
 	"github.com/convergeplane/converge/examples/quickstart/provider"
@@ -49,38 +45,14 @@ func main() {
 	}
 }
 
-// serve runs the provider until SIGINT or SIGTERM.
+// serve runs the provider until SIGINT or SIGTERM, then drains in-flight tasks.
 func serve(log *slog.Logger) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	return run(ctx, log)
-}
-
-func run(ctx context.Context, log *slog.Logger) error {
-	addr := os.Getenv("PROVIDER_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:9090"
-	}
 	secrets, delay, err := provider.FromEnv()
 	if err != nil {
 		return err
 	}
-	h, err := webhooksdk.Handler(provider.New(delay), webhooksdk.WithSecrets(secrets...), webhooksdk.WithLogger(log))
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("quickstart provider listening", "addr", addr, "kinds", "bucket/1 cdn/1 site/1")
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return errors.Join(srv.Shutdown(sctx), h.Shutdown(sctx))
+	return webhooksdk.ListenAndServe(context.Background(), cmp.Or(os.Getenv("PROVIDER_ADDR"), "127.0.0.1:9090"),
+		provider.New(delay), webhooksdk.WithSecrets(secrets...), webhooksdk.WithLogger(log))
 }
 
 // Objects is what `quickstart-provider objects` prints.
