@@ -48,8 +48,8 @@ const (
 type opKind int
 
 const (
-	opComplete opKind = iota // store.CompleteBatch with result
-	opRelease                // store.Release after delay, no attempt burnt
+	opComplete opKind = iota // engine.TaskCompleteMany with result
+	opRelease                // engine.TaskRelease after delay, no attempt burnt
 	opRecord                 // record an attempt in the delivery log
 )
 
@@ -58,7 +58,7 @@ type op struct {
 	task   model.Task
 	result webhooksdk.Result
 	// abandoned: result is a failure the dispatcher records in the
-	// provider's place (store.Completion.Abandoned).
+	// provider's place (engine.Completion.Abandoned).
 	abandoned bool
 	delay     time.Duration
 	reason    string
@@ -99,7 +99,7 @@ func transient(msg string) *webhooksdk.Result {
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }} // a buffer pool
 
 // encode appends the envelope for one endpoint to buf: the task as the
-// store built it, and a callback URL and token bound to this claim and this
+// engine built it, and a callback URL and token bound to this claim and this
 // delivery. An envelope over limit (0: none) is sent thin.
 func (d *Dispatcher) encode(it *item, endpoint string, limit int, buf *bytes.Buffer) error {
 	t := it.task

@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // Delivery log limits and retention defaults.
@@ -161,7 +163,7 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []Delivery) error {
 		classes[i] = d.Classification
 		excerpts[i] = excerpt(d.Excerpt, DeliveryExcerptMax)
 	}
-	if _, err := s.pool.Exec(ctx, sql, eps, ats, uuidArray(tasks), uuidArray(res), kinds, names, types, actions,
+	if _, err := s.pool.Exec(ctx, sql, eps, ats, pgrun.UUIDArray(tasks), pgrun.UUIDArray(res), kinds, names, types, actions,
 		epochs, attempts, statuses, lats, classes, excerpts); err != nil {
 		return fmt.Errorf("record deliveries: %w", err)
 	}
@@ -354,7 +356,7 @@ func (s *Store) ReplayDelivery(ctx context.Context, id int64) (Replay, error) {
 			SELECT id, 'delivery_replayed', generation, $2 FROM resources WHERE id = $1`, d.Resource.ID, event+": operation "+op.ID)
 		return rep, wrapUnlessTyped(err, "record the replay of delivery %d", id)
 	}
-	err = retryDeadlock(func() error {
+	err = pgrun.RetryDeadlock(func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			var deleting, frozen bool
 			err := tx.QueryRow(ctx, `SELECT deletion_requested_at IS NOT NULL, frozen_until IS NOT NULL FROM resources WHERE id = $1 FOR UPDATE`,

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/dispatch/callback"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -40,7 +40,7 @@ func TestBatchedOutcomes(t *testing.T) {
 	exp := time.Now().Add(time.Hour)
 	b.exec(t, `WITH r AS (INSERT INTO resources (kind, kind_version, name) SELECT 'leaf', 1, 'b' || i FROM generate_series(1, 6) i RETURNING id)
 		SELECT schedule_eligible(array_agg(id)) FROM r`)
-	tasks, err := b.st.Claim(b.ctx, store.ClaimParams{Claimer: "test", Lo: 0, Hi: 255, Limit: 6, Lease: time.Minute})
+	tasks, err := b.eng.TaskClaim(b.ctx, engine.TaskClaimParams{Claimer: "test", Lo: 0, Hi: 255, Limit: 6, Lease: time.Minute})
 	if err != nil || len(tasks) != 6 {
 		t.Fatalf("claim: %d, %v", len(tasks), err)
 	}
@@ -113,11 +113,11 @@ func TestBatchedOutcomes(t *testing.T) {
 	})
 }
 
-// bigHandler is a callback handler on b's store and tokens whose body cap
-// fits a batch (setup's is 1 KiB).
+// bigHandler is a callback handler on b's engine, store and tokens whose
+// body cap fits a batch (setup's is 1 KiB).
 func (b *bundle) bigHandler(t *testing.T) http.Handler {
 	t.Helper()
-	h, err := callback.NewHandler(callback.Config{Tokens: b.tokens, Store: b.st})
+	h, err := callback.NewHandler(callback.Config{Tokens: b.tokens, Engine: b.eng, Store: b.st})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/callback"
@@ -31,6 +32,7 @@ var testKey = bytes.Repeat([]byte("k"), 32)
 
 type bundle struct {
 	db     *pgtest.Database
+	eng    *engine.Engine
 	st     *store.Store
 	tokens *callback.Tokens
 	h      *callback.Handler
@@ -44,20 +46,20 @@ func setup(t *testing.T) *bundle {
 	if err := applylog.Install(t.Context(), db.Pool); err != nil {
 		t.Fatal(err)
 	}
-	st := store.New(db.Pool, store.Config{})
+	eng, st := engine.New(db.Pool, engine.Config{}), store.New(db.Pool, store.Config{})
 	tokens, err := callback.NewTokens(testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	h, err := callback.NewHandler(callback.Config{Tokens: tokens, Store: st, MaxBodyBytes: 1 << 10, Metrics: reg,
+	h, err := callback.NewHandler(callback.Config{Tokens: tokens, Engine: eng, Store: st, MaxBodyBytes: 1 << 10, Metrics: reg,
 		AsyncLease: 90 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
-	b := &bundle{db: db, st: st, tokens: tokens, h: h, reg: reg, ctx: ctx}
+	b := &bundle{db: db, eng: eng, st: st, tokens: tokens, h: h, reg: reg, ctx: ctx}
 	b.exec(t, `INSERT INTO kind_manifest (kind, kind_version, reactions) VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`)
 	return b
 }
@@ -79,7 +81,7 @@ func (b *bundle) claimOne(t *testing.T, name string) model.Task {
 
 func (b *bundle) claim(t *testing.T) model.Task {
 	t.Helper()
-	tasks, err := b.st.Claim(b.ctx, store.ClaimParams{Claimer: "test", Lo: 0, Hi: 255, Limit: 1, Lease: time.Minute})
+	tasks, err := b.eng.TaskClaim(b.ctx, engine.TaskClaimParams{Claimer: "test", Lo: 0, Hi: 255, Limit: 1, Lease: time.Minute})
 	if err != nil || len(tasks) != 1 {
 		t.Fatalf("claim: %d tasks, %v", len(tasks), err)
 	}
@@ -168,7 +170,7 @@ func TestOutcome(t *testing.T) {
 		stale := b.token(t, task, exp)
 		// The lease lapses, the reaper re-pends, another claim takes it.
 		b.exec(t, `UPDATE work_queue SET lease_until = now() - interval '1 second' WHERE task_id = $1`, task.ID)
-		if _, err := b.st.ReapExpiredLeases(b.ctx, store.ReapParams{Lo: 0, Hi: 255, Limit: 100}); err != nil {
+		if _, err := b.eng.LeaseReapExpired(b.ctx, engine.ReapParams{Lo: 0, Hi: 255, Limit: 100}); err != nil {
 			t.Fatal(err)
 		}
 		again := b.claim(t)
@@ -357,7 +359,7 @@ func TestHeartbeat(t *testing.T) {
 	})
 
 	t.Run("a superseded claim gets 409", func(t *testing.T) {
-		if _, err := b.st.Complete(b.ctx, task, webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); err != nil {
+		if _, err := b.eng.TaskComplete(b.ctx, task, webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); err != nil {
 			t.Fatal(err)
 		}
 		if code, _ := b.post(t, hbPath, tok, "application/json", hb); code != http.StatusConflict {
@@ -435,7 +437,7 @@ func TestConcurrentCallbacksGroupCommit(t *testing.T) {
 	const n = 40
 	b.exec(t, `WITH r AS (INSERT INTO resources (kind, kind_version, name) SELECT 'leaf', 1, 'g' || i FROM generate_series(1, $1) i RETURNING id)
 		SELECT schedule_eligible(array_agg(id)) FROM r`, n)
-	tasks, err := b.st.Claim(b.ctx, store.ClaimParams{Claimer: "test", Lo: 0, Hi: 255, Limit: n, Lease: time.Minute})
+	tasks, err := b.eng.TaskClaim(b.ctx, engine.TaskClaimParams{Claimer: "test", Lo: 0, Hi: 255, Limit: n, Lease: time.Minute})
 	if err != nil || len(tasks) != n {
 		t.Fatalf("claim: %d, %v", len(tasks), err)
 	}
@@ -584,7 +586,7 @@ func TestPayload(t *testing.T) {
 		t.Errorf("bad token = %d %s, want 401", code, body)
 	}
 	// The claim is given back: the old token reads nothing.
-	if err := b.st.Release(b.ctx, []model.Task{task}, 0, "test"); err != nil {
+	if err := b.eng.TaskRelease(b.ctx, engine.TaskReleaseParams{Tasks: []model.Task{task}, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if code, body := get(task.ID, tok); code != http.StatusConflict {

@@ -50,7 +50,7 @@ type Claim struct {
 	Expires  time.Time
 }
 
-// Task returns the claim in the form the store fences on.
+// Task returns the claim in the form the engine fences on.
 func (c Claim) Task() model.Task {
 	return model.Task{ID: c.TaskID, ResourceID: c.ResourceID, Shard: c.Shard, Epoch: c.Epoch, Emits: c.Emits, Deadline: c.Deadline}
 }

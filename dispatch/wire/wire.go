@@ -39,8 +39,8 @@ var ErrMalformedResult = errors.New("malformed result")
 // names must be the expected claim's (a provider answering for another claim
 // is a bug, not an outcome). An absent or null claim_epoch means this
 // claim's; an explicit 0 is another's (epochs start at 1). Errors match
-// ErrMalformedResult. What the outcome itself may hold is the store's to
-// check (store.CompleteBatch), against the reaction's emits mask.
+// ErrMalformedResult. What the outcome itself may hold is the engine's to
+// check (engine.TaskCompleteMany), against the reaction's emits mask.
 func DecodeResult(body []byte, taskID string, epoch int64) (webhooksdk.Result, error) {
 	var r result
 	if err := json.Unmarshal(body, &r); err != nil {
