@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // TaskClaimParams selects what TaskClaim may take.
@@ -45,34 +46,32 @@ func (e *Engine) TaskClaim(ctx context.Context, p TaskClaimParams) ([]model.Task
 	if p.Pairs != nil {
 		pairs = p.Pairs
 	}
-	rows, err := e.pool.Query(ctx, taskClaimSQL, p.Claimer, p.Lo, p.Hi, pairs, p.Limit, lease)
-	if err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
-	}
-	// Scanned by hand on purpose: TaskClaim is the dispatch hot path, and
-	// RowToStructByName would cost a reflection walk and a column-name key
-	// per row; model.Task also carries no db tags (control/model is shared
-	// wire vocabulary, not a row type).
-	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Task, error) {
-		var (
-			t        model.Task
-			emits    int32
-			kv       int16
-			deadline *time.Time
-		)
-		err := r.Scan(&t.ID, &t.Shard, &t.ResourceID, &t.Type, &t.Trigger, &t.Reaction, &emits,
-			&t.Kind, &kv, &t.Generation, &t.Epoch, &t.Attempts, &deadline, &t.Transition, &t.Binding)
-		t.Emits = model.OutcomeMask(emits)
-		t.KindVersion = int(kv)
-		if deadline != nil {
-			t.Deadline = *deadline
-		}
-		return t, err
-	})
+	tasks, err := pgrun.Collect(ctx, e.pool, scanClaimed, taskClaimSQL, p.Claimer, p.Lo, p.Hi, pairs, p.Limit, lease)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	return tasks, nil
+}
+
+// scanClaimed reads a row of taskClaimSQL. Scanned by hand on purpose:
+// TaskClaim is the dispatch hot path, and RowToStructByName would cost a
+// reflection walk and a column-name key per row; model.Task also carries no
+// db tags (control/model is shared wire vocabulary, not a row type).
+func scanClaimed(r pgx.CollectableRow) (model.Task, error) {
+	var (
+		t        model.Task
+		emits    int32
+		kv       int16
+		deadline *time.Time
+	)
+	err := r.Scan(&t.ID, &t.Shard, &t.ResourceID, &t.Type, &t.Trigger, &t.Reaction, &emits,
+		&t.Kind, &kv, &t.Generation, &t.Epoch, &t.Attempts, &deadline, &t.Transition, &t.Binding)
+	t.Emits = model.OutcomeMask(emits)
+	t.KindVersion = int(kv)
+	if deadline != nil {
+		t.Deadline = *deadline
+	}
+	return t, err
 }
 
 // TaskReleaseParams says which claimed tasks TaskRelease gives back, and
@@ -100,11 +99,8 @@ func (e *Engine) TaskRelease(ctx context.Context, p TaskReleaseParams) error {
 // those it renewed; a missing ID was superseded.
 func (e *Engine) LeaseExtend(ctx context.Context, tasks []model.Task, lease time.Duration) (map[string]bool, error) {
 	ids, shards, claimEpochs := taskKeys(tasks)
-	rows, err := e.pool.Query(ctx, `SELECT task_id FROM extend_leases($1, $2, $3, $4)`, ids, shards, claimEpochs, max(int(lease/time.Second), 1))
-	if err != nil {
-		return nil, fmt.Errorf("extend leases: %w", err)
-	}
-	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	held, err := pgrun.Collect(ctx, e.pool, pgx.RowTo[string], `SELECT task_id FROM extend_leases($1, $2, $3, $4)`,
+		ids, shards, claimEpochs, max(int(lease/time.Second), 1))
 	if err != nil {
 		return nil, fmt.Errorf("extend leases: %w", err)
 	}
@@ -126,19 +122,17 @@ type PendingCount struct {
 	OldestSeconds float64 `db:"oldest_seconds"`
 }
 
+const taskCountPendingSQL = `SELECT kind, kind_version::int AS kind_version, count(*)::int AS pending,
+       coalesce(extract(epoch FROM now() - min(not_before) FILTER (WHERE not_before <= now())), 0)::float8 AS oldest_seconds
+  FROM work_queue WHERE shard_id BETWEEN $1 AND $2 AND state = 'pending' GROUP BY 1, 2 ORDER BY 1, 2`
+
 // TaskCountPending counts pending tasks per (kind, kind_version) in the
 // shard range [lo, hi] and finds the oldest claimable one, in one pass over
 // the pending-by-kind partial index, whose columns (kind, kind_version,
 // shard_id, not_before) answer it without the table. It is for a periodic
 // gauge, never the hot path.
 func (e *Engine) TaskCountPending(ctx context.Context, lo, hi int) ([]PendingCount, error) {
-	rows, err := e.pool.Query(ctx, `SELECT kind, kind_version::int AS kind_version, count(*)::int AS pending,
-			coalesce(extract(epoch FROM now() - min(not_before) FILTER (WHERE not_before <= now())), 0)::float8 AS oldest_seconds
-		FROM work_queue WHERE shard_id BETWEEN $1 AND $2 AND state = 'pending' GROUP BY 1, 2 ORDER BY 1, 2`, lo, hi)
-	if err != nil {
-		return nil, fmt.Errorf("count pending tasks: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[PendingCount])
+	out, err := pgrun.Collect(ctx, e.pool, pgx.RowToStructByName[PendingCount], taskCountPendingSQL, lo, hi)
 	if err != nil {
 		return nil, fmt.Errorf("count pending tasks: %w", err)
 	}

@@ -257,13 +257,9 @@ func (e *Engine) TaskExpireAsync(ctx context.Context, tasks []model.Task, messag
 	var found []asyncRow
 	// An expiry applies its failures as a completion does, so it can
 	// deadlock as one can (TaskCompleteMany).
-	err := pgrun.RetryDeadlock(func() error {
-		rows, err := e.pool.Query(ctx, `SELECT task_id, state, lease_until FROM expire_async_tasks($1, $2, $3, $4, $5, $6)`,
-			ids, shards, claimEpochs, message, base, limit)
-		if err != nil {
-			return err
-		}
-		found, err = pgx.CollectRows(rows, pgx.RowToStructByName[asyncRow])
+	err := pgrun.RetryDeadlock(func() (err error) {
+		found, err = pgrun.Collect(ctx, e.pool, pgx.RowToStructByName[asyncRow],
+			`SELECT task_id, state, lease_until FROM expire_async_tasks($1, $2, $3, $4, $5, $6)`, ids, shards, claimEpochs, message, base, limit)
 		return err
 	})
 	if err != nil {

@@ -43,11 +43,8 @@ func (e *Engine) buildRequests(ctx context.Context, tasks []model.Task, start bo
 	for i, t := range tasks {
 		ids[i] = t.ResourceID
 	}
-	rows, err := e.pool.Query(ctx, `SELECT `+resourceCols+` FROM resources r WHERE r.id = ANY ($1)`, pgrun.UUIDArray(ids))
-	if err != nil {
-		return nil, nil, fmt.Errorf("load task resources: %w", err)
-	}
-	res, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Resource, error) { return scanResource(r) })
+	res, err := pgrun.Collect(ctx, e.pool, scanResource, `SELECT `+resourceCols+` FROM resources r WHERE r.id = ANY ($1)`,
+		pgrun.UUIDArray(ids))
 	if err != nil {
 		return nil, nil, fmt.Errorf("load task resources: %w", err)
 	}
@@ -87,13 +84,9 @@ func (e *Engine) buildRequests(ctx context.Context, tasks []model.Task, start bo
 	}
 	children := map[string][]model.Resource{}
 	if len(parents) > 0 {
-		rows, err := e.pool.Query(ctx, `SELECT `+resourceCols+` FROM resources r
+		kids, err := pgrun.Collect(ctx, e.pool, scanResource, `SELECT `+resourceCols+` FROM resources r
 			WHERE r.owner_id = ANY ($1) AND (r.frozen_until IS NULL OR r.frozen_until <> 'infinity')
 			ORDER BY r.kind, r.name`, parents)
-		if err != nil {
-			return nil, nil, fmt.Errorf("load children: %w", err)
-		}
-		kids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Resource, error) { return scanResource(r) })
 		if err != nil {
 			return nil, nil, fmt.Errorf("load children: %w", err)
 		}
@@ -106,7 +99,7 @@ func (e *Engine) buildRequests(ctx context.Context, tasks []model.Task, start bo
 	// RequestBuild runs on every claimed batch: the configs are read by
 	// hand straight into the two maps rather than collected into a slice
 	// first.
-	rows, err = e.pool.Query(ctx, `SELECT name, kind || '/' || kind_version, is_default, spec, data FROM providerconfigs
+	rows, err := e.pool.Query(ctx, `SELECT name, kind || '/' || kind_version, is_default, spec, data FROM providerconfigs
 		WHERE (is_default AND kind || '/' || kind_version = ANY ($1)) OR name = ANY ($2)`, pairs, refs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("load provider configs: %w", err)
@@ -360,16 +353,12 @@ func (e *Engine) operations(ctx context.Context, tasks []model.Task, start bool)
 	if !start {
 		sql = `SELECT o.id, o.verb, o.input FROM resource_operations o WHERE o.id = ANY ($1) AND o.state = 'running'`
 	}
-	rows, err := e.pool.Query(ctx, sql, ids)
-	if err != nil {
-		return nil, fmt.Errorf("start operations: %w", err)
-	}
 	type opRow struct {
 		ID    string
 		Verb  string
 		Input json.RawMessage
 	}
-	ops, err := pgx.CollectRows(rows, pgx.RowToStructByPos[opRow])
+	ops, err := pgrun.Collect(ctx, e.pool, pgx.RowToStructByPos[opRow], sql, ids)
 	if err != nil {
 		return nil, fmt.Errorf("start operations: %w", err)
 	}
@@ -389,7 +378,7 @@ const resourceCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec, r.
 // scanResource reads resourceCols. model.Resource is control/model's wire
 // type and carries no db tags, and this scan serves the claim path
 // (RequestBuild), so it stays by position.
-func scanResource(row pgx.Row) (model.Resource, error) {
+func scanResource(row pgx.CollectableRow) (model.Resource, error) {
 	var (
 		r     model.Resource
 		kv    int16

@@ -267,11 +267,8 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (Page[Deli
 		q.WriteString(` AND d.id < ` + arg(id))
 	}
 	q.WriteString(` ORDER BY d.id DESC LIMIT ` + arg(limit+1))
-	rows, err := s.reader(ctx).Query(ctx, q.String(), qa...)
-	if err != nil {
-		return Page[Delivery]{}, fmt.Errorf("list deliveries: %w", err)
-	}
-	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) { return scanDelivery(r) })
+	items, err := pgrun.Collect(ctx, s.reader(ctx), func(r pgx.CollectableRow) (Delivery, error) { return scanDelivery(r) },
+		q.String(), qa...)
 	if err != nil {
 		return Page[Delivery]{}, fmt.Errorf("list deliveries: %w", err)
 	}

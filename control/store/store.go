@@ -26,6 +26,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // Config tunes the store. The zero value takes every default.
@@ -161,31 +163,9 @@ func (a *queryArgs) add(v any) string {
 	return "$" + strconv.Itoa(len(*a))
 }
 
-// querier runs a query: the pool, or a transaction.
-type querier interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}
-
-// collectOne runs sql, which returns at most one row, and converts that row
-// with fn (pgx.RowToStructByName[T] or a wrapper around it). No row is an
-// error for which errors.Is(err, pgx.ErrNoRows) holds, as with QueryRow; it
-// costs the same single round trip.
-func collectOne[T any](ctx context.Context, q querier, fn pgx.RowToFunc[T], sql string, args ...any) (T, error) {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	return pgx.CollectOneRow(rows, fn)
-}
-
 // sampleNames runs a name-sampling query.
-func sampleNames(ctx context.Context, q querier, sql string, args ...any) ([]string, error) {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("find users: %w", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+func sampleNames(ctx context.Context, q pgrun.Querier, sql string, args ...any) ([]string, error) {
+	names, err := pgrun.Collect(ctx, q, pgx.RowTo[string], sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("find users: %w", err)
 	}

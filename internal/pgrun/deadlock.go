@@ -1,7 +1,8 @@
 // Package pgrun holds what the store (control/store) and the engine
 // (control/engine) both need to run statements on PostgreSQL: a
 // transaction rolled back to break a deadlock runs again (RetryDeadlock),
-// and a list of UUIDs goes as one uuid[] literal (UUIDArray).
+// a list of UUIDs goes as one uuid[] literal (UUIDArray), and a query's
+// rows are read in the same call that runs it (Collect, CollectOne).
 package pgrun
 
 import (
