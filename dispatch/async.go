@@ -221,10 +221,10 @@ func (w *asyncWatch) expire(ctx context.Context, due []dueTask) {
 		switch c.State {
 		case engine.AsyncExpired:
 			w.d.m.asyncTimeouts.Inc()
-			w.d.log.Info("accepted task timed out without a callback", "task_id", dt.task.ID, "claim_epoch", dt.task.Epoch,
+			w.d.log.Info("accepted task timed out without a callback", "task_id", dt.task.ID, "claim_epoch", dt.task.ClaimEpoch,
 				"endpoint", dt.endpoint, "kind", dt.task.Kind, "kind_version", dt.task.KindVersion)
 			timeouts = append(timeouts, store.Delivery{Endpoint: dt.endpoint, TaskID: dt.task.ID,
-				Resource: store.DeliveryResource{ID: dt.task.ResourceID, Kind: dt.task.Kind}, TaskType: string(dt.task.Type), ClaimEpoch: dt.task.Epoch, Attempt: dt.task.Attempts + 1,
+				Resource: store.DeliveryResource{ID: dt.task.ResourceID, Kind: dt.task.Kind}, TaskType: string(dt.task.Type), ClaimEpoch: dt.task.ClaimEpoch, Attempt: dt.task.Attempts + 1,
 				HTTPStatus: http.StatusAccepted, Classification: resultAsyncTimeout, Excerpt: asyncTimeoutMessage})
 		case engine.AsyncHeld:
 			dt.at = c.LeaseUntil

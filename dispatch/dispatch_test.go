@@ -251,12 +251,12 @@ func TestLateCallbackOfAbandonedClaimIsSuperseded(t *testing.T) {
 	id := e.apply("leaf", "a", map[string]any{})
 
 	// delivery waits for the delivery of claim epoch.
-	delivery := func(epoch int64) webhooksdk.Envelope {
+	delivery := func(claimEpoch int64) webhooksdk.Envelope {
 		t.Helper()
 		var env webhooksdk.Envelope
-		waitFor(t, 20*time.Second, fmt.Sprintf("the delivery of claim %d", epoch), func() bool {
+		waitFor(t, 20*time.Second, fmt.Sprintf("the delivery of claim %d", claimEpoch), func() bool {
 			for _, d := range rec.seen() {
-				if d.env.ClaimEpoch == epoch {
+				if d.env.ClaimEpoch == claimEpoch {
 					env = d.env
 					return true
 				}

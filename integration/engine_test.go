@@ -390,11 +390,11 @@ func TestKindCapTokenReleasedOnceWhenCompletionsRace(t *testing.T) {
 	args := func(ts ...model.Task) []any {
 		var ids, rids []string
 		var shards []int16
-		var epochs []int64
+		var claimEpochs []int64
 		for _, tk := range ts {
-			ids, shards, epochs, rids = append(ids, tk.ID), append(shards, tk.Shard), append(epochs, tk.Epoch), append(rids, tk.ResourceID)
+			ids, shards, claimEpochs, rids = append(ids, tk.ID), append(shards, tk.Shard), append(claimEpochs, tk.ClaimEpoch), append(rids, tk.ResourceID)
 		}
-		return []any{ids, shards, epochs, rids}
+		return []any{ids, shards, claimEpochs, rids}
 	}
 	// The first completes tasks 0 and 1 and holds its transaction open.
 	tx, err := e.db.Pool.Begin(ctx)
@@ -600,7 +600,7 @@ func TestCompletedClaimOutlivesItsLease(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // the lease lapses
 	r := e.newReaper(reaper.Config{})
 	must(t, r.RunOnce(ctx))
-	if n := e.count(`SELECT count(*) FROM work_queue WHERE state = 'claimed' AND claim_epoch = $1`, tasks[0].Epoch); n != 1 {
+	if n := e.count(`SELECT count(*) FROM work_queue WHERE state = 'claimed' AND claim_epoch = $1`, tasks[0].ClaimEpoch); n != 1 {
 		t.Fatalf("the reaper re-pended a completed claim (%d rows still claimed at its epoch)", n)
 	}
 	if held, err := e.eng.LeaseExtend(ctx, tasks, time.Minute); err != nil || held[tasks[0].ID] {
@@ -653,8 +653,8 @@ func TestCrashedClaimIsReclaimedAndFenced(t *testing.T) {
 	})
 	second, err := e.eng.TaskClaim(ctx, ctlengine.TaskClaimParams{Claimer: "live-pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
 	must(t, err)
-	if len(second) != 1 || second[0].Epoch != first[0].Epoch+1 {
-		t.Fatalf("second claim = %+v, want one task at epoch %d", second, first[0].Epoch+1)
+	if len(second) != 1 || second[0].ClaimEpoch != first[0].ClaimEpoch+1 {
+		t.Fatalf("second claim = %+v, want one task at epoch %d", second, first[0].ClaimEpoch+1)
 	}
 	ok := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"by":"live"}`)}}
 	if st, err := e.eng.TaskComplete(ctx, second[0], ok); err != nil || st != ctlengine.Applied {
@@ -709,12 +709,12 @@ func TestAbandonedClaimIsSuperseded(t *testing.T) {
 	}
 
 	for _, r := range []struct {
-		id        string
-		epoch     int64
-		abandoned bool
-	}{{gaveUp, tasks[0].Epoch, true}, {reported, tasks[1].Epoch, false}} {
+		id         string
+		claimEpoch int64
+		abandoned  bool
+	}{{gaveUp, tasks[0].ClaimEpoch, true}, {reported, tasks[1].ClaimEpoch, false}} {
 		if n := e.count(`SELECT count(*) FROM resources WHERE id = $1 AND last_task_epoch = $2 AND last_task_abandoned = $3
-			AND last_error IS NOT NULL`, r.id, r.epoch, r.abandoned); n != 1 {
+			AND last_error IS NOT NULL`, r.id, r.claimEpoch, r.abandoned); n != 1 {
 			t.Fatalf("resource %s: its failure was not applied to it with last_task_abandoned = %v", r.id, r.abandoned)
 		}
 	}

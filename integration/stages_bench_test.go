@@ -113,14 +113,14 @@ func stageRound(b *testing.B, pool *pgxpool.Pool, eng *ctlengine.Engine, n int) 
 			return err
 		})
 		ids, rids := make([]string, len(tasks)), make([]string, len(tasks))
-		shards, epochs := make([]int16, len(tasks)), make([]int64, len(tasks))
+		shards, claimEpochs := make([]int16, len(tasks)), make([]int64, len(tasks))
 		for i, task := range tasks {
-			ids[i], rids[i], shards[i], epochs[i] = task.ID, task.ResourceID, task.Shard, task.Epoch
+			ids[i], rids[i], shards[i], claimEpochs[i] = task.ID, task.ResourceID, task.Shard, task.ClaimEpoch
 		}
 		timed("complete", func() error {
 			_, err := pool.Exec(ctx, `SELECT count(*) FROM complete_tasks($1::uuid[], $2::smallint[], $3::bigint[], $4::uuid[],
 				array_fill('{"status":{"ok":true}}'::jsonb, ARRAY[$5::int]), array_fill(NULL::text, ARRAY[$5::int]),
-				array_fill(false, ARRAY[$5::int]), array_fill(false, ARRAY[$5::int]), 20, 200)`, ids, shards, epochs, rids, len(tasks))
+				array_fill(false, ARRAY[$5::int]), array_fill(false, ARRAY[$5::int]), 20, 200)`, ids, shards, claimEpochs, rids, len(tasks))
 			return err
 		})
 	}

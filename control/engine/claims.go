@@ -65,7 +65,7 @@ func scanClaimed(r pgx.CollectableRow) (model.Task, error) {
 		deadline *time.Time
 	)
 	err := r.Scan(&t.ID, &t.Shard, &t.ResourceID, &t.Type, &t.Trigger, &t.Reaction, &emits,
-		&t.Kind, &kv, &t.Generation, &t.Epoch, &t.Attempts, &deadline, &t.Transition, &t.Binding)
+		&t.Kind, &kv, &t.Generation, &t.ClaimEpoch, &t.Attempts, &deadline, &t.Transition, &t.Binding)
 	t.Emits = model.OutcomeMask(emits)
 	t.KindVersion = int(kv)
 	if deadline != nil {

@@ -67,7 +67,7 @@ func (e *Engine) TaskCompleteMany(ctx context.Context, cs []Completion) ([]Compl
 	terms := make([]bool, n)
 	abandoned := make([]bool, n)
 	for i, c := range cs {
-		ids[i], shards[i], claimEpochs[i], abandoned[i] = c.Task.ID, c.Task.Shard, c.Task.Epoch, c.Abandoned
+		ids[i], shards[i], claimEpochs[i], abandoned[i] = c.Task.ID, c.Task.Shard, c.Task.ClaimEpoch, c.Abandoned
 		rids[i] = c.Task.ResourceID
 		res := c.Result
 		if res.Error == nil && res.Outcome != nil {

@@ -96,9 +96,9 @@ func completionReads(t *testing.T, backlog, n int, errMsg *string) (work, res in
 		if err != nil || len(tasks) != min(n, count) {
 			t.Fatalf("claim: %d tasks, %v", len(tasks), err)
 		}
-		ids, shards, epochs, rids := make([]string, len(tasks)), make([]int16, len(tasks)), make([]int64, len(tasks)), make([]string, len(tasks))
+		ids, shards, claimEpochs, rids := make([]string, len(tasks)), make([]int16, len(tasks)), make([]int64, len(tasks)), make([]string, len(tasks))
 		for i, task := range tasks {
-			ids[i], shards[i], epochs[i], rids[i] = task.ID, task.Shard, task.Epoch, task.ResourceID
+			ids[i], shards[i], claimEpochs[i], rids[i] = task.ID, task.Shard, task.ClaimEpoch, task.ResourceID
 		}
 		if _, err := c.Exec(ctx, "BEGIN"); err != nil {
 			t.Fatal(err)
@@ -114,7 +114,7 @@ func completionReads(t *testing.T, backlog, n int, errMsg *string) (work, res in
 		if err := c.QueryRow(ctx, `SELECT count(*) FROM complete_tasks($1::uuid[], $2, $3, $4::uuid[],
 			array_fill(CASE WHEN $6::text IS NULL THEN '{"status":{"ok":true}}'::jsonb END, ARRAY[$5::int]),
 			array_fill($6::text, ARRAY[$5::int]), array_fill(false, ARRAY[$5::int]), array_fill(false, ARRAY[$5::int]), 1000, 300000)`,
-			ids, shards, epochs, rids, len(tasks), errMsg).Scan(&left); err != nil {
+			ids, shards, claimEpochs, rids, len(tasks), errMsg).Scan(&left); err != nil {
 			t.Fatal(err)
 		}
 		if left != 0 {

@@ -101,7 +101,7 @@ func taskKeys(tasks []model.Task) (ids string, shards []int16, claimEpochs []int
 	shards = make([]int16, len(tasks))
 	claimEpochs = make([]int64, len(tasks))
 	for i, t := range tasks {
-		idList[i], shards[i], claimEpochs[i] = t.ID, t.Shard, t.Epoch
+		idList[i], shards[i], claimEpochs[i] = t.ID, t.Shard, t.ClaimEpoch
 	}
 	return pgrun.UUIDArray(idList), shards, claimEpochs
 }

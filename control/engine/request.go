@@ -141,7 +141,7 @@ func (e *Engine) buildRequests(ctx context.Context, tasks []model.Task, start bo
 			continue
 		}
 		req := webhooksdk.Envelope{
-			TaskID: t.ID, ClaimEpoch: t.Epoch, Attempt: t.Attempts + 1, TaskType: t.Type,
+			TaskID: t.ID, ClaimEpoch: t.ClaimEpoch, Attempt: t.Attempts + 1, TaskType: t.Type,
 			Reaction: t.Reaction, Trigger: t.Trigger, Kind: t.Kind, KindVersion: t.KindVersion,
 			Resource: &r.Resource, Status: r.Status,
 		}
@@ -241,7 +241,7 @@ func reactRequest(t model.Task, live map[string]model.Resource, snapshots map[st
 		res = r.Resource
 	}
 	env := webhooksdk.Envelope{
-		TaskID: t.ID, ClaimEpoch: t.Epoch, Attempt: t.Attempts + 1, TaskType: t.Type,
+		TaskID: t.ID, ClaimEpoch: t.ClaimEpoch, Attempt: t.Attempts + 1, TaskType: t.Type,
 		Reaction: t.Reaction, Trigger: t.Trigger, Kind: t.Kind, KindVersion: t.KindVersion,
 		Resource: &res, Transition: t.Transition, DedupToken: dedupToken(t),
 		Config: def.spec, Bundle: def.data,
@@ -301,7 +301,7 @@ SELECT l.task_id, l.resource_id, 'react', 'reactor', coalesce(rk.reactor_reactio
 // that no longer holds the task is ErrSuperseded; a task whose request
 // cannot be built (its resource vanished) fails with that reason.
 func (e *Engine) RequestRebuild(ctx context.Context, c model.Task) (webhooksdk.Envelope, error) {
-	rows, err := e.pool.Query(ctx, payloadTaskSQL, c.ID, c.Shard, c.Epoch)
+	rows, err := e.pool.Query(ctx, payloadTaskSQL, c.ID, c.Shard, c.ClaimEpoch)
 	if err != nil {
 		return webhooksdk.Envelope{}, fmt.Errorf("load task payload: %w", err)
 	}
@@ -321,7 +321,7 @@ func (e *Engine) RequestRebuild(ctx context.Context, c model.Task) (webhooksdk.E
 	if err != nil {
 		return webhooksdk.Envelope{}, fmt.Errorf("load task payload: %w", err)
 	}
-	t.Shard, t.Epoch, t.Emits, t.Deadline = c.Shard, c.Epoch, c.Emits, c.Deadline
+	t.Shard, t.ClaimEpoch, t.Emits, t.Deadline = c.Shard, c.ClaimEpoch, c.Emits, c.Deadline
 	envs, failed, err := e.buildRequests(ctx, []model.Task{t}, false)
 	if err != nil {
 		return webhooksdk.Envelope{}, err

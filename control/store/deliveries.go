@@ -126,20 +126,20 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []Delivery) error {
 	}
 	n := len(ds)
 	var (
-		eps      = make([]string, n)
-		ats      = make([]time.Time, n)
-		tasks    = make([]string, n)
-		res      = make([]string, n) // "": NULL
-		kinds    = make([]string, n)
-		names    = make([]string, n)
-		types    = make([]string, n)
-		actions  = make([]string, n)
-		epochs   = make([]int64, n)
-		attempts = make([]int32, n)
-		statuses = make([]*int32, n)
-		lats     = make([]int32, n)
-		classes  = make([]string, n)
-		excerpts = make([]string, n)
+		eps         = make([]string, n)
+		ats         = make([]time.Time, n)
+		tasks       = make([]string, n)
+		res         = make([]string, n) // "": NULL
+		kinds       = make([]string, n)
+		names       = make([]string, n)
+		types       = make([]string, n)
+		actions     = make([]string, n)
+		claimEpochs = make([]int64, n)
+		attempts    = make([]int32, n)
+		statuses    = make([]*int32, n)
+		lats        = make([]int32, n)
+		classes     = make([]string, n)
+		excerpts    = make([]string, n)
 	)
 	now := time.Now()
 	sql := deliveriesRecordSQL
@@ -148,7 +148,7 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []Delivery) error {
 		if d.Resource.Name == "" {
 			sql = deliveriesLookupSQL
 		}
-		eps[i], tasks[i], epochs[i], attempts[i] = d.Endpoint, d.TaskID, d.ClaimEpoch, int32(d.Attempt)
+		eps[i], tasks[i], claimEpochs[i], attempts[i] = d.Endpoint, d.TaskID, d.ClaimEpoch, int32(d.Attempt)
 		kinds[i], names[i], types[i], actions[i] = d.Resource.Kind, d.Resource.Name, d.TaskType, d.Action
 		ats[i] = d.At
 		if ats[i].IsZero() {
@@ -164,7 +164,7 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []Delivery) error {
 		excerpts[i] = excerpt(d.Excerpt, DeliveryExcerptMax)
 	}
 	if _, err := s.pool.Exec(ctx, sql, eps, ats, pgrun.UUIDArray(tasks), pgrun.UUIDArray(res), kinds, names, types, actions,
-		epochs, attempts, statuses, lats, classes, excerpts); err != nil {
+		claimEpochs, attempts, statuses, lats, classes, excerpts); err != nil {
 		return fmt.Errorf("record deliveries: %w", err)
 	}
 	return nil

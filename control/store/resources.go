@@ -487,12 +487,12 @@ func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDet
 	var (
 		d          ResourceDetail
 		taskID     *string
-		epoch      *int64
+		claimEpoch *int64
 		enqueuedAt *time.Time
 		claimedAt  *time.Time
 	)
 	targets, finish := resourceScanTargets(&d.Resource)
-	err := s.reader(ctx).QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions, &taskID, &epoch, &enqueuedAt, &claimedAt)...)
+	err := s.reader(ctx).QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions, &taskID, &claimEpoch, &enqueuedAt, &claimedAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ResourceDetail{}, resourceNotFound(kind, name)
 	}
@@ -503,8 +503,8 @@ func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDet
 	if d.Conditions == nil {
 		d.Conditions = []model.StoredCondition{}
 	}
-	if taskID != nil && epoch != nil && claimedAt != nil {
-		d.LastTask = &LastTask{TaskID: *taskID, ClaimEpoch: *epoch, EnqueuedAt: enqueuedAt, ClaimedAt: *claimedAt}
+	if taskID != nil && claimEpoch != nil && claimedAt != nil {
+		d.LastTask = &LastTask{TaskID: *taskID, ClaimEpoch: *claimEpoch, EnqueuedAt: enqueuedAt, ClaimedAt: *claimedAt}
 	}
 	return d, nil
 }

@@ -50,7 +50,7 @@ func TestBatchedOutcomes(t *testing.T) {
 	}
 	failed, _ := json.Marshal(map[string]any{"task_id": tasks[1].ID, "error": map[string]any{"message": "quota exceeded"}})
 	stale := tasks[4]
-	stale.Epoch++ // a claim the task never had: superseded
+	stale.ClaimEpoch++ // a claim the task never had: superseded
 	item := func(tok string, res []byte) webhooksdk.CallbackItem {
 		return webhooksdk.CallbackItem{Token: tok, Result: res}
 	}
@@ -85,7 +85,7 @@ func TestBatchedOutcomes(t *testing.T) {
 	}
 	var failure string
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT coalesce(last_error, '') FROM resources WHERE id = $1 AND last_task_id = $2
-		AND last_task_epoch = $3`, tasks[1].ResourceID, tasks[1].ID, tasks[1].Epoch).Scan(&failure); err != nil || failure != "quota exceeded" {
+		AND last_task_epoch = $3`, tasks[1].ResourceID, tasks[1].ID, tasks[1].ClaimEpoch).Scan(&failure); err != nil || failure != "quota exceeded" {
 		t.Errorf("task 1's resource: failure %q (%v), want its claim's quota exceeded", failure, err)
 	}
 	if st, _, _ := b.state(t, tasks[5]); st != "claimed" {

@@ -347,7 +347,7 @@ type decoded struct {
 // decode reads one authorized callback's Result for its claim; a body that
 // is not one is answered 400 and counted.
 func (h *Handler) decode(c Claim, body []byte) decoded {
-	res, err := wire.DecodeResult(body, c.TaskID, c.Epoch)
+	res, err := wire.DecodeResult(body, c.TaskID, c.ClaimEpoch)
 	if err != nil {
 		// The claim stays as it is: its lease or deadline lapses and the task
 		// is retried, rather than a garbled body deciding anything.
@@ -368,7 +368,7 @@ func (h *Handler) settle(ctx context.Context, c Claim, res webhooksdk.Result) we
 		a.Status, a.Detail = http.StatusConflict, "task superseded: this claim no longer holds it; the result was not applied"
 	case err != nil:
 		h.callbacks.WithLabelValues("error").Inc()
-		h.cfg.Logger.Error("callback: complete failed", "task_id", c.TaskID, "claim_epoch", c.Epoch, "err", err)
+		h.cfg.Logger.Error("callback: complete failed", "task_id", c.TaskID, "claim_epoch", c.ClaimEpoch, "err", err)
 		a.Status, a.Detail = http.StatusServiceUnavailable, "cannot record the outcome now; retry"
 	default:
 		h.callbacks.WithLabelValues(string(st)).Inc()
@@ -390,9 +390,9 @@ func checkEcho(body []byte, c Claim) error {
 	if echo.ClaimEpoch == nil {
 		return nil
 	}
-	var epoch int64
-	if err := json.Unmarshal(*echo.ClaimEpoch, &epoch); err != nil || epoch != c.Epoch {
-		return fmt.Errorf("%w: claim_epoch %s is not this claim's (%d)", wire.ErrMalformedResult, *echo.ClaimEpoch, c.Epoch)
+	var claimEpoch int64
+	if err := json.Unmarshal(*echo.ClaimEpoch, &claimEpoch); err != nil || claimEpoch != c.ClaimEpoch {
+		return fmt.Errorf("%w: claim_epoch %s is not this claim's (%d)", wire.ErrMalformedResult, *echo.ClaimEpoch, c.ClaimEpoch)
 	}
 	return nil
 }
@@ -412,7 +412,7 @@ func (h *Handler) record(c Claim, res webhooksdk.Result) *store.Delivery {
 		latency = now.Sub(c.Issued)
 	}
 	d := &store.Delivery{Endpoint: c.Endpoint, At: now, TaskID: c.TaskID, Resource: store.DeliveryResource{ID: c.ResourceID},
-		ClaimEpoch: c.Epoch, Attempt: max(c.Attempt, 1), HTTPStatus: http.StatusAccepted, LatencyMS: int(latency / time.Millisecond),
+		ClaimEpoch: c.ClaimEpoch, Attempt: max(c.Attempt, 1), HTTPStatus: http.StatusAccepted, LatencyMS: int(latency / time.Millisecond),
 		Classification: store.DeliveryCallbackOK}
 	if res.Error != nil {
 		d.Classification, d.Excerpt = store.DeliveryCallbackError, res.Error.Message
@@ -451,7 +451,7 @@ func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		h.heartbeats.WithLabelValues("error").Inc()
-		h.cfg.Logger.Error("callback: heartbeat failed", "task_id", c.TaskID, "claim_epoch", c.Epoch, "err", err)
+		h.cfg.Logger.Error("callback: heartbeat failed", "task_id", c.TaskID, "claim_epoch", c.ClaimEpoch, "err", err)
 		w.Header().Set("Retry-After", "1")
 		refuse(w, r, http.StatusServiceUnavailable, "cannot extend the lease now; retry")
 	case !held[c.TaskID]:
@@ -483,7 +483,7 @@ func (h *Handler) payload(w http.ResponseWriter, r *http.Request) {
 		refuse(w, r, http.StatusGone, "the task's request cannot be built: "+err.Error())
 	case err != nil:
 		h.payloads.WithLabelValues("error").Inc()
-		h.cfg.Logger.Error("callback: payload failed", "task_id", c.TaskID, "claim_epoch", c.Epoch, "err", err)
+		h.cfg.Logger.Error("callback: payload failed", "task_id", c.TaskID, "claim_epoch", c.ClaimEpoch, "err", err)
 		w.Header().Set("Retry-After", "1")
 		refuse(w, r, http.StatusServiceUnavailable, "cannot read the task now; retry")
 	default:

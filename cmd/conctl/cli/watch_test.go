@@ -36,7 +36,7 @@ func claim(t *testing.T, b *testBundle, pair string, n int) []model.Task {
 // engine's drain loop would.
 func complete(t *testing.T, b *testBundle, task model.Task, r webhooksdk.Result) {
 	t.Helper()
-	r.TaskID, r.ClaimEpoch = task.ID, task.Epoch
+	r.TaskID, r.ClaimEpoch = task.ID, task.ClaimEpoch
 	if _, err := b.api.eng.TaskComplete(t.Context(), task, r); err != nil {
 		t.Fatalf("complete %s: %v", task.ID, err)
 	}

@@ -61,7 +61,7 @@ func CompleteOne(q interface {
 	err := q.QueryRow(context.Background(), `SELECT coalesce(string_agg(result, ','), '') FROM complete_tasks(
 		ARRAY[$1::uuid], ARRAY[$2::smallint], ARRAY[$3::bigint], ARRAY[$4::uuid], ARRAY[$5::jsonb],
 		ARRAY[NULL::text], ARRAY[false], ARRAY[false], 1000, 300000)`,
-		task.ID, task.Shard, task.Epoch, rid, outcome).Scan(&notApplied)
+		task.ID, task.Shard, task.ClaimEpoch, rid, outcome).Scan(&notApplied)
 	if err == nil && notApplied != "" {
 		err = fmt.Errorf("the completion of %s's task was not accepted: %s", task.ResourceID, notApplied)
 	}
