@@ -2,8 +2,10 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/engine/enginetest"
+	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -430,5 +433,61 @@ func TestTaskExpireAsync(t *testing.T) {
 	// a duplicate.
 	if st, err := eng.TaskComplete(ctx, tasks[2], webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); err != nil || st != engine.Duplicate {
 		t.Errorf("repeated callback = %q, %v; want duplicate", st, err)
+	}
+}
+
+// TestComposedChildSpecIsChecked: a composer's child whose spec its kind's
+// schema refuses fails the composer's task terminally, naming the child,
+// and nothing is composed; a child of a kind the pod's kind cache does not
+// hold passes the check (the drain's foreign key refuses a kind that does
+// not exist). The engine checks through the kind cache, as a converge
+// process wires it.
+func TestComposedChildSpecIsChecked(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := enginetest.LeafDB(t)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions, spec_schema) VALUES
+		('comp', 1, '[{"name":"compose","trigger":"specChange","emits":["children","status"]}]', NULL),
+		('net', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]', '{"type":"object","required":["cidr"]}')`); err != nil {
+		t.Fatal(err)
+	}
+	kinds := store.NewKindCache(store.New(db.Pool, store.Config{}), store.KindCacheConfig{}, nil)
+	if err := kinds.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(db.Pool, engine.Config{SpecCheck: kinds.CheckComposedSpec})
+	compose := func(name string, child webhooksdk.Child) {
+		t.Helper()
+		var id string
+		if err := db.Pool.QueryRow(ctx, `INSERT INTO resources (kind, kind_version, name) VALUES ('comp', 1, $1) RETURNING id::text`,
+			name).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		task := enginetest.ClaimOnly(t, db, id)
+		res := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{}`), Children: []webhooksdk.Child{child}}}
+		if st, err := eng.TaskComplete(ctx, task, res); err != nil || st != engine.Applied {
+			t.Fatalf("%s's completion = %v, %v; want applied", name, st, err)
+		}
+	}
+
+	compose("refused", webhooksdk.Child{Kind: "net", KindVersion: 1, Name: "a", Spec: json.RawMessage(`{}`)})
+	var terminal bool
+	var lastError string
+	if err := db.Pool.QueryRow(ctx, `SELECT failure_terminal, coalesce(last_error, '') FROM resources WHERE name = 'refused'`).
+		Scan(&terminal, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	if !terminal || !strings.Contains(lastError, "children[0] (net/a)") {
+		t.Errorf("a child its schema refuses: terminal %v, last error %q; want a terminal failure naming children[0] (net/a)", terminal, lastError)
+	}
+
+	compose("unknown", webhooksdk.Child{Kind: "ghost", KindVersion: 1, Name: "b", Spec: json.RawMessage(`{}`)})
+	var queued int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM work_outbox o JOIN resources r ON r.id = o.resource_id
+		WHERE r.name = 'unknown'`).Scan(&queued); err != nil {
+		t.Fatal(err)
+	}
+	if queued != 1 {
+		t.Errorf("a child of a kind the cache does not hold: %d outcomes queued for the drain, want its composition", queued)
 	}
 }
