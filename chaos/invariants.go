@@ -94,8 +94,8 @@ func CheckConverged(rs []Resource, want int) []string {
 //     again).
 func CheckApplies(acc []Applied, calls []calllog.Record) []string {
 	type claim struct {
-		task  string
-		epoch int64
+		task       string
+		claimEpoch int64
 	}
 	answered := map[claim]bool{}
 	works := map[claim]map[int]int{} // successful Work runs by boot
@@ -144,10 +144,10 @@ func CheckApplies(acc []Applied, calls []calllog.Record) []string {
 			}
 		}
 	}
-	for k, epochs := range applied {
-		if len(epochs) > 1 {
-			sort.Slice(epochs, func(i, j int) bool { return epochs[i] < epochs[j] })
-			out = append(out, fmt.Sprintf("double apply: resource %s generation %d applied %d times (claim_epochs %v)", k.id, k.gen, len(epochs), epochs))
+	for k, claimEpochs := range applied {
+		if len(claimEpochs) > 1 {
+			sort.Slice(claimEpochs, func(i, j int) bool { return claimEpochs[i] < claimEpochs[j] })
+			out = append(out, fmt.Sprintf("double apply: resource %s generation %d applied %d times (claim_epochs %v)", k.id, k.gen, len(claimEpochs), claimEpochs))
 		}
 	}
 	sort.Strings(out)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/callback"
@@ -24,10 +25,10 @@ const asyncTimeoutMessage = "async task timed out without a callback: the endpoi
 // it, so the lease is not extended at once — that would cost a round trip
 // per batch for nothing. Shortly before the dispatch lease could lapse (or
 // at the deadline plus grace, if sooner), the tasks still claimed get their
-// async lease (callback.LeaseFor) in one batched ExtendLeases; the others
+// async lease (callback.LeaseFor) in one batched LeaseExtend; the others
 // were completed by their callbacks and are dropped.
 //
-// Expire: when an extended task's lease is due, ExpireAsync completes it
+// Expire: when an extended task's lease is due, TaskExpireAsync completes it
 // with a transient error if the lease really lapsed (burning an attempt, so
 // it is retried with backoff), or re-arms the watch at the new lease end if
 // a provider heartbeat moved it, or drops it if its callback landed.
@@ -168,7 +169,7 @@ func (w *asyncWatch) extend(ctx context.Context, due []dueTask) {
 	}
 	for lease, dts := range byLease {
 		ectx, cancel := context.WithTimeout(ctx, flushTimeout)
-		held, err := w.d.st.ExtendLeases(ectx, tasksOf(dts), lease)
+		held, err := w.d.eng.LeaseExtend(ectx, tasksOf(dts), lease)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -201,7 +202,7 @@ func tasksOf(dts []dueTask) []model.Task {
 func (w *asyncWatch) expire(ctx context.Context, due []dueTask) {
 	ectx, cancel := context.WithTimeout(ctx, flushTimeout)
 	defer cancel()
-	checks, err := w.d.st.ExpireAsync(ectx, tasksOf(due), asyncTimeoutMessage)
+	checks, err := w.d.eng.TaskExpireAsync(ectx, tasksOf(due), asyncTimeoutMessage)
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -218,17 +219,17 @@ func (w *asyncWatch) expire(ctx context.Context, due []dueTask) {
 	for i, c := range checks {
 		dt := due[i]
 		switch c.State {
-		case store.AsyncExpired:
+		case engine.AsyncExpired:
 			w.d.m.asyncTimeouts.Inc()
-			w.d.log.Info("accepted task timed out without a callback", "task_id", dt.task.ID, "claim_epoch", dt.task.Epoch,
+			w.d.log.Info("accepted task timed out without a callback", "task_id", dt.task.ID, "claim_epoch", dt.task.ClaimEpoch,
 				"endpoint", dt.endpoint, "kind", dt.task.Kind, "kind_version", dt.task.KindVersion)
 			timeouts = append(timeouts, store.Delivery{Endpoint: dt.endpoint, TaskID: dt.task.ID,
-				Resource: store.DeliveryResource{ID: dt.task.ResourceID, Kind: dt.task.Kind}, TaskType: string(dt.task.Type), ClaimEpoch: dt.task.Epoch, Attempt: dt.task.Attempts + 1,
+				Resource: store.DeliveryResource{ID: dt.task.ResourceID, Kind: dt.task.Kind}, TaskType: string(dt.task.Type), ClaimEpoch: dt.task.ClaimEpoch, Attempt: dt.task.Attempts + 1,
 				HTTPStatus: http.StatusAccepted, Classification: resultAsyncTimeout, Excerpt: asyncTimeoutMessage})
-		case store.AsyncHeld:
+		case engine.AsyncHeld:
 			dt.at = c.LeaseUntil
 			w.push(dt)
-		case store.AsyncGone:
+		case engine.AsyncGone:
 		}
 	}
 	if len(timeouts) > 0 {

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/convergeplane/converge/control/drainer"
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
 	"github.com/convergeplane/converge/dispatch/egress"
@@ -149,6 +150,7 @@ func median(v []float64) float64 {
 type benchDB struct {
 	tb   testing.TB
 	db   *pgtest.Database
+	eng  *engine.Engine
 	st   *store.Store
 	lis  *store.Listener
 	ctx  context.Context
@@ -160,24 +162,24 @@ var benchLog = slog.New(slog.DiscardHandler) // a discarding logger
 func newBenchDB(tb testing.TB) *benchDB {
 	tb.Helper()
 	db := benchPool(tb)
-	x := &benchDB{tb: tb, db: db, st: store.New(db.Pool, store.Config{}), ctx: tb.Context()}
+	x := &benchDB{tb: tb, db: db, eng: engine.New(db.Pool, engine.Config{}), st: store.New(db.Pool, store.Config{}), ctx: tb.Context()}
 	x.lis = x.st.NewListener(benchLog)
 	x.exec(`INSERT INTO kind_manifest (kind, kind_version, reactions) VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`)
-	dr := drainer.New(drainer.Config{}, x.st, x.lis.Subscribe("outbox_ready"), benchLog)
+	dr := drainer.New(drainer.Config{}, x.eng, x.lis.Subscribe("outbox_ready"), benchLog)
 	must(tb, dr.Start(x.ctx))
 	x.stop = append(x.stop, dr.Stop)
 	return x
 }
 
 // benchPool is a benchmark's database, its pool configured as a converge
-// process configures its own (store.PoolDefaults) and its connections
+// process configures its own (engine.PoolDefaults) and its connections
 // opened and warmed before anything is timed, as a running process has
 // them. Cold, a run's first second went to loading catalogs and plans on
 // 20 new backends, and the tasks claimed in it made the run's whole
 // latency tail.
 func benchPool(tb testing.TB) *pgtest.Database {
 	tb.Helper()
-	db := pgtest.NewWith(tb, func(c *pgxpool.Config) { store.PoolDefaults(c, benchLog) })
+	db := pgtest.NewWith(tb, func(c *pgxpool.Config) { engine.PoolDefaults(c, benchLog) })
 	pgtest.Warm(tb, db.Pool)
 	return db
 }
@@ -360,7 +362,7 @@ func benchInproc(tb testing.TB, n int) float64 {
 		"leaf/1": inproc.HandlerFunc(func(context.Context, webhooksdk.Request) (webhooksdk.Outcome, error) {
 			return webhooksdk.Outcome{Status: json.RawMessage(`{}`)}, nil
 		}),
-	}}, x.st, x.lis.Subscribe("work_ready"), benchLog)
+	}}, x.eng, x.lis.Subscribe("work_ready"), benchLog)
 	must(tb, ex.Start(x.ctx))
 	x.stop = append(x.stop, ex.Stop)
 	x.listen()
@@ -453,7 +455,7 @@ func newBenchTarget(tb testing.TB, async, viaLambda bool, maxBatch int) *benchDi
 	})
 
 	d, err := dispatch.New(dispatch.Config{SecretBox: box, TokenKey: tokenKey, CallbackBaseURL: cbSrv.URL, DevMode: true,
-		AWS: aws, Logger: benchLog}, x.st, dispatch.Wakeups{WorkReady: x.lis.Subscribe("work_ready"),
+		AWS: aws, Logger: benchLog}, x.eng, x.st, dispatch.Wakeups{WorkReady: x.lis.Subscribe("work_ready"),
 		EndpointsChanged: x.lis.Subscribe("endpoints_changed")})
 	must(tb, err)
 	cb := d.Callbacks()

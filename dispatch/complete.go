@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 )
@@ -22,7 +23,7 @@ const completeWriters = 2
 
 // batch is one write's worth of finished deliveries.
 type batch struct {
-	completes []store.Completion
+	completes []engine.Completion
 	releases  map[relKey][]model.Task
 	attempts  []store.Delivery
 }
@@ -35,7 +36,7 @@ type relKey struct {
 
 // completer batches the outcomes of finished deliveries into one round trip
 // per kind of write: one insert of the batch's attempts into the delivery
-// log, CompleteBatch for results (which applies them), Release per (delay,
+// log, TaskCompleteMany for results (which applies them), TaskRelease per (delay,
 // reason). A batch goes out when it holds BatchSize tasks (completions and
 // releases: an attempt's log record rides with its task, and counted too
 // it halved every batch) or FlushEvery after its first op, so a burst is
@@ -74,7 +75,7 @@ func (d *Dispatcher) completer(ctx context.Context, ops <-chan op) {
 			}
 			switch o.kind {
 			case opComplete:
-				cur.completes = append(cur.completes, store.Completion{Task: o.task, Result: o.result, Abandoned: o.abandoned})
+				cur.completes = append(cur.completes, engine.Completion{Task: o.task, Result: o.result, Abandoned: o.abandoned})
 				tasks++
 			case opRelease:
 				k := relKey{o.delay.Round(100 * time.Millisecond), o.reason}
@@ -115,7 +116,7 @@ func (d *Dispatcher) write(ctx context.Context, b batch) {
 	defer logged.Wait()
 	if len(b.completes) > 0 {
 		start := time.Now()
-		if _, err := d.st.CompleteBatch(fctx, b.completes); err != nil {
+		if _, err := d.eng.TaskCompleteMany(fctx, b.completes); err != nil {
 			// The claims stay held; their leases lapse and the reaper
 			// re-pends them, so the work re-runs rather than being lost.
 			d.log.Error("complete failed", "err", err, "tasks", len(b.completes))
@@ -125,7 +126,7 @@ func (d *Dispatcher) write(ctx context.Context, b batch) {
 		}
 	}
 	for k, ts := range b.releases {
-		if err := d.st.Release(fctx, ts, k.delay, k.reason); err != nil {
+		if err := d.eng.TaskRelease(fctx, engine.TaskReleaseParams{Tasks: ts, Delay: k.delay, Reason: k.reason}); err != nil {
 			d.log.Error("release failed", "err", err, "tasks", len(ts), "reason", k.reason)
 		}
 	}

@@ -48,8 +48,8 @@ const (
 type opKind int
 
 const (
-	opComplete opKind = iota // store.CompleteBatch with result
-	opRelease                // store.Release after delay, no attempt burnt
+	opComplete opKind = iota // engine.TaskCompleteMany with result
+	opRelease                // engine.TaskRelease after delay, no attempt burnt
 	opRecord                 // record an attempt in the delivery log
 )
 
@@ -58,7 +58,7 @@ type op struct {
 	task   model.Task
 	result webhooksdk.Result
 	// abandoned: result is a failure the dispatcher records in the
-	// provider's place (store.Completion.Abandoned).
+	// provider's place (engine.Completion.Abandoned).
 	abandoned bool
 	delay     time.Duration
 	reason    string
@@ -99,7 +99,7 @@ func transient(msg string) *webhooksdk.Result {
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }} // a buffer pool
 
 // encode appends the envelope for one endpoint to buf: the task as the
-// store built it, and a callback URL and token bound to this claim and this
+// engine built it, and a callback URL and token bound to this claim and this
 // delivery. An envelope over limit (0: none) is sent thin.
 func (d *Dispatcher) encode(it *item, endpoint string, limit int, buf *bytes.Buffer) error {
 	t := it.task
@@ -108,7 +108,7 @@ func (d *Dispatcher) encode(it *item, endpoint string, limit int, buf *bytes.Buf
 	if !t.Deadline.IsZero() {
 		exp = t.Deadline.Add(d.cfg.CallbackGrace)
 	}
-	tok, err := d.tokens.Mint(callback.Claim{TaskID: t.ID, ResourceID: t.ResourceID, Shard: t.Shard, Epoch: t.Epoch, Emits: t.Emits,
+	tok, err := d.tokens.Mint(callback.Claim{TaskID: t.ID, ResourceID: t.ResourceID, Shard: t.Shard, ClaimEpoch: t.ClaimEpoch, Emits: t.Emits,
 		Deadline: t.Deadline, Expires: exp, Endpoint: endpoint, Attempt: t.Attempts + 1, Issued: now})
 	if err != nil {
 		return err
@@ -250,7 +250,7 @@ func (d *Dispatcher) record(it *item, ep *registry.Endpoint, v verdict, start ti
 	d.m.observe(ep.Name(), v.result, lat)
 	rec := store.Delivery{
 		Endpoint: ep.Name(), At: start, TaskID: it.task.ID, Resource: store.DeliveryResource{ID: it.task.ResourceID, Kind: it.task.Kind},
-		TaskType: string(it.task.Type), ClaimEpoch: it.task.Epoch, Attempt: it.task.Attempts + 1, HTTPStatus: v.status,
+		TaskType: string(it.task.Type), ClaimEpoch: it.task.ClaimEpoch, Attempt: it.task.Attempts + 1, HTTPStatus: v.status,
 		LatencyMS: int(lat / time.Millisecond), Classification: v.result,
 	}
 	if r := it.env.Resource; r != nil {
@@ -477,7 +477,7 @@ func (d *Dispatcher) classifyResponse(t model.Task, ep *registry.Endpoint, resp 
 		if resp.Truncated {
 			return fail(resultTooLarge, registry.Success, fmt.Sprintf("endpoint %s answered with a body over %d bytes", ep.Name(), len(resp.Body)))
 		}
-		res, err := wire.DecodeResult(resp.Body, t.ID, t.Epoch)
+		res, err := wire.DecodeResult(resp.Body, t.ID, t.ClaimEpoch)
 		if err != nil {
 			return fail(resultMalformed, registry.Success, fmt.Sprintf("endpoint %s answered 200 with an unusable body: %v", ep.Name(), err))
 		}

@@ -251,12 +251,12 @@ func TestLateCallbackOfAbandonedClaimIsSuperseded(t *testing.T) {
 	id := e.apply("leaf", "a", map[string]any{})
 
 	// delivery waits for the delivery of claim epoch.
-	delivery := func(epoch int64) webhooksdk.Envelope {
+	delivery := func(claimEpoch int64) webhooksdk.Envelope {
 		t.Helper()
 		var env webhooksdk.Envelope
-		waitFor(t, 20*time.Second, fmt.Sprintf("the delivery of claim %d", epoch), func() bool {
+		waitFor(t, 20*time.Second, fmt.Sprintf("the delivery of claim %d", claimEpoch), func() bool {
 			for _, d := range rec.seen() {
-				if d.env.ClaimEpoch == epoch {
+				if d.env.ClaimEpoch == claimEpoch {
 					env = d.env
 					return true
 				}
@@ -980,7 +980,7 @@ func TestAsyncOutlivesDispatchLease(t *testing.T) {
 func TestStartStop(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	d, err := dispatch.New(dispatch.Config{SecretBox: e.box, TokenKey: e.tokenKey, CallbackBaseURL: e.cbURL, DevMode: true}, e.st, dispatch.Wakeups{})
+	d, err := dispatch.New(dispatch.Config{SecretBox: e.box, TokenKey: e.tokenKey, CallbackBaseURL: e.cbURL, DevMode: true}, e.eng, e.st, dispatch.Wakeups{})
 	must(t, err)
 	d.Stop()
 	for range 3 {
@@ -1000,7 +1000,7 @@ func TestConfigValidation(t *testing.T) {
 		"relative url":    {SecretBox: e.box, TokenKey: e.tokenKey, CallbackBaseURL: "/cb"},
 		"tiny lease":      {SecretBox: e.box, TokenKey: e.tokenKey, CallbackBaseURL: e.cbURL, Lease: time.Second},
 	} {
-		if _, err := dispatch.New(cfg, e.st, dispatch.Wakeups{}); err == nil {
+		if _, err := dispatch.New(cfg, e.eng, e.st, dispatch.Wakeups{}); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

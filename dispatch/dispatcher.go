@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/breaker"
@@ -26,6 +27,7 @@ import (
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/dispatch/health"
 	"github.com/convergeplane/converge/dispatch/registry"
+	"github.com/convergeplane/converge/internal/pgrun"
 	"github.com/convergeplane/converge/internal/startstop"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -211,7 +213,8 @@ type Wakeups struct {
 // Dispatcher is the dispatch duty of one pod. See the package doc.
 type Dispatcher struct {
 	cfg    Config
-	st     *store.Store
+	eng    *engine.Engine
+	st     *store.Store // the delivery log and endpoints
 	reg    *registry.Registry
 	prober *health.Prober
 	tokens *callback.Tokens
@@ -240,8 +243,9 @@ type Dispatcher struct {
 }
 
 // New returns a Dispatcher with its callback receiver (see Callbacks), both
-// built from cfg. It validates cfg and registers the metrics.
-func New(cfg Config, st *store.Store, wake Wakeups) (*Dispatcher, error) {
+// built from cfg, working tasks through eng and its endpoints and delivery
+// log through st. It validates cfg and registers the metrics.
+func New(cfg Config, eng *engine.Engine, st *store.Store, wake Wakeups) (*Dispatcher, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("dispatcher config: %w", err)
@@ -270,6 +274,7 @@ func New(cfg Config, st *store.Store, wake Wakeups) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg:     cfg,
+		eng:     eng,
 		st:      st,
 		reg:     reg,
 		prober:  health.New(health.Config{Timeout: cfg.ProbeTimeout, Logger: cfg.Logger}, reg),
@@ -288,7 +293,7 @@ func New(cfg Config, st *store.Store, wake Wakeups) (*Dispatcher, error) {
 	if d.m, err = newMetrics(cfg.Metrics, reg); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	d.cb, err = callback.NewHandler(callback.Config{Tokens: tokens, Store: st, MaxBodyBytes: cfg.MaxCallbackBytes,
+	d.cb, err = callback.NewHandler(callback.Config{Tokens: tokens, Engine: eng, Store: st, MaxBodyBytes: cfg.MaxCallbackBytes,
 		AsyncLease: cfg.AsyncLease, Grace: cfg.CallbackGrace, Metrics: cfg.Metrics, Tracer: cfg.Tracer, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
@@ -531,7 +536,7 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	lo, hi := d.cfg.Range()
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
-	tasks, err := d.claimTasks(ctx, store.ClaimParams{Claimer: d.cfg.Claimer, Lo: lo, Hi: hi, Pairs: pairs,
+	tasks, err := d.claimTasks(ctx, engine.TaskClaimParams{Claimer: d.cfg.Claimer, Lo: lo, Hi: hi, Pairs: pairs,
 		Limit: limit, Lease: d.cfg.Lease})
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
@@ -542,7 +547,7 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	if len(tasks) == 0 {
 		return 0, limit
 	}
-	envs, failed, err := d.st.BuildRequests(ctx, tasks)
+	envs, failed, err := d.eng.RequestBuild(ctx, tasks)
 	if err != nil {
 		d.log.Error("build requests failed; releasing the claims", "err", err, "tasks", len(tasks))
 		for _, t := range tasks {
@@ -581,10 +586,10 @@ const reasonDeadlock = "deadlock"
 // WARN and counted. The engine's lock order keeps claims and completions
 // from deadlocking each other (docs/operations.md); this is for what
 // remains.
-func (d *Dispatcher) claimTasks(ctx context.Context, p store.ClaimParams) ([]model.Task, error) {
+func (d *Dispatcher) claimTasks(ctx context.Context, p engine.TaskClaimParams) ([]model.Task, error) {
 	for attempt := 1; ; attempt++ {
-		tasks, err := d.st.Claim(ctx, p)
-		if attempt == claimAttempts || !store.IsDeadlock(err) {
+		tasks, err := d.eng.TaskClaim(ctx, p)
+		if attempt == claimAttempts || !pgrun.IsDeadlock(err) {
 			return tasks, err
 		}
 		d.m.claimRetries.WithLabelValues(reasonDeadlock).Inc()
@@ -650,7 +655,7 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 			tasks[i] = it.task
 		}
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Lease/3)
-		held, err := d.st.ExtendLeases(hctx, tasks, d.cfg.Lease)
+		held, err := d.eng.LeaseExtend(hctx, tasks, d.cfg.Lease)
 		cancel()
 		if err != nil {
 			d.log.Warn("lease renewal failed", "err", err, "tasks", len(tasks))
@@ -675,7 +680,7 @@ func (d *Dispatcher) countPending(ctx context.Context) {
 	for {
 		lo, hi := d.cfg.Range()
 		qctx, cancel := context.WithTimeout(ctx, d.cfg.PendingEvery)
-		counts, err := d.st.PendingTaskCounts(qctx, lo, hi)
+		counts, err := d.eng.TaskCountPending(qctx, lo, hi)
 		cancel()
 		if err == nil {
 			d.m.setPending(counts)

@@ -50,7 +50,7 @@
 // # Fencing
 //
 // Every write about a task names its claim (task_id, shard, claim_epoch).
-// The store applies an outcome only while the row is still claimed at that
+// The engine applies an outcome only while the row is still claimed at that
 // epoch, so a result from a claim that lapsed and was re-claimed — a slow
 // provider, a late callback, a partitioned pod — is refused ("superseded",
 // 409 to a callback) and can never be applied twice; a repeat of the
@@ -66,7 +66,7 @@
 // and most callbacks land within it; shortly before it could lapse, the
 // tasks still claimed get their async lease — until the task deadline plus
 // CallbackGrace, or AsyncLease when the task has none — in one batched
-// ExtendLeases. The provider POSTs the result to /v1/tasks/{id}/outcome on
+// LeaseExtend. The provider POSTs the result to /v1/tasks/{id}/outcome on
 // any dispatch pod (Dispatcher.Callbacks, package callback: New builds the
 // receiver from the same Config, so its token keys, async lease and grace
 // are the dispatcher's) and may heartbeat

@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/convergeplane/converge/control/drainer"
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
@@ -34,6 +35,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type env struct {
 	t        *testing.T
 	db       *pgtest.Database
+	eng      *engine.Engine
 	st       *store.Store
 	box      *store.SecretBox
 	lis      *store.Listener
@@ -62,18 +64,19 @@ func newEnv(t *testing.T) *env {
 	db := pgtest.New(t)
 	must(t, applylog.Install(t.Context(), db.Pool))
 	log := slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st := store.New(db.Pool, store.Config{RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	eng := engine.New(db.Pool, engine.Config{RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	st := store.New(db.Pool, store.Config{})
 	key := make([]byte, store.SecretKeyBytes)
 	_, _ = rand.Read(key)
 	box, err := store.NewSecretBox(key)
 	must(t, err)
 	tokenKey := make([]byte, 32)
 	_, _ = rand.Read(tokenKey)
-	e := &env{t: t, db: db, st: st, box: box, lis: st.NewListener(log), log: log, ctx: t.Context(),
+	e := &env{t: t, db: db, eng: eng, st: st, box: box, lis: st.NewListener(log), log: log, ctx: t.Context(),
 		tokenKey: tokenKey, metrics: prometheus.NewRegistry()}
 
 	dr := drainer.New(drainer.Config{Poll: 50 * time.Millisecond},
-		st, e.lis.Subscribe("outbox_ready"), log)
+		eng, e.lis.Subscribe("outbox_ready"), log)
 	must(t, dr.Start(e.ctx))
 	t.Cleanup(dr.Stop)
 
@@ -123,7 +126,7 @@ func (e *env) dispatcher(cfg dispatch.Config) *dispatch.Dispatcher {
 	if !cfg.AllowHTTP && len(cfg.AllowCIDRs) == 0 {
 		cfg.DevMode = true // loopback providers; tests of the egress policy opt out
 	}
-	d, err := dispatch.New(cfg, e.st, dispatch.Wakeups{
+	d, err := dispatch.New(cfg, e.eng, e.st, dispatch.Wakeups{
 		WorkReady: e.lis.Subscribe("work_ready"), EndpointsChanged: e.lis.Subscribe("endpoints_changed")})
 	must(e.t, err)
 	cb := d.Callbacks()

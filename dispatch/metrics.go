@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/dispatch/registry"
 )
 
@@ -79,7 +79,7 @@ func (m *metrics) observe(endpoint, result string, d time.Duration) {
 	m.duration.WithLabelValues(endpoint).Observe(d.Seconds())
 }
 
-func (m *metrics) setPending(counts []store.PendingCount) {
+func (m *metrics) setPending(counts []engine.PendingCount) {
 	m.pending.Reset()
 	m.oldest.Reset()
 	for _, c := range counts {

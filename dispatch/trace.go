@@ -34,7 +34,7 @@ func (d *Dispatcher) startDelivery(items []*item) trace.Span {
 	attrs := []attribute.KeyValue{attribute.String("converge.kind", t.Kind), attribute.Int("converge.kind_version", t.KindVersion),
 		attribute.Int("converge.tasks", len(items))}
 	if len(items) == 1 {
-		attrs = append(attrs, attribute.String("converge.task_id", t.ID), attribute.Int64("converge.claim_epoch", t.Epoch))
+		attrs = append(attrs, attribute.String("converge.task_id", t.ID), attribute.Int64("converge.claim_epoch", t.ClaimEpoch))
 	}
 	_, span := d.tracer.Start(context.Background(), "converge.deliver", trace.WithAttributes(attrs...))
 	return span

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/convergeplane/converge/control/drainer"
+	ctlengine "github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/reaper"
 	"github.com/convergeplane/converge/control/store"
@@ -326,7 +327,7 @@ func TestKindCapTokenReturnsAtCompletion(t *testing.T) {
 	ctx := t.Context()
 	claim := func() []model.Task {
 		t.Helper()
-		tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "c", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+		tasks, err := e.eng.TaskClaim(ctx, ctlengine.TaskClaimParams{Claimer: "c", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
 		must(t, err)
 		return tasks
 	}
@@ -346,7 +347,7 @@ func TestKindCapTokenReturnsAtCompletion(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // past notify_gated's 10 ms window of the applies' wakes
 	ok := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{}`)}}
 	for _, tk := range first {
-		if st, err := e.st.Complete(ctx, tk, ok); err != nil || st != store.Applied {
+		if st, err := e.eng.TaskComplete(ctx, tk, ok); err != nil || st != ctlengine.Applied {
 			t.Fatalf("complete %s = %v, %v", tk.ResourceID, st, err)
 		}
 	}
@@ -363,7 +364,7 @@ func TestKindCapTokenReturnsAtCompletion(t *testing.T) {
 		t.Errorf("after two completions a claim took %d tasks, want 2", n)
 	}
 	// The reaper's recount agrees: two in flight, not four.
-	must(t, e.st.RecountInflight(ctx, 0, 255))
+	must(t, e.eng.InflightRecount(ctx, 0, 255))
 	if n := e.count(`SELECT coalesce(sum(in_flight), 0) FROM kind_inflight WHERE kind = 'leaf'`); n != 2 {
 		t.Errorf("recounted in flight = %d, want 2", n)
 	}
@@ -378,7 +379,7 @@ func TestKindCapTokenReleasedOnceWhenCompletionsRace(t *testing.T) {
 	t.Parallel()
 	e := cappedLeaves(t, 4, 4)
 	ctx := t.Context()
-	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "c", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	tasks, err := e.eng.TaskClaim(ctx, ctlengine.TaskClaimParams{Claimer: "c", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
 	must(t, err)
 	if len(tasks) != 4 {
 		t.Fatalf("claimed %d tasks, want 4", len(tasks))
@@ -389,11 +390,11 @@ func TestKindCapTokenReleasedOnceWhenCompletionsRace(t *testing.T) {
 	args := func(ts ...model.Task) []any {
 		var ids, rids []string
 		var shards []int16
-		var epochs []int64
+		var claimEpochs []int64
 		for _, tk := range ts {
-			ids, shards, epochs, rids = append(ids, tk.ID), append(shards, tk.Shard), append(epochs, tk.Epoch), append(rids, tk.ResourceID)
+			ids, shards, claimEpochs, rids = append(ids, tk.ID), append(shards, tk.Shard), append(claimEpochs, tk.ClaimEpoch), append(rids, tk.ResourceID)
 		}
-		return []any{ids, shards, epochs, rids}
+		return []any{ids, shards, claimEpochs, rids}
 	}
 	// The first completes tasks 0 and 1 and holds its transaction open.
 	tx, err := e.db.Pool.Begin(ctx)
@@ -472,7 +473,7 @@ func TestKindAtCapDoesNotStarveOthers(t *testing.T) {
 	e.manifest("free", 1, leafReactions, model.Policy{})
 	claim := func(e *engine) map[string]int {
 		t.Helper()
-		tasks, err := e.st.Claim(t.Context(), store.ClaimParams{
+		tasks, err := e.eng.TaskClaim(t.Context(), ctlengine.TaskClaimParams{
 			Claimer: "c", Lo: 0, Hi: 255, Limit: 8, Lease: time.Minute,
 			Pairs: []string{"leaf/1", "free/1"},
 		})
@@ -535,14 +536,14 @@ func TestUnbuildableRequestFailsOnlyItsTask(t *testing.T) {
 	_, err = e.db.Pool.Exec(ctx, `UPDATE resources SET provider_config_ref = 'bad' WHERE id = $1`, bad)
 	must(t, err)
 
-	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "c", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	tasks, err := e.eng.TaskClaim(ctx, ctlengine.TaskClaimParams{Claimer: "c", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
 	must(t, err)
 	if len(tasks) != 2 {
 		t.Fatalf("claimed %d tasks, want 2", len(tasks))
 	}
-	envs, failed, err := e.st.BuildRequests(ctx, tasks)
+	envs, failed, err := e.eng.RequestBuild(ctx, tasks)
 	if err != nil {
-		t.Fatalf("BuildRequests failed the whole batch: %v", err)
+		t.Fatalf("RequestBuild failed the whole batch: %v", err)
 	}
 	for i, tk := range tasks {
 		switch tk.ResourceID {
@@ -563,7 +564,7 @@ func TestUnbuildableRequestFailsOnlyItsTask(t *testing.T) {
 func (e *engine) claimOneLeaf(claimer string) model.Task {
 	e.t.Helper()
 	e.apply("leaf", "x", map[string]any{})
-	tasks, err := e.st.Claim(e.t.Context(), store.ClaimParams{Claimer: claimer, Lo: 0, Hi: 255, Limit: 10, Lease: time.Second})
+	tasks, err := e.eng.TaskClaim(e.t.Context(), ctlengine.TaskClaimParams{Claimer: claimer, Lo: 0, Hi: 255, Limit: 10, Lease: time.Second})
 	must(e.t, err)
 	if len(tasks) != 1 {
 		e.t.Fatalf("claimed %d tasks, want 1", len(tasks))
@@ -583,14 +584,14 @@ func TestCompletedClaimOutlivesItsLease(t *testing.T) {
 	ctx := t.Context()
 
 	e.apply("comp", "x", compSpec{Children: []childSpec{{Name: "c"}}})
-	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Second})
+	tasks, err := e.eng.TaskClaim(ctx, ctlengine.TaskClaimParams{Claimer: "pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Second})
 	must(t, err)
 	if len(tasks) != 1 {
 		t.Fatalf("claimed %d tasks, want 1", len(tasks))
 	}
 	done := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"v":1}`),
 		Children: []webhooksdk.Child{{Kind: "leaf", KindVersion: 1, Name: "x-c", Spec: json.RawMessage(`{}`)}}}}
-	if st, err := e.st.Complete(ctx, tasks[0], done); err != nil || st != store.Applied {
+	if st, err := e.eng.TaskComplete(ctx, tasks[0], done); err != nil || st != ctlengine.Applied {
 		t.Fatalf("completion = %v, %v; want applied", st, err)
 	}
 	if n := e.count(`SELECT count(*) FROM work_outbox`); n != 1 {
@@ -599,18 +600,18 @@ func TestCompletedClaimOutlivesItsLease(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // the lease lapses
 	r := e.newReaper(reaper.Config{})
 	must(t, r.RunOnce(ctx))
-	if n := e.count(`SELECT count(*) FROM work_queue WHERE state = 'claimed' AND claim_epoch = $1`, tasks[0].Epoch); n != 1 {
+	if n := e.count(`SELECT count(*) FROM work_queue WHERE state = 'claimed' AND claim_epoch = $1`, tasks[0].ClaimEpoch); n != 1 {
 		t.Fatalf("the reaper re-pended a completed claim (%d rows still claimed at its epoch)", n)
 	}
-	if held, err := e.st.ExtendLeases(ctx, tasks, time.Minute); err != nil || held[tasks[0].ID] {
+	if held, err := e.eng.LeaseExtend(ctx, tasks, time.Minute); err != nil || held[tasks[0].ID] {
 		t.Fatalf("extend after completion = %v, %v; want refused", held, err)
 	}
-	if st, err := e.st.Complete(ctx, tasks[0], done); err != nil || st != store.Duplicate {
+	if st, err := e.eng.TaskComplete(ctx, tasks[0], done); err != nil || st != ctlengine.Duplicate {
 		t.Errorf("repeat in the outbox = %v, %v; want duplicate", st, err)
 	}
 	// The drainer applies it once, and its metrics count it.
 	reg := prometheus.NewRegistry()
-	d := drainer.New(drainer.Config{Metrics: reg, Poll: 50 * time.Millisecond}, e.st, nil, e.log)
+	d := drainer.New(drainer.Config{Metrics: reg, Poll: 50 * time.Millisecond}, e.eng, nil, e.log)
 	must(t, d.Start(ctx))
 	t.Cleanup(d.Stop)
 	waitFor(t, 10*time.Second, "the drainer to count the composition", func() bool {
@@ -630,7 +631,7 @@ func TestCompletedClaimOutlivesItsLease(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM work_queue WHERE resource_id = $1`, tasks[0].ResourceID); n != 0 {
 		t.Errorf("%d work rows of the composite left after the drain", n)
 	}
-	if st, err := e.st.Complete(ctx, tasks[0], done); err != nil || st != store.Duplicate {
+	if st, err := e.eng.TaskComplete(ctx, tasks[0], done); err != nil || st != ctlengine.Duplicate {
 		t.Errorf("repeat after the drain = %v, %v; want duplicate", st, err)
 	}
 	e.checkInvariants()
@@ -650,20 +651,20 @@ func TestCrashedClaimIsReclaimedAndFenced(t *testing.T) {
 		must(t, r.RunOnce(ctx))
 		return e.count(`SELECT count(*) FROM work_queue WHERE state = 'pending'`) == 1
 	})
-	second, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "live-pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	second, err := e.eng.TaskClaim(ctx, ctlengine.TaskClaimParams{Claimer: "live-pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
 	must(t, err)
-	if len(second) != 1 || second[0].Epoch != first[0].Epoch+1 {
-		t.Fatalf("second claim = %+v, want one task at epoch %d", second, first[0].Epoch+1)
+	if len(second) != 1 || second[0].ClaimEpoch != first[0].ClaimEpoch+1 {
+		t.Fatalf("second claim = %+v, want one task at epoch %d", second, first[0].ClaimEpoch+1)
 	}
 	ok := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"by":"live"}`)}}
-	if st, err := e.st.Complete(ctx, second[0], ok); err != nil || st != store.Applied {
+	if st, err := e.eng.TaskComplete(ctx, second[0], ok); err != nil || st != ctlengine.Applied {
 		t.Fatalf("live completion = %v, %v; want applied", st, err)
 	}
-	if st, err := e.st.Complete(ctx, second[0], ok); err != nil || st != store.Duplicate {
+	if st, err := e.eng.TaskComplete(ctx, second[0], ok); err != nil || st != ctlengine.Duplicate {
 		t.Fatalf("repeated completion = %v, %v; want duplicate no-op", st, err)
 	}
 	stale := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"by":"zombie"}`)}}
-	if _, err := e.st.Complete(ctx, first[0], stale); !errors.Is(err, store.ErrSuperseded) {
+	if _, err := e.eng.TaskComplete(ctx, first[0], stale); !errors.Is(err, ctlengine.ErrSuperseded) {
 		t.Fatalf("stale completion err = %v, want ErrSuperseded", err)
 	}
 	got := e.waitPhase("leaf", "x", "Ready", 10*time.Second)
@@ -687,7 +688,7 @@ func TestAbandonedClaimIsSuperseded(t *testing.T) {
 
 	gaveUp := e.apply("leaf", "gave-up", map[string]any{})
 	reported := e.apply("leaf", "reported", map[string]any{})
-	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	tasks, err := e.eng.TaskClaim(ctx, ctlengine.TaskClaimParams{Claimer: "pod", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
 	must(t, err)
 	if len(tasks) != 2 {
 		t.Fatalf("claimed %d tasks, want 2", len(tasks))
@@ -698,29 +699,29 @@ func TestAbandonedClaimIsSuperseded(t *testing.T) {
 	timeout := webhooksdk.Result{Error: &webhooksdk.Error{Message: "endpoint leaves gave no answer within its request timeout (1s)"}}
 	quota := webhooksdk.Result{Error: &webhooksdk.Error{Message: "quota exhausted"}}
 	late := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{"late":true}`)}}
-	st, err := e.st.CompleteBatch(ctx, []store.Completion{
+	st, err := e.eng.TaskCompleteMany(ctx, []ctlengine.Completion{
 		{Task: tasks[0], Result: timeout, Abandoned: true},
 		{Task: tasks[1], Result: quota},
 	})
 	must(t, err)
-	if st[0] != store.Applied || st[1] != store.Applied {
+	if st[0] != ctlengine.Applied || st[1] != ctlengine.Applied {
 		t.Fatalf("completions = %v, want both applied", st)
 	}
 
 	for _, r := range []struct {
-		id        string
-		epoch     int64
-		abandoned bool
-	}{{gaveUp, tasks[0].Epoch, true}, {reported, tasks[1].Epoch, false}} {
+		id         string
+		claimEpoch int64
+		abandoned  bool
+	}{{gaveUp, tasks[0].ClaimEpoch, true}, {reported, tasks[1].ClaimEpoch, false}} {
 		if n := e.count(`SELECT count(*) FROM resources WHERE id = $1 AND last_task_epoch = $2 AND last_task_abandoned = $3
-			AND last_error IS NOT NULL`, r.id, r.epoch, r.abandoned); n != 1 {
+			AND last_error IS NOT NULL`, r.id, r.claimEpoch, r.abandoned); n != 1 {
 			t.Fatalf("resource %s: its failure was not applied to it with last_task_abandoned = %v", r.id, r.abandoned)
 		}
 	}
-	if st, err := e.st.Complete(ctx, tasks[0], late); st != store.Superseded || !errors.Is(err, store.ErrSuperseded) {
+	if st, err := e.eng.TaskComplete(ctx, tasks[0], late); st != ctlengine.Superseded || !errors.Is(err, ctlengine.ErrSuperseded) {
 		t.Errorf("the provider's late Result for the abandoned claim = %v, %v; want superseded", st, err)
 	}
-	if st, err := e.st.Complete(ctx, tasks[1], quota); st != store.Duplicate || err != nil {
+	if st, err := e.eng.TaskComplete(ctx, tasks[1], quota); st != ctlengine.Duplicate || err != nil {
 		t.Errorf("the provider's repeat of its own failure = %v, %v; want duplicate", st, err)
 	}
 	e.checkInvariants()
@@ -729,16 +730,16 @@ func TestAbandonedClaimIsSuperseded(t *testing.T) {
 func TestOversizedStatusFailsTerminally(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t, engineOpts{})
-	e.st = store.New(e.db.Pool, store.Config{MaxStatusBytes: 64})
+	e.eng = ctlengine.New(e.db.Pool, ctlengine.Config{MaxStatusBytes: 64})
 	e.defineKinds(model.Policy{})
 	e.listen()
 	ctx := t.Context()
 
 	e.apply("leaf", "big", map[string]any{})
-	tasks, err := e.st.Claim(ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 1, Lease: time.Minute})
+	tasks, err := e.eng.TaskClaim(ctx, ctlengine.TaskClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 1, Lease: time.Minute})
 	must(t, err)
 	big := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(fmt.Sprintf(`{"blob":%q}`, make([]byte, 100)))}}
-	_, err = e.st.Complete(ctx, tasks[0], big)
+	_, err = e.eng.TaskComplete(ctx, tasks[0], big)
 	must(t, err)
 	e.waitPhase("leaf", "big", "Failed", 10*time.Second)
 	var status *string

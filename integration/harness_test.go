@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/control/drainer"
+	ctlengine "github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/reaper"
 	"github.com/convergeplane/converge/control/store"
@@ -33,6 +34,7 @@ func TestMain(m *testing.M) {
 type engine struct {
 	t     testing.TB
 	db    *pgtest.Database
+	eng   *ctlengine.Engine
 	st    *store.Store
 	lis   *store.Listener
 	log   *slog.Logger
@@ -52,19 +54,20 @@ func newEngine(t testing.TB, o engineOpts) *engine {
 		must(t, applylog.Install(t.Context(), db.Pool))
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st := store.New(db.Pool, store.Config{RetryBase: 20 * time.Millisecond, RetryMax: max(o.retryMax, 200*time.Millisecond)})
-	e := &engine{t: t, db: db, st: st, log: log, calls: &callLog{n: map[string]int{}}}
+	eng := ctlengine.New(db.Pool, ctlengine.Config{RetryBase: 20 * time.Millisecond, RetryMax: max(o.retryMax, 200*time.Millisecond)})
+	st := store.New(db.Pool, store.Config{})
+	e := &engine{t: t, db: db, eng: eng, st: st, log: log, calls: &callLog{n: map[string]int{}}}
 	e.lis = st.NewListener(log)
 	outbox := e.lis.Subscribe("outbox_ready")
 	ctx := t.Context()
 	if !o.noDrain {
 		d := drainer.New(drainer.Config{Poll: 100 * time.Millisecond},
-			st, outbox, log)
+			eng, outbox, log)
 		must(t, d.Start(ctx))
 		t.Cleanup(d.Stop)
 	}
 	if o.reaper != nil {
-		r, err := reaper.New(*o.reaper, st, log)
+		r, err := reaper.New(*o.reaper, eng, st, log)
 		must(t, err)
 		must(t, r.Start(ctx))
 		t.Cleanup(r.Stop)
@@ -79,7 +82,7 @@ func (e *engine) run(cfg inproc.Config, handlers map[string]inproc.Handler) *inp
 	if cfg.Poll == 0 {
 		cfg.Poll = 50 * time.Millisecond
 	}
-	x := inproc.New(cfg, e.st, e.lis.Subscribe("work_ready"), e.log)
+	x := inproc.New(cfg, e.eng, e.lis.Subscribe("work_ready"), e.log)
 	must(e.t, x.Start(e.t.Context()))
 	e.t.Cleanup(x.Stop)
 	return x
@@ -212,10 +215,11 @@ func (c *callLog) get(key string) int {
 	return c.n[key]
 }
 
-// newReaper returns a reaper over e's store; tests run its passes by hand.
+// newReaper returns a reaper over e's engine and store; tests run its
+// passes by hand.
 func (e *engine) newReaper(cfg reaper.Config) *reaper.Reaper {
 	e.t.Helper()
-	r, err := reaper.New(cfg, e.st, e.log)
+	r, err := reaper.New(cfg, e.eng, e.st, e.log)
 	must(e.t, err)
 	return r
 }

@@ -8,16 +8,16 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	ctlengine "github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
-	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/benchq"
 	"github.com/convergeplane/converge/internal/pgtest"
 )
 
 // BenchmarkEngineStages times the engine's steps for 10,000 leaves one after
 // another on one connection, as the in-process executor calls them: the
-// schedule, then claims of 512 (store.Claim), each batch's request read
-// (store.BuildRequests) and its completion (complete_tasks, which applies).
+// schedule, then claims of 512 (engine.TaskClaim), each batch's request
+// read (engine.RequestBuild) and its completion (complete_tasks, which applies).
 // Each stage is the sum of its calls. With nothing running concurrently it
 // is much steadier than BenchmarkEngineThroughput, so it is the one to
 // compare two builds of an engine statement with (alternate the binaries).
@@ -36,13 +36,13 @@ func BenchmarkEngineStages(b *testing.B) {
 	}
 	db := pgtest.New(b)
 	ctx := b.Context()
-	st := store.New(db.Pool, store.Config{})
+	eng := ctlengine.New(db.Pool, ctlengine.Config{})
 	must(b, execAll(ctx, db.Pool, fmt.Sprintf(`INSERT INTO kind_manifest (kind, kind_version, reactions) VALUES ('leaf', 1, '%s')`, leafReactions)))
 	names := []string{"insert", "schedule", "claim", "request", "complete", "floor_schedule", "floor_claim", "floor_complete"}
 	times := map[string][]float64{}
 	for range b.N {
 		for r := range rounds {
-			t := stageRound(b, db.Pool, st, n)
+			t := stageRound(b, db.Pool, eng, n)
 			for _, name := range names {
 				times[name] = append(times[name], t[name].Seconds()*1000)
 			}
@@ -71,7 +71,7 @@ func BenchmarkEngineStages(b *testing.B) {
 }
 
 // stageRound runs one round on fresh rows and returns each stage's time.
-func stageRound(b *testing.B, pool *pgxpool.Pool, st *store.Store, n int) map[string]time.Duration {
+func stageRound(b *testing.B, pool *pgxpool.Pool, eng *ctlengine.Engine, n int) map[string]time.Duration {
 	b.Helper()
 	ctx := b.Context()
 	fresh := func() {
@@ -102,25 +102,25 @@ func stageRound(b *testing.B, pool *pgxpool.Pool, st *store.Store, n int) map[st
 			err   error
 		)
 		timed("claim", func() error {
-			tasks, err = st.Claim(ctx, store.ClaimParams{Claimer: "stages", Lo: 0, Hi: 255, Limit: 512, Lease: time.Minute})
+			tasks, err = eng.TaskClaim(ctx, ctlengine.TaskClaimParams{Claimer: "stages", Lo: 0, Hi: 255, Limit: 512, Lease: time.Minute})
 			return err
 		})
 		if len(tasks) == 0 {
 			break
 		}
 		timed("request", func() error {
-			_, _, err := st.BuildRequests(ctx, tasks)
+			_, _, err := eng.RequestBuild(ctx, tasks)
 			return err
 		})
 		ids, rids := make([]string, len(tasks)), make([]string, len(tasks))
-		shards, epochs := make([]int16, len(tasks)), make([]int64, len(tasks))
+		shards, claimEpochs := make([]int16, len(tasks)), make([]int64, len(tasks))
 		for i, task := range tasks {
-			ids[i], rids[i], shards[i], epochs[i] = task.ID, task.ResourceID, task.Shard, task.Epoch
+			ids[i], rids[i], shards[i], claimEpochs[i] = task.ID, task.ResourceID, task.Shard, task.ClaimEpoch
 		}
 		timed("complete", func() error {
 			_, err := pool.Exec(ctx, `SELECT count(*) FROM complete_tasks($1::uuid[], $2::smallint[], $3::bigint[], $4::uuid[],
 				array_fill('{"status":{"ok":true}}'::jsonb, ARRAY[$5::int]), array_fill(NULL::text, ARRAY[$5::int]),
-				array_fill(false, ARRAY[$5::int]), array_fill(false, ARRAY[$5::int]), 20, 200)`, ids, shards, epochs, rids, len(tasks))
+				array_fill(false, ARRAY[$5::int]), array_fill(false, ARRAY[$5::int]), 20, 200)`, ids, shards, claimEpochs, rids, len(tasks))
 			return err
 		})
 	}

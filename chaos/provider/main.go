@@ -265,12 +265,12 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // answerLate posts a timed-out delivery's result to its callback, again and
 // again: the dispatcher gave that claim up, so converge must refuse each one.
-func (p *provider) answerLate(url, token, task string, epoch int64, result []byte) {
+func (p *provider) answerLate(url, token, task string, claimEpoch int64, result []byte) {
 	var res webhooksdk.Result
 	_ = json.Unmarshal(result, &res) // an unreadable one is logged as a failure
 	client := &http.Client{Timeout: 5 * time.Second}
 	for end := time.Now().Add(p.f.lateFor); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		rec := calllog.Record{Type: calllog.Callback, TaskID: task, ClaimEpoch: epoch, Success: res.Outcome != nil, Fault: "late"}
+		rec := calllog.Record{Type: calllog.Callback, TaskID: task, ClaimEpoch: claimEpoch, Success: res.Outcome != nil, Fault: "late"}
 		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(result))
 		if err != nil {
 			return

@@ -17,7 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/internal/startstop"
 )
 
@@ -53,12 +53,12 @@ func (c Config) withDefaults() Config {
 
 // Drainer is the drain duty.
 type Drainer struct {
-	cfg   Config
-	store *store.Store
-	wake  <-chan struct{}
-	log   *slog.Logger
-	loop  startstop.Loop
-	m     metrics
+	cfg    Config
+	engine *engine.Engine
+	wake   <-chan struct{}
+	log    *slog.Logger
+	loop   startstop.Loop
+	m      metrics
 }
 
 // metrics count what the drain applies. A batch is one drain_outbox_batch
@@ -88,8 +88,8 @@ func newMetrics() metrics {
 
 // New returns a Drainer woken by wake (typically a Listener subscription to
 // outbox_ready; nil means poll only).
-func New(cfg Config, st *store.Store, wake <-chan struct{}, log *slog.Logger) *Drainer {
-	return &Drainer{cfg: cfg.withDefaults(), store: st, wake: wake, log: log, m: newMetrics()}
+func New(cfg Config, eng *engine.Engine, wake <-chan struct{}, log *slog.Logger) *Drainer {
+	return &Drainer{cfg: cfg.withDefaults(), engine: eng, wake: wake, log: log, m: newMetrics()}
 }
 
 // Start registers the metrics on cfg.Metrics (if set) and launches the
@@ -133,10 +133,10 @@ func (d *Drainer) run(ctx context.Context) {
 // rollups.
 func (d *Drainer) DrainOnce(ctx context.Context) error {
 	lo, hi := d.cfg.Range()
-	p := store.DrainParams{Lo: lo, Hi: hi, Limit: d.cfg.BatchSize}
+	p := engine.DrainParams{Lo: lo, Hi: hi, Limit: d.cfg.BatchSize}
 	for ctx.Err() == nil {
 		start := time.Now()
-		n, err := d.store.Drain(ctx, p)
+		n, err := d.engine.OutboxDrain(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -149,6 +149,6 @@ func (d *Drainer) DrainOnce(ctx context.Context) error {
 			break
 		}
 	}
-	_, err := d.store.DrainRollupRechecks(ctx, p)
+	_, err := d.engine.RollupRecheckDrain(ctx, p)
 	return err
 }

@@ -60,8 +60,8 @@ type StoredCondition struct {
 
 // Task is a claimed work_queue row, or a claimed reactor delivery (a
 // lifecycle_outbox row: Type react, with Transition and Binding set). ID,
-// Shard and Epoch together identify the claim; a completion for any other
-// epoch is refused.
+// Shard and ClaimEpoch together identify the claim; a completion for any
+// other claim epoch is refused.
 type Task struct {
 	ID          string
 	Shard       int16
@@ -73,7 +73,7 @@ type Task struct {
 	Kind        string
 	KindVersion int
 	Generation  int64
-	Epoch       int64
+	ClaimEpoch  int64
 	Attempts    int
 	Deadline    time.Time // zero = no deadline
 	// Transition and Binding are a react task's lifecycle edge and the

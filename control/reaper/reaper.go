@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/startstop"
 )
@@ -91,7 +92,8 @@ func (c Config) withDefaults() Config {
 // Reaper is the reaper duty.
 type Reaper struct {
 	cfg     Config
-	store   *store.Store
+	engine  *engine.Engine
+	store   *store.Store // the delivery log, idempotency keys, cluster members
 	log     *slog.Logger
 	loop    startstop.Loop
 	eventWM int64
@@ -136,8 +138,8 @@ func newMetrics() metrics {
 }
 
 // New returns a Reaper. It fails only if cfg.Metrics refuses a metric.
-func New(cfg Config, st *store.Store, log *slog.Logger) (*Reaper, error) {
-	r := &Reaper{cfg: cfg.withDefaults(), store: st, log: log, eventWM: store.PruneEventsFromEnd, resynced: map[string]time.Time{},
+func New(cfg Config, eng *engine.Engine, st *store.Store, log *slog.Logger) (*Reaper, error) {
+	r := &Reaper{cfg: cfg.withDefaults(), engine: eng, store: st, log: log, eventWM: engine.EventPruneFromEnd, resynced: map[string]time.Time{},
 		m: newMetrics()}
 	if cfg.Metrics != nil {
 		for _, c := range []prometheus.Collector{r.m.lag, r.m.passes, r.m.errors, r.m.duration, r.m.reclaimed, r.m.requeued, r.m.dropped} {
@@ -192,8 +194,8 @@ func (r *Reaper) RunOnce(ctx context.Context) error {
 // pass runs each backstop pass in turn, counting what they did.
 func (r *Reaper) pass(ctx context.Context) error {
 	lo, hi := r.cfg.Range()
-	p := store.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit}
-	reclaimed, err := r.store.ReapExpiredLeases(ctx, p)
+	p := engine.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit}
+	reclaimed, err := r.engine.LeaseReapExpired(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -204,15 +206,15 @@ func (r *Reaper) pass(ctx context.Context) error {
 			return err
 		}
 	}
-	dropped, err := r.store.DeleteUnclaimedWork(ctx, store.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit, Window: r.cfg.UnclaimedWindow})
+	dropped, err := r.engine.TaskDeleteUnclaimed(ctx, engine.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit, Window: r.cfg.UnclaimedWindow})
 	if err != nil {
 		return err
 	}
 	r.m.dropped.Add(float64(dropped))
-	if err := r.store.RecountInflight(ctx, lo, hi); err != nil {
+	if err := r.engine.InflightRecount(ctx, lo, hi); err != nil {
 		return err
 	}
-	orphans, err := r.store.SweepExpiredOrphans(ctx, p)
+	orphans, err := r.engine.OrphanSweepExpired(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -263,8 +265,8 @@ func (r *Reaper) pass(ctx context.Context) error {
 // time needs no restart. A kind's resources are scanned (no index may
 // mention the columns the drain writes) at most every quarter interval,
 // unless the last scan hit the limit: then the rest is taken next pass.
-func (r *Reaper) resync(ctx context.Context, p store.ReapParams) (int, error) {
-	kinds, err := r.store.ResyncKinds(ctx)
+func (r *Reaper) resync(ctx context.Context, p engine.ReapParams) (int, error) {
+	kinds, err := r.engine.ResyncKindList(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -274,7 +276,7 @@ func (r *Reaper) resync(ctx context.Context, p store.ReapParams) (int, error) {
 		if time.Since(r.resynced[key]) < k.Interval/4 {
 			continue
 		}
-		n, err := r.store.ScheduleResyncs(ctx, k, p)
+		n, err := r.engine.ResyncSchedule(ctx, k, p)
 		if err != nil {
 			return total, err
 		}
@@ -292,10 +294,10 @@ func (r *Reaper) resync(ctx context.Context, p store.ReapParams) (int, error) {
 // work_queue after a crash) of a million resources is so requeued in
 // minutes: one call a sweep, Limit every RetryWindow/4, took hours.
 func (r *Reaper) requeueLagging(ctx context.Context, lo, hi int) (int, error) {
-	p := store.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit, Window: r.cfg.RetryWindow}
+	p := engine.ReapParams{Lo: lo, Hi: hi, Limit: r.cfg.Limit, Window: r.cfg.RetryWindow}
 	total := 0
 	for start := time.Now(); ; {
-		n, err := r.store.RequeueLagging(ctx, p)
+		n, err := r.engine.ResourceRequeueLagging(ctx, p)
 		if err != nil {
 			return total, err
 		}
@@ -318,7 +320,7 @@ func (r *Reaper) requeueLagging(ctx context.Context, lo, hi int) (int, error) {
 func (r *Reaper) pruneEvents(ctx context.Context, lo, hi int) error {
 	window := r.cfg.Limit * 10
 	for start := time.Now(); ; { // at least one window a pass
-		wm, last, err := r.store.PruneEvents(ctx, store.PruneEventsParams{Lo: lo, Hi: hi, SinceID: r.eventWM, Keep: r.cfg.EventsKeep, Limit: window})
+		wm, last, err := r.engine.EventPrune(ctx, engine.EventPruneParams{Lo: lo, Hi: hi, SinceID: r.eventWM, Keep: r.cfg.EventsKeep, Limit: window})
 		if err != nil {
 			return err
 		}

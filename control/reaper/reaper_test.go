@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/reaper"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/pgtest"
@@ -23,7 +24,7 @@ func TestPassDropsExpiredIdempotencyKeys(t *testing.T) {
 		  FROM generate_series(1, 5) i`); err != nil {
 		t.Fatal(err)
 	}
-	r, err := reaper.New(reaper.Config{}, store.New(db.Pool, store.Config{}), slog.New(slog.DiscardHandler))
+	r, err := reaper.New(reaper.Config{}, engine.New(db.Pool, engine.Config{}), store.New(db.Pool, store.Config{}), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/internal/pgrun"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -122,11 +123,7 @@ func (s *Store) PutReactorBinding(ctx context.Context, p PutReactorBindingParams
 		if err := checkVersion(ctx, tx, p.Precondition, bindingWhat(p.Name), bindingVersionLock, p.Name); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, bindingKindsSQL, p.WatchKind, p.Reactor)
-		if err != nil {
-			return fmt.Errorf("load kinds: %w", err)
-		}
-		kinds, err := pgx.CollectRows(rows, pgx.RowToStructByName[bindingKind])
+		kinds, err := pgrun.Collect(ctx, tx, pgx.RowToStructByName[bindingKind], bindingKindsSQL, p.WatchKind, p.Reactor)
 		if err != nil {
 			return fmt.Errorf("load kinds: %w", err)
 		}
@@ -151,7 +148,7 @@ func (s *Store) PutReactorBinding(ctx context.Context, p PutReactorBindingParams
 		case !reactorOK:
 			return &InvalidError{Location: "reactor", Message: fmt.Sprintf("%s is not a reactor kind (its manifest must declare only a reactor reaction)", kindRef(p.Reactor, p.ReactorVersion))}
 		}
-		out, err = collectOne(ctx, tx, pgx.RowToStructByName[bindingApplied], bindingUpsertSQL, p.Name, p.WatchKind,
+		out, err = pgrun.CollectOne(ctx, tx, pgx.RowToStructByName[bindingApplied], bindingUpsertSQL, p.Name, p.WatchKind,
 			nullVersion(p.WatchKindVersion), string(p.Transition), p.Reactor, nullVersion(p.ReactorVersion), labels, p.Enabled)
 		if err != nil {
 			if code, _ := pgCode(err); code == codeCheckViolation {
@@ -210,7 +207,7 @@ const bindingGetSQL = `SELECT ` + bindingCols + ` FROM reactor_bindings WHERE na
 
 // GetReactorBinding returns the binding name, or a *NotFoundError.
 func (s *Store) GetReactorBinding(ctx context.Context, name string) (ReactorBinding, error) {
-	b, err := collectOne(ctx, s.reader(ctx), rowToBinding, bindingGetSQL, name)
+	b, err := pgrun.CollectOne(ctx, s.reader(ctx), rowToBinding, bindingGetSQL, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ReactorBinding{}, bindingNotFound(name)
 	}
@@ -244,11 +241,7 @@ func (s *Store) ListReactorBindings(ctx context.Context, p ListReactorBindingsPa
 	if p.Reactor != "" {
 		reactor = p.Reactor
 	}
-	rows, err := s.reader(ctx).Query(ctx, bindingListSQL, watch, reactor)
-	if err != nil {
-		return nil, fmt.Errorf("list reactor bindings: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, rowToBinding)
+	out, err := pgrun.Collect(ctx, s.reader(ctx), rowToBinding, bindingListSQL, watch, reactor)
 	if err != nil {
 		return nil, fmt.Errorf("list reactor bindings: %w", err)
 	}

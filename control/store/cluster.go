@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // HeartbeatParams is one member beat.
@@ -82,13 +84,10 @@ type ClusterMember struct {
 // ListClusterMembers returns every member; Ready is derived from heartbeat
 // age against the liveness window at read time.
 func (s *Store) ListClusterMembers(ctx context.Context, liveness time.Duration) ([]ClusterMember, error) {
-	rows, err := s.reader(ctx).Query(ctx, `SELECT member_id, role, host, pid, version, shard_lo, shard_hi, in_flight, info,
+	out, err := pgrun.Collect(ctx, s.reader(ctx), pgx.RowToStructByName[ClusterMember],
+		`SELECT member_id, role, host, pid, version, shard_lo, shard_hi, in_flight, info,
 		started_at, last_heartbeat, last_heartbeat > now() - make_interval(secs => $1) AS ready
 		FROM cluster_members ORDER BY role, member_id`, liveness.Seconds())
-	if err != nil {
-		return nil, fmt.Errorf("list cluster members: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[ClusterMember])
 	if err != nil {
 		return nil, fmt.Errorf("list cluster members: %w", err)
 	}

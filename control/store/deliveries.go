@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // Delivery log limits and retention defaults.
@@ -124,20 +126,20 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []Delivery) error {
 	}
 	n := len(ds)
 	var (
-		eps      = make([]string, n)
-		ats      = make([]time.Time, n)
-		tasks    = make([]string, n)
-		res      = make([]string, n) // "": NULL
-		kinds    = make([]string, n)
-		names    = make([]string, n)
-		types    = make([]string, n)
-		actions  = make([]string, n)
-		epochs   = make([]int64, n)
-		attempts = make([]int32, n)
-		statuses = make([]*int32, n)
-		lats     = make([]int32, n)
-		classes  = make([]string, n)
-		excerpts = make([]string, n)
+		eps         = make([]string, n)
+		ats         = make([]time.Time, n)
+		tasks       = make([]string, n)
+		res         = make([]string, n) // "": NULL
+		kinds       = make([]string, n)
+		names       = make([]string, n)
+		types       = make([]string, n)
+		actions     = make([]string, n)
+		claimEpochs = make([]int64, n)
+		attempts    = make([]int32, n)
+		statuses    = make([]*int32, n)
+		lats        = make([]int32, n)
+		classes     = make([]string, n)
+		excerpts    = make([]string, n)
 	)
 	now := time.Now()
 	sql := deliveriesRecordSQL
@@ -146,7 +148,7 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []Delivery) error {
 		if d.Resource.Name == "" {
 			sql = deliveriesLookupSQL
 		}
-		eps[i], tasks[i], epochs[i], attempts[i] = d.Endpoint, d.TaskID, d.ClaimEpoch, int32(d.Attempt)
+		eps[i], tasks[i], claimEpochs[i], attempts[i] = d.Endpoint, d.TaskID, d.ClaimEpoch, int32(d.Attempt)
 		kinds[i], names[i], types[i], actions[i] = d.Resource.Kind, d.Resource.Name, d.TaskType, d.Action
 		ats[i] = d.At
 		if ats[i].IsZero() {
@@ -161,8 +163,8 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []Delivery) error {
 		classes[i] = d.Classification
 		excerpts[i] = excerpt(d.Excerpt, DeliveryExcerptMax)
 	}
-	if _, err := s.pool.Exec(ctx, sql, eps, ats, uuidArray(tasks), uuidArray(res), kinds, names, types, actions,
-		epochs, attempts, statuses, lats, classes, excerpts); err != nil {
+	if _, err := s.pool.Exec(ctx, sql, eps, ats, pgrun.UUIDArray(tasks), pgrun.UUIDArray(res), kinds, names, types, actions,
+		claimEpochs, attempts, statuses, lats, classes, excerpts); err != nil {
 		return fmt.Errorf("record deliveries: %w", err)
 	}
 	return nil
@@ -265,11 +267,8 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (Page[Deli
 		q.WriteString(` AND d.id < ` + arg(id))
 	}
 	q.WriteString(` ORDER BY d.id DESC LIMIT ` + arg(limit+1))
-	rows, err := s.reader(ctx).Query(ctx, q.String(), qa...)
-	if err != nil {
-		return Page[Delivery]{}, fmt.Errorf("list deliveries: %w", err)
-	}
-	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) { return scanDelivery(r) })
+	items, err := pgrun.Collect(ctx, s.reader(ctx), func(r pgx.CollectableRow) (Delivery, error) { return scanDelivery(r) },
+		q.String(), qa...)
 	if err != nil {
 		return Page[Delivery]{}, fmt.Errorf("list deliveries: %w", err)
 	}
@@ -354,7 +353,7 @@ func (s *Store) ReplayDelivery(ctx context.Context, id int64) (Replay, error) {
 			SELECT id, 'delivery_replayed', generation, $2 FROM resources WHERE id = $1`, d.Resource.ID, event+": operation "+op.ID)
 		return rep, wrapUnlessTyped(err, "record the replay of delivery %d", id)
 	}
-	err = retryDeadlock(func() error {
+	err = pgrun.RetryDeadlock(func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			var deleting, frozen bool
 			err := tx.QueryRow(ctx, `SELECT deletion_requested_at IS NOT NULL, frozen_until IS NOT NULL FROM resources WHERE id = $1 FOR UPDATE`,

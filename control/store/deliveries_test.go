@@ -55,7 +55,7 @@ func TestDeliveries(t *testing.T) {
 		}
 		return page.Items
 	}
-	epochs := func(items []store.Delivery) string {
+	claimEpochs := func(items []store.Delivery) string {
 		var s []string
 		for _, d := range items {
 			s = append(s, fmt.Sprint(d.ClaimEpoch))
@@ -63,7 +63,7 @@ func TestDeliveries(t *testing.T) {
 		return strings.Join(s, ",")
 	}
 	all := list(store.DeliveryFilter{})
-	if got := epochs(all); got != "5,3,2,1" {
+	if got := claimEpochs(all); got != "5,3,2,1" {
 		t.Fatalf("all = %s, want 5,3,2,1 (newest first, the unknown endpoint's row dropped)", got)
 	}
 	cb, net, ok := all[0], all[2], all[3]
@@ -90,7 +90,7 @@ func TestDeliveries(t *testing.T) {
 		{store.DeliveryFilter{Since: time.Now().Add(time.Hour)}, ""},
 		{store.DeliveryFilter{Since: time.Now().Add(-time.Hour), Endpoint: "a"}, "2,1"},
 	} {
-		if got := epochs(list(tc.f)); got != tc.want {
+		if got := claimEpochs(list(tc.f)); got != tc.want {
 			t.Errorf("%+v = %s, want %s", tc.f, got, tc.want)
 		}
 	}
@@ -102,7 +102,7 @@ func TestDeliveries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		seen = append(seen, epochs(page.Items))
+		seen = append(seen, claimEpochs(page.Items))
 		if cursor = page.NextCursor; cursor == "" {
 			break
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/internal/pgrun"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -523,7 +524,7 @@ func (s *Store) CreateEndpoint(ctx context.Context, box *SecretBox, p PutEndpoin
 		return Endpoint{}, "", wrapUnlessTyped(err, "create endpoint %s", p.Name)
 	}
 	kinds, target, health := mustJSON(p.Kinds), mustJSON(p.Target), mustJSON(p.Health)
-	e, err := collectOne(ctx, s.pool, rowToEndpoint, endpointInsertSQL, p.Name, kinds, target, health,
+	e, err := pgrun.CollectOne(ctx, s.pool, rowToEndpoint, endpointInsertSQL, p.Name, kinds, target, health,
 		p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch)
 	if err != nil {
 		if code, _ := pgCode(err); code == codeUniqueViolation {
@@ -566,7 +567,7 @@ func (s *Store) PutEndpoint(ctx context.Context, box *SecretBox, p PutEndpointPa
 	}
 	var a endpointApplied
 	err = s.writeIf(ctx, p.Precondition, endpointWhat(p.Name), endpointVersionLock, []any{p.Name}, func(q writer) (err error) {
-		a, err = collectOne(ctx, q, pgx.RowToStructByName[endpointApplied], endpointUpsertSQL, p.Name, mustJSON(p.Kinds),
+		a, err = pgrun.CollectOne(ctx, q, pgx.RowToStructByName[endpointApplied], endpointUpsertSQL, p.Name, mustJSON(p.Kinds),
 			mustJSON(p.Target), mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch)
 		return err
 	})
@@ -593,7 +594,7 @@ func mustJSON(v any) []byte {
 
 // GetEndpoint returns the endpoint name, or a *NotFoundError.
 func (s *Store) GetEndpoint(ctx context.Context, name string) (Endpoint, error) {
-	e, err := collectOne(ctx, s.reader(ctx), rowToEndpoint, `SELECT `+endpointCols+` FROM endpoints WHERE name = $1`, name)
+	e, err := pgrun.CollectOne(ctx, s.reader(ctx), rowToEndpoint, `SELECT `+endpointCols+` FROM endpoints WHERE name = $1`, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, endpointNotFound(name)
 	}
@@ -606,11 +607,7 @@ func (s *Store) GetEndpoint(ctx context.Context, name string) (Endpoint, error) 
 // ListEndpoints returns every endpoint by name. Endpoints are operator
 // wiring, few by nature, so the list is not paginated.
 func (s *Store) ListEndpoints(ctx context.Context) ([]Endpoint, error) {
-	rows, err := s.reader(ctx).Query(ctx, `SELECT `+endpointCols+` FROM endpoints ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("list endpoints: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, rowToEndpoint)
+	out, err := pgrun.Collect(ctx, s.reader(ctx), rowToEndpoint, `SELECT `+endpointCols+` FROM endpoints ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}

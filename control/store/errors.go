@@ -112,25 +112,11 @@ func pgCode(err error) (string, *pgconn.PgError) {
 	return "", nil
 }
 
-// IsDeadlock reports whether err is PostgreSQL rolling a transaction back
-// to break a deadlock (SQLSTATE 40P01): nothing the transaction did
-// remains, and running it again is safe. The store runs its own writes
-// again (completions, applies, operator actions); a caller that runs a
-// claim again decides how often, and counts it.
-func IsDeadlock(err error) bool {
-	code, _ := pgCode(err)
-	return code == codeDeadlockDetected
-}
-
 // SQLSTATEs the store maps to API errors.
 const (
 	codeUniqueViolation     = "23505"
 	codeForeignKeyViolation = "23503"
 	codeCheckViolation      = "23514"
-	// codeDeadlockDetected: PostgreSQL rolled the transaction back to break
-	// a lock cycle; running it again is safe and, the other side having
-	// gone through, succeeds.
-	codeDeadlockDetected = "40P01"
 )
 
 // SQLSTATEs of text the database cannot store in jsonb (\u0000).

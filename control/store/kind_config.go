@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // KindConfig is the operator-editable runtime policy of one (kind,
@@ -69,7 +70,7 @@ func (s *Store) GetKindConfig(ctx context.Context, kind string, version int) (Ki
 	if !model.ValidKindVersion(version) {
 		return KindConfig{}, manifestNotFound(kind, version)
 	}
-	c, err := collectOne(ctx, s.reader(ctx), pgx.RowToStructByName[KindConfig], kindConfigGetSQL, kind, version)
+	c, err := pgrun.CollectOne(ctx, s.reader(ctx), pgx.RowToStructByName[KindConfig], kindConfigGetSQL, kind, version)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return KindConfig{}, manifestNotFound(kind, version)
 	}
@@ -104,7 +105,7 @@ func (s *Store) PutKindConfig(ctx context.Context, c KindConfig, pre Preconditio
 	var out kindConfigUpdated
 	what := fmt.Sprintf("the config of %s/%d", c.Kind, c.KindVersion)
 	err := s.writeIf(ctx, pre, what, kindConfigVersionLock, []any{c.Kind, c.KindVersion}, func(q writer) (err error) {
-		out, err = collectOne(ctx, q, pgx.RowToStructByName[kindConfigUpdated], kindConfigUpdateSQL, c.Kind, c.KindVersion,
+		out, err = pgrun.CollectOne(ctx, q, pgx.RowToStructByName[kindConfigUpdated], kindConfigUpdateSQL, c.Kind, c.KindVersion,
 			c.MaxInflight, c.TaskDeadlineSecs, c.ResyncIntervalSecs, c.ResyncRecomposes, c.OrphanGraceSecs, c.MaxTransientAttempts)
 		return err
 	})

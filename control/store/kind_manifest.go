@@ -11,6 +11,7 @@ import (
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/schema"
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // SchemaChange is one breaking change the stability gate found.
@@ -345,11 +346,8 @@ func (s *Store) ListManifests(ctx context.Context, p ListManifestsParams) ([]*mo
 	if p.Kind != "" {
 		kind = p.Kind
 	}
-	rows, err := s.reader(ctx).Query(ctx, kindManifestListSQL, kind)
-	if err != nil {
-		return nil, fmt.Errorf("list manifests: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*model.KindManifest, error) { return scanManifest(r) })
+	out, err := pgrun.Collect(ctx, s.reader(ctx), func(r pgx.CollectableRow) (*model.KindManifest, error) { return scanManifest(r) },
+		kindManifestListSQL, kind)
 	if err != nil {
 		return nil, fmt.Errorf("list manifests: %w", err)
 	}
@@ -369,11 +367,7 @@ const kindListSQL = `SELECT kind, array_agg(kind_version::int ORDER BY kind_vers
 
 // ListKinds returns every kind with its published versions, ascending.
 func (s *Store) ListKinds(ctx context.Context) ([]KindVersions, error) {
-	rows, err := s.reader(ctx).Query(ctx, kindListSQL)
-	if err != nil {
-		return nil, fmt.Errorf("list kinds: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[KindVersions])
+	out, err := pgrun.Collect(ctx, s.reader(ctx), pgx.RowToStructByName[KindVersions], kindListSQL)
 	if err != nil {
 		return nil, fmt.Errorf("list kinds: %w", err)
 	}

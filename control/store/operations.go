@@ -13,7 +13,6 @@ import (
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/schema"
-	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // Operation is one operator verb invoked on a resource. Its operate task
@@ -242,39 +241,4 @@ func (s *Store) operationKey(ctx context.Context, kind, name, id string) (rid st
 
 func operationNotFound(kind, name, id string) error {
 	return &NotFoundError{Message: fmt.Sprintf("resource %s/%s has no operation %s", kind, name, id)}
-}
-
-// operationsOf marks the ops of the claimed operate tasks in tasks running,
-// counts the attempt, and returns each one's verb and input by task id.
-// With start false it only reads the running ones.
-func (s *Store) operationsOf(ctx context.Context, tasks []model.Task, start bool) (map[string]Operation, error) {
-	var ids []string
-	for _, t := range tasks {
-		if t.Trigger == webhooksdk.TriggerOperation {
-			ids = append(ids, t.ID)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	sql := `UPDATE resource_operations o
-		   SET state = 'running', attempts = o.attempts + 1, updated_at = now()
-		 WHERE o.id = ANY ($1) AND o.state IN ('pending','running')
-		RETURNING ` + operationCols
-	if !start {
-		sql = `SELECT ` + operationCols + ` FROM resource_operations o WHERE o.id = ANY ($1) AND o.state = 'running'`
-	}
-	rows, err := s.pool.Query(ctx, sql, ids)
-	if err != nil {
-		return nil, fmt.Errorf("start operations: %w", err)
-	}
-	ops, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Operation, error) { return scanOperation(r) })
-	if err != nil {
-		return nil, fmt.Errorf("start operations: %w", err)
-	}
-	out := make(map[string]Operation, len(ops))
-	for _, op := range ops {
-		out[op.ID] = op
-	}
-	return out, nil
 }

@@ -17,7 +17,7 @@ type Page[T any] struct {
 const ListBytesDefault = 4 << 20
 
 // A list whose rows can be large (specs of megabytes, statuses up to
-// MaxStatusBytes) is cut by bytes as well as by count, at two places:
+// engine.Config.MaxStatusBytes) is cut by bytes as well as by count, at two places:
 //
 //   - In the database, pageSQL keeps the rows whose preceding rows take less
 //     than the budget as stored (pg_column_size: read from the row or its

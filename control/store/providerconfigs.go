@@ -14,6 +14,7 @@ import (
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/schema"
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // ProviderConfig is an operator-owned runtime document for one (kind,
@@ -154,7 +155,7 @@ func (s *Store) PutProviderConfig(ctx context.Context, p PutProviderConfigParams
 				return err
 			}
 		}
-		out, err = collectOne(ctx, tx, pgx.RowToStructByName[providerConfigApplied], providerConfigUpsertSQL,
+		out, err = pgrun.CollectOne(ctx, tx, pgx.RowToStructByName[providerConfigApplied], providerConfigUpsertSQL,
 			p.Name, p.Kind, p.KindVersion, p.IsDefault, p.Spec, p.Data)
 		if code, _ := pgCode(err); code == codeUniqueViolation {
 			// A concurrent writer made another default first.
@@ -211,7 +212,7 @@ const providerConfigGetSQL = `SELECT ` + providerConfigCols + ` FROM providercon
 
 // GetProviderConfig returns the provider config name, or a *NotFoundError.
 func (s *Store) GetProviderConfig(ctx context.Context, name string) (ProviderConfig, error) {
-	c, err := collectOne(ctx, s.reader(ctx), pgx.RowToStructByName[ProviderConfig], providerConfigGetSQL, name)
+	c, err := pgrun.CollectOne(ctx, s.reader(ctx), pgx.RowToStructByName[ProviderConfig], providerConfigGetSQL, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ProviderConfig{}, providerConfigNotFound(name)
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // Event is one entry of a resource's event log.
@@ -30,12 +32,9 @@ type EventsParams struct {
 
 // Events returns the resource's events, newest first, before the id cursor.
 func (s *Store) Events(ctx context.Context, p EventsParams) ([]Event, error) {
-	rows, err := s.reader(ctx).Query(ctx, `SELECT id, at, type, generation, message FROM resource_events
+	out, err := pgrun.Collect(ctx, s.reader(ctx), pgx.RowToStructByName[Event],
+		`SELECT id, at, type, generation, message FROM resource_events
 		WHERE resource_id = $1 AND ($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3`, p.ResourceID, p.Before, p.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("events: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Event])
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}

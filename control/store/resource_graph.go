@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/internal/pgrun"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -130,16 +131,13 @@ func (s *Store) Graph(ctx context.Context, id string) (Graph, error) {
 			SELECT id, 0 FROM resources WHERE id = $1
 			UNION ALL
 			SELECT r.id, t.depth + 1 FROM resources r JOIN t ON r.owner_id = t.id WHERE t.depth < 64)`
-	rows, err := s.reader(ctx).Query(ctx, tree+` SELECT `+resourceCols+` FROM resources r JOIN t ON t.id = r.id
-		ORDER BY t.depth, r.kind, r.name LIMIT $2`, id, GraphLimit)
+	nodes, err := pgrun.Collect(ctx, s.reader(ctx), scanResourceView, tree+` SELECT `+resourceViewCols+` FROM resources r
+		JOIN t ON t.id = r.id ORDER BY t.depth, r.kind, r.name LIMIT $2`, id, GraphLimit)
 	if err != nil {
 		return Graph{}, fmt.Errorf("graph: %w", err)
 	}
-	var g Graph
-	if g.Nodes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.Resource, error) { return scanResource(r) }); err != nil {
-		return Graph{}, fmt.Errorf("graph: %w", err)
-	}
-	rows, err = s.reader(ctx).Query(ctx, tree+` `+edgeSelect+`
+	g := Graph{Nodes: nodes}
+	rows, err := s.reader(ctx).Query(ctx, tree+` `+edgeSelect+`
 		WHERE d.dependent_id IN (SELECT id FROM t) AND d.dependency_id IN (SELECT id FROM t)
 		ORDER BY a.kind, a.name, b.kind, b.name`, id)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/schema"
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // Label limits. Labels are free text (any Unicode), but bounded so a label
@@ -84,6 +85,17 @@ func (f ResourceFields) listCols() string {
 	return resourceColsHead + spec + ", " + status + resourceColsTail + ", " + size + " AS row_size"
 }
 
+// scanResourceView reads a row of resourceViewCols.
+func scanResourceView(row pgx.CollectableRow) (model.Resource, error) {
+	var r model.Resource
+	targets, finish := resourceScanTargets(&r)
+	if err := row.Scan(targets...); err != nil {
+		return r, err
+	}
+	finish()
+	return r, nil
+}
+
 // scanListed scans a row of listCols under pageSQL: the resource and
 // whether a row follows it.
 func scanListed(row pgx.CollectableRow) (model.Resource, bool, error) {
@@ -124,29 +136,6 @@ func resourceScanTargets(r *model.Resource) ([]any, func()) {
 	return []any{&r.ID, &r.Kind, &r.KindVersion, &r.Name, &r.Labels, &r.Spec, &r.Status, &ownerID,
 		&ref, &r.Generation, &r.SyncedGen, &r.HealthOK, &r.FailureGen,
 		&r.Phase, &lastErr, &r.CreatedAt, &r.UpdatedAt, &r.ResourceVersion}, finish
-}
-
-const resourceCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec, r.status, r.owner_id,
-       coalesce(r.provider_config_ref, ''), r.generation, r.synced_gen, r.health_ok, r.failure_gen,
-       r.phase, coalesce(r.last_error, ''), r.created_at, r.updated_at, r.resource_version`
-
-// scanResource reads resourceCols. model.Resource is control/model's wire
-// type and carries no db tags, and this scan serves the claim path
-// (BuildRequests), so it stays by position.
-func scanResource(row pgx.Row) (model.Resource, error) {
-	var (
-		r     model.Resource
-		kv    int16
-		owner *string
-	)
-	err := row.Scan(&r.ID, &r.Kind, &kv, &r.Name, &r.Labels, &r.Spec, &r.Status, &owner,
-		&r.ProviderConfigRef, &r.Generation, &r.SyncedGen, &r.HealthOK, &r.FailureGen,
-		&r.Phase, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.ResourceVersion)
-	r.KindVersion = int(kv)
-	if owner != nil {
-		r.OwnerID = *owner
-	}
-	return r, err
 }
 
 // resourceApplySQL upserts a resource in one statement:
@@ -385,7 +374,7 @@ func resourceWriteError(err error, p ApplyResourceParams) error {
 		if pe.ConstraintName == "resource_spec_history_pkey" {
 			return errRetry
 		}
-	case codeDeadlockDetected:
+	case pgrun.CodeDeadlockDetected:
 		// The apply locks the resource, then (scheduling it) its work row;
 		// a completion finishing that row's task locks them the other way
 		// round. PostgreSQL broke the cycle by rolling the apply back.
@@ -498,12 +487,12 @@ func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDet
 	var (
 		d          ResourceDetail
 		taskID     *string
-		epoch      *int64
+		claimEpoch *int64
 		enqueuedAt *time.Time
 		claimedAt  *time.Time
 	)
 	targets, finish := resourceScanTargets(&d.Resource)
-	err := s.reader(ctx).QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions, &taskID, &epoch, &enqueuedAt, &claimedAt)...)
+	err := s.reader(ctx).QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions, &taskID, &claimEpoch, &enqueuedAt, &claimedAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ResourceDetail{}, resourceNotFound(kind, name)
 	}
@@ -514,8 +503,8 @@ func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDet
 	if d.Conditions == nil {
 		d.Conditions = []model.StoredCondition{}
 	}
-	if taskID != nil && epoch != nil && claimedAt != nil {
-		d.LastTask = &LastTask{TaskID: *taskID, ClaimEpoch: *epoch, EnqueuedAt: enqueuedAt, ClaimedAt: *claimedAt}
+	if taskID != nil && claimEpoch != nil && claimedAt != nil {
+		d.LastTask = &LastTask{TaskID: *taskID, ClaimEpoch: *claimEpoch, EnqueuedAt: enqueuedAt, ClaimedAt: *claimedAt}
 	}
 	return d, nil
 }
@@ -709,7 +698,7 @@ func decodeCursor(c string) (time.Time, uuid.UUID, error) {
 // (else *PreconditionError).
 func (s *Store) DeleteResource(ctx context.Context, kind, name string, pre Precondition) (model.Resource, error) {
 	var r model.Resource
-	err := retryDeadlock(func() error {
+	err := pgrun.RetryDeadlock(func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			if err := checkVersion(ctx, tx, pre, "resource "+kind+"/"+name, resourceVersionLock, kind, name); err != nil {
 				return err
@@ -762,7 +751,7 @@ func (s *Store) SetQuarantine(ctx context.Context, id string, on bool) (model.Re
 		result string
 	)
 	targets, finish := resourceScanTargets(&r)
-	err := retryDeadlock(func() error {
+	err := pgrun.RetryDeadlock(func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			if err := tx.QueryRow(ctx, `SELECT set_quarantine($1, $2)`, id, on).Scan(&result); err != nil {
 				return err

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // BatchChunk is how many valid items ApplyResources writes per statement
@@ -100,7 +102,7 @@ func (s *Store) applyChunk(ctx context.Context, items []ApplyResourceParams, chu
 		res := make([]BatchItemResult, len(chunk))
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.applyChunkTx(ctx, tx, items, chunk, res) })
 		if err != nil {
-			if code, pe := pgCode(err); code == codeDeadlockDetected ||
+			if code, pe := pgCode(err); code == pgrun.CodeDeadlockDetected ||
 				code == codeUniqueViolation && pe.ConstraintName == "resource_spec_history_pkey" {
 				err = errRetry
 			}

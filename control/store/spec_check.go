@@ -17,10 +17,8 @@ import (
 // specCheckFunc validates a spec against its (kind, version) schema.
 type specCheckFunc func(kind string, version int, spec json.RawMessage) error
 
-// setSpecCheck installs the validator that ApplyResource and Complete (on
-// every composed child's spec) run, so a composer cannot create a resource
-// the API would refuse. NewKindCache, its only caller, calls it once before
-// the store is shared.
+// setSpecCheck installs the validator that ApplyResource runs.
+// NewKindCache, its only caller, calls it once before the store is shared.
 func (s *Store) setSpecCheck(f specCheckFunc) { s.specCheck = f }
 
 const kindManifestSpecSchemaSQL = `SELECT spec_schema FROM kind_manifest

@@ -1,68 +1,53 @@
-// Package store is the only code that speaks SQL. Callers pass plain Go values
-// or XParams structs; the store owns every transaction and never holds one
-// across a call out of the process.
+// Package store reads and writes what the API and the registries serve:
+// kinds, resources, provider configs, bindings, endpoints, the delivery
+// log, operations, cluster membership. The engine's hot path (claims,
+// requests, completions, the drain, the reaper's passes) is
+// control/engine's; store and engine are the only code that speaks SQL.
+// Callers pass plain Go values or XParams structs; the store owns every
+// transaction and never holds one across a call out of the process.
 //
 // Queries live next to the methods that run them, one file per table or
-// concern: the registries (kind_manifest.go, kind_config.go, resources.go,
+// concern: kind_manifest.go, kind_config.go, resources.go,
 // providerconfigs.go, bindings.go, endpoints.go, deliveries.go,
-// cluster.go) and the engine's calls, one engine_*.go file each (claim,
-// request, complete, lease, async, drain, pending, reaper, schedule, task).
-// Behaviour that must hold for every writer — the manifest lattice, the
-// generation bump, scheduling, the claim fence — lives in the database
-// (migrations/), not here.
+// operations.go, cluster.go, and the API's views of the engine's state
+// (resource_task.go, pending_reactions.go) and operator actions
+// (reconcile_now.go). Behaviour that must hold for every writer — the
+// manifest lattice, the generation bump, scheduling, the claim fence —
+// lives in the database (migrations/), not here.
 package store
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // Config tunes the store. The zero value takes every default.
 type Config struct {
-	// MaxStatusBytes caps a stored status document; a larger one fails its
-	// task terminally without being stored. Defaults to 16 MiB.
-	MaxStatusBytes int
 	// SpecHistoryLimit is how many spec revisions each root resource keeps
 	// (the newest). Defaults to 20.
 	SpecHistoryLimit int
-	// RetryBase is the first backoff of a task whose attempt failed
-	// transiently; each further attempt doubles it (jittered 50-100%).
-	// Defaults to 1s.
-	RetryBase time.Duration
-	// RetryMax caps that backoff. Defaults to 5m.
-	RetryMax time.Duration
 	// ReadPool, when set, serves the read methods called with a context
 	// marked by PreferReadPool (the API's GET routes): a replica, say, so
 	// reads take no primary connections. Nil: everything uses the pool.
 	ReadPool *pgxpool.Pool
 }
 
-// The Config defaults.
-const (
-	MaxStatusBytesDefault   = 16 << 20
-	SpecHistoryLimitDefault = 20
-	RetryBaseDefault        = time.Second
-	RetryMaxDefault         = 5 * time.Minute
-)
+// SpecHistoryLimitDefault is Config.SpecHistoryLimit's default.
+const SpecHistoryLimitDefault = 20
 
 func (c Config) withDefaults() Config {
-	if c.MaxStatusBytes <= 0 {
-		c.MaxStatusBytes = MaxStatusBytesDefault
-	}
 	if c.SpecHistoryLimit <= 0 {
 		c.SpecHistoryLimit = SpecHistoryLimitDefault
 	}
-	c.RetryBase = cmp.Or(c.RetryBase, RetryBaseDefault)
-	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
 	return c
 }
 
@@ -113,12 +98,6 @@ func (s *Store) reader(ctx context.Context) *pgxpool.Pool {
 	return s.pool
 }
 
-// retryMillis is the transient-retry backoff as the engine's functions take
-// it: base and cap in milliseconds.
-func (s *Store) retryMillis() (base, limit int) {
-	return int(s.cfg.RetryBase / time.Millisecond), int(s.cfg.RetryMax / time.Millisecond)
-}
-
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
@@ -157,21 +136,6 @@ var errRetry = errors.New("retry")
 // sees the row the first lost to); the third is slack.
 const maxWriteAttempts = 3
 
-// retryDeadlock runs the transaction tx again when PostgreSQL rolled it
-// back to break a deadlock, up to maxWriteAttempts in all. Writers lock
-// resources before their work rows, and capped kinds' tokens last
-// (docs/operations.md, "the lock order"); what cycles remain (two
-// completers meeting on a composite's parent, a compose racing a
-// completion) go through once the other side has.
-func retryDeadlock(tx func() error) error {
-	for attempt := 1; ; attempt++ {
-		err := tx()
-		if !IsDeadlock(err) || attempt == maxWriteAttempts {
-			return err
-		}
-	}
-}
-
 // List page sizes.
 const (
 	ListLimitDefault = 100
@@ -199,31 +163,9 @@ func (a *queryArgs) add(v any) string {
 	return "$" + strconv.Itoa(len(*a))
 }
 
-// querier runs a query: the pool, or a transaction.
-type querier interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}
-
-// collectOne runs sql, which returns at most one row, and converts that row
-// with fn (pgx.RowToStructByName[T] or a wrapper around it). No row is an
-// error for which errors.Is(err, pgx.ErrNoRows) holds, as with QueryRow; it
-// costs the same single round trip.
-func collectOne[T any](ctx context.Context, q querier, fn pgx.RowToFunc[T], sql string, args ...any) (T, error) {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	return pgx.CollectOneRow(rows, fn)
-}
-
 // sampleNames runs a name-sampling query.
-func sampleNames(ctx context.Context, q querier, sql string, args ...any) ([]string, error) {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("find users: %w", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+func sampleNames(ctx context.Context, q pgrun.Querier, sql string, args ...any) ([]string, error) {
+	names, err := pgrun.Collect(ctx, q, pgx.RowTo[string], sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("find users: %w", err)
 	}

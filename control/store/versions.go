@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // Precondition makes a write conditional on the version of the object it
@@ -106,7 +108,7 @@ func checkVersion(ctx context.Context, tx pgx.Tx, p Precondition, what, lock str
 
 // writer runs statements: the pool, or a transaction.
 type writer interface {
-	querier
+	pgrun.Querier
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }
 

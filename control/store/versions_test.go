@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/convergeplane/converge/control/engine/enginetest"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 )
@@ -17,7 +18,7 @@ import (
 // on a stale version is refused and changes nothing.
 func TestResourceVersion(t *testing.T) {
 	t.Parallel()
-	db := leafDB(t)
+	db := enginetest.LeafDB(t)
 	st := store.New(db.Pool, store.Config{})
 	ctx := context.Background()
 	apply := func(spec string, pre store.Precondition) (model.Resource, store.ApplyResult, error) {
@@ -38,8 +39,8 @@ func TestResourceVersion(t *testing.T) {
 	}
 
 	// The engine's completion writes status, not what the user owns.
-	task := claimOnly(t, db, r1.ID)
-	if err := completeOne(db.Pool, task, `{"status":{"ok":true}}`); err != nil {
+	task := enginetest.ClaimOnly(t, db, r1.ID)
+	if err := enginetest.CompleteOne(db.Pool, task, `{"status":{"ok":true}}`); err != nil {
 		t.Fatal(err)
 	}
 	got, err := st.GetResource(ctx, "leaf", "a")
@@ -99,7 +100,7 @@ func TestResourceVersion(t *testing.T) {
 // it; exactly one write lands and the other is refused.
 func TestConcurrentWritersOneWins(t *testing.T) {
 	t.Parallel()
-	db := leafDB(t)
+	db := enginetest.LeafDB(t)
 	st := store.New(db.Pool, store.Config{})
 	ctx := context.Background()
 	r, _, err := st.ApplyResource(ctx, store.ApplyResourceParams{Kind: "leaf", KindVersion: 1, Name: "a", Spec: json.RawMessage(`{"n":0}`)})
@@ -254,7 +255,7 @@ func TestObjectVersions(t *testing.T) {
 // refused alone; the others are written.
 func TestBatchVersions(t *testing.T) {
 	t.Parallel()
-	db := leafDB(t)
+	db := enginetest.LeafDB(t)
 	st := store.New(db.Pool, store.Config{})
 	ctx := context.Background()
 	a, _, err := st.ApplyResource(ctx, store.ApplyResourceParams{Kind: "leaf", KindVersion: 1, Name: "a"})

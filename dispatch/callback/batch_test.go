@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/dispatch/callback"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -40,7 +40,7 @@ func TestBatchedOutcomes(t *testing.T) {
 	exp := time.Now().Add(time.Hour)
 	b.exec(t, `WITH r AS (INSERT INTO resources (kind, kind_version, name) SELECT 'leaf', 1, 'b' || i FROM generate_series(1, 6) i RETURNING id)
 		SELECT schedule_eligible(array_agg(id)) FROM r`)
-	tasks, err := b.st.Claim(b.ctx, store.ClaimParams{Claimer: "test", Lo: 0, Hi: 255, Limit: 6, Lease: time.Minute})
+	tasks, err := b.eng.TaskClaim(b.ctx, engine.TaskClaimParams{Claimer: "test", Lo: 0, Hi: 255, Limit: 6, Lease: time.Minute})
 	if err != nil || len(tasks) != 6 {
 		t.Fatalf("claim: %d, %v", len(tasks), err)
 	}
@@ -50,7 +50,7 @@ func TestBatchedOutcomes(t *testing.T) {
 	}
 	failed, _ := json.Marshal(map[string]any{"task_id": tasks[1].ID, "error": map[string]any{"message": "quota exceeded"}})
 	stale := tasks[4]
-	stale.Epoch++ // a claim the task never had: superseded
+	stale.ClaimEpoch++ // a claim the task never had: superseded
 	item := func(tok string, res []byte) webhooksdk.CallbackItem {
 		return webhooksdk.CallbackItem{Token: tok, Result: res}
 	}
@@ -85,7 +85,7 @@ func TestBatchedOutcomes(t *testing.T) {
 	}
 	var failure string
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT coalesce(last_error, '') FROM resources WHERE id = $1 AND last_task_id = $2
-		AND last_task_epoch = $3`, tasks[1].ResourceID, tasks[1].ID, tasks[1].Epoch).Scan(&failure); err != nil || failure != "quota exceeded" {
+		AND last_task_epoch = $3`, tasks[1].ResourceID, tasks[1].ID, tasks[1].ClaimEpoch).Scan(&failure); err != nil || failure != "quota exceeded" {
 		t.Errorf("task 1's resource: failure %q (%v), want its claim's quota exceeded", failure, err)
 	}
 	if st, _, _ := b.state(t, tasks[5]); st != "claimed" {
@@ -113,11 +113,11 @@ func TestBatchedOutcomes(t *testing.T) {
 	})
 }
 
-// bigHandler is a callback handler on b's store and tokens whose body cap
-// fits a batch (setup's is 1 KiB).
+// bigHandler is a callback handler on b's engine, store and tokens whose
+// body cap fits a batch (setup's is 1 KiB).
 func (b *bundle) bigHandler(t *testing.T) http.Handler {
 	t.Helper()
-	h, err := callback.NewHandler(callback.Config{Tokens: b.tokens, Store: b.st})
+	h, err := callback.NewHandler(callback.Config{Tokens: b.tokens, Engine: b.eng, Store: b.st})
 	if err != nil {
 		t.Fatal(err)
 	}

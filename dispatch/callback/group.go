@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/webhooksdk"
@@ -15,7 +16,7 @@ import (
 // opens a batch and, after a short window, waits for the previous batch's
 // write to finish — the batch stays open meanwhile, so everything arriving
 // during a write joins the next one — then completes the whole batch in one
-// CompleteBatch round trip; each callback answers with its own status. Under
+// TaskCompleteMany round trip; each callback answers with its own status. Under
 // load this turns N concurrent single-row transactions, which contend with
 // each other, into one batched write at a time per pod; a lone callback
 // waits only the window. There is no background goroutine: each batch's
@@ -26,7 +27,8 @@ import (
 // write slot, not two: a second writer cut batches early, and the smaller
 // batches cost the unbatched async path more than the overlap gained.
 type group struct {
-	st     *store.Store
+	eng    *engine.Engine
+	st     *store.Store // the delivery log
 	log    *slog.Logger
 	window time.Duration
 	max    int
@@ -37,17 +39,17 @@ type group struct {
 }
 
 type batch struct {
-	items    []store.Completion
+	items    []engine.Completion
 	records  []*store.Delivery // per item; nil: not logged
 	full     chan struct{}     // closed when the batch reached max
 	done     chan struct{}     // closed once statuses/err are set
-	statuses []store.CompleteStatus
+	statuses []engine.CompleteStatus
 	err      error
 }
 
 // complete records one result as part of a batch and returns its status;
 // rec (nil: none) is its row of the delivery log, written if it is applied.
-func (g *group) complete(ctx context.Context, t model.Task, r webhooksdk.Result, rec *store.Delivery) (store.CompleteStatus, error) {
+func (g *group) complete(ctx context.Context, t model.Task, r webhooksdk.Result, rec *store.Delivery) (engine.CompleteStatus, error) {
 	g.mu.Lock()
 	b := g.open
 	leader := b == nil
@@ -56,7 +58,7 @@ func (g *group) complete(ctx context.Context, t model.Task, r webhooksdk.Result,
 		g.open = b
 	}
 	i := len(b.items)
-	b.items = append(b.items, store.Completion{Task: t, Result: r})
+	b.items = append(b.items, engine.Completion{Task: t, Result: r})
 	b.records = append(b.records, rec)
 	if len(b.items) >= g.max {
 		g.open = nil
@@ -80,7 +82,7 @@ func (g *group) complete(ctx context.Context, t model.Task, r webhooksdk.Result,
 		// The batch belongs to every caller in it: one caller going away
 		// must not cancel the others' writes.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		b.statuses, b.err = g.st.CompleteBatch(wctx, b.items)
+		b.statuses, b.err = g.eng.TaskCompleteMany(wctx, b.items)
 		<-g.writer
 		close(b.done)
 		g.record(wctx, b)
@@ -105,7 +107,7 @@ func (g *group) record(ctx context.Context, b *batch) {
 	}
 	var recs []store.Delivery
 	for i, rec := range b.records {
-		if rec != nil && b.statuses[i] == store.Applied {
+		if rec != nil && b.statuses[i] == engine.Applied {
 			recs = append(recs, *rec)
 		}
 	}

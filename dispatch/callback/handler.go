@@ -16,7 +16,7 @@
 // shared key, with no lookup, so a callback may land on any pod. The token
 // proves who may speak for the claim; the FENCE is the database: an outcome
 // is applied only while the task is still claimed at the token's
-// claim_epoch (store.Complete).
+// claim_epoch (engine.TaskCompleteMany).
 //
 // Outcome answers: 200 applied; 200 duplicate (the same claim's outcome was
 // already accepted: a no-op, so providers may retry freely); 409 superseded
@@ -56,6 +56,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/wire"
@@ -76,7 +77,7 @@ const (
 	GraceDefault = time.Minute
 	// TokenTTLDefault bounds a token of a task without a deadline.
 	TokenTTLDefault = 24 * time.Hour
-	// MaxBodyDefault caps an outcome body (16 MiB, the store's status cap).
+	// MaxBodyDefault caps an outcome body (16 MiB, the engine's status cap).
 	MaxBodyDefault int64 = 16 << 20
 	// maxHeartbeatBody caps a heartbeat body, which carries ids only.
 	maxHeartbeatBody = 4 << 10
@@ -87,7 +88,9 @@ type Config struct {
 	// Tokens verifies bearer tokens. Required; the same keys as the
 	// dispatchers'.
 	Tokens *Tokens
-	// Store completes tasks and extends leases. Required.
+	// Engine completes tasks and extends leases. Required.
+	Engine *engine.Engine
+	// Store records the delivery log's rows of the callbacks. Required.
 	Store *store.Store
 	// MaxBodyBytes caps an outcome body. Defaults to MaxBodyDefault.
 	MaxBodyBytes int64
@@ -127,8 +130,8 @@ type Handler struct {
 // and /v1/tasks/{id}/heartbeat. Mount it at the root of the dispatch
 // listener (or strip a prefix that CALLBACK_BASE_URL includes).
 func NewHandler(cfg Config) (*Handler, error) {
-	if cfg.Tokens == nil || cfg.Store == nil {
-		return nil, errors.New("callback handler: Tokens and Store are required")
+	if cfg.Tokens == nil || cfg.Engine == nil || cfg.Store == nil {
+		return nil, errors.New("callback handler: Tokens, Engine and Store are required")
 	}
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, MaxBodyDefault)
 	cfg.AsyncLease = cmp.Or(cfg.AsyncLease, AsyncLeaseDefault)
@@ -142,7 +145,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 	cfg.BatchWindow = cmp.Or(cfg.BatchWindow, 2*time.Millisecond)
 	h := &Handler{
 		cfg:   cfg,
-		group: &group{st: cfg.Store, log: cfg.Logger, window: max(cfg.BatchWindow, 0), max: 256, writer: make(chan struct{}, 1)},
+		group: &group{eng: cfg.Engine, st: cfg.Store, log: cfg.Logger, window: max(cfg.BatchWindow, 0), max: 256, writer: make(chan struct{}, 1)},
 		mux:   http.NewServeMux(),
 		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "converge", Subsystem: "dispatch", Name: "callbacks_total",
@@ -344,7 +347,7 @@ type decoded struct {
 // decode reads one authorized callback's Result for its claim; a body that
 // is not one is answered 400 and counted.
 func (h *Handler) decode(c Claim, body []byte) decoded {
-	res, err := wire.DecodeResult(body, c.TaskID, c.Epoch)
+	res, err := wire.DecodeResult(body, c.TaskID, c.ClaimEpoch)
 	if err != nil {
 		// The claim stays as it is: its lease or deadline lapses and the task
 		// is retried, rather than a garbled body deciding anything.
@@ -360,12 +363,12 @@ func (h *Handler) settle(ctx context.Context, c Claim, res webhooksdk.Result) we
 	a := webhooksdk.CallbackItemAnswer{TaskID: c.TaskID}
 	st, err := h.group.complete(ctx, c.Task(), res, h.record(c, res))
 	switch {
-	case st == store.Superseded:
+	case st == engine.Superseded:
 		h.callbacks.WithLabelValues("superseded").Inc()
 		a.Status, a.Detail = http.StatusConflict, "task superseded: this claim no longer holds it; the result was not applied"
 	case err != nil:
 		h.callbacks.WithLabelValues("error").Inc()
-		h.cfg.Logger.Error("callback: complete failed", "task_id", c.TaskID, "claim_epoch", c.Epoch, "err", err)
+		h.cfg.Logger.Error("callback: complete failed", "task_id", c.TaskID, "claim_epoch", c.ClaimEpoch, "err", err)
 		a.Status, a.Detail = http.StatusServiceUnavailable, "cannot record the outcome now; retry"
 	default:
 		h.callbacks.WithLabelValues(string(st)).Inc()
@@ -387,9 +390,9 @@ func checkEcho(body []byte, c Claim) error {
 	if echo.ClaimEpoch == nil {
 		return nil
 	}
-	var epoch int64
-	if err := json.Unmarshal(*echo.ClaimEpoch, &epoch); err != nil || epoch != c.Epoch {
-		return fmt.Errorf("%w: claim_epoch %s is not this claim's (%d)", wire.ErrMalformedResult, *echo.ClaimEpoch, c.Epoch)
+	var claimEpoch int64
+	if err := json.Unmarshal(*echo.ClaimEpoch, &claimEpoch); err != nil || claimEpoch != c.ClaimEpoch {
+		return fmt.Errorf("%w: claim_epoch %s is not this claim's (%d)", wire.ErrMalformedResult, *echo.ClaimEpoch, c.ClaimEpoch)
 	}
 	return nil
 }
@@ -409,7 +412,7 @@ func (h *Handler) record(c Claim, res webhooksdk.Result) *store.Delivery {
 		latency = now.Sub(c.Issued)
 	}
 	d := &store.Delivery{Endpoint: c.Endpoint, At: now, TaskID: c.TaskID, Resource: store.DeliveryResource{ID: c.ResourceID},
-		ClaimEpoch: c.Epoch, Attempt: max(c.Attempt, 1), HTTPStatus: http.StatusAccepted, LatencyMS: int(latency / time.Millisecond),
+		ClaimEpoch: c.ClaimEpoch, Attempt: max(c.Attempt, 1), HTTPStatus: http.StatusAccepted, LatencyMS: int(latency / time.Millisecond),
 		Classification: store.DeliveryCallbackOK}
 	if res.Error != nil {
 		d.Classification, d.Excerpt = store.DeliveryCallbackError, res.Error.Message
@@ -444,11 +447,11 @@ func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	now := h.cfg.Now()
 	lease := LeaseFor(c.Deadline, h.cfg.AsyncLease, h.cfg.Grace, now)
-	held, err := h.cfg.Store.ExtendLeases(r.Context(), []model.Task{c.Task()}, lease)
+	held, err := h.cfg.Engine.LeaseExtend(r.Context(), []model.Task{c.Task()}, lease)
 	switch {
 	case err != nil:
 		h.heartbeats.WithLabelValues("error").Inc()
-		h.cfg.Logger.Error("callback: heartbeat failed", "task_id", c.TaskID, "claim_epoch", c.Epoch, "err", err)
+		h.cfg.Logger.Error("callback: heartbeat failed", "task_id", c.TaskID, "claim_epoch", c.ClaimEpoch, "err", err)
 		w.Header().Set("Retry-After", "1")
 		refuse(w, r, http.StatusServiceUnavailable, "cannot extend the lease now; retry")
 	case !held[c.TaskID]:
@@ -470,17 +473,17 @@ func (h *Handler) payload(w http.ResponseWriter, r *http.Request) {
 		refuse(w, r, http.StatusUnauthorized, "callback token refused: "+err.Error())
 		return
 	}
-	env, err := h.cfg.Store.TaskPayload(r.Context(), c.Task())
+	env, err := h.cfg.Engine.RequestRebuild(r.Context(), c.Task())
 	switch {
-	case errors.Is(err, store.ErrSuperseded):
+	case errors.Is(err, engine.ErrSuperseded):
 		h.payloads.WithLabelValues("superseded").Inc()
 		refuse(w, r, http.StatusConflict, "task superseded: this claim no longer holds it; stop working on it")
-	case errors.Is(err, store.ErrResourceVanished), errors.Is(err, store.ErrOperationGone):
+	case errors.Is(err, engine.ErrResourceVanished), errors.Is(err, engine.ErrOperationGone):
 		h.payloads.WithLabelValues("gone").Inc()
 		refuse(w, r, http.StatusGone, "the task's request cannot be built: "+err.Error())
 	case err != nil:
 		h.payloads.WithLabelValues("error").Inc()
-		h.cfg.Logger.Error("callback: payload failed", "task_id", c.TaskID, "claim_epoch", c.Epoch, "err", err)
+		h.cfg.Logger.Error("callback: payload failed", "task_id", c.TaskID, "claim_epoch", c.ClaimEpoch, "err", err)
 		w.Header().Set("Retry-After", "1")
 		refuse(w, r, http.StatusServiceUnavailable, "cannot read the task now; retry")
 	default:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/callback"
@@ -31,6 +32,7 @@ var testKey = bytes.Repeat([]byte("k"), 32)
 
 type bundle struct {
 	db     *pgtest.Database
+	eng    *engine.Engine
 	st     *store.Store
 	tokens *callback.Tokens
 	h      *callback.Handler
@@ -44,20 +46,20 @@ func setup(t *testing.T) *bundle {
 	if err := applylog.Install(t.Context(), db.Pool); err != nil {
 		t.Fatal(err)
 	}
-	st := store.New(db.Pool, store.Config{})
+	eng, st := engine.New(db.Pool, engine.Config{}), store.New(db.Pool, store.Config{})
 	tokens, err := callback.NewTokens(testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	h, err := callback.NewHandler(callback.Config{Tokens: tokens, Store: st, MaxBodyBytes: 1 << 10, Metrics: reg,
+	h, err := callback.NewHandler(callback.Config{Tokens: tokens, Engine: eng, Store: st, MaxBodyBytes: 1 << 10, Metrics: reg,
 		AsyncLease: 90 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
-	b := &bundle{db: db, st: st, tokens: tokens, h: h, reg: reg, ctx: ctx}
+	b := &bundle{db: db, eng: eng, st: st, tokens: tokens, h: h, reg: reg, ctx: ctx}
 	b.exec(t, `INSERT INTO kind_manifest (kind, kind_version, reactions) VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`)
 	return b
 }
@@ -79,7 +81,7 @@ func (b *bundle) claimOne(t *testing.T, name string) model.Task {
 
 func (b *bundle) claim(t *testing.T) model.Task {
 	t.Helper()
-	tasks, err := b.st.Claim(b.ctx, store.ClaimParams{Claimer: "test", Lo: 0, Hi: 255, Limit: 1, Lease: time.Minute})
+	tasks, err := b.eng.TaskClaim(b.ctx, engine.TaskClaimParams{Claimer: "test", Lo: 0, Hi: 255, Limit: 1, Lease: time.Minute})
 	if err != nil || len(tasks) != 1 {
 		t.Fatalf("claim: %d tasks, %v", len(tasks), err)
 	}
@@ -88,7 +90,7 @@ func (b *bundle) claim(t *testing.T) model.Task {
 
 func (b *bundle) token(t *testing.T, task model.Task, expires time.Time) string {
 	t.Helper()
-	tok, err := b.tokens.Mint(callback.Claim{TaskID: task.ID, ResourceID: task.ResourceID, Shard: task.Shard, Epoch: task.Epoch,
+	tok, err := b.tokens.Mint(callback.Claim{TaskID: task.ID, ResourceID: task.ResourceID, Shard: task.Shard, ClaimEpoch: task.ClaimEpoch,
 		Emits: task.Emits, Deadline: task.Deadline, Expires: expires})
 	if err != nil {
 		t.Fatal(err)
@@ -118,18 +120,18 @@ func (b *bundle) post(t *testing.T, path, token, contentType string, body []byte
 func outcomePath(task model.Task) string { return "/v1/tasks/" + task.ID + "/outcome" }
 
 func okBody(task model.Task) []byte {
-	b, _ := json.Marshal(map[string]any{"task_id": task.ID, "claim_epoch": task.Epoch,
+	b, _ := json.Marshal(map[string]any{"task_id": task.ID, "claim_epoch": task.ClaimEpoch,
 		"outcome": map[string]any{"status": map[string]any{"ok": true}}})
 	return b
 }
 
-func (b *bundle) state(t *testing.T, task model.Task) (state string, epoch int64, lease *time.Time) {
+func (b *bundle) state(t *testing.T, task model.Task) (state string, claimEpoch int64, lease *time.Time) {
 	t.Helper()
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT state, claim_epoch, lease_until FROM work_queue WHERE task_id = $1`, task.ID).
-		Scan(&state, &epoch, &lease); err != nil {
+		Scan(&state, &claimEpoch, &lease); err != nil {
 		t.Fatal(err)
 	}
-	return state, epoch, lease
+	return state, claimEpoch, lease
 }
 
 // appliedCount is how many times the task's claim had its (successful)
@@ -138,7 +140,7 @@ func (b *bundle) appliedCount(t *testing.T, task model.Task) int {
 	t.Helper()
 	var n int
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM test_applylog WHERE task_id = $1 AND claim_epoch = $2`,
-		task.ID, task.Epoch).Scan(&n); err != nil {
+		task.ID, task.ClaimEpoch).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -168,18 +170,18 @@ func TestOutcome(t *testing.T) {
 		stale := b.token(t, task, exp)
 		// The lease lapses, the reaper re-pends, another claim takes it.
 		b.exec(t, `UPDATE work_queue SET lease_until = now() - interval '1 second' WHERE task_id = $1`, task.ID)
-		if _, err := b.st.ReapExpiredLeases(b.ctx, store.ReapParams{Lo: 0, Hi: 255, Limit: 100}); err != nil {
+		if _, err := b.eng.LeaseReapExpired(b.ctx, engine.ReapParams{Lo: 0, Hi: 255, Limit: 100}); err != nil {
 			t.Fatal(err)
 		}
 		again := b.claim(t)
-		if again.ID != task.ID || again.Epoch != task.Epoch+1 {
-			t.Fatalf("re-claim = %s@%d, want %s@%d", again.ID, again.Epoch, task.ID, task.Epoch+1)
+		if again.ID != task.ID || again.ClaimEpoch != task.ClaimEpoch+1 {
+			t.Fatalf("re-claim = %s@%d, want %s@%d", again.ID, again.ClaimEpoch, task.ID, task.ClaimEpoch+1)
 		}
 		if code, _ := b.post(t, outcomePath(task), stale, "application/json", okBody(task)); code != http.StatusConflict {
 			t.Fatalf("late callback = %d, want 409", code)
 		}
-		if st, epoch, _ := b.state(t, task); st != "claimed" || epoch != again.Epoch || b.appliedCount(t, task) != 0 {
-			t.Fatalf("after the late callback: state %s epoch %d applied %d; want still claimed by the new epoch, nothing applied", st, epoch, b.appliedCount(t, task))
+		if st, claimEpoch, _ := b.state(t, task); st != "claimed" || claimEpoch != again.ClaimEpoch || b.appliedCount(t, task) != 0 {
+			t.Fatalf("after the late callback: state %s epoch %d applied %d; want still claimed by the new epoch, nothing applied", st, claimEpoch, b.appliedCount(t, task))
 		}
 		// The current claim's callback is applied.
 		if code, _ := b.post(t, outcomePath(again), b.token(t, again, exp), "application/json", okBody(again)); code != 200 {
@@ -191,7 +193,7 @@ func TestOutcome(t *testing.T) {
 		task := b.claimOne(t, "r3")
 		other := b.claimOne(t, "r4")
 		forger, _ := callback.NewTokens(bytes.Repeat([]byte("x"), 32))
-		forged, _ := forger.Mint(callback.Claim{TaskID: task.ID, Shard: task.Shard, Epoch: task.Epoch, Expires: exp})
+		forged, _ := forger.Mint(callback.Claim{TaskID: task.ID, Shard: task.Shard, ClaimEpoch: task.ClaimEpoch, Expires: exp})
 		good := b.token(t, task, exp)
 		tampered := []byte(good)
 		tampered[10] ^= 1
@@ -236,15 +238,15 @@ func TestOutcome(t *testing.T) {
 			// The decoder read 0 as "absent": a claim at epoch 1 took it.
 			{"epoch 0 in the body", "application/json", []byte(`{"task_id":"` + task.ID + `","claim_epoch":0,"outcome":{}}`), 400},
 			{"epoch 0 with an error", "application/json", []byte(`{"claim_epoch":0,"error":{"message":"x"}}`), 400},
-			{"epoch as a string", "application/json", []byte(fmt.Sprintf(`{"claim_epoch":"%d","outcome":{}}`, task.Epoch)), 400},
+			{"epoch as a string", "application/json", []byte(fmt.Sprintf(`{"claim_epoch":"%d","outcome":{}}`, task.ClaimEpoch)), 400},
 		}
 		for _, tc := range cases {
 			if code, _ := b.post(t, outcomePath(task), tok, tc.contentType, tc.body); code != tc.want {
 				t.Errorf("%s: %d, want %d", tc.name, code, tc.want)
 			}
 		}
-		if st, epoch, _ := b.state(t, task); st != "claimed" || epoch != task.Epoch || b.appliedCount(t, task) != 0 {
-			t.Fatalf("after hostile bodies: state %s epoch %d; want untouched", st, epoch)
+		if st, claimEpoch, _ := b.state(t, task); st != "claimed" || claimEpoch != task.ClaimEpoch || b.appliedCount(t, task) != 0 {
+			t.Fatalf("after hostile bodies: state %s epoch %d; want untouched", st, claimEpoch)
 		}
 		// An endless body is cut at the cap too.
 		req := httptest.NewRequestWithContext(b.ctx, http.MethodPost, outcomePath(task), endless{})
@@ -266,7 +268,7 @@ func TestOutcome(t *testing.T) {
 		var msg string
 		var term bool
 		if err := b.db.Pool.QueryRow(b.ctx, `SELECT last_error, failure_terminal FROM resources WHERE last_task_id = $1 AND last_task_epoch = $2`,
-			task.ID, task.Epoch).Scan(&msg, &term); err != nil {
+			task.ID, task.ClaimEpoch).Scan(&msg, &term); err != nil {
 			t.Fatal(err)
 		}
 		if msg != "quota exceeded" || !term {
@@ -323,7 +325,7 @@ func TestHeartbeat(t *testing.T) {
 	b.exec(t, `UPDATE work_queue SET lease_until = now() + interval '5 seconds' WHERE task_id = $1`, task.ID)
 
 	hbPath := "/v1/tasks/" + task.ID + "/heartbeat"
-	hb, _ := json.Marshal(map[string]any{"task_id": task.ID, "claim_epoch": task.Epoch})
+	hb, _ := json.Marshal(map[string]any{"task_id": task.ID, "claim_epoch": task.ClaimEpoch})
 	if code, _ := b.post(t, hbPath, tok, "application/json", hb); code != 200 {
 		t.Fatalf("heartbeat = %d, want 200", code)
 	}
@@ -357,7 +359,7 @@ func TestHeartbeat(t *testing.T) {
 	})
 
 	t.Run("a superseded claim gets 409", func(t *testing.T) {
-		if _, err := b.st.Complete(b.ctx, task, webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); err != nil {
+		if _, err := b.eng.TaskComplete(b.ctx, task, webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); err != nil {
 			t.Fatal(err)
 		}
 		if code, _ := b.post(t, hbPath, tok, "application/json", hb); code != http.StatusConflict {
@@ -375,7 +377,7 @@ func TestTokens(t *testing.T) {
 	}
 	oldOnly, _ := callback.NewTokens(old)
 	now := time.Now()
-	c := callback.Claim{TaskID: "0195A1B2-C3D4-7E5F-8a9b-0c1d2e3f4a5b", ResourceID: "0195a1b2-0000-7e5f-8a9b-0c1d2e3f4a5c", Shard: 201, Epoch: 1 << 40, Emits: 0x99,
+	c := callback.Claim{TaskID: "0195A1B2-C3D4-7E5F-8a9b-0c1d2e3f4a5b", ResourceID: "0195a1b2-0000-7e5f-8a9b-0c1d2e3f4a5c", Shard: 201, ClaimEpoch: 1 << 40, Emits: 0x99,
 		Endpoint: "vpc-eu-west-1", Attempt: 3, Issued: now.Truncate(time.Millisecond),
 		Deadline: now.Add(time.Minute).Truncate(time.Millisecond), Expires: now.Add(time.Hour).Truncate(time.Second)}
 	tok, err := tk.Mint(c)
@@ -388,7 +390,7 @@ func TestTokens(t *testing.T) {
 	}
 	c.TaskID = strings.ToLower(c.TaskID)
 	if !got.Deadline.Equal(c.Deadline) || !got.Expires.Equal(c.Expires) || got.TaskID != c.TaskID || got.ResourceID != c.ResourceID || got.Endpoint != c.Endpoint ||
-		got.Attempt != c.Attempt || !got.Issued.Equal(c.Issued) || got.Shard != c.Shard || got.Epoch != c.Epoch || got.Emits != c.Emits {
+		got.Attempt != c.Attempt || !got.Issued.Equal(c.Issued) || got.Shard != c.Shard || got.ClaimEpoch != c.ClaimEpoch || got.Emits != c.Emits {
 		t.Fatalf("round trip = %+v, want %+v", got, c)
 	}
 	// A token minted with the previous key still verifies after a rotation.
@@ -435,7 +437,7 @@ func TestConcurrentCallbacksGroupCommit(t *testing.T) {
 	const n = 40
 	b.exec(t, `WITH r AS (INSERT INTO resources (kind, kind_version, name) SELECT 'leaf', 1, 'g' || i FROM generate_series(1, $1) i RETURNING id)
 		SELECT schedule_eligible(array_agg(id)) FROM r`, n)
-	tasks, err := b.st.Claim(b.ctx, store.ClaimParams{Claimer: "test", Lo: 0, Hi: 255, Limit: n, Lease: time.Minute})
+	tasks, err := b.eng.TaskClaim(b.ctx, engine.TaskClaimParams{Claimer: "test", Lo: 0, Hi: 255, Limit: n, Lease: time.Minute})
 	if err != nil || len(tasks) != n {
 		t.Fatalf("claim: %d, %v", len(tasks), err)
 	}
@@ -448,7 +450,7 @@ func TestConcurrentCallbacksGroupCommit(t *testing.T) {
 		switch i % 4 {
 		case 0: // stale: a token for an epoch the task never had
 			stale := task
-			stale.Epoch--
+			stale.ClaimEpoch--
 			calls = append(calls, call{stale, http.StatusConflict})
 		default:
 			calls = append(calls, call{task, http.StatusOK})
@@ -474,7 +476,7 @@ func TestConcurrentCallbacksGroupCommit(t *testing.T) {
 	}
 	for i, c := range calls {
 		if codes[i] != c.want {
-			t.Errorf("callback %d (epoch %d): %d, want %d", i, c.task.Epoch, codes[i], c.want)
+			t.Errorf("callback %d (epoch %d): %d, want %d", i, c.task.ClaimEpoch, codes[i], c.want)
 		}
 	}
 	var applied int
@@ -508,7 +510,7 @@ func TestCallbackLogDoesNotHoldWrites(t *testing.T) {
 	go func() {
 		// A token naming an endpoint: its applied callback is logged.
 		tok, err := b.tokens.Mint(callback.Claim{TaskID: logged.ID, ResourceID: logged.ResourceID, Shard: logged.Shard,
-			Epoch: logged.Epoch, Emits: logged.Emits, Endpoint: "ep", Expires: exp})
+			ClaimEpoch: logged.ClaimEpoch, Emits: logged.Emits, Endpoint: "ep", Expires: exp})
 		if err != nil {
 			first <- 0
 			return
@@ -573,7 +575,7 @@ func TestPayload(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &env) != nil {
 		t.Fatalf("GET = %d %s", code, body)
 	}
-	if env.Type != webhooksdk.EnvelopeTask || env.TaskID != task.ID || env.ClaimEpoch != task.Epoch ||
+	if env.Type != webhooksdk.EnvelopeTask || env.TaskID != task.ID || env.ClaimEpoch != task.ClaimEpoch ||
 		env.Resource == nil || env.Resource.Name != "p1" || env.Callback != nil || env.PayloadURL != "" {
 		t.Errorf("payload = %s", body)
 	}
@@ -584,7 +586,7 @@ func TestPayload(t *testing.T) {
 		t.Errorf("bad token = %d %s, want 401", code, body)
 	}
 	// The claim is given back: the old token reads nothing.
-	if err := b.st.Release(b.ctx, []model.Task{task}, 0, "test"); err != nil {
+	if err := b.eng.TaskRelease(b.ctx, engine.TaskReleaseParams{Tasks: []model.Task{task}, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if code, body := get(task.ID, tok); code != http.StatusConflict {

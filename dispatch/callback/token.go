@@ -40,19 +40,19 @@ type Claim struct {
 	// Endpoint, Attempt and Issued describe the delivery the token went out
 	// with, so a failure reported by callback is recorded against it
 	// (endpoint_deliveries). Optional; Endpoint is at most 255 bytes.
-	Endpoint string
-	Attempt  int
-	Issued   time.Time
-	Shard    int16
-	Epoch    int64
-	Emits    model.OutcomeMask
-	Deadline time.Time // zero: the task has none
-	Expires  time.Time
+	Endpoint   string
+	Attempt    int
+	Issued     time.Time
+	Shard      int16
+	ClaimEpoch int64
+	Emits      model.OutcomeMask
+	Deadline   time.Time // zero: the task has none
+	Expires    time.Time
 }
 
-// Task returns the claim in the form the store fences on.
+// Task returns the claim in the form the engine fences on.
 func (c Claim) Task() model.Task {
-	return model.Task{ID: c.TaskID, ResourceID: c.ResourceID, Shard: c.Shard, Epoch: c.Epoch, Emits: c.Emits, Deadline: c.Deadline}
+	return model.Task{ID: c.TaskID, ResourceID: c.ResourceID, Shard: c.Shard, ClaimEpoch: c.ClaimEpoch, Emits: c.Emits, Deadline: c.Deadline}
 }
 
 // Tokens mints and verifies callback tokens with a key every dispatch pod
@@ -126,7 +126,7 @@ func (t *Tokens) Mint(c Claim) (string, error) {
 	}
 	const o = 33
 	binary.BigEndian.PutUint16(b[o:o+2], uint16(c.Shard))
-	binary.BigEndian.PutUint64(b[o+2:o+10], uint64(c.Epoch))
+	binary.BigEndian.PutUint64(b[o+2:o+10], uint64(c.ClaimEpoch))
 	b[o+10] = byte(c.Emits)
 	if !c.Deadline.IsZero() {
 		binary.BigEndian.PutUint64(b[o+11:o+19], uint64(c.Deadline.UnixMilli()))
@@ -171,13 +171,13 @@ func (t *Tokens) Verify(tok string, now time.Time) (Claim, error) {
 	}
 	const o = 33
 	c := Claim{
-		TaskID:   formatUUID(b[1:17]),
-		Shard:    int16(binary.BigEndian.Uint16(b[o : o+2])),
-		Epoch:    int64(binary.BigEndian.Uint64(b[o+2 : o+10])),
-		Emits:    model.OutcomeMask(b[o+10]),
-		Expires:  time.Unix(int64(binary.BigEndian.Uint64(b[o+19:o+27])), 0),
-		Attempt:  int(binary.BigEndian.Uint16(b[o+35 : o+37])),
-		Endpoint: string(b[tokenFixed:body]),
+		TaskID:     formatUUID(b[1:17]),
+		Shard:      int16(binary.BigEndian.Uint16(b[o : o+2])),
+		ClaimEpoch: int64(binary.BigEndian.Uint64(b[o+2 : o+10])),
+		Emits:      model.OutcomeMask(b[o+10]),
+		Expires:    time.Unix(int64(binary.BigEndian.Uint64(b[o+19:o+27])), 0),
+		Attempt:    int(binary.BigEndian.Uint16(b[o+35 : o+37])),
+		Endpoint:   string(b[tokenFixed:body]),
 	}
 	if ms := int64(binary.BigEndian.Uint64(b[o+27 : o+35])); ms != 0 {
 		c.Issued = time.UnixMilli(ms)

@@ -32,10 +32,10 @@ func fuzzTokens(t testing.TB) *Tokens {
 
 // fuzzClaim builds a claim from fuzzed fields: ids from up to 16 bytes, an
 // expiry after fuzzNow. Mint refuses it only for an endpoint over 255 bytes.
-func fuzzClaim(task, resource []byte, endpoint string, attempt uint16, shard int16, epoch int64, emits uint8, deadlineMS, issuedMS, expiresIn int64) Claim {
+func fuzzClaim(task, resource []byte, endpoint string, attempt uint16, shard int16, claimEpoch int64, emits uint8, deadlineMS, issuedMS, expiresIn int64) Claim {
 	return Claim{
 		TaskID: formatUUID(pad16(task)), ResourceID: formatUUID(pad16(resource)), Endpoint: endpoint,
-		Attempt: int(attempt), Shard: shard, Epoch: epoch, Emits: model.OutcomeMask(emits),
+		Attempt: int(attempt), Shard: shard, ClaimEpoch: claimEpoch, Emits: model.OutcomeMask(emits),
 		Deadline: unixMilliOrZero(deadlineMS), Issued: unixMilliOrZero(issuedMS),
 		Expires: fuzzNow.Add(time.Duration(1+uint64(expiresIn)%(1<<32)) * time.Second),
 	}
@@ -66,8 +66,8 @@ func addClaimSeeds(f *testing.F) {
 func FuzzTokenRoundTrip(f *testing.F) {
 	addClaimSeeds(f)
 	tk := fuzzTokens(f)
-	f.Fuzz(func(t *testing.T, task, resource []byte, endpoint string, attempt uint16, shard int16, epoch int64, emits uint8, deadlineMS, issuedMS, expiresIn int64) {
-		c := fuzzClaim(task, resource, endpoint, attempt, shard, epoch, emits, deadlineMS, issuedMS, expiresIn)
+	f.Fuzz(func(t *testing.T, task, resource []byte, endpoint string, attempt uint16, shard int16, claimEpoch int64, emits uint8, deadlineMS, issuedMS, expiresIn int64) {
+		c := fuzzClaim(task, resource, endpoint, attempt, shard, claimEpoch, emits, deadlineMS, issuedMS, expiresIn)
 		tok, err := tk.Mint(c)
 		if len(endpoint) > 255 {
 			if err == nil {
@@ -86,7 +86,7 @@ func FuzzTokenRoundTrip(f *testing.F) {
 			c.ResourceID = "" // the zero id means none
 		}
 		if got.TaskID != c.TaskID || got.ResourceID != c.ResourceID || got.Endpoint != c.Endpoint || got.Attempt != c.Attempt ||
-			got.Shard != c.Shard || got.Epoch != c.Epoch || got.Emits != c.Emits || !got.Deadline.Equal(c.Deadline) ||
+			got.Shard != c.Shard || got.ClaimEpoch != c.ClaimEpoch || got.Emits != c.Emits || !got.Deadline.Equal(c.Deadline) ||
 			!got.Issued.Equal(c.Issued) || got.Expires.Unix() != c.Expires.Unix() {
 			t.Fatalf("minted %+v, verified %+v", c, got)
 		}
@@ -107,7 +107,7 @@ func FuzzTokenRoundTrip(f *testing.F) {
 			}
 			bad = append(bad, tok[:i]+string(repl)+tok[i+1:])
 		}
-		cut := int(uint64(epoch) % uint64(len(tok)))
+		cut := int(uint64(claimEpoch) % uint64(len(tok)))
 		bad = append(bad, tok[:cut], tok+string(alphabet[int(emits)%len(alphabet)]))
 		for _, b := range bad {
 			if got, err := tk.Verify(b, fuzzNow); err == nil {
@@ -124,7 +124,7 @@ func FuzzTokenVerify(f *testing.F) {
 	tk := fuzzTokens(f)
 	for _, c := range []Claim{
 		{TaskID: fuzzTask, Expires: fuzzNow.Add(time.Hour)},
-		{TaskID: fuzzTask, ResourceID: fuzzTask, Endpoint: "ep", Attempt: 2, Epoch: 9, Emits: 7, Expires: fuzzNow.Add(time.Minute),
+		{TaskID: fuzzTask, ResourceID: fuzzTask, Endpoint: "ep", Attempt: 2, ClaimEpoch: 9, Emits: 7, Expires: fuzzNow.Add(time.Minute),
 			Deadline: fuzzNow.Add(time.Second), Issued: fuzzNow},
 	} {
 		tok, err := tk.Mint(c)
@@ -219,7 +219,7 @@ func FuzzHeartbeatBody(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	c := Claim{TaskID: fuzzTask, Epoch: 7}
+	c := Claim{TaskID: fuzzTask, ClaimEpoch: 7}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		err := checkEcho(body, c)
 		if err != nil {
@@ -231,8 +231,8 @@ func FuzzHeartbeatBody(f *testing.F) {
 		var echo struct {
 			ClaimEpoch *int64 `json:"claim_epoch"`
 		}
-		if json.Unmarshal(body, &echo) != nil || echo.ClaimEpoch != nil && *echo.ClaimEpoch != c.Epoch {
-			t.Fatalf("passed %q for epoch %d", body, c.Epoch)
+		if json.Unmarshal(body, &echo) != nil || echo.ClaimEpoch != nil && *echo.ClaimEpoch != c.ClaimEpoch {
+			t.Fatalf("passed %q for epoch %d", body, c.ClaimEpoch)
 		}
 	})
 }

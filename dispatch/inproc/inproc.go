@@ -1,5 +1,5 @@
 // Package inproc runs reactions as Go functions inside the process: it
-// claims tasks through the same store.Claim / CompleteBatch API the HTTP
+// claims tasks through the same engine.TaskClaim / TaskCompleteMany API the HTTP
 // dispatcher uses, builds the same envelope, hands the handler registered
 // for the task's (kind, kind_version) the webhooksdk.Request a provider's
 // Work would receive, and completes in batches. Tests and benchmarks drive the engine with it; the
@@ -16,8 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
-	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/startstop"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -92,12 +92,12 @@ func (c Config) withDefaults() Config {
 
 // Executor is the in-process dispatcher.
 type Executor struct {
-	cfg   Config
-	store *store.Store
-	wake  <-chan struct{}
-	log   *slog.Logger
-	pairs []string
-	loop  startstop.Loop
+	cfg    Config
+	engine *engine.Engine
+	wake   <-chan struct{}
+	log    *slog.Logger
+	pairs  []string
+	loop   startstop.Loop
 
 	mu       sync.Mutex
 	inflight map[string]model.Task
@@ -105,13 +105,13 @@ type Executor struct {
 
 // New returns an Executor woken by wake (a work_ready subscription; nil
 // polls only).
-func New(cfg Config, st *store.Store, wake <-chan struct{}, log *slog.Logger) *Executor {
+func New(cfg Config, eng *engine.Engine, wake <-chan struct{}, log *slog.Logger) *Executor {
 	cfg = cfg.withDefaults()
 	pairs := make([]string, 0, len(cfg.Handlers))
 	for p := range cfg.Handlers {
 		pairs = append(pairs, p)
 	}
-	return &Executor{cfg: cfg, store: st, wake: wake, log: log, pairs: pairs, inflight: map[string]model.Task{}}
+	return &Executor{cfg: cfg, engine: eng, wake: wake, log: log, pairs: pairs, inflight: map[string]model.Task{}}
 }
 
 // Start launches the claim loop.
@@ -183,15 +183,15 @@ func slotFreed(slots chan struct{}, full bool) <-chan time.Time {
 
 func (e *Executor) claimAndRun(ctx context.Context, limit int, slots chan struct{}, results chan<- done, wg *sync.WaitGroup) (int, error) {
 	lo, hi := e.cfg.Range()
-	tasks, err := e.store.Claim(ctx, store.ClaimParams{Claimer: e.cfg.Claimer, Lo: lo, Hi: hi,
+	tasks, err := e.engine.TaskClaim(ctx, engine.TaskClaimParams{Claimer: e.cfg.Claimer, Lo: lo, Hi: hi,
 		Pairs: e.pairs, Limit: limit, Lease: e.cfg.Lease})
 	if err != nil || len(tasks) == 0 {
 		return 0, err
 	}
-	envs, failed, err := e.store.BuildRequests(ctx, tasks)
+	envs, failed, err := e.engine.RequestBuild(ctx, tasks)
 	if err != nil {
 		// Give the claims back so another pass (or the reaper) retries them.
-		if rerr := e.store.Release(context.WithoutCancel(ctx), tasks, 0, "request build failed"); rerr != nil {
+		if rerr := e.engine.TaskRelease(context.WithoutCancel(ctx), engine.TaskReleaseParams{Tasks: tasks, Reason: "request build failed"}); rerr != nil {
 			e.log.Error("release after failed build", "err", rerr)
 		}
 		return 0, err
@@ -256,14 +256,14 @@ func (e *Executor) track(t model.Task, add bool) {
 	}
 }
 
-// complete batches finished results into CompleteBatch calls.
+// complete batches finished results into TaskCompleteMany calls.
 func (e *Executor) complete(ctx context.Context, results <-chan done) {
-	var batch []store.Completion
+	var batch []engine.Completion
 	flush := func() {
 		if len(batch) == 0 {
 			return
 		}
-		if _, err := e.store.CompleteBatch(ctx, batch); err != nil {
+		if _, err := e.engine.TaskCompleteMany(ctx, batch); err != nil {
 			// The claims stay held; their leases lapse and the reaper
 			// re-pends them, so the work re-runs rather than being lost.
 			e.log.Error("complete failed", "err", err, "tasks", len(batch))
@@ -279,7 +279,7 @@ func (e *Executor) complete(ctx context.Context, results <-chan done) {
 				flush()
 				return
 			}
-			batch = append(batch, store.Completion{Task: d.task, Result: d.res})
+			batch = append(batch, engine.Completion{Task: d.task, Result: d.res})
 			if len(batch) == 1 {
 				timer.Reset(e.cfg.FlushEvery)
 			}
@@ -311,7 +311,7 @@ func (e *Executor) heartbeat(ctx context.Context, stop <-chan struct{}) {
 		if len(tasks) == 0 {
 			continue
 		}
-		if _, err := e.store.ExtendLeases(context.WithoutCancel(ctx), tasks, e.cfg.Lease); err != nil {
+		if _, err := e.engine.LeaseExtend(context.WithoutCancel(ctx), tasks, e.cfg.Lease); err != nil {
 			e.log.Warn("lease renewal failed", "err", err)
 		}
 	}

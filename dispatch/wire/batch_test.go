@@ -18,22 +18,22 @@ import (
 
 func TestBatchID(t *testing.T) {
 	t.Parallel()
-	a := []model.Task{{ID: "a", Epoch: 1}, {ID: "b", Epoch: 2}}
+	a := []model.Task{{ID: "a", ClaimEpoch: 1}, {ID: "b", ClaimEpoch: 2}}
 	id := wire.BatchID(a)
 	if !strings.HasPrefix(id, "msg_batch_") || len(id) != len("msg_batch_")+32 {
 		t.Fatalf("BatchID = %q", id)
 	}
-	if wire.BatchID([]model.Task{{ID: "a", Epoch: 1}, {ID: "b", Epoch: 2}}) != id {
+	if wire.BatchID([]model.Task{{ID: "a", ClaimEpoch: 1}, {ID: "b", ClaimEpoch: 2}}) != id {
 		t.Error("the same claims gave another webhook-id")
 	}
-	if wire.BatchID([]model.Task{{ID: "a", Epoch: 1}, {ID: "b", Epoch: 3}}) == id {
+	if wire.BatchID([]model.Task{{ID: "a", ClaimEpoch: 1}, {ID: "b", ClaimEpoch: 3}}) == id {
 		t.Error("a new claim kept the batch's webhook-id")
 	}
 }
 
 func TestDecodeBatch(t *testing.T) {
 	t.Parallel()
-	tasks := []model.Task{{ID: "a", Epoch: 1}, {ID: "b", Epoch: 2}, {ID: "c", Epoch: 3}}
+	tasks := []model.Task{{ID: "a", ClaimEpoch: 1}, {ID: "b", ClaimEpoch: 2}, {ID: "c", ClaimEpoch: 3}}
 	type got struct {
 		Result   webhooksdk.Result
 		Accepted bool
@@ -116,7 +116,7 @@ func TestBatchDocExample(t *testing.T) {
 	}
 	tasks := make([]model.Task, len(req.Tasks))
 	for i, env := range req.Tasks {
-		tasks[i] = model.Task{ID: env.TaskID, Epoch: env.ClaimEpoch}
+		tasks[i] = model.Task{ID: env.TaskID, ClaimEpoch: env.ClaimEpoch}
 	}
 	if id := wire.BatchID(tasks); !strings.Contains(string(read("../../docs/protocol.md")), "webhook-id: "+id+"\n") {
 		t.Errorf("the doc's example does not carry the batch's webhook-id %s", id)
@@ -142,7 +142,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	tasks := make([]model.Task, 32)
 	results := make([]string, len(tasks))
 	for i := range tasks {
-		tasks[i] = model.Task{ID: fmt.Sprintf("0193b7a0-0000-7000-8000-%012d", i), Epoch: 1}
+		tasks[i] = model.Task{ID: fmt.Sprintf("0193b7a0-0000-7000-8000-%012d", i), ClaimEpoch: 1}
 		results[i] = fmt.Sprintf(`{"task_id":%q,"claim_epoch":1,"outcome":{"status":{"ready":true,"replicas":3,"endpoint":"https://svc-%d.example.com"}}}`, tasks[i].ID, i)
 	}
 	body := []byte(`{"type":"batch","results":[` + strings.Join(results, ",") + `]}`)

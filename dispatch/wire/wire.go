@@ -26,7 +26,7 @@ func MessageID(t model.Task) string {
 	b = append(b, "msg_"...)
 	b = append(b, t.ID...)
 	b = append(b, '_')
-	b = strconv.AppendInt(b, t.Epoch, 10)
+	b = strconv.AppendInt(b, t.ClaimEpoch, 10)
 	return string(b)
 }
 
@@ -39,14 +39,14 @@ var ErrMalformedResult = errors.New("malformed result")
 // names must be the expected claim's (a provider answering for another claim
 // is a bug, not an outcome). An absent or null claim_epoch means this
 // claim's; an explicit 0 is another's (epochs start at 1). Errors match
-// ErrMalformedResult. What the outcome itself may hold is the store's to
-// check (store.CompleteBatch), against the reaction's emits mask.
-func DecodeResult(body []byte, taskID string, epoch int64) (webhooksdk.Result, error) {
+// ErrMalformedResult. What the outcome itself may hold is the engine's to
+// check (engine.TaskCompleteMany), against the reaction's emits mask.
+func DecodeResult(body []byte, taskID string, claimEpoch int64) (webhooksdk.Result, error) {
 	var r result
 	if err := json.Unmarshal(body, &r); err != nil {
 		return webhooksdk.Result{}, fmt.Errorf("%w: %v", ErrMalformedResult, err)
 	}
-	return r.check(taskID, epoch)
+	return r.check(taskID, claimEpoch)
 }
 
 // result is a result body as read: the outer claim_epoch shadows the
@@ -58,14 +58,14 @@ type result struct {
 }
 
 // check applies DecodeResult's rules to a decoded result.
-func (r *result) check(taskID string, epoch int64) (webhooksdk.Result, error) {
+func (r *result) check(taskID string, claimEpoch int64) (webhooksdk.Result, error) {
 	switch {
 	case (r.Outcome == nil) == (r.Error == nil):
 		return webhooksdk.Result{}, fmt.Errorf(`%w: need exactly one of "outcome" and "error"`, ErrMalformedResult)
 	case r.TaskID != "" && r.TaskID != taskID:
 		return webhooksdk.Result{}, fmt.Errorf("%w: task_id %q is not this task (%s)", ErrMalformedResult, r.TaskID, taskID)
-	case r.ClaimEpoch != nil && *r.ClaimEpoch != epoch:
-		return webhooksdk.Result{}, fmt.Errorf("%w: claim_epoch %d is not this claim's (%d)", ErrMalformedResult, *r.ClaimEpoch, epoch)
+	case r.ClaimEpoch != nil && *r.ClaimEpoch != claimEpoch:
+		return webhooksdk.Result{}, fmt.Errorf("%w: claim_epoch %d is not this claim's (%d)", ErrMalformedResult, *r.ClaimEpoch, claimEpoch)
 	}
 	if r.ClaimEpoch != nil {
 		r.Result.ClaimEpoch = *r.ClaimEpoch
@@ -124,9 +124,9 @@ func DecodeBatch(body []byte, tasks []model.Task) ([]Answer, error) {
 		case r.err != nil:
 			answers[i].Err = r.err
 		case !r.Accepted:
-			answers[i].Result, answers[i].Err = r.check(t.ID, t.Epoch)
-		case r.ClaimEpoch != nil && *r.ClaimEpoch != t.Epoch:
-			answers[i].Err = fmt.Errorf("%w: claim_epoch %d is not this claim's (%d)", ErrMalformedResult, *r.ClaimEpoch, t.Epoch)
+			answers[i].Result, answers[i].Err = r.check(t.ID, t.ClaimEpoch)
+		case r.ClaimEpoch != nil && *r.ClaimEpoch != t.ClaimEpoch:
+			answers[i].Err = fmt.Errorf("%w: claim_epoch %d is not this claim's (%d)", ErrMalformedResult, *r.ClaimEpoch, t.ClaimEpoch)
 		case r.Outcome != nil || r.Error != nil:
 			answers[i].Err = fmt.Errorf(`%w: "accepted" goes without "outcome" and "error"`, ErrMalformedResult)
 		default:

@@ -16,11 +16,11 @@ const taskID = "0b7f6a0e-3c1d-4a55-9f43-2f6f2c1f9a10"
 
 func TestMessageID(t *testing.T) {
 	t.Parallel()
-	a := wire.MessageID(model.Task{ID: taskID, Epoch: 7})
+	a := wire.MessageID(model.Task{ID: taskID, ClaimEpoch: 7})
 	if a != "msg_"+taskID+"_7" {
 		t.Errorf("MessageID = %q", a)
 	}
-	if b := wire.MessageID(model.Task{ID: taskID, Epoch: 8}); a == b {
+	if b := wire.MessageID(model.Task{ID: taskID, ClaimEpoch: 8}); a == b {
 		t.Error("a new claim kept the webhook-id")
 	}
 }

@@ -36,7 +36,7 @@ func TestDoubleApplied(t *testing.T) {
 	// apply does what applying a claim's outcome does, in one transaction:
 	// the claimed work row goes, and the resource records the claim (or,
 	// with recorded false, some other claim's).
-	apply := func(rid uuid.UUID, generation, epoch int, trigger string, failed, recorded bool) {
+	apply := func(rid uuid.UUID, generation, claimEpoch int, trigger string, failed, recorded bool) {
 		t.Helper()
 		var errText *string
 		if failed {
@@ -59,10 +59,10 @@ func TestDoubleApplied(t *testing.T) {
 		}{
 			{`INSERT INTO work_queue (shard_id, resource_id, task_type, task_id, kind, kind_version, state, trigger, generation,
 				claimed_gen, claim_epoch) VALUES ((SELECT shard_id FROM resources WHERE id = $1), $1, 'reconcile', $2, 'leaf', 1,
-				'claimed', $3, $4, $4, $5)`, []any{rid, task, trigger, generation, epoch}},
+				'claimed', $3, $4, $4, $5)`, []any{rid, task, trigger, generation, claimEpoch}},
 			{`DELETE FROM work_queue WHERE resource_id = $1`, []any{rid}},
 			{`UPDATE resources SET last_task_id = $2, last_task_epoch = $3, last_error = $4 WHERE id = $1`,
-				[]any{rid, recordedID, epoch, errText}},
+				[]any{rid, recordedID, claimEpoch, errText}},
 		} {
 			if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {
 				t.Fatal(err)

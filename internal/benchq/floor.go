@@ -164,31 +164,31 @@ func floorClaim(ctx context.Context, pool *pgxpool.Pool, batch, lo, hi int) (int
 
 // floorClaims are the fenced keys one floor claim returned.
 type floorClaims struct {
-	shards []int16
-	ids    [][16]byte
-	epochs []int64
+	shards      []int16
+	ids         [][16]byte
+	claimEpochs []int64
 }
 
 func claimFloor(ctx context.Context, pool *pgxpool.Pool, batch, lo, hi int) (floorClaims, error) {
 	var (
-		c     floorClaims
-		shard int16
-		id    [16]byte
-		epoch int64
+		c          floorClaims
+		shard      int16
+		id         [16]byte
+		claimEpoch int64
 	)
 	rows, err := pool.Query(ctx, floorClaimSQL, batch, lo, hi)
 	if err != nil {
 		return c, err
 	}
-	_, err = pgx.ForEachRow(rows, []any{&shard, &id, &epoch}, func() error {
-		c.shards, c.ids, c.epochs = append(c.shards, shard), append(c.ids, id), append(c.epochs, epoch)
+	_, err = pgx.ForEachRow(rows, []any{&shard, &id, &claimEpoch}, func() error {
+		c.shards, c.ids, c.claimEpochs = append(c.shards, shard), append(c.ids, id), append(c.claimEpochs, claimEpoch)
 		return nil
 	})
 	return c, err
 }
 
 func (c floorClaims) complete(ctx context.Context, pool *pgxpool.Pool) error {
-	_, err := pool.Exec(ctx, floorCompleteSQL, c.shards, c.ids, c.epochs)
+	_, err := pool.Exec(ctx, floorCompleteSQL, c.shards, c.ids, c.claimEpochs)
 	return err
 }
 

@@ -171,7 +171,7 @@ func New(t testing.TB) *Database {
 
 // NewWith is New with the pool's configuration passed through configure
 // (if not nil) before the pool opens: a benchmark gives its pool what a
-// converge process gives its own (store.PoolDefaults); Warm opens its connections.
+// converge process gives its own (engine.PoolDefaults); Warm opens its connections.
 func NewWith(t testing.TB, configure func(*pgxpool.Config)) *Database {
 	t.Helper()
 	s := getServer(t)

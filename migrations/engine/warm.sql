@@ -4,7 +4,7 @@
 -- each, with their indexes and statistics) and plan their statements: on a
 -- fresh backend that costs many times a task's own work, paid by the first
 -- tasks through it, and a pod's pool opens a backend per connection, at
--- start and at every recycle. Run when a connection opens (store.WarmConn),
+-- start and at every recycle. Run when a connection opens (engine.WarmConn),
 -- it moves that cost off the tasks' path.
 --
 -- Each call matches nothing (an empty shard range, empty arrays) and so

@@ -17,6 +17,7 @@ import (
 
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/api/apitest"
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/internal/pgtest"
@@ -41,8 +42,9 @@ const (
 // recording proxy, so tests can check both what conctl sent and what the
 // real server answered.
 type realAPI struct {
-	url string       // the proxy, what conctl is pointed at
-	st  *store.Store // the API's store, for a test to play the provider (nil without an API)
+	url string         // the proxy, what conctl is pointed at
+	st  *store.Store   // the API's store (nil without an API)
+	eng *engine.Engine // the engine over the API's database, for a test to play the provider (nil without an API)
 
 	// lose is how many of the next POSTs lose their answer: the server
 	// runs the request, then the connection is cut before the answer
@@ -124,7 +126,7 @@ func startAPI(t *testing.T, opts apiOptions) *realAPI {
 		Transport: tr,
 	}
 	a := recordingFront(t, proxy)
-	a.st = st
+	a.st, a.eng = st, engine.New(db.Pool, engine.Config{SpecCheck: kinds.CheckComposedSpec})
 	return a
 }
 

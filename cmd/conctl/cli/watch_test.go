@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
-	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -25,7 +25,7 @@ const (
 // failing the test unless there are n.
 func claim(t *testing.T, b *testBundle, pair string, n int) []model.Task {
 	t.Helper()
-	tasks, err := b.api.st.Claim(t.Context(), store.ClaimParams{Claimer: "test", Lo: 0, Hi: 255, Pairs: []string{pair}, Limit: 100, Lease: time.Minute})
+	tasks, err := b.api.eng.TaskClaim(t.Context(), engine.TaskClaimParams{Claimer: "test", Lo: 0, Hi: 255, Pairs: []string{pair}, Limit: 100, Lease: time.Minute})
 	if err != nil || len(tasks) != n {
 		t.Fatalf("claim %s = %d tasks, %v; want %d", pair, len(tasks), err, n)
 	}
@@ -36,15 +36,15 @@ func claim(t *testing.T, b *testBundle, pair string, n int) []model.Task {
 // engine's drain loop would.
 func complete(t *testing.T, b *testBundle, task model.Task, r webhooksdk.Result) {
 	t.Helper()
-	r.TaskID, r.ClaimEpoch = task.ID, task.Epoch
-	if _, err := b.api.st.Complete(t.Context(), task, r); err != nil {
+	r.TaskID, r.ClaimEpoch = task.ID, task.ClaimEpoch
+	if _, err := b.api.eng.TaskComplete(t.Context(), task, r); err != nil {
 		t.Fatalf("complete %s: %v", task.ID, err)
 	}
-	p := store.DrainParams{Lo: 0, Hi: 255, Limit: 100}
-	if _, err := b.api.st.Drain(t.Context(), p); err != nil {
+	p := engine.DrainParams{Lo: 0, Hi: 255, Limit: 100}
+	if _, err := b.api.eng.OutboxDrain(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.api.st.DrainRollupRechecks(t.Context(), p); err != nil {
+	if _, err := b.api.eng.RollupRecheckDrain(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 }

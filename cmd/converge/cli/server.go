@@ -34,6 +34,7 @@ import (
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/cluster"
 	"github.com/convergeplane/converge/control/drainer"
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/reaper"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
@@ -76,10 +77,11 @@ type Server struct {
 	readPool     *pgxpool.Pool // DATABASE_READ_URL's, or nil
 	readyPool    *pgxpool.Pool // one connection kept for /readyz
 	migration    int64         // the newest embedded numbered migration
-	store        *store.Store  // over pool: the engine's duties and callbacks
+	store        *store.Store  // over pool: membership, the kind cache, endpoints, the delivery log
 	metrics      *prometheus.Registry
 	services     []service // started in order, stopped in reverse
 	duties       []namedDuty
+	engine       *engine.Engine // over pool: the engine's duties and callbacks; set by startShared
 	dispatcher   atomic.Pointer[dispatch.Dispatcher]
 	events       *api.EventHub // the console's change stream, on a control pod
 	app          *fiber.App
@@ -231,7 +233,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err err
 			return nil, err
 		}
 	}
-	store.PoolDefaults(pcfg, log)
+	engine.PoolDefaults(pcfg, log)
 	if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
@@ -404,7 +406,8 @@ func (s *Server) startDuty(ctx context.Context, name string, d duty) error {
 }
 
 // startShared starts what every role runs: cluster membership (which
-// assigns this pod its shards) and the kind cache.
+// assigns this pod its shards) and the kind cache; and it makes the engine,
+// which validates composed children with that cache.
 func (s *Server) startShared(ctx context.Context, lis *store.Listener) (*cluster.Member, *store.KindCache, error) {
 	member := cluster.New(cluster.Config{MemberID: s.cfg.MemberID, Role: string(s.cfg.Role), Version: version.Version,
 		InFlight: func() int {
@@ -414,6 +417,7 @@ func (s *Server) startShared(ctx context.Context, lis *store.Listener) (*cluster
 			return 0
 		}}, s.store, lis.Subscribe("cluster_changed"), s.log)
 	kinds := store.NewKindCache(s.store, store.KindCacheConfig{}, s.log)
+	s.engine = engine.New(s.pool, engine.Config{SpecCheck: kinds.CheckComposedSpec})
 	if err := s.startDuty(ctx, "cluster", member); err != nil {
 		return nil, nil, err
 	}
@@ -428,11 +432,11 @@ func (s *Server) startShared(ctx context.Context, lis *store.Listener) (*cluster
 // pod's one LISTEN connection.
 func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *cluster.Member) error {
 	rp, err := reaper.New(reaper.Config{Range: member.Range, RetryWindow: s.cfg.ReaperRetryWindow, Metrics: s.metrics,
-		DeliveryMaxAge: s.cfg.DeliveryLogMaxAge, DeliveryKeep: s.cfg.DeliveryLogKeep}, s.store, s.log)
+		DeliveryMaxAge: s.cfg.DeliveryLogMaxAge, DeliveryKeep: s.cfg.DeliveryLogKeep}, s.engine, s.store, s.log)
 	if err != nil {
 		return err
 	}
-	dr := drainer.New(drainer.Config{Range: member.Range, Metrics: s.metrics}, s.store, lis.Subscribe("outbox_ready"), s.log)
+	dr := drainer.New(drainer.Config{Range: member.Range, Metrics: s.metrics}, s.engine, lis.Subscribe("outbox_ready"), s.log)
 	s.events = api.NewEventHub(api.EventHubConfig{}, lis.Subscribe)
 	for _, d := range []struct {
 		name string
@@ -456,7 +460,7 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 	if s.tracing != nil {
 		dcfg.Tracer = s.tracing
 	}
-	d, err := dispatch.New(dcfg, s.store, dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
+	d, err := dispatch.New(dcfg, s.engine, s.store, dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"context"
@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/convergeplane/converge/control/engine"
+	"github.com/convergeplane/converge/control/engine/enginetest"
 	"github.com/convergeplane/converge/control/model"
-	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/pgtest"
 )
 
@@ -65,7 +65,7 @@ type flowRace struct {
 func newFlowRace(t *testing.T) *flowRace {
 	t.Helper()
 	ctx := context.Background()
-	f := &flowRace{t: t, db: leafDB(t)}
+	f := &flowRace{t: t, db: enginetest.LeafDB(t)}
 	if err := f.db.Pool.QueryRow(ctx, `INSERT INTO resources (kind, kind_version, name) VALUES ('leaf', 1, 'root') RETURNING id::text`).
 		Scan(&f.root); err != nil {
 		t.Fatal(err)
@@ -172,7 +172,7 @@ type edgeRace struct {
 func newEdgeRace(t *testing.T, sibling bool) *edgeRace {
 	t.Helper()
 	ctx := context.Background()
-	e := &edgeRace{t: t, db: leafDB(t), sibling: sibling}
+	e := &edgeRace{t: t, db: enginetest.LeafDB(t), sibling: sibling}
 	if err := e.db.Pool.QueryRow(ctx, `
 		WITH root AS (INSERT INTO resources (kind, kind_version, name) VALUES ('leaf', 1, 'root') RETURNING id),
 		     vpc AS (INSERT INTO resources (kind, kind_version, name, owner_id)
@@ -180,7 +180,7 @@ func newEdgeRace(t *testing.T, sibling bool) *edgeRace {
 		SELECT root.id::text, vpc.id::text FROM root, vpc`, sibling).Scan(&e.root, &e.vpc); err != nil {
 		t.Fatal(err)
 	}
-	e.task = claimOnly(t, e.db, e.vpc)
+	e.task = enginetest.ClaimOnly(t, e.db, e.vpc)
 	return e
 }
 
@@ -200,46 +200,7 @@ func (e *edgeRace) compose(tx pgx.Tx) error {
 // completeVPC applies the vpc's success, with its vpc_id, as a completion
 // does.
 func (e *edgeRace) completeVPC(tx pgx.Tx) error {
-	return completeOne(tx, e.task, `{"status": {"vpc_id": "vpc-1"}}`)
-}
-
-// claimOnly schedules the resource id and claims its task, the only one
-// the database has.
-func claimOnly(t *testing.T, db *pgtest.Database, id string) model.Task {
-	t.Helper()
-	ctx := context.Background()
-	if _, err := db.Pool.Exec(ctx, `SELECT schedule_eligible(ARRAY[$1::uuid])`, id); err != nil {
-		t.Fatal(err)
-	}
-	tasks, err := store.New(db.Pool, store.Config{}).Claim(ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
-	if err != nil || len(tasks) != 1 || tasks[0].ResourceID != id {
-		t.Fatalf("claim: %+v, %v; want the task of %s alone", tasks, err, id)
-	}
-	return tasks[0]
-}
-
-// completeOne completes task with a success carrying outcome, through q
-// (a pool or a transaction), as a completion does; an outcome that is not
-// accepted is an error.
-func completeOne(q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, task model.Task, outcome string) error {
-	// complete_tasks lists the outcomes it did not apply (an outcome that
-	// composes is accepted and queued for the drain). A task without its
-	// resource is completed as a callback token without one is: NULL.
-	var rid any
-	if task.ResourceID != "" {
-		rid = task.ResourceID
-	}
-	var notApplied string
-	err := q.QueryRow(context.Background(), `SELECT coalesce(string_agg(result, ','), '') FROM complete_tasks(
-		ARRAY[$1::uuid], ARRAY[$2::smallint], ARRAY[$3::bigint], ARRAY[$4::uuid], ARRAY[$5::jsonb],
-		ARRAY[NULL::text], ARRAY[false], ARRAY[false], 1000, 300000)`,
-		task.ID, task.Shard, task.Epoch, rid, outcome).Scan(&notApplied)
-	if err == nil && notApplied != "" {
-		err = fmt.Errorf("the completion of %s's task was not accepted: %s", task.ResourceID, notApplied)
-	}
-	return err
+	return enginetest.CompleteOne(tx, e.task, `{"status": {"vpc_id": "vpc-1"}}`)
 }
 
 // race runs first, then second, which must wait for it (raceTx).
@@ -271,7 +232,7 @@ func raceTx(t *testing.T, db *pgtest.Database, first, second func(pgx.Tx) error)
 	}
 	done := make(chan error, 1)
 	go func() { done <- second(tx2) }()
-	waited = waitForLockWait(t, db, done)
+	waited = enginetest.WaitForLockWait(t, db, done)
 	if err := tx1.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -282,38 +243,6 @@ func raceTx(t *testing.T, db *pgtest.Database, first, second func(pgx.Tx) error)
 		t.Fatal(err)
 	}
 	return waited
-}
-
-// waitForLockWait polls until a session of db's database waits on a lock
-// (true) or done has a value (false, and the value is put back); it fails
-// the test after 10 s of neither.
-func waitForLockWait(t *testing.T, db *pgtest.Database, done chan error) bool {
-	t.Helper()
-	return waitForLockWaits(t, db, 1, done)
-}
-
-// waitForLockWaits is waitForLockWait for n sessions waiting at once.
-func waitForLockWaits(t *testing.T, db *pgtest.Database, n int, done chan error) bool {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		select {
-		case err := <-done:
-			done <- err
-			return false
-		default:
-		}
-		var waiting int
-		if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting >= n {
-			return true
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d sessions waited on a lock, and the writer watched did not end", n)
-		}
-	}
 }
 
 // wantRouteFlowedAndQueued: the route has the vpc's value and a pending
@@ -348,7 +277,7 @@ func (e *edgeRace) wantRouteFlowedAndQueued() {
 func TestComposeDeadlockRunsTheDrainAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := leafDB(t)
+	db := enginetest.LeafDB(t)
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions)
 		VALUES ('comp', 1, '[{"name":"compose","trigger":"specChange","emits":["children","edges","status"]}]')`); err != nil {
 		t.Fatal(err)
@@ -363,7 +292,7 @@ func TestComposeDeadlockRunsTheDrainAgain(t *testing.T) {
 	}
 	// The outcome changes the child x and adds a route taking the vpc's
 	// vpc_id: the compose locks x, then waits for the vpc.
-	if err := completeOne(db.Pool, claimOnly(t, db, root), `{
+	if err := enginetest.CompleteOne(db.Pool, enginetest.ClaimOnly(t, db, root), `{
 		"children": [{"kind": "leaf", "kind_version": 1, "name": "x", "spec": {"v": 2}},
 		             {"kind": "leaf", "kind_version": 1, "name": "route"}],
 		"edges": [{"dependent": {"kind": "leaf", "name": "route"}, "dependency": {"kind": "leaf", "name": "vpc"},
@@ -383,10 +312,10 @@ func TestComposeDeadlockRunsTheDrainAgain(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		var err error
-		n, err = store.New(db.Pool, store.Config{}).Drain(ctx, store.DrainParams{Lo: 0, Hi: 255, Limit: 10})
+		n, err = engine.New(db.Pool, engine.Config{}).OutboxDrain(ctx, engine.DrainParams{Lo: 0, Hi: 255, Limit: 10})
 		done <- err
 	}()
-	if !waitForLockWait(t, db, done) {
+	if !enginetest.WaitForLockWait(t, db, done) {
 		t.Fatalf("the drain ended (%v) without waiting for the vpc", <-done)
 	}
 	// Close the cycle. The compose waited first, so its deadlock check

@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"context"
@@ -6,18 +6,18 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/internal/pgtest"
 )
 
-// TestPruneEvents: the prune keeps each resource's newest events, works
+// TestEventPrune: the prune keeps each resource's newest events, works
 // through the log in windows from its watermark, and only touches the
 // shard range it is given.
-func TestPruneEvents(t *testing.T) {
+func TestEventPrune(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	st := store.New(db.Pool, store.Config{})
+	eng := engine.New(db.Pool, engine.Config{})
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
@@ -49,7 +49,7 @@ func TestPruneEvents(t *testing.T) {
 	prune := func(lo, hi int, since int64) int64 {
 		t.Helper()
 		for {
-			wm, _, err := st.PruneEvents(ctx, store.PruneEventsParams{Lo: lo, Hi: hi, SinceID: since, Keep: keep, Limit: window})
+			wm, _, err := eng.EventPrune(ctx, engine.EventPruneParams{Lo: lo, Hi: hi, SinceID: since, Keep: keep, Limit: window})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -67,7 +67,7 @@ func TestPruneEvents(t *testing.T) {
 		return n
 	}
 
-	start := prune(0, 255, store.PruneEventsFromEnd) // a fresh reaper starts at the end of the log
+	start := prune(0, 255, engine.EventPruneFromEnd) // a fresh reaper starts at the end of the log
 	logEvents(a, 150)
 	logEvents(b, 20)
 	all := prune(0, 255, start)
@@ -75,7 +75,7 @@ func TestPruneEvents(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT max(id) FROM resource_events`).Scan(&maxID); err != nil {
 		t.Fatal(err)
 	}
-	if wm, last, err := st.PruneEvents(ctx, store.PruneEventsParams{Lo: 0, Hi: 255, SinceID: all, Keep: keep, Limit: window}); err != nil || wm != maxID || last != maxID {
+	if wm, last, err := eng.EventPrune(ctx, engine.EventPruneParams{Lo: 0, Hi: 255, SinceID: all, Keep: keep, Limit: window}); err != nil || wm != maxID || last != maxID {
 		t.Errorf("caught-up prune = watermark %d, last id %d, %v; want both %d", wm, last, err, maxID)
 	}
 	if n := left(a); n != keep {

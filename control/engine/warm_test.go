@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/internal/pgtest"
 )
 
@@ -22,7 +22,7 @@ func TestWarmConnWritesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	st := store.New(db.Pool, store.Config{})
+	eng := engine.New(db.Pool, engine.Config{})
 	for _, q := range []string{
 		`INSERT INTO kind_manifest (kind, kind_version, reactions) VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`,
 		`INSERT INTO resources (kind, kind_version, name) SELECT 'leaf', 1, 'r' || i FROM generate_series(1, 20) i`,
@@ -32,7 +32,7 @@ func TestWarmConnWritesNothing(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	claimed, err := st.Claim(ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	claimed, err := eng.TaskClaim(ctx, engine.TaskClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
 	if err != nil || len(claimed) != 10 {
 		t.Fatalf("claim: %d tasks, %v", len(claimed), err)
 	}
@@ -47,7 +47,7 @@ func TestWarmConnWritesNothing(t *testing.T) {
 	if _, err := c.Exec(ctx, "BEGIN"); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.WarmConn(ctx, c); err != nil {
+	if err := engine.WarmConn(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	var written int64
@@ -85,7 +85,7 @@ func TestPoolDefaults(t *testing.T) {
 		}
 		cfg.MaxConns = 3
 		var logs bytes.Buffer
-		store.PoolDefaults(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+		engine.PoolDefaults(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)

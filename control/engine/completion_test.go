@@ -1,16 +1,24 @@
-package store_test
+package engine_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/convergeplane/converge/control/engine"
+	"github.com/convergeplane/converge/control/engine/enginetest"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/webhooksdk"
 )
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // TestCompletionReadsOnlyClaimedRows: a completion reads the claimed work
 // rows it finishes and no pending row, however deep the backlog beside them
@@ -26,9 +34,8 @@ import (
 // handful of them, and the table grows before the measured completion (a
 // bulk apply or a large composite, faster than autovacuum re-analyzes it).
 // Planned on a small table, the apply's phase read and UPDATE scanned every
-// resource and compared each with every id of the batch (4,008 resources
-// read to complete these 16); each now reads its resources by key: twice
-// per success (the lock taken before the work rows, which reads the phases
+// resource and compared each with every id of the batch; each now reads
+// its resources by key: twice per success (the lock taken before the work rows, which reads the phases
 // too, and the UPDATE), three times per failure.
 func TestCompletionReadsOnlyClaimedRows(t *testing.T) {
 	t.Parallel()
@@ -67,13 +74,13 @@ func completionReads(t *testing.T, backlog, n int, errMsg *string) (work, res in
 	t.Helper()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	st := store.New(db.Pool, store.Config{})
+	eng := engine.New(db.Pool, engine.Config{})
 	c, err := pgx.Connect(ctx, db.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	if err := store.WarmConn(ctx, c); err != nil {
+	if err := engine.WarmConn(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	exec := func(qs ...string) {
@@ -88,13 +95,13 @@ func completionReads(t *testing.T, backlog, n int, errMsg *string) (work, res in
 		t.Helper()
 		exec(fmt.Sprintf(`INSERT INTO resources (kind, kind_version, name) SELECT 'leaf', 1, '%s' || i FROM generate_series(1, %d) i`, prefix, count),
 			`SELECT schedule_eligible(array_agg(id)) FROM resources WHERE synced_gen < generation`)
-		tasks, err := st.Claim(ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: n, Lease: time.Minute})
+		tasks, err := eng.TaskClaim(ctx, engine.TaskClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: n, Lease: time.Minute})
 		if err != nil || len(tasks) != min(n, count) {
 			t.Fatalf("claim: %d tasks, %v", len(tasks), err)
 		}
-		ids, shards, epochs, rids := make([]string, len(tasks)), make([]int16, len(tasks)), make([]int64, len(tasks)), make([]string, len(tasks))
+		ids, shards, claimEpochs, rids := make([]string, len(tasks)), make([]int16, len(tasks)), make([]int64, len(tasks)), make([]string, len(tasks))
 		for i, task := range tasks {
-			ids[i], shards[i], epochs[i], rids[i] = task.ID, task.Shard, task.Epoch, task.ResourceID
+			ids[i], shards[i], claimEpochs[i], rids[i] = task.ID, task.Shard, task.ClaimEpoch, task.ResourceID
 		}
 		if _, err := c.Exec(ctx, "BEGIN"); err != nil {
 			t.Fatal(err)
@@ -110,7 +117,7 @@ func completionReads(t *testing.T, backlog, n int, errMsg *string) (work, res in
 		if err := c.QueryRow(ctx, `SELECT count(*) FROM complete_tasks($1::uuid[], $2, $3, $4::uuid[],
 			array_fill(CASE WHEN $6::text IS NULL THEN '{"status":{"ok":true}}'::jsonb END, ARRAY[$5::int]),
 			array_fill($6::text, ARRAY[$5::int]), array_fill(false, ARRAY[$5::int]), array_fill(false, ARRAY[$5::int]), 1000, 300000)`,
-			ids, shards, epochs, rids, len(tasks), errMsg).Scan(&left); err != nil {
+			ids, shards, claimEpochs, rids, len(tasks), errMsg).Scan(&left); err != nil {
 			t.Fatal(err)
 		}
 		if left != 0 {
@@ -222,24 +229,12 @@ func TestRecomposeReadsOnlyItsChildren(t *testing.T) {
 	}
 }
 
-// leafDB is a test database with the kind 'leaf' (one specChange reaction
-// that reports a status).
-func leafDB(t *testing.T) *pgtest.Database {
-	t.Helper()
-	db := pgtest.New(t)
-	if _, err := db.Pool.Exec(context.Background(), `INSERT INTO kind_manifest (kind, kind_version, reactions)
-		VALUES ('leaf', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]')`); err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
-
 // leafSession is a leafDB and a session of its own on it, closed when the
 // test ends.
 func leafSession(t *testing.T) (*pgtest.Database, *pgx.Conn) {
 	t.Helper()
 	ctx := context.Background()
-	db := leafDB(t)
+	db := enginetest.LeafDB(t)
 	c, err := pgx.Connect(ctx, db.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -299,13 +294,13 @@ func TestCompletionRacingAnApplyDoesNotDeadlock(t *testing.T) {
 // the completion naming its task's resource or not.
 func completionRacingAnApply(t *testing.T, named bool) {
 	ctx := context.Background()
-	db := leafDB(t)
+	db := enginetest.LeafDB(t)
 	var id string
 	if err := db.Pool.QueryRow(ctx, `INSERT INTO resources (kind, kind_version, name, spec) VALUES ('leaf', 1, 'x', '{"n": 1}')
 		RETURNING id::text`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	task := claimOnly(t, db, id)
+	task := enginetest.ClaimOnly(t, db, id)
 	if !named {
 		task.ResourceID = ""
 	}
@@ -319,8 +314,8 @@ func completionRacingAnApply(t *testing.T, named bool) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- completeOne(db.Pool, task, `{"status": {"n": 1}}`) }()
-	if !waitForLockWait(t, db, done) {
+	go func() { done <- enginetest.CompleteOne(db.Pool, task, `{"status": {"n": 1}}`) }()
+	if !enginetest.WaitForLockWait(t, db, done) {
 		t.Fatalf("the completion did not wait for the apply holding its resource: %v", <-done)
 	}
 	if _, err := apply.Exec(ctx, `SELECT schedule_applied('leaf', 'x')`); err != nil {
@@ -349,5 +344,150 @@ func completionRacingAnApply(t *testing.T, named bool) {
 	}
 	if pending != 1 || left != 1 {
 		t.Errorf("work rows: %d pending at the new generation of %d; want the one task re-pended for it", pending, left)
+	}
+}
+
+// TestTaskExpireAsync: an asynchronous delivery whose lease lapsed without
+// a callback is completed with a transient error, one whose lease runs is
+// held, one whose callback landed is gone; a late callback for the expired
+// claim is superseded. The pending counts before the claim see the tasks'
+// backoff.
+func TestTaskExpireAsync(t *testing.T) {
+	t.Parallel()
+	db := enginetest.LeafDB(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	eng := engine.New(db.Pool, engine.Config{})
+	for _, n := range []string{"r1", "r2", "r3"} {
+		if _, err := db.Pool.Exec(ctx, `WITH r AS (INSERT INTO resources (kind, kind_version, name) VALUES ('leaf', 1, $1) RETURNING id)
+			SELECT schedule_eligible(array_agg(id)) FROM r`, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Tasks that back off are pending but not waiting: no age until one's
+	// not_before passes.
+	for _, tc := range []struct {
+		set        string
+		oldest, to float64
+	}{
+		{`UPDATE work_queue SET not_before = now() + interval '1 hour'`, 0, 0},
+		{`UPDATE work_queue w SET not_before = now() - interval '90 seconds' FROM resources r WHERE r.id = w.resource_id AND r.name = 'r1'`, 90, 120},
+	} {
+		if _, err := db.Pool.Exec(ctx, tc.set); err != nil {
+			t.Fatal(err)
+		}
+		counts, err := eng.TaskCountPending(ctx, 0, 255)
+		if err != nil || len(counts) != 1 || counts[0].Kind != "leaf" || counts[0].KindVersion != 1 || counts[0].Pending != 3 {
+			t.Fatalf("pending counts = %+v, %v; want leaf/1: 3", counts, err)
+		}
+		if o := counts[0].OldestSeconds; o < tc.oldest || o > tc.to {
+			t.Errorf("after %s: oldest pending = %vs, want %v..%v", tc.set, o, tc.oldest, tc.to)
+		}
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE work_queue SET not_before = now()`); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := eng.TaskClaim(ctx, engine.TaskClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+	if err != nil || len(tasks) != 3 {
+		t.Fatalf("claim = %d tasks, %v", len(tasks), err)
+	}
+	// tasks[0]: lease lapsed, no callback -> expired. tasks[1]: lease still
+	// running -> held. tasks[2]: its callback already landed -> gone.
+	if _, err := db.Pool.Exec(ctx, `UPDATE work_queue SET lease_until = now() - interval '1 second' WHERE task_id = $1`, tasks[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.TaskComplete(ctx, tasks[2], webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := eng.TaskExpireAsync(ctx, tasks, "async task timed out without a callback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].State != engine.AsyncExpired || got[1].State != engine.AsyncHeld || got[2].State != engine.AsyncGone {
+		t.Fatalf("states = %+v, want expired, held, gone", got)
+	}
+	if time.Until(got[1].LeaseUntil) < 50*time.Second {
+		t.Errorf("held lease ends in %s, want ~1m", time.Until(got[1].LeaseUntil))
+	}
+	// The expiry was applied: a transient failure, so the task is back to
+	// pending with an attempt burnt, and the resource carries the error
+	// with the claim marked abandoned.
+	var errText, state string
+	var abandoned bool
+	var attempts int
+	if err := db.Pool.QueryRow(ctx, `SELECT coalesce(r.last_error, ''), r.last_task_abandoned, w.state, w.attempts
+		FROM work_queue w JOIN resources r ON r.id = w.resource_id WHERE w.task_id = $1`, tasks[0].ID).Scan(&errText, &abandoned, &state, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if errText != "async task timed out without a callback" || !abandoned || state != "pending" || attempts != 1 {
+		t.Errorf("after the expiry: error %q, abandoned %v, task %s after %d attempts; want the message, abandoned, pending after 1",
+			errText, abandoned, state, attempts)
+	}
+	// A late callback for the expired claim is never a second outcome; nor
+	// is it a duplicate: its Result was not applied, the dispatcher's expiry
+	// was. It is superseded.
+	if st, err := eng.TaskComplete(ctx, tasks[0], webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); !errors.Is(err, engine.ErrSuperseded) || st != engine.Superseded {
+		t.Errorf("late callback = %q, %v; want superseded", st, err)
+	}
+	// The callback that landed before is the provider's own: its repeat is
+	// a duplicate.
+	if st, err := eng.TaskComplete(ctx, tasks[2], webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}); err != nil || st != engine.Duplicate {
+		t.Errorf("repeated callback = %q, %v; want duplicate", st, err)
+	}
+}
+
+// TestComposedChildSpecIsChecked: a composer's child whose spec its kind's
+// schema refuses fails the composer's task terminally, naming the child,
+// and nothing is composed; a child of a kind the pod's kind cache does not
+// hold passes the check (the drain's foreign key refuses a kind that does
+// not exist). The engine checks through the kind cache, as a converge
+// process wires it.
+func TestComposedChildSpecIsChecked(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := enginetest.LeafDB(t)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version, reactions, spec_schema) VALUES
+		('comp', 1, '[{"name":"compose","trigger":"specChange","emits":["children","status"]}]', NULL),
+		('net', 1, '[{"name":"work","trigger":"specChange","emits":["status"]}]', '{"type":"object","required":["cidr"]}')`); err != nil {
+		t.Fatal(err)
+	}
+	kinds := store.NewKindCache(store.New(db.Pool, store.Config{}), store.KindCacheConfig{}, nil)
+	if err := kinds.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(db.Pool, engine.Config{SpecCheck: kinds.CheckComposedSpec})
+	compose := func(name string, child webhooksdk.Child) {
+		t.Helper()
+		var id string
+		if err := db.Pool.QueryRow(ctx, `INSERT INTO resources (kind, kind_version, name) VALUES ('comp', 1, $1) RETURNING id::text`,
+			name).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		task := enginetest.ClaimOnly(t, db, id)
+		res := webhooksdk.Result{Outcome: &webhooksdk.Outcome{Status: json.RawMessage(`{}`), Children: []webhooksdk.Child{child}}}
+		if st, err := eng.TaskComplete(ctx, task, res); err != nil || st != engine.Applied {
+			t.Fatalf("%s's completion = %v, %v; want applied", name, st, err)
+		}
+	}
+
+	compose("refused", webhooksdk.Child{Kind: "net", KindVersion: 1, Name: "a", Spec: json.RawMessage(`{}`)})
+	var terminal bool
+	var lastError string
+	if err := db.Pool.QueryRow(ctx, `SELECT failure_terminal, coalesce(last_error, '') FROM resources WHERE name = 'refused'`).
+		Scan(&terminal, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	if !terminal || !strings.Contains(lastError, "children[0] (net/a)") {
+		t.Errorf("a child its schema refuses: terminal %v, last error %q; want a terminal failure naming children[0] (net/a)", terminal, lastError)
+	}
+
+	compose("unknown", webhooksdk.Child{Kind: "ghost", KindVersion: 1, Name: "b", Spec: json.RawMessage(`{}`)})
+	var queued int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM work_outbox o JOIN resources r ON r.id = o.resource_id
+		WHERE r.name = 'unknown'`).Scan(&queued); err != nil {
+		t.Fatal(err)
+	}
+	if queued != 1 {
+		t.Errorf("a child of a kind the cache does not hold: %d outcomes queued for the drain, want its composition", queued)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/convergeplane/converge/internal/pgrun"
 )
 
 // PendingReaction is a reactor delivery not acked yet: what the resource
@@ -30,11 +32,7 @@ const pendingReactionsSQL = `SELECT binding_name AS binding, transition, generat
 // oldest first. A delivery is acked (and leaves this list) only once its
 // reactor succeeded.
 func (s *Store) PendingReactions(ctx context.Context, resourceID string) ([]PendingReaction, error) {
-	rows, err := s.reader(ctx).Query(ctx, pendingReactionsSQL, resourceID)
-	if err != nil {
-		return nil, fmt.Errorf("pending reactions: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[PendingReaction])
+	out, err := pgrun.Collect(ctx, s.reader(ctx), pgx.RowToStructByName[PendingReaction], pendingReactionsSQL, resourceID)
 	if err != nil {
 		return nil, fmt.Errorf("pending reactions: %w", err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/convergeplane/converge/control/engine/enginetest"
 )
 
 // TestEngineStatementsAreNotJITCompiled: an engine function that plans
@@ -20,7 +22,7 @@ import (
 func TestEngineStatementsAreNotJITCompiled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := leafDB(t)
+	db := enginetest.LeafDB(t)
 
 	// The rule, from the catalogue.
 	var pinned int

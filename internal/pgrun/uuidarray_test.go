@@ -1,6 +1,10 @@
-package store
+package pgrun_test
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/convergeplane/converge/internal/pgrun"
+)
 
 func TestUUIDArray(t *testing.T) {
 	for _, c := range []struct {
@@ -12,8 +16,8 @@ func TestUUIDArray(t *testing.T) {
 		{[]string{"00000000-0000-0000-0000-000000000001", "", "00000000-0000-0000-0000-000000000002"},
 			"{00000000-0000-0000-0000-000000000001,NULL,00000000-0000-0000-0000-000000000002}"},
 	} {
-		if got := uuidArray(c.ids); got != c.want {
-			t.Errorf("uuidArray(%q) = %q, want %q", c.ids, got, c.want)
+		if got := pgrun.UUIDArray(c.ids); got != c.want {
+			t.Errorf("UUIDArray(%q) = %q, want %q", c.ids, got, c.want)
 		}
 	}
 }

@@ -1,12 +1,13 @@
-package store_test
+package engine_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/convergeplane/converge/control/engine"
+	"github.com/convergeplane/converge/control/engine/enginetest"
 	"github.com/convergeplane/converge/control/model"
-	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -18,8 +19,8 @@ import (
 // the kind_inflight row while it applied) and then met a row the claim had
 // picked closed a cycle: the claim waited for the token's row, the
 // completion for the picked row, and PostgreSQL broke it after
-// deadlock_timeout (the large classic demo: 51 such deadlocks, 29 claims
-// lost). Here the upstream's completion flows its status into a dependent
+// deadlock_timeout, costing the claim (the large classic demo met it
+// often). Here the upstream's completion flows its status into a dependent
 // that an apply holds; while the completion waits for it, a claim takes
 // the dependent's pending resync, of the same capped kind; then the apply
 // commits and the completion schedules the dependent, on the claimed row.
@@ -29,7 +30,7 @@ import (
 func TestCappedClaimRacingACompletionDoesNotDeadlock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := leafDB(t)
+	db := enginetest.LeafDB(t)
 	if _, err := db.Pool.Exec(ctx, `UPDATE kind_config SET max_inflight = 10 WHERE kind = 'leaf'`); err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestCappedClaimRacingACompletionDoesNotDeadlock(t *testing.T) {
 		SELECT up.id::text, dep.id::text FROM up, dep`).Scan(&up, &dep); err != nil {
 		t.Fatal(err)
 	}
-	task := claimOnly(t, db, up) // takes the kind's first token
+	task := enginetest.ClaimOnly(t, db, up) // takes the kind's first token
 	if _, err := db.Pool.Exec(ctx, `SELECT enqueue_reconcile(ARRAY[$1::uuid], ARRAY['resync'])`, dep); err != nil {
 		t.Fatal(err)
 	}
@@ -56,8 +57,8 @@ func TestCappedClaimRacingACompletionDoesNotDeadlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	completed := make(chan error, 1)
-	go func() { completed <- completeOne(db.Pool, task, `{"status": {"v": 1}}`) }()
-	if !waitForLockWait(t, db, completed) {
+	go func() { completed <- enginetest.CompleteOne(db.Pool, task, `{"status": {"v": 1}}`) }()
+	if !enginetest.WaitForLockWait(t, db, completed) {
 		t.Fatalf("the completion did not wait for the apply holding its dependent: %v", <-completed)
 	}
 	var claimedIDs []string
@@ -67,7 +68,7 @@ func TestCappedClaimRacingACompletionDoesNotDeadlock(t *testing.T) {
 			Scan(&claimedIDs)
 	}()
 	// Before the fix the claim waited here for the completion's token row.
-	waitForLockWaits(t, db, 2, claimed)
+	enginetest.WaitForLockWaits(t, db, 2, claimed)
 	if err := apply.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -106,22 +107,22 @@ func TestTokenRowsAreTakenInKeyOrder(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
-		write func(*testing.T, *store.Store, []model.Task) error
+		write func(*testing.T, *engine.Engine, []model.Task) error
 	}{
-		{"claim", func(t *testing.T, st *store.Store, _ []model.Task) error {
-			tasks, err := st.Claim(context.Background(), store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
+		{"claim", func(t *testing.T, eng *engine.Engine, _ []model.Task) error {
+			tasks, err := eng.TaskClaim(context.Background(), engine.TaskClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute})
 			if err == nil && len(tasks) != 2 {
 				t.Errorf("the claim took %d tasks, want both", len(tasks))
 			}
 			return err
 		}},
-		{"completion", func(t *testing.T, st *store.Store, tasks []model.Task) error {
-			cs := make([]store.Completion, len(tasks))
+		{"completion", func(t *testing.T, eng *engine.Engine, tasks []model.Task) error {
+			cs := make([]engine.Completion, len(tasks))
 			for i, task := range tasks {
-				cs[i] = store.Completion{Task: task, Result: webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}}
+				cs[i] = engine.Completion{Task: task, Result: webhooksdk.Result{Outcome: &webhooksdk.Outcome{}}}
 			}
-			got, err := st.CompleteBatch(context.Background(), cs)
-			if err == nil && (got[0] != store.Applied || got[1] != store.Applied) {
+			got, err := eng.TaskCompleteMany(context.Background(), cs)
+			if err == nil && (got[0] != engine.Applied || got[1] != engine.Applied) {
 				t.Errorf("the completion: %v, want both applied", got)
 			}
 			return err
@@ -130,8 +131,8 @@ func TestTokenRowsAreTakenInKeyOrder(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			db := leafDB(t)
-			st := store.New(db.Pool, store.Config{})
+			db := enginetest.LeafDB(t)
+			eng := engine.New(db.Pool, engine.Config{})
 			// Two capped kinds, leaf before vpc in key order, a task each.
 			if _, err := db.Pool.Exec(ctx, `
 				INSERT INTO kind_manifest (kind, kind_version, reactions)
@@ -145,7 +146,7 @@ func TestTokenRowsAreTakenInKeyOrder(t *testing.T) {
 			var tasks []model.Task
 			if tc.name == "completion" {
 				var err error
-				if tasks, err = st.Claim(ctx, store.ClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute}); err != nil || len(tasks) != 2 {
+				if tasks, err = eng.TaskClaim(ctx, engine.TaskClaimParams{Claimer: "t", Lo: 0, Hi: 255, Limit: 10, Lease: time.Minute}); err != nil || len(tasks) != 2 {
 					t.Fatalf("claim: %d tasks, %v; want both", len(tasks), err)
 				}
 			}
@@ -159,8 +160,8 @@ func TestTokenRowsAreTakenInKeyOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 			done := make(chan error, 1)
-			go func() { done <- tc.write(t, st, tasks) }()
-			if !waitForLockWait(t, db, done) {
+			go func() { done <- tc.write(t, eng, tasks) }()
+			if !enginetest.WaitForLockWait(t, db, done) {
 				t.Fatalf("the %s did not wait for leaf's token row: %v", tc.name, <-done)
 			}
 			probe, err := db.Pool.Begin(ctx)

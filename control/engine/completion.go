@@ -1,12 +1,16 @@
-package store
+package engine
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/internal/pgrun"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -45,28 +49,29 @@ const (
 	Superseded CompleteStatus = "superseded"
 )
 
-const completeSQL = `SELECT task_id, result FROM complete_tasks($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+const taskCompleteSQL = `SELECT task_id, result FROM complete_tasks($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
-// CompleteBatch records results for claimed tasks in one round trip. Each
-// result is checked first (size, children, conditions; see checkOutcome): a
-// malformed outcome becomes a terminal error for its task, so a bad provider
-// cannot poison the apply. The returned slice is parallel to cs.
-func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteStatus, error) {
+// TaskCompleteMany records results for claimed tasks in one round trip.
+// Each result is checked first (size, children, conditions; see
+// checkOutcome): a malformed outcome becomes a terminal error for its task,
+// so a bad provider cannot poison the apply. The returned slice is parallel
+// to cs.
+func (e *Engine) TaskCompleteMany(ctx context.Context, cs []Completion) ([]CompleteStatus, error) {
 	n := len(cs)
 	ids := make([]string, n)
 	shards := make([]int16, n)
-	epochs := make([]int64, n)
+	claimEpochs := make([]int64, n)
 	rids := make([]string, n) // "" for a reactor delivery's: NULL
 	outcomes := make([][]byte, n)
 	errs := make([]*string, n)
 	terms := make([]bool, n)
 	abandoned := make([]bool, n)
 	for i, c := range cs {
-		ids[i], shards[i], epochs[i], abandoned[i] = c.Task.ID, c.Task.Shard, c.Task.Epoch, c.Abandoned
+		ids[i], shards[i], claimEpochs[i], abandoned[i] = c.Task.ID, c.Task.Shard, c.Task.ClaimEpoch, c.Abandoned
 		rids[i] = c.Task.ResourceID
 		res := c.Result
 		if res.Error == nil && res.Outcome != nil {
-			if err := s.checkOutcome(c.Task, res.Outcome); err != nil {
+			if err := e.checkOutcome(c.Task, res.Outcome); err != nil {
 				res = webhooksdk.Result{Error: &webhooksdk.Error{Message: err.Error(), Terminal: true}}
 			}
 		}
@@ -86,16 +91,16 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 			outcomes[i] = b
 		}
 	}
-	base, limit := s.retryMillis()
-	args := []any{uuidArray(ids), shards, epochs, uuidArray(rids), outcomes, errs, terms, abandoned, base, limit}
+	base, limit := e.retryMillis()
+	args := []any{pgrun.UUIDArray(ids), shards, claimEpochs, pgrun.UUIDArray(rids), outcomes, errs, terms, abandoned, base, limit}
 	byID := make(map[string]CompleteStatus, n)
 	// Completions apply their outcomes, so two completers (two pods, or a
 	// callback and a dispatcher) can meet on the rows an outcome moves: a
 	// composite's parent, a dependent's work row. PostgreSQL breaks such a
 	// cycle by rolling one back, which is then run again.
-	err := retryDeadlock(func() error {
+	err := pgrun.RetryDeadlock(func() error {
 		clear(byID)
-		rows, err := s.pool.Query(ctx, completeSQL, args...)
+		rows, err := e.pool.Query(ctx, taskCompleteSQL, args...)
 		if err != nil {
 			return err
 		}
@@ -123,12 +128,12 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) ([]CompleteS
 	return out, nil
 }
 
-// Complete records one task's result (the provider's: not Abandoned). It
-// returns ErrSuperseded if the claim no longer holds the task or the
+// TaskComplete records one task's result (the provider's: not Abandoned).
+// It returns ErrSuperseded if the claim no longer holds the task or the
 // dispatcher abandoned it; a repeat of an accepted completion returns
 // (Duplicate, nil).
-func (s *Store) Complete(ctx context.Context, t model.Task, r webhooksdk.Result) (CompleteStatus, error) {
-	st, err := s.CompleteBatch(ctx, []Completion{{Task: t, Result: r}})
+func (e *Engine) TaskComplete(ctx context.Context, t model.Task, r webhooksdk.Result) (CompleteStatus, error) {
+	st, err := e.TaskCompleteMany(ctx, []Completion{{Task: t, Result: r}})
 	if err != nil {
 		return "", err
 	}
@@ -140,9 +145,9 @@ func (s *Store) Complete(ctx context.Context, t model.Task, r webhooksdk.Result)
 
 // checkOutcome rejects an outcome that could not be applied cleanly. Only the
 // parts the reaction's mask lets through are checked; the apply drops the rest.
-func (s *Store) checkOutcome(t model.Task, o *webhooksdk.Outcome) error {
-	if t.Emits.Has(model.OutcomeStatus) && len(o.Status) > s.cfg.MaxStatusBytes {
-		return fmt.Errorf("status is %d bytes, over the %d-byte limit; it was not stored", len(o.Status), s.cfg.MaxStatusBytes)
+func (e *Engine) checkOutcome(t model.Task, o *webhooksdk.Outcome) error {
+	if t.Emits.Has(model.OutcomeStatus) && len(o.Status) > e.cfg.MaxStatusBytes {
+		return fmt.Errorf("status is %d bytes, over the %d-byte limit; it was not stored", len(o.Status), e.cfg.MaxStatusBytes)
 	}
 	if t.Emits.Has(model.OutcomeConditions) {
 		seen := make(map[string]bool, len(o.Conditions))
@@ -173,10 +178,8 @@ func (s *Store) checkOutcome(t model.Task, o *webhooksdk.Outcome) error {
 				return fmt.Errorf("children[%d]: %s/%s is emitted twice", i, c.Kind, c.Name)
 			}
 			seen[ref] = true
-			if s.specCheck != nil {
-				// A kind this pod has not cached yet is not refused here: the
-				// drain's foreign key refuses a kind that does not exist.
-				if err := s.specCheck(c.Kind, c.KindVersion, c.Spec); err != nil && !errors.Is(err, ErrNotFound) {
+			if e.cfg.SpecCheck != nil {
+				if err := e.cfg.SpecCheck(c.Kind, c.KindVersion, c.Spec); err != nil {
 					return fmt.Errorf("children[%d] (%s/%s): %w", i, c.Kind, c.Name, err)
 				}
 			}
@@ -211,3 +214,71 @@ func (s *Store) checkOutcome(t model.Task, o *webhooksdk.Outcome) error {
 }
 
 func validPointer(p string) bool { return p != "" && p[0] == '/' }
+
+// AsyncState is what TaskExpireAsync found for one task.
+type AsyncState string
+
+// The async states.
+const (
+	// AsyncExpired: the lease had lapsed with no callback; the task was
+	// completed with a transient error.
+	AsyncExpired AsyncState = "expired"
+	// AsyncHeld: still claimed at its epoch; a heartbeat moved the lease.
+	AsyncHeld AsyncState = "held"
+	// AsyncGone: completed by a callback, superseded, or removed.
+	AsyncGone AsyncState = "gone"
+)
+
+// AsyncCheck is TaskExpireAsync's answer for one task.
+type AsyncCheck struct {
+	State AsyncState
+	// LeaseUntil is the current lease end of a held task.
+	LeaseUntil time.Time
+}
+
+// asyncRow is one row of expire_async_tasks(): a task it found.
+type asyncRow struct {
+	TaskID     string     `db:"task_id"`
+	State      AsyncState `db:"state"`
+	LeaseUntil *time.Time `db:"lease_until"`
+}
+
+// TaskExpireAsync ends the asynchronous deliveries among tasks (answered 202,
+// awaiting a callback) whose lease lapsed: they are completed with a
+// transient error carrying message, which burns an attempt, so a provider
+// that never calls back is retried with backoff and eventually fails the
+// resource (max_transient_attempts) instead of looping silently. The lease
+// check and the completion hold the row lock, so a racing heartbeat or
+// callback either wins cleanly or finds the task gone. The result is
+// parallel to tasks.
+func (e *Engine) TaskExpireAsync(ctx context.Context, tasks []model.Task, message string) ([]AsyncCheck, error) {
+	ids, shards, claimEpochs := taskKeys(tasks)
+	base, limit := e.retryMillis()
+	var found []asyncRow
+	// An expiry applies its failures as a completion does, so it can
+	// deadlock as one can (TaskCompleteMany).
+	err := pgrun.RetryDeadlock(func() (err error) {
+		found, err = pgrun.Collect(ctx, e.pool, pgx.RowToStructByName[asyncRow],
+			`SELECT task_id, state, lease_until FROM expire_async_tasks($1, $2, $3, $4, $5, $6)`, ids, shards, claimEpochs, message, base, limit)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("expire async tasks: %w", err)
+	}
+	byID := make(map[string]AsyncCheck, len(found))
+	for _, r := range found {
+		c := AsyncCheck{State: r.State}
+		if r.LeaseUntil != nil {
+			c.LeaseUntil = *r.LeaseUntil
+		}
+		byID[r.TaskID] = c
+	}
+	out := make([]AsyncCheck, len(tasks))
+	for i, t := range tasks {
+		out[i] = byID[t.ID]
+		if out[i].State == "" {
+			out[i].State = AsyncGone
+		}
+	}
+	return out, nil
+}
