@@ -27,9 +27,9 @@ import (
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/dispatch/inproc"
 	"github.com/convergeplane/converge/dispatch/target"
-	"github.com/convergeplane/converge/internal/benchq"
-	"github.com/convergeplane/converge/internal/lambdatest"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/benchq"
+	"github.com/convergeplane/converge/internal/testkit/lambdatest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
 	sdklambda "github.com/convergeplane/converge/webhooksdk/lambda"
 )
@@ -259,7 +259,7 @@ func (x *benchDB) settle(start time.Time) time.Duration {
 	return time.Since(start)
 }
 
-// benchQ is the raw claim+complete ceiling (internal/benchq) with
+// benchQ is the raw claim+complete ceiling (internal/testkit/benchq) with
 // benchQWorkers claimers of benchQBatch rows, each over its own shard range.
 func benchQ(tb testing.TB, n int) float64 {
 	x := newBenchDB(tb)
@@ -269,7 +269,7 @@ func benchQ(tb testing.TB, n int) float64 {
 	return q
 }
 
-// benchFloor is F (internal/benchq.Floor) on a database with no engine
+// benchFloor is F (internal/testkit/benchq.Floor) on a database with no engine
 // duties running: the floor does its own completing.
 func benchFloor(tb testing.TB, n int) float64 {
 	db := benchPool(tb)
