@@ -26,7 +26,7 @@ import (
 	"github.com/convergeplane/converge/dispatch"
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/dispatch/inproc"
-	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/dispatch/transport"
 	"github.com/convergeplane/converge/internal/testkit/benchq"
 	"github.com/convergeplane/converge/internal/testkit/lambdatest"
 	"github.com/convergeplane/converge/internal/testkit/pgtest"
@@ -316,7 +316,7 @@ func benchH(tb testing.TB, n int) float64 {
 	client, err := egress.NewClient(egress.ClientConfig{Policy: egress.Policy{DevMode: true}, MaxIdleConnsPerHost: benchConcurrency})
 	must(tb, err)
 	defer client.CloseIdleConnections()
-	tgt := target.NewHTTPS(client, srv.URL, "converge-dispatch/bench", 16<<20)
+	tgt := transport.NewHTTPS(client, srv.URL, "converge-dispatch/bench", 16<<20)
 	signer, err := webhooksdk.NewSigner(secret)
 	must(tb, err)
 	bodies := make([][]byte, n)
@@ -337,7 +337,7 @@ func benchH(tb testing.TB, n int) float64 {
 				}
 				now := time.Now()
 				msgID := "msg_h_" + strconv.Itoa(i)
-				resp, err := tgt.Deliver(tb.Context(), &target.Delivery{MsgID: msgID, Timestamp: now, Body: bodies[i],
+				resp, err := tgt.Deliver(tb.Context(), &transport.Delivery{MsgID: msgID, Timestamp: now, Body: bodies[i],
 					Signature: signer.Sign(msgID, now, bodies[i])})
 				if err != nil || resp.Status != http.StatusOK {
 					tb.Errorf("H delivery %d: %v %v", i, resp, err)
