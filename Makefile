@@ -52,7 +52,7 @@ test-unit: ## the fast tier: every package whose tests need no PostgreSQL, brows
 DOCKER_PKGS ?= ./integration/ ./cmd/converge/...
 
 test-docker: ## the integration suite on Postgres and LocalStack containers (testcontainers-go); skipped where no Docker engine answers
-	@mkdir -p bin/tools && $(GO) build -tags testcontainers -o bin/tools/dockerping ./internal/awstest/dockerping
+	@mkdir -p bin/tools && $(GO) build -tags testcontainers -o bin/tools/dockerping ./internal/testkit/awstest/dockerping
 	@if ! reason=$$(bin/tools/dockerping 2>&1); then \
 		echo "test-docker: skipped: $$reason"; exit 0; fi; \
 	CONVERGE_TEST_DOCKER=1 $(GO) test -tags testcontainers -count=1 -timeout $(TEST_TIMEOUT) $(DOCKER_PKGS)

@@ -28,7 +28,7 @@ import (
 	"github.com/convergeplane/converge/chaos/internal/calllog"
 	"github.com/convergeplane/converge/chaos/internal/proxy"
 	"github.com/convergeplane/converge/internal/embeddedpg"
-	"github.com/convergeplane/converge/internal/testnet"
+	"github.com/convergeplane/converge/internal/testkit/testnet"
 )
 
 // The suite's fixed settings. The dispatch lease (60 s) and the reaper's

@@ -26,10 +26,10 @@ import (
 	"github.com/convergeplane/converge/dispatch"
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/dispatch/inproc"
-	"github.com/convergeplane/converge/dispatch/target"
-	"github.com/convergeplane/converge/internal/benchq"
-	"github.com/convergeplane/converge/internal/lambdatest"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/dispatch/transport"
+	"github.com/convergeplane/converge/internal/testkit/benchq"
+	"github.com/convergeplane/converge/internal/testkit/lambdatest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
 	sdklambda "github.com/convergeplane/converge/webhooksdk/lambda"
 )
@@ -259,7 +259,7 @@ func (x *benchDB) settle(start time.Time) time.Duration {
 	return time.Since(start)
 }
 
-// benchQ is the raw claim+complete ceiling (internal/benchq) with
+// benchQ is the raw claim+complete ceiling (internal/testkit/benchq) with
 // benchQWorkers claimers of benchQBatch rows, each over its own shard range.
 func benchQ(tb testing.TB, n int) float64 {
 	x := newBenchDB(tb)
@@ -269,7 +269,7 @@ func benchQ(tb testing.TB, n int) float64 {
 	return q
 }
 
-// benchFloor is F (internal/benchq.Floor) on a database with no engine
+// benchFloor is F (internal/testkit/benchq.Floor) on a database with no engine
 // duties running: the floor does its own completing.
 func benchFloor(tb testing.TB, n int) float64 {
 	db := benchPool(tb)
@@ -316,7 +316,7 @@ func benchH(tb testing.TB, n int) float64 {
 	client, err := egress.NewClient(egress.ClientConfig{Policy: egress.Policy{DevMode: true}, MaxIdleConnsPerHost: benchConcurrency})
 	must(tb, err)
 	defer client.CloseIdleConnections()
-	tgt := target.NewHTTPS(client, srv.URL, "converge-dispatch/bench", 16<<20)
+	tgt := transport.NewHTTPS(client, srv.URL, "converge-dispatch/bench", 16<<20)
 	signer, err := webhooksdk.NewSigner(secret)
 	must(tb, err)
 	bodies := make([][]byte, n)
@@ -337,7 +337,7 @@ func benchH(tb testing.TB, n int) float64 {
 				}
 				now := time.Now()
 				msgID := "msg_h_" + strconv.Itoa(i)
-				resp, err := tgt.Deliver(tb.Context(), &target.Delivery{MsgID: msgID, Timestamp: now, Body: bodies[i],
+				resp, err := tgt.Deliver(tb.Context(), &transport.Delivery{MsgID: msgID, Timestamp: now, Body: bodies[i],
 					Signature: signer.Sign(msgID, now, bodies[i])})
 				if err != nil || resp.Status != http.StatusOK {
 					tb.Errorf("H delivery %d: %v %v", i, resp, err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/dispatch"
-	"github.com/convergeplane/converge/internal/logbuf"
+	"github.com/convergeplane/converge/internal/testkit/logbuf"
 )
 
 // TestDeadlockedClaimRunsAgain: a claim PostgreSQL rolls back to break a

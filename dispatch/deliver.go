@@ -16,7 +16,7 @@ import (
 	"github.com/convergeplane/converge/dispatch/callback"
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/dispatch/registry"
-	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/dispatch/transport"
 	"github.com/convergeplane/converge/dispatch/wire"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -330,7 +330,7 @@ func (d *Dispatcher) attempt(ctx context.Context, items []*item, ep *registry.En
 		rctx, cancelD = context.WithDeadline(rctx, deadline)
 		defer cancelD()
 	}
-	resp, err := ep.Deliver(rctx, &target.Delivery{MsgID: msgID, Timestamp: now, Body: body,
+	resp, err := ep.Deliver(rctx, &transport.Delivery{MsgID: msgID, Timestamp: now, Body: body,
 		Signature: ep.Sign(msgID, now, body), TraceParent: traceparent})
 	var v verdict
 	switch {
@@ -352,7 +352,7 @@ func (d *Dispatcher) attempt(ctx context.Context, items []*item, ep *registry.En
 // task the verdict its own result would get inline (an outcome, an error, or
 // accepted as for a 202); a task without exactly one usable result, or every
 // task when the answer is not a batch response, fails transiently.
-func classifyBatch(items []*item, ep *registry.Endpoint, resp *target.Response) (verdict, []verdict) {
+func classifyBatch(items []*item, ep *registry.Endpoint, resp *transport.Response) (verdict, []verdict) {
 	tasks := make([]model.Task, len(items))
 	for i, it := range items {
 		tasks[i] = it.task
@@ -427,14 +427,14 @@ func (d *Dispatcher) classifyError(ctx context.Context, deadline time.Time, ep *
 	case errors.Is(err, context.DeadlineExceeded):
 		msg := fmt.Sprintf("endpoint %s gave no answer within its request timeout (%s)", ep.Name(), timeout)
 		return verdict{result: resultTimeout, breaker: registry.Failure, failed: true, detail: msg, complete: transient(msg)}
-	case errors.As(err, new(*target.UnavailableError)):
+	case errors.As(err, new(*transport.UnavailableError)):
 		// No retry cures it until an operator acts: disable the endpoint
 		// (its tasks park, saying why) and release without an attempt, as
 		// for a 410.
 		reason := fmt.Sprintf("its target refused the delivery (%v) at %s", err, time.Now().UTC().Format(time.RFC3339))
 		return verdict{result: resultGone, breaker: registry.Neutral, failed: true, release: true, disable: reason,
 			detail: fmt.Sprintf("endpoint %s was disabled: %v", ep.Name(), err)}
-	case errors.Is(err, target.ErrTooLarge):
+	case errors.Is(err, transport.ErrTooLarge):
 		// Retrying cannot shrink it; another endpoint may take it.
 		msg := fmt.Sprintf("delivery to endpoint %s refused: %v", ep.Name(), err)
 		return verdict{result: resultTooLarge, breaker: registry.Neutral, failed: true, failover: true, detail: msg,
@@ -443,19 +443,19 @@ func (d *Dispatcher) classifyError(ctx context.Context, deadline time.Time, ep *
 	// What a reader of the delivery log or the resource is shown is the
 	// classified reason; the error itself names the pod's resolver and the
 	// addresses it dialled, and goes to the log.
-	d.log.Warn("delivery got no answer", "endpoint", ep.Name(), "reason", target.Reason(err), "err", err)
+	d.log.Warn("delivery got no answer", "endpoint", ep.Name(), "reason", transport.Reason(err), "err", err)
 	if errors.Is(err, egress.ErrBlocked) {
-		msg := fmt.Sprintf("delivery to endpoint %s refused: %s", ep.Name(), target.Reason(err))
+		msg := fmt.Sprintf("delivery to endpoint %s refused: %s", ep.Name(), transport.Reason(err))
 		return verdict{result: resultBlocked, breaker: registry.Failure, failed: true, failover: true, detail: msg, complete: transient(msg)}
 	}
-	msg := fmt.Sprintf("delivery to endpoint %s failed: %s", ep.Name(), target.Reason(err))
+	msg := fmt.Sprintf("delivery to endpoint %s failed: %s", ep.Name(), transport.Reason(err))
 	return verdict{result: resultNetwork, breaker: registry.Failure, failed: true, failover: true, detail: msg, complete: transient(msg)}
 }
 
 // classifyResponse classifies the answer to a single task's delivery, or
 // a batch's answer other than a 2xx (classifyBatch), which no task's
 // result is read from.
-func (d *Dispatcher) classifyResponse(t model.Task, ep *registry.Endpoint, resp *target.Response) verdict {
+func (d *Dispatcher) classifyResponse(t model.Task, ep *registry.Endpoint, resp *transport.Response) verdict {
 	if resp.FunctionError != nil {
 		return functionFailure(ep, resp)
 	}
@@ -522,7 +522,7 @@ func (d *Dispatcher) classifyResponse(t model.Task, ep *registry.Endpoint, resp 
 // with an error), an Unhandled one the runtime failing (server_error, like
 // a 5xx: it counts toward the breaker). Either is transient unless its
 // errorType is "Terminal".
-func functionFailure(ep *registry.Endpoint, resp *target.Response) verdict {
+func functionFailure(ep *registry.Endpoint, resp *transport.Response) verdict {
 	fe := resp.FunctionError
 	msg := fmt.Sprintf("the function of endpoint %s failed (%s %s): %s", ep.Name(), fe.Kind, fe.Type, fe.Message)
 	v := verdict{status: resp.Status, excerpt: resp.Body, failed: true, detail: msg,

@@ -23,8 +23,8 @@ import (
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
-	"github.com/convergeplane/converge/internal/applylog"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/applylog"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/convergeplane/converge/dispatch"
 	"github.com/convergeplane/converge/dispatch/egress/egresstest"
 	"github.com/convergeplane/converge/dispatch/registry"
-	"github.com/convergeplane/converge/internal/logbuf"
+	"github.com/convergeplane/converge/internal/testkit/logbuf"
 )
 
 // TestNoAnswerShowsItsClass: endpoints whose host does not resolve show

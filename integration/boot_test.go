@@ -11,7 +11,7 @@ import (
 	"time"
 
 	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
-	"github.com/convergeplane/converge/internal/testnet"
+	"github.com/convergeplane/converge/internal/testkit/testnet"
 )
 
 // TestStartWaitsForTheDatabase: a converge process started before its

@@ -10,7 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/convergeplane/converge/internal/browsertest"
+	"github.com/convergeplane/converge/internal/testkit/browsertest"
 )
 
 // TestConsolePerformance measures the console's figures of issue #17 in a

@@ -13,7 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
-	"github.com/convergeplane/converge/internal/browsertest"
+	"github.com/convergeplane/converge/internal/testkit/browsertest"
 	"github.com/convergeplane/converge/ui"
 )
 

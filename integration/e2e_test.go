@@ -19,7 +19,7 @@ import (
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/inproc"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // server is a real converge control plane (API, drainer, reaper) on its own

@@ -12,8 +12,8 @@ import (
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/dispatch/inproc"
-	"github.com/convergeplane/converge/internal/benchq"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/benchq"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -67,7 +67,7 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// benchQ is the ceiling (see internal/benchq), with as many claimers as
+// benchQ is the ceiling (see internal/testkit/benchq), with as many claimers as
 // the engine runs hot loops here: the executor's claim loop and its
 // completer.
 func benchQ(b *testing.B, n int) float64 {

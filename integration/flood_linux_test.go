@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // TestConnectionFlood: connections that never finish their headers, twice

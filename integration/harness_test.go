@@ -16,8 +16,8 @@ import (
 	"github.com/convergeplane/converge/control/reaper"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/inproc"
-	"github.com/convergeplane/converge/internal/applylog"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/applylog"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // TestMain runs the tests, or converge itself in a process a test started

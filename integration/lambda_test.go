@@ -12,8 +12,8 @@ import (
 	"time"
 
 	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
-	"github.com/convergeplane/converge/dispatch/target"
-	"github.com/convergeplane/converge/internal/lambdatest"
+	"github.com/convergeplane/converge/dispatch/transport"
+	"github.com/convergeplane/converge/internal/testkit/lambdatest"
 	"github.com/convergeplane/converge/webhooksdk"
 	sdklambda "github.com/convergeplane/converge/webhooksdk/lambda"
 )
@@ -138,17 +138,17 @@ func TestLambdaTargets(t *testing.T) {
 
 	var flakyCalls atomic.Int32
 	flaky := ls.Add("flaky-fn", lambdaFunc(t, &lambdaProvider{kind: "flaky"}))
-	flaky.FailWith(func() *target.FunctionError {
+	flaky.FailWith(func() *transport.FunctionError {
 		if flakyCalls.Add(1) <= 2 {
-			return &target.FunctionError{Kind: "Handled", Type: "errorString", Message: "boom: the database is down"}
+			return &transport.FunctionError{Kind: "Handled", Type: "errorString", Message: "boom: the database is down"}
 		}
 		return nil
 	})
 	s.registerLambda("lam-flaky", fn("flaky-fn", ""), none, "flaky")
 
 	doomed := ls.Add("doomed-fn", lambdaFunc(t, &lambdaProvider{kind: "doomed"}))
-	doomed.FailWith(func() *target.FunctionError {
-		return &target.FunctionError{Kind: "Handled", Type: target.TerminalErrorType, Message: "the spec can never work"}
+	doomed.FailWith(func() *transport.FunctionError {
+		return &transport.FunctionError{Kind: "Handled", Type: transport.TerminalErrorType, Message: "the spec can never work"}
 	})
 	s.registerLambda("lam-doomed", fn("doomed-fn", ""), none, "doomed")
 

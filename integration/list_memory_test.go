@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // TestListMemoryIsBounded is issue 34's reproduction of unbounded list

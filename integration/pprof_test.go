@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
-	"github.com/convergeplane/converge/internal/testnet"
+	"github.com/convergeplane/converge/internal/testkit/testnet"
 )
 
 // TestPprofListener: PPROF_ADDR serves net/http/pprof on its own listener,

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
-	"github.com/convergeplane/converge/internal/logbuf"
-	"github.com/convergeplane/converge/internal/testnet"
+	"github.com/convergeplane/converge/internal/testkit/logbuf"
+	"github.com/convergeplane/converge/internal/testkit/testnet"
 )
 
 // serveEnv, set in a process's environment, makes this test binary run

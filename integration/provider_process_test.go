@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/convergeplane/converge/internal/logbuf"
+	"github.com/convergeplane/converge/internal/testkit/logbuf"
 )
 
 // startProviderProcess runs cmd, a provider's own process, until the test

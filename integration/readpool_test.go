@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // withConnParams adds libpq parameters to dsn, a URL or key=value DSN.

@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/convergeplane/converge/internal/logbuf"
-	"github.com/convergeplane/converge/internal/testnet"
+	"github.com/convergeplane/converge/internal/testkit/logbuf"
+	"github.com/convergeplane/converge/internal/testkit/testnet"
 )
 
 // BenchmarkScale is issue #13's million: SCALE_N leaf resources (make

@@ -10,8 +10,8 @@ import (
 
 	ctlengine "github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
-	"github.com/convergeplane/converge/internal/benchq"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/benchq"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // BenchmarkEngineStages times the engine's steps for 10,000 leaves one after

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // TestNameChecksKeepTheirLanguage: 00027 rewrote the name CHECKs without

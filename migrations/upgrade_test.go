@@ -24,8 +24,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
-	"github.com/convergeplane/converge/internal/logbuf"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/logbuf"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 	"github.com/convergeplane/converge/migrations"
 )
 

@@ -2,12 +2,13 @@
 # Lists the packages of the fast test tier (make test-unit): those whose
 # tests need no PostgreSQL, no browser and no Lambda emulator, found from
 # what their test binaries link. A package whose tests link one of the
-# helpers that start those (internal/pgtest, embeddedpg, browsertest,
-# lambdatest), or that is one of them, is left to make test.
+# helpers that start those (internal/testkit/pgtest, internal/embeddedpg,
+# internal/testkit/browsertest, internal/testkit/lambdatest), or that is one
+# of them, is left to make test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-heavy='/internal/(pgtest|embeddedpg|browsertest|lambdatest)$'
+heavy='/internal/(embeddedpg|testkit/(pgtest|browsertest|lambdatest))$'
 ${GO:-go} list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... |
 	awk -v heavy="$heavy" '{
 		seen[$1] = 1

@@ -20,7 +20,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/convergeplane/converge/internal/logbuf"
+	"github.com/convergeplane/converge/internal/testkit/logbuf"
 	"github.com/convergeplane/converge/webhooksdk"
 	"github.com/convergeplane/converge/webhooksdk/sdktest"
 )

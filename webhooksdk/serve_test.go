@@ -25,7 +25,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/convergeplane/converge/internal/testnet"
+	"github.com/convergeplane/converge/internal/testkit/testnet"
 	"github.com/convergeplane/converge/webhooksdk"
 	"github.com/convergeplane/converge/webhooksdk/sdktest"
 )

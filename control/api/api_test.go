@@ -19,7 +19,7 @@ import (
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/api/apitest"
 	"github.com/convergeplane/converge/control/store"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

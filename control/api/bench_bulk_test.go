@@ -13,7 +13,7 @@ import (
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/api/apitest"
 	"github.com/convergeplane/converge/control/store"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // bulkN is how many leaf resources each half of a BenchmarkBulkApply round

@@ -10,7 +10,7 @@ import (
 
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/store"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // builtConsole stands for a `make ui` build: an index naming hashed assets.

@@ -15,7 +15,7 @@ import (
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/api/apitest"
 	"github.com/convergeplane/converge/control/store"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // eventsBundle is an API with its change stream, woken by a real LISTEN on

@@ -21,8 +21,8 @@ import (
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/api/apitest"
 	"github.com/convergeplane/converge/control/store"
-	"github.com/convergeplane/converge/internal/logbuf"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/logbuf"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // TestMutation is the black-box mutation run (issue #14): a real API server

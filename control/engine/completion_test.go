@@ -14,7 +14,7 @@ import (
 	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/engine/enginetest"
 	"github.com/convergeplane/converge/control/store"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/engine/enginetest"
 	"github.com/convergeplane/converge/control/model"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // Value flows racing each other. A route depends on its vpc and its tgw,

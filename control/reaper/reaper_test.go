@@ -8,7 +8,7 @@ import (
 	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/reaper"
 	"github.com/convergeplane/converge/control/store"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -10,7 +10,7 @@ import (
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/schema"
 	"github.com/convergeplane/converge/control/store"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/convergeplane/converge/control/store"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 func TestApplyResource(t *testing.T) {

@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/dispatch/registry"
-	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/dispatch/transport"
 	"github.com/convergeplane/converge/internal/startstop"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -162,14 +162,14 @@ func (p *Prober) Probe(ctx context.Context, pr registry.Probe) registry.ProbeRes
 	defer cancel()
 	now := time.Now()
 	msgID := "msg_health_" + randomHex()
-	resp, err := pr.Target.Deliver(ctx, &target.Delivery{
+	resp, err := pr.Target.Deliver(ctx, &transport.Delivery{
 		MsgID: msgID, Timestamp: now, Body: probeBody,
 		Signature: pr.Endpoint.Sign(msgID, now, probeBody),
 	})
 	if err != nil {
 		// Shown as its class (dns, refused, tls…): the error itself names
 		// the pod's resolver and addresses; the registry logs it.
-		return registry.ProbeResult{Err: &target.NoAnswerError{Err: err}}
+		return registry.ProbeResult{Err: &transport.NoAnswerError{Err: err}}
 	}
 	if resp.Status != http.StatusOK {
 		return registry.ProbeResult{Err: fmt.Errorf("answered %d %s: %s", resp.Status, http.StatusText(resp.Status), excerpt(resp.Body))}

@@ -14,7 +14,7 @@ import (
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/dispatch/health"
 	"github.com/convergeplane/converge/dispatch/registry"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 

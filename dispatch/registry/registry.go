@@ -40,7 +40,7 @@ import (
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/breaker"
 	"github.com/convergeplane/converge/dispatch/egress"
-	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/dispatch/transport"
 	"github.com/convergeplane/converge/internal/startstop"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -267,10 +267,10 @@ type conf struct {
 	current     *webhooksdk.Signer
 	all         *webhooksdk.Signer // current + previous, until allUntil
 	allUntil    time.Time
-	task        target.Target
-	probe       target.Target // nil: no health probe
-	probeKey    string        // what is probed: health state survives a refresh while it is the same
-	client      *http.Client  // a dedicated client (custom TLS), to close; nil for the shared one
+	task        transport.Target
+	probe       transport.Target // nil: no health probe
+	probeKey    string           // what is probed: health state survives a refresh while it is the same
+	client      *http.Client     // a dedicated client (custom TLS), to close; nil for the shared one
 	timeout     time.Duration
 }
 
@@ -322,12 +322,12 @@ func (r *Registry) buildConf(d store.DispatchEndpoint) *conf {
 		}
 		c.client = client
 	}
-	c.task = target.NewHTTPS(client, t.URL, r.cfg.UserAgent, r.cfg.MaxResponseBytes)
+	c.task = transport.NewHTTPS(client, t.URL, r.cfg.UserAgent, r.cfg.MaxResponseBytes)
 	if h := d.Health.URL; h != "" {
 		if err := egress.ValidateTargetURL(h, r.cfg.Egress); err != nil {
 			return fail("health URL %s is refused: %v", h, err)
 		}
-		c.probe, c.probeKey = target.NewHTTPS(client, h, r.cfg.UserAgent, probeMaxBody), h
+		c.probe, c.probeKey = transport.NewHTTPS(client, h, r.cfg.UserAgent, probeMaxBody), h
 	}
 	return c
 }
@@ -382,9 +382,9 @@ func (r *Registry) buildLambda(c *conf, d store.DispatchEndpoint) error {
 		} else if creds == nil {
 			return errors.New("auth aws_iam needs AWS credentials, and none are configured")
 		}
-		c.task = target.NewLambdaURL(r.shared, t.URL, r.cfg.UserAgent, r.cfg.MaxResponseBytes, creds, t.Region)
+		c.task = transport.NewLambdaURL(r.shared, t.URL, r.cfg.UserAgent, r.cfg.MaxResponseBytes, creds, t.Region)
 		if d.Health.Type == store.HealthInvoke {
-			c.probe = target.NewLambdaURL(r.shared, t.URL, r.cfg.UserAgent, probeMaxBody, creds, t.Region)
+			c.probe = transport.NewLambdaURL(r.shared, t.URL, r.cfg.UserAgent, probeMaxBody, creds, t.Region)
 		}
 	} else {
 		// The dispatcher owns retry (the egress client makes one request per
@@ -393,12 +393,12 @@ func (r *Registry) buildLambda(c *conf, d store.DispatchEndpoint) error {
 		if creds == nil {
 			return errors.New("a lambda target needs AWS credentials, and none are configured")
 		}
-		lc := target.LambdaConfig{Function: t.Function, Qualifier: t.Qualifier, Region: t.Region, Endpoint: t.EndpointURL,
+		lc := transport.LambdaConfig{Function: t.Function, Qualifier: t.Qualifier, Region: t.Region, Endpoint: t.EndpointURL,
 			Async: t.Invocation == store.InvocationAsync}
-		c.task = target.NewLambda(r.shared, lc, r.cfg.UserAgent, creds, r.cfg.MaxResponseBytes)
+		c.task = transport.NewLambda(r.shared, lc, r.cfg.UserAgent, creds, r.cfg.MaxResponseBytes)
 		if d.Health.Type == store.HealthInvoke {
 			lc.Async = false // a probe's answer is needed: sync
-			c.probe = target.NewLambda(r.shared, lc, r.cfg.UserAgent, creds, probeMaxBody)
+			c.probe = transport.NewLambda(r.shared, lc, r.cfg.UserAgent, creds, probeMaxBody)
 		}
 	}
 	if c.probe != nil {
@@ -465,11 +465,11 @@ func (e *Endpoint) RequestTimeout() time.Duration { return e.conf.Load().timeout
 
 // MaxRequestBytes is the largest envelope the endpoint takes whole: the
 // smaller of its configured max_request_bytes and its transport's cap
-// (target.Limited), 0 when neither limits it.
+// (transport.Limited), 0 when neither limits it.
 func (e *Endpoint) MaxRequestBytes() int {
 	c := e.conf.Load()
 	n := c.cfg.Target.MaxRequestBytes
-	if l, ok := c.task.(target.Limited); ok && l.MaxRequestBytes() > 0 && (n == 0 || l.MaxRequestBytes() < n) {
+	if l, ok := c.task.(transport.Limited); ok && l.MaxRequestBytes() > 0 && (n == 0 || l.MaxRequestBytes() < n) {
 		n = l.MaxRequestBytes()
 	}
 	return n
@@ -480,7 +480,7 @@ func (e *Endpoint) MaxRequestBytes() int {
 func (e *Endpoint) MaxBatch() int { return max(1, e.conf.Load().cfg.MaxBatch) }
 
 // Deliver sends d to the endpoint's task target.
-func (e *Endpoint) Deliver(ctx context.Context, d *target.Delivery) (*target.Response, error) {
+func (e *Endpoint) Deliver(ctx context.Context, d *transport.Delivery) (*transport.Response, error) {
 	c := e.conf.Load()
 	if c.task == nil {
 		return nil, errors.New("endpoint " + e.name + " is unusable: " + c.unusable)

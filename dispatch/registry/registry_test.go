@@ -12,7 +12,7 @@ import (
 	"github.com/convergeplane/converge/dispatch/breaker"
 	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/dispatch/registry"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

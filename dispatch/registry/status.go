@@ -9,7 +9,7 @@ import (
 
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/breaker"
-	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/dispatch/transport"
 )
 
 // EndpointStatus is an endpoint's runtime state on this pod, for the
@@ -93,7 +93,7 @@ func (e *Endpoint) statusLocked(now time.Time) EndpointStatus {
 // Probe is one endpoint's health-probe assignment, for the prober.
 type Probe struct {
 	Endpoint *Endpoint
-	Target   target.Target
+	Target   transport.Target
 	Interval time.Duration
 }
 
@@ -124,7 +124,7 @@ func (r *Registry) Probes() []Probe {
 // answer, a non-200, an unreadable body), else the readiness the endpoint
 // reported per "kind/version". Err's text is what readers of the
 // endpoint's state are shown: a probe that got no answer carries a
-// *target.NoAnswerError, whose text is the classified reason and whose
+// *transport.NoAnswerError, whose text is the classified reason and whose
 // cause ReportProbe logs when the reason changes.
 type ProbeResult struct {
 	Err   error
@@ -175,7 +175,7 @@ func (e *Endpoint) ReportProbe(res ProbeResult) {
 	if res.Err != nil {
 		e.probeErr = res.Err.Error()
 	}
-	if na, ok := errors.AsType[*target.NoAnswerError](res.Err); ok && e.probeErr != was {
+	if na, ok := errors.AsType[*transport.NoAnswerError](res.Err); ok && e.probeErr != was {
 		r.cfg.Logger.Warn("endpoint health probe got no answer", "endpoint", e.name, "reason", e.probeErr, "err", na.Err)
 	}
 	if e.health == nil {

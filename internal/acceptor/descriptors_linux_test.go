@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/internal/acceptor"
-	"github.com/convergeplane/converge/internal/logbuf"
+	"github.com/convergeplane/converge/internal/testkit/logbuf"
 )
 
 // TestOutOfDescriptors: with every descriptor the process may open in use,

@@ -20,7 +20,7 @@ import (
 	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/egress"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // TestMain gives each test its own database (pgtest) and fails the package

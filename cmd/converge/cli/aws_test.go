@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
-	"github.com/convergeplane/converge/internal/awstest"
+	"github.com/convergeplane/converge/internal/testkit/awstest"
 )
 
 // TestDBIAMAuth: with DB_IAM_AUTH every new connection gets a fresh RDS

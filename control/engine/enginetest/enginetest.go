@@ -14,7 +14,7 @@ import (
 
 	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/model"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 // LeafDB is a test database with the kind 'leaf' (one specChange reaction

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/examples/classic"
-	"github.com/convergeplane/converge/internal/testnet"
+	"github.com/convergeplane/converge/internal/testkit/testnet"
 	"github.com/convergeplane/converge/webhooksdk"
 	"github.com/convergeplane/converge/webhooksdk/sdktest"
 )

@@ -16,7 +16,7 @@ import (
 // reference.
 func load(t *testing.T) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile("../../template.yaml")
+	b, err := os.ReadFile("../../../template.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/convergeplane/converge/internal/awstest"
+	"github.com/convergeplane/converge/internal/testkit/awstest"
 )
 
 func main() {

@@ -1,4 +1,4 @@
-package target_test
+package transport_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/convergeplane/converge/dispatch/egress"
-	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/dispatch/transport"
 )
 
 // TestReason: each error a delivery gets without an answer is shown as its
@@ -61,19 +61,19 @@ func TestReason(t *testing.T) {
 			"blocked: the egress policy refuses a private (RFC 1918) address"},
 		{"plain http refused", sent(&egress.BlockedError{Reason: "plain http is not allowed; use https"}),
 			"blocked: plain http is not allowed; use https"},
-		{"no credentials", fmt.Errorf("%w: %w", target.ErrCredentials, dial(os.NewSyscallError("connect", syscall.ECONNREFUSED))),
+		{"no credentials", fmt.Errorf("%w: %w", transport.ErrCredentials, dial(os.NewSyscallError("connect", syscall.ECONNREFUSED))),
 			"credentials: the dispatcher cannot get AWS credentials to sign the request"},
 		{"anything else", sent(errors.New("http: server gave HTTP response to HTTPS client at " + secret)), "network: the request failed"},
-		{"too large", &target.TooLargeError{Size: 7 << 20, Limit: 6 << 20}, (&target.TooLargeError{Size: 7 << 20, Limit: 6 << 20}).Error()},
+		{"too large", &transport.TooLargeError{Size: 7 << 20, Limit: 6 << 20}, (&transport.TooLargeError{Size: 7 << 20, Limit: 6 << 20}).Error()},
 	} {
-		got := target.Reason(tc.err)
+		got := transport.Reason(tc.err)
 		if got != tc.want {
 			t.Errorf("%s: Reason = %q, want %q", tc.name, got, tc.want)
 		}
 		if strings.Contains(got, secret) || strings.Contains(got, "10.1.2.3") {
 			t.Errorf("%s: Reason %q shows an address", tc.name, got)
 		}
-		na := &target.NoAnswerError{Err: tc.err}
+		na := &transport.NoAnswerError{Err: tc.err}
 		if na.Error() != got || !errors.Is(na, tc.err) {
 			t.Errorf("%s: NoAnswerError reads %q, unwraps to the error: %v", tc.name, na.Error(), errors.Is(na, tc.err))
 		}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/convergeplane/converge/internal/testnet"
+	"github.com/convergeplane/converge/internal/testkit/testnet"
 )
 
 // EmulatorEnv names the AWS Lambda Runtime Interface Emulator binary;

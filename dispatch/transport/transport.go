@@ -1,9 +1,10 @@
-// Package target carries signed deliveries to a provider endpoint. The
-// dispatcher builds and signs the envelope once per attempt; a Target only
-// moves the bytes and brings back the provider's answer, so a new transport
-// (the Lambda Invoke API, a SigV4-signed Function URL) is one more Target,
-// with classification, fencing and bookkeeping unchanged.
-package target
+// Package transport carries signed deliveries to a provider endpoint: an
+// HTTPS POST, the Lambda Invoke API, or a SigV4-signed Function URL, each a
+// Target. The dispatcher builds and signs the envelope once per attempt; a
+// Target only moves the bytes and brings back the provider's answer, so a
+// new transport is one more Target, with classification, fencing and
+// bookkeeping unchanged.
+package transport
 
 import (
 	"bytes"

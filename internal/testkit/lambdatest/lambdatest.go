@@ -30,7 +30,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
-	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/dispatch/transport"
 )
 
 // Static test credentials: never the machine's.
@@ -69,18 +69,18 @@ type Function struct {
 	Invocations, Events, Throttled atomic.Int32
 
 	mu   sync.Mutex
-	fail func() *target.FunctionError
+	fail func() *transport.FunctionError
 }
 
 // FailWith makes each invocation ask f first: a non-nil answer is returned
 // as a function error (X-Amz-Function-Error) instead of running.
-func (f *Function) FailWith(fn func() *target.FunctionError) {
+func (f *Function) FailWith(fn func() *transport.FunctionError) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fail = fn
 }
 
-func (f *Function) failure() *target.FunctionError {
+func (f *Function) failure() *transport.FunctionError {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail == nil {
@@ -156,7 +156,7 @@ func (s *Server) serveInvoke(w http.ResponseWriter, r *http.Request) {
 	}
 	f.Throttle.Store(0)
 	var ev events.LambdaFunctionURLRequest
-	if err := json.Unmarshal(body, &ev); err != nil || ev.Version != target.EventVersion {
+	if err := json.Unmarshal(body, &ev); err != nil || ev.Version != transport.EventVersion {
 		awsError(w, http.StatusBadRequest, "InvalidRequestContentException", "not a converge.v1 event")
 		return
 	}
@@ -181,7 +181,7 @@ func (s *Server) serveInvoke(w http.ResponseWriter, r *http.Request) {
 				_ = json.NewEncoder(w).Encode(resp)
 				return
 			}
-			fe = &target.FunctionError{Kind: "Unhandled", Type: "errorString", Message: err.Error()}
+			fe = &transport.FunctionError{Kind: "Unhandled", Type: "errorString", Message: err.Error()}
 		}
 		w.Header().Set("X-Amz-Function-Error", fe.Kind)
 		w.WriteHeader(http.StatusOK)

@@ -5,8 +5,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/convergeplane/converge/internal/applylog"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/applylog"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

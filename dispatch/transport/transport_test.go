@@ -1,4 +1,4 @@
-package target_test
+package transport_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/dispatch/egress"
-	"github.com/convergeplane/converge/dispatch/target"
+	"github.com/convergeplane/converge/dispatch/transport"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -29,7 +29,7 @@ func TestRetryAfter(t *testing.T) {
 		"99999999999":                   24 * time.Hour,
 	}
 	for in, want := range tests {
-		if got := target.RetryAfter(in, now); got != want {
+		if got := transport.RetryAfter(in, now); got != want {
 			t.Errorf("RetryAfter(%q) = %s, want %s", in, got, want)
 		}
 	}
@@ -64,12 +64,12 @@ func TestHTTPSDeliver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tgt := target.NewHTTPS(client, srv.URL, "ua/1", 10)
+	tgt := transport.NewHTTPS(client, srv.URL, "ua/1", 10)
 	signer, _ := webhooksdk.NewSigner(secret)
-	send := func(body string) *target.Response {
+	send := func(body string) *transport.Response {
 		t.Helper()
 		now := time.Now()
-		resp, err := tgt.Deliver(context.Background(), &target.Delivery{MsgID: "msg_1", Timestamp: now, Body: []byte(body),
+		resp, err := tgt.Deliver(context.Background(), &transport.Delivery{MsgID: "msg_1", Timestamp: now, Body: []byte(body),
 			Signature: signer.Sign("msg_1", now, []byte(body))})
 		if err != nil {
 			t.Fatal(err)
@@ -90,7 +90,7 @@ func TestHTTPSDeliver(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := tgt.Deliver(ctx, &target.Delivery{MsgID: "m", Timestamp: time.Now(), Body: []byte("x")}); err == nil {
+	if _, err := tgt.Deliver(ctx, &transport.Delivery{MsgID: "m", Timestamp: time.Now(), Body: []byte("x")}); err == nil {
 		t.Error("a cancelled context delivered")
 	}
 }
@@ -101,7 +101,7 @@ func TestEventTraceparent(t *testing.T) {
 	t.Parallel()
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for _, tc := range []struct{ traceparent, want string }{{tp, `"traceparent":"` + tp + `"`}, {"", ""}} {
-		b, err := target.EncodeEvent(&target.Delivery{MsgID: "msg_1", Timestamp: time.Unix(1767225600, 0), Body: []byte(`{}`),
+		b, err := transport.EncodeEvent(&transport.Delivery{MsgID: "msg_1", Timestamp: time.Unix(1767225600, 0), Body: []byte(`{}`),
 			Signature: "v1,x", TraceParent: tc.traceparent}, false)
 		if err != nil {
 			t.Fatal(err)

@@ -3,8 +3,8 @@ package benchq_test
 import (
 	"testing"
 
-	"github.com/convergeplane/converge/internal/benchq"
-	"github.com/convergeplane/converge/internal/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/benchq"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
