@@ -106,11 +106,7 @@ once; store it, it cannot be shown again.`,
 }
 
 func (a *app) apply(ctx context.Context, cmd *cobra.Command, o *applyOpts) error {
-	c, err := a.api()
-	if err != nil {
-		return err
-	}
-	p, err := a.printer()
+	c, p, err := a.session()
 	if err != nil {
 		return err
 	}

@@ -236,6 +236,20 @@ func (a *app) api() (*Client, error) {
 	return c, nil
 }
 
+// session returns what most commands need: the API client and the output
+// printer.
+func (a *app) session() (*Client, *printer, error) {
+	c, err := a.api()
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := a.printer()
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, p, nil
+}
+
 // printer returns the output printer for -o.
 func (a *app) printer() (*printer, error) {
 	if err := a.validate(); err != nil {

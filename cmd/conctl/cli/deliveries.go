@@ -102,11 +102,7 @@ was a reactor delivery; -o json or -o yaml prints the server's answer.`,
 			if err != nil || id < 1 {
 				return usagef("invalid delivery id %q: want a positive integer (the ID column of conctl deliveries)", args[0])
 			}
-			c, err := a.api()
-			if err != nil {
-				return err
-			}
-			p, err := a.printer()
+			c, p, err := a.session()
 			if err != nil {
 				return err
 			}

@@ -159,11 +159,7 @@ func collectionPath(t *objectType) string {
 // getOne fetches and prints one object. fill supplies table cells the server
 // may leave out (a kind config does not repeat its kind and version).
 func (a *app) getOne(cmd *cobra.Command, t *objectType, path string, fill map[string]string) error {
-	c, err := a.api()
-	if err != nil {
-		return err
-	}
-	p, err := a.printer()
+	c, p, err := a.session()
 	if err != nil {
 		return err
 	}

@@ -206,11 +206,7 @@ default, or as the server returned them with -o json or -o yaml
 }
 
 func (a *app) list(cmd *cobra.Command, t *objectType, q url.Values, all bool) error {
-	c, err := a.api()
-	if err != nil {
-		return err
-	}
-	p, err := a.printer()
+	c, p, err := a.session()
 	if err != nil {
 		return err
 	}

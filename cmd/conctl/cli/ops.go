@@ -74,11 +74,7 @@ too (422).`,
 			if err != nil {
 				return err
 			}
-			c, err := a.api()
-			if err != nil {
-				return err
-			}
-			p, err := a.printer()
+			c, p, err := a.session()
 			if err != nil {
 				return err
 			}

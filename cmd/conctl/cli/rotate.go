@@ -19,11 +19,7 @@ grace window the server signs with both the old and the new secret.`)
 		Short:   "Rotate an endpoint's signing secret",
 		Args:    exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.api()
-			if err != nil {
-				return err
-			}
-			p, err := a.printer()
+			c, p, err := a.session()
 			if err != nil {
 				return err
 			}
