@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/convergeplane/converge/internal/demo"
 	"github.com/convergeplane/converge/internal/embeddedpg"
 )
 
@@ -53,12 +54,12 @@ runs quickstart-provider's five-resource site. Logs go to the data dir.`,
 			}
 			log := cfg.NewLogger(os.Stderr)
 			ctx := cmd.Context()
-			var d demo
+			var d demo.Demo
 			if demoName != "" { // fail before starting anything
-				if d, err = demoFor(demoName, bom, faultRate); err != nil {
+				if d, err = demo.For(demoName, bom, faultRate); err != nil {
 					return usageError{fmt.Errorf("demo: %w", err)}
 				}
-				if _, err := providerBinary(d.binary); err != nil {
+				if err := d.Check(); err != nil {
 					return fmt.Errorf("demo: %w", err)
 				}
 			}
@@ -111,7 +112,11 @@ runs quickstart-provider's five-resource site. Logs go to the data dir.`,
 			fmt.Fprintf(stdout, "converge is up\n  console: %s/\n  API:     %s/api/v1\n  docs:    %s/docs\n  OpenAPI: %s/openapi.json\n  try:     conctl --server %s list kinds\n",
 				base, base, base, base, base)
 			if demoName != "" {
-				stopDemo, err := runDemo(ctx, stdout, base, cfg, d)
+				var token string
+				if len(cfg.AdminTokens) > 0 {
+					token = cfg.AdminTokens[0]
+				}
+				stopDemo, err := demo.Run(ctx, stdout, base, token, cfg.DataDir, d)
 				defer stopDemo()
 				if err != nil {
 					s.Stop() //nolint:errcheck // reporting the demo error instead
@@ -142,7 +147,7 @@ runs quickstart-provider's five-resource site. Logs go to the data dir.`,
 	cmd.Flags().BoolVar(&reset, "reset", false, "wipe the data dir (database and dev keys) first")
 	cmd.Flags().StringVar(&demoName, "demo", "", "run a demo: classic or quickstart (--demo alone: classic)")
 	cmd.Flags().Lookup("demo").NoOptDefVal = "classic"
-	cmd.Flags().StringVar(&bom, "bom", "small", "the classic demo's BOM: "+strings.Join(demoBOMs, ", "))
+	cmd.Flags().StringVar(&bom, "bom", "small", "the classic demo's BOM: "+strings.Join(demo.BOMs, ", "))
 	cmd.Flags().Float64Var(&faultRate, "fault-rate", 0, "the classic demo providers' transient failure rate, 0 to below 1 (FAKE_FAULT_RATE)")
 	cmd.Flags().IntVar(&pgPort, "pg-port", 0, "port for the embedded Postgres (0 picks a free one)")
 	return cmd

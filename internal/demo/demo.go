@@ -1,4 +1,9 @@
-package cli
+// Package demo runs a demo on a converge server, as `converge dev --demo`
+// does: it starts an example provider as its own process (and the
+// S3-compatible store the classic demo's reactor writes to), registers it
+// as an endpoint, applies the objects the provider prints, and shows the
+// root converge live. Everything goes through the public REST API.
+package demo
 
 import (
 	"bytes"
@@ -21,11 +26,11 @@ import (
 	"github.com/convergeplane/converge/internal/watchview"
 )
 
-// A demo is an example provider binary, built by `make build` into bin/ next
+// A Demo is an example provider binary, built by `make build` into bin/ next
 // to converge, plus the objects its `objects` command prints and the
 // services it needs. The converge binary links no example code: the
 // provider is its own process.
-type demo struct {
+type Demo struct {
 	name    string   // the --demo value and the endpoint's name
 	binary  string   // the provider's executable
 	objects []string // the arguments of its objects command
@@ -34,24 +39,24 @@ type demo struct {
 	next    []string // what to try once the root is Ready
 }
 
-// demoBOMs are the classic demo's bills of materials.
-var demoBOMs = []string{"small", "large", "updated"}
+// BOMs are the classic demo's bills of materials.
+var BOMs = []string{"small", "large", "updated"}
 
-// demoFor picks the demo named name: "classic" (bom selects its BOM,
+// For picks the demo named name: "classic" (bom selects its BOM,
 // faultRate its providers' transient failure rate) or "quickstart".
-func demoFor(name, bom string, faultRate float64) (demo, error) {
+func For(name, bom string, faultRate float64) (Demo, error) {
 	switch name {
 	case "quickstart":
-		return demo{name: name, binary: "quickstart-provider", objects: []string{"objects"}, env: []string{"WORK_DELAY=400ms"},
+		return Demo{name: name, binary: "quickstart-provider", objects: []string{"objects"}, env: []string{"WORK_DELAY=400ms"},
 			next: []string{"conctl get resource site/sample-site", "conctl delete resource site/sample-site"}}, nil
 	case "classic":
-		if !slices.Contains(demoBOMs, bom) {
-			return demo{}, fmt.Errorf("unknown BOM %q: want one of %s", bom, strings.Join(demoBOMs, ", "))
+		if !slices.Contains(BOMs, bom) {
+			return Demo{}, fmt.Errorf("unknown BOM %q: want one of %s", bom, strings.Join(BOMs, ", "))
 		}
 		if faultRate < 0 || faultRate >= 1 {
-			return demo{}, fmt.Errorf("fault rate %g: want at least 0 and below 1", faultRate)
+			return Demo{}, fmt.Errorf("fault rate %g: want at least 0 and below 1", faultRate)
 		}
-		return demo{name: name, binary: "classic-provider", objects: []string{"objects", "--bom", bom}, s3: true,
+		return Demo{name: name, binary: "classic-provider", objects: []string{"objects", "--bom", bom}, s3: true,
 			// The local store takes any credentials, but the S3 client signs
 			// every request: without these it would look for an instance role.
 			env: []string{"FAKE_FAULT_RATE=" + strconv.FormatFloat(faultRate, 'f', -1, 64),
@@ -64,15 +69,17 @@ func demoFor(name, bom string, faultRate float64) (demo, error) {
 				"conctl delete resource classicbom/<name>           # the cascade, in reverse dependency order",
 			}}, nil
 	}
-	return demo{}, fmt.Errorf("unknown demo %q: want classic or quickstart", name)
+	return Demo{}, fmt.Errorf("unknown demo %q: want classic or quickstart", name)
 }
 
-// runDemo starts the demo's services and provider, registers its endpoint,
+// Run starts the demo's services and provider, registers its endpoint,
 // applies its kinds, configs, bindings and resources, and shows the last
 // resource (the root) converge with the watch view until it is Ready.
 // Everything goes through the public REST API, as an operator's tooling
 // would. stop ends what it started; it is set even on error.
-func runDemo(ctx context.Context, out io.Writer, base string, cfg Config, d demo) (stop func(), err error) {
+// base is the server's URL, token an admin token ("" for an open API) and
+// dataDir where the provider and the store log.
+func Run(ctx context.Context, out io.Writer, base, token, dataDir string, d Demo) (stop func(), err error) {
 	var stops []func()
 	stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -87,10 +94,10 @@ func runDemo(ctx context.Context, out io.Writer, base string, cfg Config, d demo
 	if err != nil {
 		return stop, err
 	}
-	c := &demoClient{base: base + "/api/v1", http: &http.Client{Timeout: 30 * time.Second}, token: firstOf(cfg.AdminTokens)}
+	c := &demoClient{base: base + "/api/v1", http: &http.Client{Timeout: 30 * time.Second}, token: token}
 	s3 := ""
 	if d.s3 {
-		endpoint, stopS3, err := startS3(ctx, cfg.DataDir)
+		endpoint, stopS3, err := startS3(ctx, dataDir)
 		if err != nil {
 			return stop, fmt.Errorf("S3 store: %w", err)
 		}
@@ -111,7 +118,7 @@ func runDemo(ctx context.Context, out io.Writer, base string, cfg Config, d demo
 
 	// The provider logs to a file: on a terminal its lines would tear the
 	// view drawn in place.
-	logPath := filepath.Join(cfg.DataDir, d.binary+".log")
+	logPath := filepath.Join(dataDir, d.binary+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return stop, fmt.Errorf("provider log: %w", err)
@@ -303,6 +310,13 @@ func (c *demoClient) send(ctx context.Context, method, path string, body []byte,
 	return resp.Header.Get("X-Apply-Result"), nil
 }
 
+// Check fails if the demo's provider binary cannot be found (see
+// providerBinary), before anything is started.
+func (d Demo) Check() error {
+	_, err := providerBinary(d.binary)
+	return err
+}
+
 // providerBinary finds the provider binary name next to this executable
 // (make build puts both in bin/), else on PATH.
 func providerBinary(name string) (string, error) {
@@ -374,11 +388,4 @@ func freeLoopback() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
-}
-
-func firstOf(s []string) string {
-	if len(s) == 0 {
-		return ""
-	}
-	return s[0]
 }
