@@ -3,8 +3,14 @@ package demo
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/convergeplane/converge/internal/watchview"
 )
 
 func TestDemoFor(t *testing.T) {
@@ -13,9 +19,15 @@ func TestDemoFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.binary != "classic-provider" || !slices.Equal(d.objects, []string{"objects", "--bom", "large"}) ||
+	if d.binary != "classic-provider" || len(d.steps) != 1 || !slices.Equal(d.steps[0].args, []string{"objects", "--bom", "large"}) ||
 		!slices.Contains(d.env, "FAKE_FAULT_RATE=0.25") || !d.s3 {
 		t.Errorf("classic large 0.25 = %+v", d)
+	}
+	// The updated BOM is applied onto the small one, so that it shows
+	// something removed.
+	if d, err := For("classic", "updated", 0); err != nil || len(d.steps) != 2 || !slices.Equal(d.steps[0].args, []string{"objects", "--bom", "small"}) ||
+		!slices.Equal(d.steps[1].args, []string{"objects", "--bom", "updated"}) {
+		t.Errorf("classic updated = %+v, %v", d, err)
 	}
 	if d, err := For("quickstart", "small", 0); err != nil || d.binary != "quickstart-provider" || d.s3 {
 		t.Errorf("quickstart = %+v, %v", d, err)
@@ -55,5 +67,92 @@ func TestWithS3(t *testing.T) {
 	}
 	if _, err := withS3(sink, ""); err == nil {
 		t.Error("a statussink config without an S3 store passed")
+	}
+}
+
+// TestNextSteps: the hints name the demo's own resources, and make hints
+// appear only where the Makefile is, never the demo that just ran, each
+// naming the Makefile's demo target and variables it has.
+func TestNextSteps(t *testing.T) {
+	t.Parallel()
+	tree := watchview.Snapshot{Root: watchview.Node{Kind: "classicbom", Name: "classic"}, Children: []watchview.Node{
+		{Kind: "vpc", Name: "classic-b"}, {Kind: "vpc", Name: "classic-a"}, {Kind: "account", Name: "classic-a"}}}
+	small, err := For("classic", "small", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(small.nextSteps("bin/conctl", tree, true), "\n")
+	for _, want := range []string{"bin/conctl watch resource classicbom/classic --follow ", "bin/conctl op vpc/classic-a enable_flow_logs --wait ",
+		"bin/conctl delete resource classicbom/classic ", "make demo BOM=updated ", "make demo BOM=large FAULT_RATE=0.25 "} {
+		if !strings.Contains(got, want) {
+			t.Errorf("hints lack %q:\n%s", want, got)
+		}
+	}
+	if got := strings.Join(small.nextSteps("bin/conctl", tree, false), "\n"); strings.Contains(got, "make ") {
+		t.Errorf("hints away from the Makefile name make:\n%s", got)
+	}
+	updated, err := For("classic", "updated", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(updated.nextSteps("bin/conctl", tree, true), "\n"); strings.Contains(got, "BOM=updated") || !strings.Contains(got, "BOM=large") {
+		t.Errorf("after BOM=updated the hints are:\n%s", got)
+	}
+	quick, err := For("quickstart", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	site := watchview.Snapshot{Root: watchview.Node{Kind: "site", Name: "shop"}}
+	if got := quick.nextSteps("./conctl --server http://127.0.0.1:9", site, true); len(got) != 3 ||
+		!strings.HasPrefix(got[0], "./conctl --server http://127.0.0.1:9 get resource site/shop     # ") {
+		t.Errorf("quickstart hints = %q", got)
+	}
+
+	makefile, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range small.hints {
+		if !h.make {
+			continue
+		}
+		f := strings.Fields(h.cmd)
+		if f[0] != "make" || !regexp.MustCompile(`(?m)^`+f[1]+`:`).Match(makefile) {
+			t.Errorf("hint %q: the Makefile has no target %s", h.cmd, f[1])
+		}
+		for _, kv := range f[2:] {
+			k, v, _ := strings.Cut(kv, "=")
+			if !regexp.MustCompile(`(?m)^` + k + ` \?=`).Match(makefile) {
+				t.Errorf("hint %q: the Makefile has no variable %s", h.cmd, k)
+			}
+			if k == "BOM" && !slices.Contains(BOMs, v) {
+				t.Errorf("hint %q: no BOM %s", h.cmd, v)
+			}
+		}
+	}
+}
+
+// TestConctl: the conctl next to converge, by a path that works from the
+// working directory, with --server unless the server is at conctl's
+// default.
+func TestConctl(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "conctl"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	noPath := func(string) string { return "" }
+	for _, c := range []struct {
+		env  Env
+		want string
+	}{
+		{Env{BinDir: bin, Base: "http://127.0.0.1:8080", Getenv: noPath}, filepath.Join(bin, "conctl")},
+		{Env{BinDir: bin, Base: "http://127.0.0.1:9000", Getenv: noPath}, filepath.Join(bin, "conctl") + " --server http://127.0.0.1:9000"},
+		{Env{BinDir: t.TempDir(), Base: "http://127.0.0.1:8080", Getenv: noPath}, "conctl"},
+		{Env{Base: "http://127.0.0.1:8080", Getenv: func(string) string { return bin }}, "conctl"}, // on PATH
+	} {
+		if got := Conctl(c.env); got != c.want {
+			t.Errorf("Conctl(%+v) = %q, want %q", c.env, got, c.want)
+		}
 	}
 }

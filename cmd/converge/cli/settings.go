@@ -183,7 +183,7 @@ func settings() []setting {
 			doc:  "serve Go's `net/http/pprof` on this host:port (its own listener; bind it to loopback), for profiling a live process",
 			read: readHostPort(func(c *Config) *string { return &c.PprofAddr }, "")},
 		{name: "CONVERGE_DATA_DIR", def: "`$XDG_CACHE_HOME/converge`, else `~/.cache/converge`",
-			doc: "dev mode only: embedded Postgres data and dev keys (as root the cluster may live elsewhere; see Local development)",
+			doc: "dev mode only: embedded Postgres data, dev keys and a demo's logs (as root the cluster may live elsewhere; see Local development)",
 			read: func(c *Config, v string, getenv func(string) string) error {
 				c.DataDir = v
 				if v != "" {
