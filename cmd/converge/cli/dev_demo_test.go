@@ -39,7 +39,20 @@ func startDemo(t *testing.T, args ...string) *demoRun {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build the example providers: %v\n%s", err, out)
 	}
-	r := &demoRun{dataDir: t.TempDir(), out: &logbuf.Buffer{}, errs: &logbuf.Buffer{}}
+	// A data dir every user can walk down to, so that as root the cluster
+	// stays in it (see embeddedpg.Config.ClusterDir) and goes with the test.
+	top, err := os.MkdirTemp("", "converge-demo-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(top) })
+	if err := os.Chmod(top, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &demoRun{dataDir: filepath.Join(top, "data"), out: &logbuf.Buffer{}, errs: &logbuf.Buffer{}}
+	if err := os.Mkdir(r.dataDir, 0o755); err != nil { // converge dev --reset would make it 0700
+		t.Fatal(err)
+	}
 	vars := map[string]string{"CONVERGE_DATA_DIR": r.dataDir, "LISTEN_ADDR": "127.0.0.1:0", "HEALTH_ADDR": "127.0.0.1:0",
 		"PATH": bin + string(filepath.ListSeparator) + os.Getenv("PATH")}
 	r.getenv = func(k string) string { return vars[k] }
@@ -151,7 +164,7 @@ func (r *demoRun) runHint(t *testing.T, hint string) string {
 // shown on exit), and every command it says to try next works as printed.
 func TestDemoQuickstart(t *testing.T) {
 	t.Parallel()
-	r := startDemo(t, "--reset", "--demo=quickstart")
+	r := startDemo(t, "--demo=quickstart")
 	out := r.out.String()
 	if logged := regexp.MustCompile(`(?m)^.*(level=|"level":).*$`).FindAllString(out, -1); logged != nil {
 		t.Errorf("the terminal shows log lines:\n%s", strings.Join(logged, "\n"))
@@ -186,7 +199,7 @@ func TestDemoQuickstart(t *testing.T) {
 // the team it removed and the one it added. Every hint works as printed.
 func TestDemoClassicUpdated(t *testing.T) {
 	t.Parallel()
-	r := startDemo(t, "--reset", "--demo=classic", "--bom=updated")
+	r := startDemo(t, "--demo=classic", "--bom=updated")
 	out := r.out.String()
 	for _, want := range []string{
 		"\nnext, the updated BOM, applied onto the small one (classic-provider objects --bom updated)\n",
