@@ -166,7 +166,8 @@ func TestDemoQuickstart(t *testing.T) {
 	t.Parallel()
 	r := startDemo(t, "--demo=quickstart")
 	out := r.out.String()
-	if logged := regexp.MustCompile(`(?m)^.*(level=|"level":).*$`).FindAllString(out, -1); logged != nil {
+	// stdout and stderr share the terminal.
+	if logged := regexp.MustCompile(`(?m)^.*(level=|"level":).*$`).FindAllString(out+r.errs.String(), -1); logged != nil {
 		t.Errorf("the terminal shows log lines:\n%s", strings.Join(logged, "\n"))
 	}
 	logPath := filepath.Join(r.dataDir, "converge.log")
