@@ -24,9 +24,9 @@ terminal the view is redrawn in place; elsewhere a line is printed each
 time the tally changes.
 It exits 0 once the resource is Ready (--follow keeps watching), 1 if
 --timeout elapses first.`)
-	cmd.Example = `  conctl watch resource classicbom/small
-  conctl watch resource classicbom/large --timeout 10m
-  conctl watch resource classicbom/small --follow`
+	cmd.Example = `  conctl watch resource classicbom/classic
+  conctl watch resource classicbom/classic --timeout 10m
+  conctl watch resource site/shop --follow`
 
 	var (
 		timeout  time.Duration
