@@ -30,26 +30,7 @@ type ref struct {
 // resources, and says what it did in a line or two. It returns the last
 // resource, the root to watch.
 func (c *client) applyObjects(ctx context.Context, out io.Writer, objs objects, s3 string) (ref, error) {
-	var applied []string
-	tally := func(what string, results []string) {
-		if len(results) == 0 {
-			return
-		}
-		counts := map[string]int{}
-		var order []string
-		for _, r := range results {
-			if counts[r] == 0 {
-				order = append(order, r)
-			}
-			counts[r]++
-		}
-		parts := make([]string, len(order))
-		for i, r := range order {
-			parts[i] = fmt.Sprintf("%d %s", counts[r], r)
-		}
-		applied = append(applied, fmt.Sprintf("%s (%s)", what, strings.Join(parts, ", ")))
-	}
-	var results []string
+	var applied, results []string
 	for i, body := range objs.Manifests {
 		k := objs.kinds[i]
 		res, err := c.send(ctx, http.MethodPut, "/kinds/"+url.PathEscape(k.Kind)+"/manifest", body, nil)
@@ -58,22 +39,19 @@ func (c *client) applyObjects(ctx context.Context, out io.Writer, objs objects, 
 		}
 		results = append(results, res)
 	}
-	tally(plural(len(objs.Manifests), "kind manifest"), results)
-	results = nil
+	applied, results = appendTally(applied, "kind manifest", results), nil
 	for _, body := range objs.ProviderConfigs {
 		body, err := withS3(body, s3)
 		if err != nil {
 			return ref{}, err
 		}
-		var pc ref
-		res, err := c.send(ctx, http.MethodPost, "/providerconfigs", body, &pc)
+		res, err := c.send(ctx, http.MethodPost, "/providerconfigs", body, nil)
 		if err != nil {
 			return ref{}, fmt.Errorf("apply a provider config: %w", err)
 		}
 		results = append(results, res)
 	}
-	tally(plural(len(objs.ProviderConfigs), "provider config"), results)
-	results = nil
+	applied, results = appendTally(applied, "provider config", results), nil
 	for _, body := range objs.Bindings {
 		res, err := c.send(ctx, http.MethodPost, "/reactor-bindings", body, nil)
 		if err != nil {
@@ -81,7 +59,7 @@ func (c *client) applyObjects(ctx context.Context, out io.Writer, objs objects, 
 		}
 		results = append(results, res)
 	}
-	tally(plural(len(objs.Bindings), "reactor binding"), results)
+	applied = appendTally(applied, "reactor binding", results)
 	var root ref
 	for i, body := range objs.Resources {
 		res, err := c.send(ctx, http.MethodPost, "/resources", body, &root)
@@ -94,12 +72,28 @@ func (c *client) applyObjects(ctx context.Context, out io.Writer, objs objects, 
 	return root, nil
 }
 
-// plural is "1 thing" or "3 things".
-func plural(n int, thing string) string {
-	if n == 1 {
-		return "1 " + thing
+// appendTally appends to to "3 things (2 unchanged, 1 created)", the
+// apply results of that many things; nothing for none.
+func appendTally(to []string, thing string, results []string) []string {
+	if len(results) == 0 {
+		return to
 	}
-	return fmt.Sprintf("%d %ss", n, thing)
+	counts := map[string]int{}
+	var order []string
+	for _, r := range results {
+		if counts[r] == 0 {
+			order = append(order, r)
+		}
+		counts[r]++
+	}
+	parts := make([]string, len(order))
+	for i, r := range order {
+		parts[i] = fmt.Sprintf("%d %s", counts[r], r)
+	}
+	if len(results) > 1 {
+		thing += "s"
+	}
+	return append(to, fmt.Sprintf("%d %s (%s)", len(results), thing, strings.Join(parts, ", ")))
 }
 
 // withS3 points a statussink provider config at the demo's S3 store; any

@@ -156,3 +156,13 @@ func TestConctl(t *testing.T) {
 		}
 	}
 }
+
+func TestAppendTally(t *testing.T) {
+	t.Parallel()
+	got := appendTally(nil, "kind manifest", []string{"unchanged", "created", "unchanged"})
+	got = appendTally(got, "reactor binding", []string{"created"})
+	got = appendTally(got, "provider config", nil)
+	if want := []string{"3 kind manifests (2 unchanged, 1 created)", "1 reactor binding (1 created)"}; !slices.Equal(got, want) {
+		t.Errorf("tally = %q, want %q", got, want)
+	}
+}
