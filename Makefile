@@ -35,7 +35,20 @@ demo-quickstart: build postgres ## the smaller quickstart demo: a five-resource 
 dev: build postgres ## run the control plane on an embedded Postgres (no demo)
 	./bin/converge dev
 
+# go test and golangci-lint print nothing while they compile, minutes on a
+# cold build cache. compile first builds the packages and everything their
+# tests import with go build -v, which names each package it compiles and
+# none it finds in the cache: counted, that is progress on a cold cache and
+# a single line on a warm one. $(1) is the target, $(2) build flags.
+define compile
+	@echo "$(1): compiling what the build cache lacks (a cold cache takes several minutes)"
+	@set -o pipefail; pkgs=$$($(GO) list -deps -test -f '{{if and (not .Standard) .GoFiles}}{{.ImportPath}}{{end}}' $(PKGS) | grep -v ' \|\.test$$') || exit 1; \
+	$(GO) build $(2) -v $$pkgs 2>&1 | awk 'function say() { print "  " n " package" (n == 1 ? "" : "s") " compiled" } \
+	  /^[^ :]+$$/ { if (++n % 50 == 0) say(); next } { print } END { if (n % 50) say() }'
+endef
+
 test: postgres $(RIE) ## run the whole test suite against real Postgres and the Lambda emulator (installs them if missing; RACE=1: under the race detector)
+	$(call compile,$@,$(if $(RACE),-race))
 	AWS_LAMBDA_RIE="$(CURDIR)/$(RIE)" $(GO) test $(if $(RACE),-race) -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 test-race: ## the suite under the race detector: make test RACE=1
@@ -101,6 +114,7 @@ functions: ## build each Lambda function in functions/ into bin/functions/<name>
 # The AWS Lambda Runtime Interface Emulator (see RIE above).
 $(RIE):
 	@mkdir -p bin/tools
+	@echo "installing the Lambda emulator $(RIE_VERSION) into bin/tools (once; a minute or two)"
 	GOBIN="$(CURDIR)/bin/tools" $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
 	mv bin/tools/aws-lambda-rie $@
 
@@ -111,10 +125,13 @@ GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 lint: $(GOLANGCI_LINT) ## no tracked binaries or big files (scripts/check-tracked.sh), no measured figures in code comments (scripts/check-comment-figures.sh), then golangci-lint (.golangci.yml: gofmt, go vet, staticcheck, errcheck, revive, gocritic, nolintlint)
 	./scripts/check-tracked.sh
 	./scripts/check-comment-figures.sh
+	$(call compile,$@)
+	@echo "lint: golangci-lint run ./... (its first run analyses every package: a few minutes)"
 	$(GOLANGCI_LINT) run ./...
 
 $(GOLANGCI_LINT):
 	@mkdir -p bin/tools
+	@echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) into bin/tools (once; several minutes)"
 	GOBIN="$(CURDIR)/bin/tools" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv bin/tools/golangci-lint $@
 

@@ -32,6 +32,9 @@ type Snapshot struct {
 	Children  []Node // every descendant, the root excluded
 	Truncated bool   // the server capped the subtree (GraphLimit)
 	At        time.Time
+	// Deps maps a node's ref to the refs of the nodes in the subtree it
+	// depends on, sorted.
+	Deps map[string][]string
 }
 
 // GraphLimit is the server's cap on a graph read's nodes.
@@ -39,13 +42,28 @@ const GraphLimit = 10000
 
 // DecodeGraph turns a graph answer into a snapshot of the root kind/name.
 func DecodeGraph(body []byte, kind, name string, at time.Time) (Snapshot, error) {
+	type ref struct {
+		Kind string `json:"kind"`
+		Name string `json:"name"`
+	}
 	var g struct {
 		Nodes []Node `json:"nodes"`
+		Edges []struct {
+			Dependent  ref `json:"dependent"`
+			Dependency ref `json:"dependency"`
+		} `json:"edges"`
 	}
 	if err := json.Unmarshal(body, &g); err != nil {
 		return Snapshot{}, fmt.Errorf("decode the graph of %s/%s: %w", kind, name, err)
 	}
-	s := Snapshot{At: at, Truncated: len(g.Nodes) >= GraphLimit}
+	s := Snapshot{At: at, Truncated: len(g.Nodes) >= GraphLimit, Deps: map[string][]string{}}
+	for _, e := range g.Edges {
+		from := e.Dependent.Kind + "/" + e.Dependent.Name
+		s.Deps[from] = append(s.Deps[from], e.Dependency.Kind+"/"+e.Dependency.Name)
+	}
+	for _, deps := range s.Deps {
+		slices.Sort(deps)
+	}
 	found := false
 	for _, n := range g.Nodes {
 		if !found && n.Kind == kind && n.Name == name {
@@ -72,6 +90,19 @@ type Laggard struct {
 	Phase  string
 	Age    time.Duration // since it last changed
 	Reason string
+	// WaitsFor is a resource it depends on that is not Ready, "" for none.
+	WaitsFor string
+	// Attempt is where its task stands, when Options.Attempt read it.
+	Attempt Attempt
+}
+
+// Attempt is where a resource's task stands, as its detail (GET
+// /resources/{kind}/{name}) shows it: the zero Attempt says nothing.
+type Attempt struct {
+	Failed  int       // attempts that failed so far
+	Next    time.Time // when the next attempt is due, if one is queued
+	Running bool      // an attempt is being delivered now
+	Parked  string    // why a queued attempt is not being claimed
 }
 
 // View is what the watch shows for one snapshot.
@@ -82,6 +113,7 @@ type View struct {
 	Total     int
 	Laggards  []Laggard
 	Truncated bool
+	At        time.Time // when the snapshot was read
 }
 
 // phaseOrder ranks phases for the tally when counts tie: healthy first.
@@ -89,12 +121,15 @@ var phaseOrder = []string{"Ready", "Reconciling", "Degraded", "Failed", "Deletin
 
 // Compute tallies the children's phases and picks at most max laggards:
 // those with a last_error first, then the non-Ready ones unchanged for
-// longest (the oldest pending work).
+// longest (the oldest pending work), each with the first resource it
+// depends on that is not Ready.
 func Compute(s Snapshot, max int) View {
-	v := View{Root: s.Root, Total: len(s.Children), Truncated: s.Truncated}
+	v := View{Root: s.Root, Total: len(s.Children), Truncated: s.Truncated, At: s.At}
 	counts := map[string]int{}
+	phases := map[string]string{s.Root.Ref(): s.Root.Phase}
 	var pending []Node
 	for _, n := range s.Children {
+		phases[n.Ref()] = n.Phase
 		counts[n.Phase]++
 		if n.Phase == "Ready" {
 			v.Ready++
@@ -133,6 +168,12 @@ func Compute(s Snapshot, max int) View {
 		l := Laggard{Ref: n.Ref(), Phase: n.Phase, Reason: n.LastError}
 		if !n.UpdatedAt.IsZero() && s.At.After(n.UpdatedAt) {
 			l.Age = s.At.Sub(n.UpdatedAt).Truncate(time.Second)
+		}
+		for _, d := range s.Deps[l.Ref] {
+			if phases[d] != "Ready" {
+				l.WaitsFor = d
+				break
+			}
 		}
 		v.Laggards = append(v.Laggards, l)
 	}
@@ -178,6 +219,12 @@ func (v View) Lines(width int) []string {
 	}
 	for _, l := range v.Laggards {
 		s := fmt.Sprintf("    %s %s for %s", l.Ref, l.Phase, l.Age)
+		if a := l.Attempt.text(v.At); a != "" {
+			s += ", " + a
+		}
+		if l.WaitsFor != "" {
+			s += ", waits for " + l.WaitsFor
+		}
 		if l.Reason != "" {
 			s += ": " + l.Reason
 		}
@@ -187,6 +234,23 @@ func (v View) Lines(width int) []string {
 		lines[i] = truncate(s, width)
 	}
 	return lines
+}
+
+// text is "attempt 4 in 12s", "attempt 4 running", "attempt 1 due" or
+// "attempt 2 parked (why)", at now; "" for the zero Attempt.
+func (a Attempt) text(now time.Time) string {
+	n := a.Failed + 1
+	switch {
+	case a.Running:
+		return fmt.Sprintf("attempt %d running", n)
+	case a.Parked != "":
+		return fmt.Sprintf("attempt %d parked (%s)", n, a.Parked)
+	case a.Next.IsZero():
+		return ""
+	case a.Next.Sub(now) >= time.Second:
+		return fmt.Sprintf("attempt %d in %s", n, a.Next.Sub(now).Round(time.Second))
+	}
+	return fmt.Sprintf("attempt %d due", n)
 }
 
 // truncate cuts s to width runes, marking the cut: a wrapped line would

@@ -179,6 +179,34 @@ func TestWatch(t *testing.T) {
 			t.Errorf("err = %v, want a timeout naming where it stands", err)
 		}
 	})
+	t.Run("AttemptsOnATerminal", func(t *testing.T) {
+		t.Parallel()
+		var asked []string
+		attempt := func(_ context.Context, ref string) (Attempt, error) {
+			asked = append(asked, ref)
+			if ref == "route/2" {
+				return Attempt{}, errors.New("gone")
+			}
+			return Attempt{Failed: 2, Next: t0.Add(time.Hour)}, nil
+		}
+		done := func(context.Context) (Snapshot, error) {
+			s := snapshot()
+			s.Root.Phase = "Ready"
+			return s, nil
+		}
+		var buf bytes.Buffer
+		if _, err := Watch(t.Context(), done, Options{Out: &buf, TTY: true, Width: 200, Interval: time.Millisecond, Laggards: 2, Attempt: attempt}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(asked, []string{"tgw/1", "route/2"}) || !strings.Contains(buf.String(), "tgw/1 Failed for 2s, attempt 3 in 1h0m0s: boom") ||
+			strings.Contains(buf.String(), "route/2 Reconciling for 40s,") {
+			t.Errorf("asked %v, drew %q; want tgw/1's attempt shown, route/2's error ignored", asked, buf.String())
+		}
+		asked = nil
+		if _, err := Watch(t.Context(), done, Options{Out: &buf, Interval: time.Millisecond, Laggards: 2, Attempt: attempt}); err != nil || asked != nil {
+			t.Errorf("not on a terminal: asked %v (%v), want nothing: the plain lines show no laggards", asked, err)
+		}
+	})
 	t.Run("FetchError", func(t *testing.T) {
 		t.Parallel()
 		boom := errors.New("boom")
@@ -188,4 +216,60 @@ func TestWatch(t *testing.T) {
 			t.Errorf("err = %v, want boom", err)
 		}
 	})
+}
+
+// TestLinesSayWhatLaggardsWaitFor: a failing child shows when its task is
+// tried next, and a pending child the dependency it waits for.
+func TestLinesSayWhatLaggardsWaitFor(t *testing.T) {
+	t.Parallel()
+	s := snapshot()
+	s.Deps = map[string][]string{"route/2": {"vpc/1", "tgw/1"}, "route/3": {"vpc/2"}}
+	slices.Sort(s.Deps["route/2"])
+	v := Compute(s, 3)
+	v.Laggards[0].Attempt = Attempt{Failed: 3, Next: t0.Add(12 * time.Second)}
+	v.Laggards[1].Attempt = Attempt{Failed: 0, Running: true}
+	want := []string{
+		"bom/a Reconciling",
+		"  Ready 3 · Reconciling 3 · Failed 1",
+		"  [#####################.............................] 3/7  42%",
+		"    tgw/1 Failed for 2s, attempt 4 in 12s: boom: injected fault",
+		"    route/2 Reconciling for 40s, attempt 1 running, waits for tgw/1",
+		"    route/3 Reconciling for 20s",
+	}
+	if got := v.Lines(80); !slices.Equal(got, want) {
+		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, c := range []struct {
+		a    Attempt
+		want string
+	}{
+		{Attempt{}, ""},
+		{Attempt{Failed: 2}, ""}, // its outcome awaits the drain: nothing queued
+		{Attempt{Failed: 2, Next: t0.Add(-time.Second)}, "attempt 3 due"},
+		{Attempt{Next: t0.Add(90 * time.Second)}, "attempt 1 in 1m30s"},
+		{Attempt{Failed: 1, Next: t0, Parked: "no ready endpoint serves vpc/1"}, "attempt 2 parked (no ready endpoint serves vpc/1)"},
+	} {
+		if got := c.a.text(t0); got != c.want {
+			t.Errorf("%+v reads %q, want %q", c.a, got, c.want)
+		}
+	}
+}
+
+func TestDecodeGraphDependencies(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"nodes":[{"kind":"bom","name":"a","phase":"Reconciling"},{"kind":"vpc","name":"1","phase":"Failed","last_error":"x"},
+		{"kind":"route","name":"1","phase":"Reconciling"},{"kind":"tgw","name":"1","phase":"Ready"}],
+		"edges":[{"dependent":{"kind":"route","name":"1"},"dependency":{"kind":"vpc","name":"1"}},
+		{"dependent":{"kind":"route","name":"1"},"dependency":{"kind":"tgw","name":"1"}}]}`)
+	s, err := DecodeGraph(body, "bom", "a", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Deps["route/1"]; !slices.Equal(got, []string{"tgw/1", "vpc/1"}) {
+		t.Errorf("route/1 depends on %v, want [tgw/1 vpc/1]", got)
+	}
+	v := Compute(s, 5)
+	if len(v.Laggards) != 2 || v.Laggards[1].Ref != "route/1" || v.Laggards[1].WaitsFor != "vpc/1" || v.Laggards[0].WaitsFor != "" {
+		t.Errorf("laggards = %+v, want route/1 waiting for vpc/1 (tgw/1 is Ready)", v.Laggards)
+	}
 }

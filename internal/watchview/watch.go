@@ -61,6 +61,10 @@ type Options struct {
 	Timeout  time.Duration // 0: never
 	Follow   bool          // keep watching after the root is Ready
 	Laggards int           // how many slow or failing children to show
+	// Attempt, when set, reads where a laggard's task stands (see
+	// Source.Attempt), shown beside it on a terminal: when its next
+	// attempt is due, or that it runs.
+	Attempt func(ctx context.Context, ref string) (Attempt, error)
 }
 
 // ErrTimeout means the root was not Ready within Options.Timeout.
@@ -90,6 +94,14 @@ func Watch(ctx context.Context, fetch func(context.Context) (Snapshot, error), o
 			return v, err
 		}
 		v = Compute(s, o.Laggards)
+		if o.TTY && o.Attempt != nil {
+			for i, l := range v.Laggards {
+				// A laggard gone since the graph read says nothing.
+				if a, err := o.Attempt(wctx, l.Ref); err == nil {
+					v.Laggards[i].Attempt = a
+				}
+			}
+		}
 		r.Draw(v, time.Since(start))
 		if v.Done() && !o.Follow {
 			return v, nil

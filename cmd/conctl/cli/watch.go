@@ -18,13 +18,15 @@ func (a *app) watchCommand() *cobra.Command {
 	cmd := typeGroup("watch", "Watch a composite converge",
 		`Watch shows a resource's owned subtree live: its children's phases tallied,
 a progress bar of those Ready, and the slowest or failing children (a
-last_error first, then those unchanged longest). On a terminal the view is
-redrawn in place; elsewhere a line is printed each time the tally changes.
+last_error first, then those unchanged longest), each with when its next
+attempt is due (or that it runs) and the dependency it waits for. On a
+terminal the view is redrawn in place; elsewhere a line is printed each
+time the tally changes.
 It exits 0 once the resource is Ready (--follow keeps watching), 1 if
 --timeout elapses first.`)
-	cmd.Example = `  conctl watch resource classicbom/small
-  conctl watch resource classicbom/large --timeout 10m
-  conctl watch resource classicbom/small --follow`
+	cmd.Example = `  conctl watch resource classicbom/classic
+  conctl watch resource classicbom/classic --timeout 10m
+  conctl watch resource site/shop --follow`
 
 	var (
 		timeout  time.Duration
@@ -55,17 +57,11 @@ It exits 0 once the resource is Ready (--follow keeps watching), 1 if
 			if n, err := strconv.Atoi(a.getenv("COLUMNS")); err == nil && n > 20 {
 				width = n
 			}
-			path := "/resources/" + seg(kind) + "/" + seg(name) + "/graph"
-			fetch := func(ctx context.Context) (watchview.Snapshot, error) {
-				body, err := c.Get(ctx, path, nil)
-				if err != nil {
-					return watchview.Snapshot{}, err
-				}
-				return watchview.DecodeGraph(body, kind, name, a.now())
-			}
-			_, err = watchview.Watch(cmd.Context(), fetch, watchview.Options{
+			src := watchview.Source{Kind: kind, Name: name, Now: a.now,
+				Get: func(ctx context.Context, path string) ([]byte, error) { return c.Get(ctx, path, nil) }}
+			_, err = watchview.Watch(cmd.Context(), src.Snapshot, watchview.Options{
 				Out: a.stdout, TTY: watchview.IsTerminal(a.stdout), Width: width,
-				Interval: watchInterval, Timeout: timeout, Follow: follow, Laggards: laggards,
+				Interval: watchInterval, Timeout: timeout, Follow: follow, Laggards: laggards, Attempt: src.Attempt,
 			})
 			return err
 		},

@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/convergeplane/converge/control/store"
+	"github.com/google/go-cmp/cmp"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -223,6 +226,77 @@ func TestLoadConfigListPageBytes(t *testing.T) {
 	for _, v := range []string{"0", "-1", "4MiB", "1e6"} {
 		if _, err := LoadConfig(env(map[string]string{"LIST_PAGE_BYTES": v})); err == nil || !strings.Contains(err.Error(), `LIST_PAGE_BYTES="`+v+`"`) {
 			t.Errorf("LIST_PAGE_BYTES=%s: err = %v, want one naming it", v, err)
+		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite docs/operations.md's configuration table from settings")
+
+// TestConfigReference keeps docs/operations.md's configuration table the
+// one settings describes: every variable LoadConfig reads, with its default
+// and meaning. With -update (go generate ./cmd/converge/cli) it rewrites
+// the table instead.
+func TestConfigReference(t *testing.T) {
+	const (
+		doc   = "../../../docs/operations.md"
+		begin = "<!-- The configuration table is written from cmd/converge/cli/settings.go: go generate ./cmd/converge/cli -->\n"
+		end   = "<!-- end of the configuration table -->\n"
+	)
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, rest, ok := strings.Cut(string(b), begin)
+	table, after, ok2 := strings.Cut(rest, end)
+	if !ok || !ok2 {
+		t.Fatalf("%s has no configuration table between the lines\n%s%s", doc, begin, end)
+	}
+	want := configReference()
+	if *update {
+		if err := os.WriteFile(doc, []byte(before+begin+want+end+after), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if diff := cmp.Diff(want, table); diff != "" {
+		t.Errorf("%s's configuration table is not the one settings.go describes (-want +got); "+
+			"run go generate ./cmd/converge/cli:\n%s", doc, diff)
+	}
+	for _, s := range settings() {
+		if !regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`).MatchString(s.name) || s.doc == "" || s.read == nil {
+			t.Errorf("setting %q: want an upper-case name, a doc and a reader", s.name)
+		}
+	}
+}
+
+// TestLoadConfigNeverQuotesASecret: a refused secret (a DSN, a token, a
+// key) is named, its value never quoted.
+func TestLoadConfigNeverQuotesASecret(t *testing.T) {
+	t.Parallel()
+	const value = "%zz-s3cret"
+	n := 0
+	for _, s := range settings() {
+		if !s.secret {
+			continue
+		}
+		n++
+		_, err := LoadConfig(env(map[string]string{s.name: value}))
+		if err == nil || !strings.Contains(err.Error(), s.name+`="(redacted)"`) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s=%s: err = %v, want one naming it and redacting the value", s.name, value, err)
+		}
+	}
+	if n < 6 {
+		t.Errorf("%d secret settings, want DATABASE_URL, DATABASE_READ_URL, two token lists and two keys", n)
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{5 * time.Second: "5s", time.Minute: "60s", 90 * time.Second: "90s",
+		5*time.Minute + 30*time.Second: "5m30s", 10 * time.Minute: "10m", 90 * time.Minute: "1h30m", 168 * time.Hour: "168h",
+		1500 * time.Millisecond: "1.5s"} {
+		if got := formatDuration(d); got != want {
+			t.Errorf("formatDuration(%s) = %q, want %q", d, got, want)
 		}
 	}
 }

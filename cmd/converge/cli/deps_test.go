@@ -8,7 +8,7 @@ import (
 
 // TestLinksNoExampleCode fails if the converge binary imports, directly or
 // not, anything under examples/: the demo runs the example provider as its
-// own binary and gets its kinds from it (see demo.go).
+// own binary and gets its kinds from it (see internal/demo).
 func TestLinksNoExampleCode(t *testing.T) {
 	t.Parallel()
 	const module = "github.com/convergeplane/converge"

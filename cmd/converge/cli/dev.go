@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/convergeplane/converge/internal/demo"
 	"github.com/convergeplane/converge/internal/embeddedpg"
 )
 
@@ -41,28 +43,39 @@ With DATABASE_URL set it uses that database instead.
 --demo also runs a demo: it starts an example provider (found next to
 converge or on PATH; make build puts it in bin/), registers it, applies the
 kinds, provider configs, reactor bindings and resources its objects command
-prints, and shows the root converge live. --demo=classic (the default) runs
-classic-provider with the BOM --bom names and --fault-rate transient
+prints, shows the root converge live, and then commands to try next.
+--demo=classic (the default) runs classic-provider with the BOM --bom names
+(--bom=updated converges the small one, then applies the updated one onto
+it and lists what it removed and added) and --fault-rate transient
 failures, with an S3-compatible store for its statussink reactor (this
 machine's moto_server, else a minimal one in process); --demo=quickstart
-runs quickstart-provider's five-resource site. Logs go to the data dir.`,
+runs quickstart-provider's five-resource site. With --demo the terminal
+keeps the live view: converge's log goes to converge.log in the data dir
+(its last lines are shown on exit), the provider's and the store's to
+files beside it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadDevConfig(getenv)
 			if err != nil {
 				return usageError{fmt.Errorf("bad configuration:\n%w", err)}
 			}
-			log := cfg.NewLogger(os.Stderr)
 			ctx := cmd.Context()
-			var d demo
+			env := demo.Env{Out: stdout, DataDir: cfg.DataDir, Getenv: getenv}
+			if self, err := os.Executable(); err == nil {
+				env.BinDir = filepath.Dir(self) // make build puts the providers and conctl next to converge
+			}
+			if len(cfg.AdminTokens) > 0 {
+				env.Token = cfg.AdminTokens[0]
+			}
+			var d demo.Demo
 			if demoName != "" { // fail before starting anything
-				if d, err = demoFor(demoName, bom, faultRate); err != nil {
+				if d, err = demo.For(demoName, bom, faultRate); err != nil {
 					return usageError{fmt.Errorf("demo: %w", err)}
 				}
-				if _, err := providerBinary(d.binary); err != nil {
+				if err := d.Check(env); err != nil {
 					return fmt.Errorf("demo: %w", err)
 				}
 			}
-			pgCfg := embeddedpg.Config{DataDir: filepath.Join(cfg.DataDir, "pg"), Port: pgPort, Persistent: true, Log: log}
+			pgCfg := embeddedpg.Config{DataDir: filepath.Join(cfg.DataDir, "pg"), Port: pgPort, Persistent: true}
 			if reset {
 				// As root the cluster may live outside the data dir (see
 				// embeddedpg.Config.ClusterDir); wipe it too.
@@ -80,6 +93,22 @@ runs quickstart-provider's five-resource site. Logs go to the data dir.`,
 			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 				return fmt.Errorf("data dir: %w", err)
 			}
+			log := cfg.NewLogger(os.Stderr)
+			if demoName != "" {
+				// The demo's terminal shows the live view: the logs go to a
+				// file, its last lines shown on the way out.
+				f, path, err := logFile(cfg.DataDir)
+				if err != nil {
+					return err
+				}
+				log = cfg.NewLogger(f)
+				fmt.Fprintf(stdout, "logs: %s (its last lines are shown on exit; tail -f it to follow)\n", path)
+				defer func() {
+					f.Close()
+					showTail(stdout, path, logTailLines)
+				}()
+			}
+			pgCfg.Log = log
 			var pgDied <-chan error // nil (never ready) without an embedded Postgres
 			if cfg.DatabaseURL == "" {
 				pg, err := embeddedpg.Start(ctx, pgCfg)
@@ -108,10 +137,11 @@ runs quickstart-provider's five-resource site. Logs go to the data dir.`,
 				return err
 			}
 			base := "http://" + loopback(s.Addr())
-			fmt.Fprintf(stdout, "converge is up\n  console: %s/\n  API:     %s/api/v1\n  docs:    %s/docs\n  OpenAPI: %s/openapi.json\n  try:     conctl --server %s list kinds\n",
-				base, base, base, base, base)
+			env.Base = base
+			fmt.Fprintf(stdout, "converge is up\n  console: %s/\n  API:     %s/api/v1\n  docs:    %s/docs\n  OpenAPI: %s/openapi.json\n  try:     %s list kinds\n",
+				base, base, base, base, demo.Conctl(env))
 			if demoName != "" {
-				stopDemo, err := runDemo(ctx, stdout, base, cfg, d)
+				stopDemo, err := demo.Run(ctx, d, env)
 				defer stopDemo()
 				if err != nil {
 					s.Stop() //nolint:errcheck // reporting the demo error instead
@@ -142,10 +172,52 @@ runs quickstart-provider's five-resource site. Logs go to the data dir.`,
 	cmd.Flags().BoolVar(&reset, "reset", false, "wipe the data dir (database and dev keys) first")
 	cmd.Flags().StringVar(&demoName, "demo", "", "run a demo: classic or quickstart (--demo alone: classic)")
 	cmd.Flags().Lookup("demo").NoOptDefVal = "classic"
-	cmd.Flags().StringVar(&bom, "bom", "small", "the classic demo's BOM: "+strings.Join(demoBOMs, ", "))
+	cmd.Flags().StringVar(&bom, "bom", "small", "the classic demo's BOM: "+strings.Join(demo.BOMs, ", ")+" (the small one, then the updated one applied onto it)")
 	cmd.Flags().Float64Var(&faultRate, "fault-rate", 0, "the classic demo providers' transient failure rate, 0 to below 1 (FAKE_FAULT_RATE)")
 	cmd.Flags().IntVar(&pgPort, "pg-port", 0, "port for the embedded Postgres (0 picks a free one)")
 	return cmd
+}
+
+// logTailLines is how many of the log's last lines a demo shows on exit.
+const logTailLines = 10
+
+// logFile creates converge.log in dir (truncating an earlier run's) for the
+// process's log.
+func logFile(dir string) (*os.File, string, error) {
+	path := filepath.Join(dir, "converge.log")
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("log file: %w", err)
+	}
+	return f, path, nil
+}
+
+// showTail prints the last n lines of the log at path to w.
+func showTail(w io.Writer, path string, n int) {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintf(w, "cannot show the log: %v\n", err)
+		return
+	}
+	defer f.Close()
+	const window = 64 << 10 // n lines of a text log fit well within it
+	if fi, err := f.Stat(); err == nil && fi.Size() > window {
+		if _, err := f.Seek(-window, io.SeekEnd); err != nil {
+			fmt.Fprintf(w, "cannot show the log: %v\n", err)
+			return
+		}
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		fmt.Fprintf(w, "cannot show the log: %v\n", err)
+		return
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	lines = lines[max(0, len(lines)-n):]
+	fmt.Fprintf(w, "\nthe last %d lines of %s:\n%s\n", len(lines), path, strings.Join(lines, "\n"))
 }
 
 // DevListenAddrDefault and DevHealthAddrDefault are where `converge dev`

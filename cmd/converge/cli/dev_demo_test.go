@@ -1,0 +1,224 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	conctl "github.com/convergeplane/converge/cmd/conctl/cli"
+	"github.com/convergeplane/converge/internal/testkit/logbuf"
+)
+
+// demoRun is `converge dev --demo` running in this test, as `make demo`
+// runs it, but on ports of its own: its API's base URL, its data dir, and
+// what it printed.
+type demoRun struct {
+	base, dataDir string
+	out, errs     *logbuf.Buffer
+	getenv        func(string) string
+	stop          func() int // Ctrl+C; the exit status
+}
+
+// startDemo builds the example providers into a directory on the demo's
+// PATH (make build puts them next to converge; this test binary is not
+// converge), runs `converge dev` with args until it prints "press Ctrl+C
+// to stop", and stops it when the test ends. It skips the test where this
+// machine has no PostgreSQL server binaries.
+func startDemo(t *testing.T, args ...string) *demoRun {
+	t.Helper()
+	bin := t.TempDir()
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin+string(filepath.Separator),
+		"./examples/quickstart/cmd/quickstart-provider", "./examples/classic/cmd/classic-provider")
+	build.Dir = "../../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build the example providers: %v\n%s", err, out)
+	}
+	// A data dir every user can walk down to, so that as root the cluster
+	// stays in it (see embeddedpg.Config.ClusterDir) and goes with the test.
+	top, err := os.MkdirTemp("", "converge-demo-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(top) })
+	if err := os.Chmod(top, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &demoRun{dataDir: filepath.Join(top, "data"), out: &logbuf.Buffer{}, errs: &logbuf.Buffer{}}
+	if err := os.Mkdir(r.dataDir, 0o755); err != nil { // converge dev --reset would make it 0700
+		t.Fatal(err)
+	}
+	vars := map[string]string{"CONVERGE_DATA_DIR": r.dataDir, "LISTEN_ADDR": "127.0.0.1:0", "HEALTH_ADDR": "127.0.0.1:0",
+		"PATH": bin + string(filepath.ListSeparator) + os.Getenv("PATH")}
+	r.getenv = func(k string) string { return vars[k] }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- Run(ctx, append([]string{"dev"}, args...), r.out, r.errs, r.getenv) }()
+	var code *int
+	r.stop = func() int {
+		if code == nil {
+			cancel()
+			select {
+			case c := <-done:
+				code = &c
+			case <-time.After(time.Minute):
+				t.Fatal("converge dev did not stop within a minute of Ctrl+C")
+			}
+		}
+		return *code
+	}
+	t.Cleanup(func() {
+		r.stop()
+		if t.Failed() {
+			t.Logf("converge dev printed:\n%s\nstderr:\n%s", r.out, r.errs)
+		}
+	})
+	deadline := time.Now().Add(3 * time.Minute)
+	for !strings.Contains(r.out.String(), "press Ctrl+C to stop\n") {
+		select {
+		case c := <-done:
+			code = &c
+			if strings.Contains(r.errs.String(), "embedded postgres") && !strings.Contains(r.out.String(), "converge is up") {
+				t.Skipf("converge dev could not start its Postgres (exit %d); no PostgreSQL server binaries?\n%s", c, r.errs)
+			}
+			t.Fatalf("converge dev exited %d before its demo converged", c)
+		case <-time.After(50 * time.Millisecond): // polling toward the deadline
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the demo did not converge within three minutes")
+		}
+	}
+	api := regexp.MustCompile(`(?m)^  API: +(http://\S+)/api/v1$`).FindStringSubmatch(r.out.String())
+	if api == nil {
+		t.Fatalf("converge dev printed no API address")
+	}
+	r.base = api[1]
+	return r
+}
+
+// hints are the commands the demo printed under "try next:", without
+// their comments.
+func (r *demoRun) hints(t *testing.T) []string {
+	t.Helper()
+	_, rest, ok := strings.Cut(r.out.String(), "\ntry next:\n")
+	if !ok {
+		t.Fatal("the demo printed no \"try next:\"")
+	}
+	var cmds []string
+	for _, l := range strings.Split(rest, "\n") {
+		if !strings.HasPrefix(l, "  ") {
+			break
+		}
+		cmd, _, _ := strings.Cut(l, "  # ")
+		cmds = append(cmds, strings.TrimSpace(cmd))
+	}
+	if len(cmds) == 0 {
+		t.Fatal("the demo printed no hints")
+	}
+	return cmds
+}
+
+// conctl runs conctl's command line with args against the demo, as the
+// binary would, and returns what it printed and its exit status.
+func (r *demoRun) conctl(ctx context.Context, stdin string, args ...string) (stdout, stderr string, code int) {
+	var out, errs bytes.Buffer
+	code = conctl.Run(ctx, args, strings.NewReader(stdin), &out, &errs, func(k string) string {
+		if k == "CONVERGE_SERVER" {
+			return r.base
+		}
+		return ""
+	})
+	return out.String(), errs.String(), code
+}
+
+// runHint runs one printed hint: a conctl command line. A watch with
+// --follow runs until Ctrl+C: it is given a few seconds to draw its view.
+func (r *demoRun) runHint(t *testing.T, hint string) string {
+	t.Helper()
+	args := strings.Fields(hint)
+	if filepath.Base(args[0]) != "conctl" {
+		t.Fatalf("hint %q: want a conctl command (a make hint is printed only beside the Makefile)", hint)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	follow := strings.Contains(hint, " --follow")
+	if follow {
+		ctx, cancel = context.WithTimeout(t.Context(), 3*time.Second)
+		defer cancel()
+	}
+	out, errs, code := r.conctl(ctx, "", args[1:]...)
+	stopped := follow && ctx.Err() != nil // Ctrl+C, as a person ends it
+	if code != 0 && !stopped {
+		t.Errorf("hint %q exited %d:\n%s%s", hint, code, out, errs)
+	}
+	return out
+}
+
+// TestDemoQuickstart runs `converge dev --demo=quickstart` as `make
+// demo-quickstart` does: the terminal shows what the demo does and the
+// live view, never a log line (they go to converge.log, whose tail is
+// shown on exit), and every command it says to try next works as printed.
+func TestDemoQuickstart(t *testing.T) {
+	t.Parallel()
+	r := startDemo(t, "--demo=quickstart")
+	out := r.out.String()
+	// stdout and stderr share the terminal.
+	if logged := regexp.MustCompile(`(?m)^.*(level=|"level":).*$`).FindAllString(out+r.errs.String(), -1); logged != nil {
+		t.Errorf("the terminal shows log lines:\n%s", strings.Join(logged, "\n"))
+	}
+	logPath := filepath.Join(r.dataDir, "converge.log")
+	if !strings.Contains(out, "logs: "+logPath+" ") {
+		t.Errorf("the demo does not say where its log is (%s)", logPath)
+	}
+	if b, err := os.ReadFile(logPath); err != nil || !strings.Contains(string(b), `msg="serving the API"`) {
+		t.Errorf("%s holds no \"serving the API\" line: %v\n%s", logPath, err, b)
+	}
+	if !regexp.MustCompile(`(?m)^site/shop converged in \d+\.\ds: it and its 4 children are Ready$`).MatchString(out) {
+		t.Error(`the demo does not say "site/shop converged in ...: it and its 4 children are Ready"`)
+	}
+	hints := r.hints(t)
+	if want := "conctl --server " + r.base + " get resource site/shop"; hints[0] != want {
+		t.Errorf("first hint %q, want %q", hints[0], want)
+	}
+	for _, h := range hints {
+		r.runHint(t, h)
+	}
+	if code := r.stop(); code != 0 {
+		t.Errorf("converge dev exited %d after Ctrl+C, want 0", code)
+	}
+	if !regexp.MustCompile(`\nthe last \d+ lines of ` + regexp.QuoteMeta(logPath) + `:\n.*level=INFO`).MatchString(r.out.String()) {
+		t.Errorf("on exit the demo does not show its log's last lines:\n%s", r.out)
+	}
+}
+
+// TestDemoClassicUpdated runs `make demo BOM=updated`: the small BOM
+// converges, then the updated one is applied onto it, and the demo lists
+// the team it removed and the one it added. Every hint works as printed.
+func TestDemoClassicUpdated(t *testing.T) {
+	t.Parallel()
+	r := startDemo(t, "--demo=classic", "--bom=updated")
+	out := r.out.String()
+	for _, want := range []string{
+		"\nnext, the updated BOM, applied onto the small one (classic-provider objects --bom updated)\n",
+		"\n  removed: account/classic-payments-fraud, route/classic-payments-fraud, vpc/classic-payments-fraud\n" +
+			"  added:   account/classic-payments-refunds, route/classic-payments-refunds, vpc/classic-payments-refunds\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the demo did not print %q", want)
+		}
+	}
+	if n := strings.Count(out, "classicbom/classic converged in "); n != 2 {
+		t.Errorf("the root converged %d times, want 2 (the small BOM, then the updated one)", n)
+	}
+	for _, h := range r.hints(t) {
+		shown := r.runHint(t, h)
+		if strings.Contains(h, " watch ") && !strings.Contains(shown, "classicbom/classic Ready") {
+			t.Errorf("hint %q showed %q, want the root Ready", h, shown)
+		}
+	}
+}

@@ -1,0 +1,303 @@
+// Package demo runs a demo on a converge server, as `converge dev --demo`
+// does: it starts an example provider as its own process (and the
+// S3-compatible store the classic demo's reactor writes to), registers it
+// as an endpoint, applies the objects the provider prints, shows the root
+// converge live, and says what to try next. Everything goes through the
+// public REST API.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/convergeplane/converge/internal/watchview"
+)
+
+// A Demo is an example provider binary, built by `make build` into bin/ next
+// to converge, plus the objects its `objects` command prints and the
+// services it needs. The converge binary links no example code: the
+// provider is its own process.
+type Demo struct {
+	name   string // the --demo value and the endpoint's name
+	binary string // the provider's executable
+	// steps each apply what the objects command prints and watch the
+	// root converge, the next one onto the last one's resources.
+	steps []step
+	env   []string // extra environment of the provider process
+	s3    bool     // it needs an S3-compatible store (statussink)
+	hints []hint   // what to try next, once the root is Ready
+	// again is the make command that runs this demo, left out of the
+	// hints.
+	again string
+}
+
+// A step is the arguments of the provider's objects command and, after
+// the first step, what it changes.
+type step struct {
+	args  []string
+	title string
+}
+
+// A hint is a command to try next and what it shows. In cmd, {conctl}
+// stands for the conctl command (see Conctl), {root} for the root's
+// kind/name and {vpc} for a vpc of the tree. A make hint is shown only in a
+// directory with the Makefile, where it works.
+type hint struct {
+	cmd, why string
+	make     bool
+}
+
+// BOMs are the classic demo's bills of materials; "updated" converges the
+// small one, then applies the updated one onto it.
+var BOMs = []string{"small", "large", "updated"}
+
+// For picks the demo named name: "classic" (bom selects its BOM,
+// faultRate its providers' transient failure rate) or "quickstart".
+func For(name, bom string, faultRate float64) (Demo, error) {
+	switch name {
+	case "quickstart":
+		return Demo{name: name, binary: "quickstart-provider", steps: []step{{args: []string{"objects"}}}, env: []string{"WORK_DELAY=400ms"},
+			hints: []hint{
+				{cmd: "{conctl} get resource {root}", why: "its phase and generation; -o yaml for status and conditions"},
+				{cmd: "{conctl} list resources", why: "the site and the children it composed"},
+				{cmd: "{conctl} delete resource {root}", why: "the children first, then the site"},
+			}}, nil
+	case "classic":
+		if !slices.Contains(BOMs, bom) {
+			return Demo{}, fmt.Errorf("unknown BOM %q: want one of %s", bom, strings.Join(BOMs, ", "))
+		}
+		if faultRate < 0 || faultRate >= 1 {
+			return Demo{}, fmt.Errorf("fault rate %g: want at least 0 and below 1", faultRate)
+		}
+		steps := []step{{args: []string{"objects", "--bom", bom}}}
+		if bom == "updated" {
+			steps = []step{{args: []string{"objects", "--bom", "small"}},
+				{args: []string{"objects", "--bom", "updated"}, title: "the updated BOM, applied onto the small one"}}
+		}
+		again := "make demo BOM=" + bom
+		if faultRate > 0 {
+			again += " FAULT_RATE=" + strconv.FormatFloat(faultRate, 'f', -1, 64)
+		}
+		return Demo{name: name, binary: "classic-provider", steps: steps, s3: true, again: again,
+			// The local store takes any credentials, but the S3 client signs
+			// every request: without these it would look for an instance role.
+			env: []string{"FAKE_FAULT_RATE=" + strconv.FormatFloat(faultRate, 'f', -1, 64),
+				"AWS_ACCESS_KEY_ID=demo", "AWS_SECRET_ACCESS_KEY=demo", "AWS_EC2_METADATA_DISABLED=true"},
+			hints: []hint{
+				{cmd: "{conctl} watch resource {root} --follow", why: "the live view on its own (Ctrl+C ends it)"},
+				{cmd: "{conctl} op {vpc} enable_flow_logs --wait", why: "a verb"},
+				{cmd: "{conctl} delete resource {root}", why: "the cascade, in reverse dependency order"},
+				{cmd: "make demo BOM=updated", why: "a new demo: the small BOM, then one team removed and one added", make: true},
+				{cmd: "make demo BOM=large FAULT_RATE=0.25", why: "a new demo: ~5,400 resources, a quarter of the calls failing", make: true},
+			}}, nil
+	}
+	return Demo{}, fmt.Errorf("unknown demo %q: want classic or quickstart", name)
+}
+
+// Env is where a demo runs.
+type Env struct {
+	// Out is the terminal: what the demo does, the live view and what to
+	// try next. The server's logs must go elsewhere: a line written
+	// between two frames of the view tears it.
+	Out io.Writer
+	// Base is the server's URL, http://host:port.
+	Base string
+	// Token is an admin token of its API, "" when the API is open.
+	Token string
+	// DataDir is where the provider and the S3 store log.
+	DataDir string
+	// BinDir is searched for the provider and conctl before PATH: where
+	// `make build` put converge.
+	BinDir string
+	// Getenv reads PATH and COLUMNS.
+	Getenv func(string) string
+}
+
+// Check fails, saying how to build it, if the demo's provider binary
+// cannot be found: before anything is started.
+func (d Demo) Check(env Env) error {
+	_, err := providerBinary(d.binary, env)
+	return err
+}
+
+// Run starts the demo's services and provider, registers its endpoint and
+// runs its steps: each applies the kinds, provider configs, reactor
+// bindings and resources the provider's objects command prints, and shows
+// the last resource (the root) converge with the watch view until it is
+// Ready. Then it prints what to try next. stop ends what it started; it is
+// set even on error.
+func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	bin, err := providerBinary(d.binary, env)
+	if err != nil {
+		return stop, err
+	}
+	objs, err := providerObjects(ctx, bin, d.steps[0].args)
+	if err != nil {
+		return stop, err
+	}
+	c := &client{base: env.Base + "/api/v1", http: &http.Client{Timeout: 30 * time.Second}, token: env.Token}
+	s3 := ""
+	if d.s3 {
+		endpoint, stopS3, err := startS3(ctx, env.DataDir)
+		if err != nil {
+			return stop, fmt.Errorf("S3 store: %w", err)
+		}
+		stops = append(stops, stopS3)
+		s3 = endpoint
+		fmt.Fprintf(env.Out, "S3 store on %s, bucket %s\n", s3, demoBucket)
+	}
+	stopProvider, err := startProvider(ctx, c, d, bin, objs.kinds, env)
+	if stopProvider != nil {
+		stops = append(stops, stopProvider)
+	}
+	if err != nil {
+		return stop, err
+	}
+
+	var last watchview.Snapshot
+	for i, st := range d.steps {
+		if i > 0 {
+			if objs, err = providerObjects(ctx, bin, st.args); err != nil {
+				return stop, err
+			}
+			fmt.Fprintf(env.Out, "\nnext, %s (%s %s)\n", st.title, d.binary, strings.Join(st.args, " "))
+		}
+		root, err := c.applyObjects(ctx, env.Out, objs, s3)
+		if err != nil {
+			return stop, err
+		}
+		src := watchview.Source{Kind: root.Kind, Name: root.Name, Now: time.Now,
+			Get: func(ctx context.Context, path string) ([]byte, error) { return c.get(ctx, path) }}
+		start := time.Now()
+		_, err = watchview.Watch(ctx, src.Snapshot, watchview.Options{Out: env.Out, TTY: watchview.IsTerminal(env.Out),
+			Width: columns(env.Getenv), Interval: time.Second, Laggards: 5, Attempt: src.Attempt})
+		if err != nil {
+			if ctx.Err() != nil {
+				return stop, nil // Ctrl+C during the view
+			}
+			return stop, err
+		}
+		took := time.Since(start)
+		s, err := src.Snapshot(ctx)
+		if err != nil {
+			return stop, err
+		}
+		fmt.Fprintf(env.Out, "\n%s converged in %.1fs: it and its %d children are Ready\n", s.Root.Ref(), took.Seconds(), len(s.Children))
+		if i > 0 {
+			removed, added := changed(last, s)
+			fmt.Fprintf(env.Out, "  removed: %s\n  added:   %s\n", refList(removed), refList(added))
+		}
+		last = s
+	}
+	_, err = os.Stat("Makefile")
+	fmt.Fprintln(env.Out, "\ntry next:")
+	for _, l := range d.nextSteps(Conctl(env), last, err == nil) {
+		fmt.Fprintln(env.Out, "  "+l)
+	}
+	return stop, nil
+}
+
+// nextSteps are the demo's hints for the tree s, commands aligned and
+// commented; make hints only with haveMake, the Makefile in the working
+// directory.
+func (d Demo) nextSteps(conctl string, s watchview.Snapshot, haveMake bool) []string {
+	vpc := ""
+	for _, n := range s.Children {
+		if n.Kind == "vpc" && (vpc == "" || n.Ref() < vpc) {
+			vpc = n.Ref()
+		}
+	}
+	var cmds, whys []string
+	width := 0
+	for _, h := range d.hints {
+		if (h.make && (!haveMake || h.cmd == d.again)) || (strings.Contains(h.cmd, "{vpc}") && vpc == "") {
+			continue
+		}
+		cmd := strings.NewReplacer("{conctl}", conctl, "{root}", s.Root.Ref(), "{vpc}", vpc).Replace(h.cmd)
+		cmds, whys = append(cmds, cmd), append(whys, h.why)
+		width = max(width, len(cmd))
+	}
+	out := make([]string, len(cmds))
+	for i, cmd := range cmds {
+		out[i] = fmt.Sprintf("%-*s  # %s", width, cmd, whys[i])
+	}
+	return out
+}
+
+// changed lists the resources of the tree b that a does not hold, and
+// those of a that b does not.
+func changed(a, b watchview.Snapshot) (removed, added []string) {
+	refs := func(s watchview.Snapshot) map[string]bool {
+		m := map[string]bool{}
+		for _, n := range s.Children {
+			m[n.Ref()] = true
+		}
+		return m
+	}
+	ra, rb := refs(a), refs(b)
+	for r := range ra {
+		if !rb[r] {
+			removed = append(removed, r)
+		}
+	}
+	for r := range rb {
+		if !ra[r] {
+			added = append(added, r)
+		}
+	}
+	slices.Sort(removed)
+	slices.Sort(added)
+	return removed, added
+}
+
+func refList(refs []string) string {
+	if len(refs) == 0 {
+		return "none"
+	}
+	return strings.Join(refs, ", ")
+}
+
+// Conctl is how a person at env's terminal runs conctl against env's
+// server: the conctl next to converge (bin/conctl from the checkout make
+// built it in), else the one on PATH, with --server unless the server is at
+// conctl's default address.
+func Conctl(env Env) string {
+	cmd := "conctl"
+	if p, err := lookPath("conctl", env); err == nil && filepath.Dir(p) == filepath.Clean(env.BinDir) {
+		cmd = p
+		if wd, err := os.Getwd(); err == nil {
+			if rel, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(rel, "..") {
+				cmd = rel
+				if !strings.Contains(rel, string(filepath.Separator)) {
+					cmd = "." + string(filepath.Separator) + rel
+				}
+			}
+		}
+	}
+	if env.Base != "http://127.0.0.1:8080" && env.Base != "http://localhost:8080" {
+		cmd += " --server " + env.Base
+	}
+	return cmd
+}
+
+// columns is the terminal's width: $COLUMNS, else 80.
+func columns(getenv func(string) string) int {
+	if n, err := strconv.Atoi(getenv("COLUMNS")); err == nil && n > 20 {
+		return n
+	}
+	return 80
+}

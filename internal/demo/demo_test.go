@@ -1,0 +1,168 @@
+package demo
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/convergeplane/converge/internal/watchview"
+)
+
+func TestDemoFor(t *testing.T) {
+	t.Parallel()
+	d, err := For("classic", "large", 0.25)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.binary != "classic-provider" || len(d.steps) != 1 || !slices.Equal(d.steps[0].args, []string{"objects", "--bom", "large"}) ||
+		!slices.Contains(d.env, "FAKE_FAULT_RATE=0.25") || !d.s3 {
+		t.Errorf("classic large 0.25 = %+v", d)
+	}
+	// The updated BOM is applied onto the small one, so that it shows
+	// something removed.
+	if d, err := For("classic", "updated", 0); err != nil || len(d.steps) != 2 || !slices.Equal(d.steps[0].args, []string{"objects", "--bom", "small"}) ||
+		!slices.Equal(d.steps[1].args, []string{"objects", "--bom", "updated"}) {
+		t.Errorf("classic updated = %+v, %v", d, err)
+	}
+	if d, err := For("quickstart", "small", 0); err != nil || d.binary != "quickstart-provider" || d.s3 {
+		t.Errorf("quickstart = %+v, %v", d, err)
+	}
+	for _, c := range []struct {
+		name, bom string
+		rate      float64
+	}{{"classic", "huge", 0}, {"classic", "small", 1}, {"classic", "small", -0.1}, {"other", "small", 0}} {
+		if _, err := For(c.name, c.bom, c.rate); err == nil {
+			t.Errorf("For(%q, %q, %g) accepted", c.name, c.bom, c.rate)
+		}
+	}
+}
+
+func TestWithS3(t *testing.T) {
+	t.Parallel()
+	sink := json.RawMessage(`{"name":"sink","kind":"statussink","kind_version":1,"spec":{"endpoint":"x"}}`)
+	got, err := withS3(sink, "http://127.0.0.1:9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pc struct {
+		Name string         `json:"name"`
+		Spec map[string]any `json:"spec"`
+	}
+	if err := json.Unmarshal(got, &pc); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"endpoint": "http://127.0.0.1:9", "bucket": "converge-demo", "prefix": "status", "region": "us-east-1"}
+	if pc.Name != "sink" || len(pc.Spec) != len(want) || pc.Spec["endpoint"] != want["endpoint"] || pc.Spec["bucket"] != want["bucket"] ||
+		pc.Spec["prefix"] != want["prefix"] || pc.Spec["region"] != want["region"] {
+		t.Errorf("statussink config = %s", got)
+	}
+	other := json.RawMessage(`{"name":"v","kind":"vpc","kind_version":1,"spec":{"a":1}}`)
+	if got, err := withS3(other, "http://127.0.0.1:9"); err != nil || !bytes.Equal(got, other) {
+		t.Errorf("a vpc config became %s, %v", got, err)
+	}
+	if _, err := withS3(sink, ""); err == nil {
+		t.Error("a statussink config without an S3 store passed")
+	}
+}
+
+// TestNextSteps: the hints name the demo's own resources, and make hints
+// appear only where the Makefile is, never the demo that just ran, each
+// naming the Makefile's demo target and variables it has.
+func TestNextSteps(t *testing.T) {
+	t.Parallel()
+	tree := watchview.Snapshot{Root: watchview.Node{Kind: "classicbom", Name: "classic"}, Children: []watchview.Node{
+		{Kind: "vpc", Name: "classic-b"}, {Kind: "vpc", Name: "classic-a"}, {Kind: "account", Name: "classic-a"}}}
+	small, err := For("classic", "small", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(small.nextSteps("bin/conctl", tree, true), "\n")
+	for _, want := range []string{"bin/conctl watch resource classicbom/classic --follow ", "bin/conctl op vpc/classic-a enable_flow_logs --wait ",
+		"bin/conctl delete resource classicbom/classic ", "make demo BOM=updated ", "make demo BOM=large FAULT_RATE=0.25 "} {
+		if !strings.Contains(got, want) {
+			t.Errorf("hints lack %q:\n%s", want, got)
+		}
+	}
+	if got := strings.Join(small.nextSteps("bin/conctl", tree, false), "\n"); strings.Contains(got, "make ") {
+		t.Errorf("hints away from the Makefile name make:\n%s", got)
+	}
+	updated, err := For("classic", "updated", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(updated.nextSteps("bin/conctl", tree, true), "\n"); strings.Contains(got, "BOM=updated") || !strings.Contains(got, "BOM=large") {
+		t.Errorf("after BOM=updated the hints are:\n%s", got)
+	}
+	quick, err := For("quickstart", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	site := watchview.Snapshot{Root: watchview.Node{Kind: "site", Name: "shop"}}
+	if got := quick.nextSteps("./conctl --server http://127.0.0.1:9", site, true); len(got) != 3 ||
+		!strings.HasPrefix(got[0], "./conctl --server http://127.0.0.1:9 get resource site/shop     # ") {
+		t.Errorf("quickstart hints = %q", got)
+	}
+
+	makefile, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range small.hints {
+		if !h.make {
+			continue
+		}
+		f := strings.Fields(h.cmd)
+		if f[0] != "make" || !regexp.MustCompile(`(?m)^`+f[1]+`:`).Match(makefile) {
+			t.Errorf("hint %q: the Makefile has no target %s", h.cmd, f[1])
+		}
+		for _, kv := range f[2:] {
+			k, v, _ := strings.Cut(kv, "=")
+			if !regexp.MustCompile(`(?m)^` + k + ` \?=`).Match(makefile) {
+				t.Errorf("hint %q: the Makefile has no variable %s", h.cmd, k)
+			}
+			if k == "BOM" && !slices.Contains(BOMs, v) {
+				t.Errorf("hint %q: no BOM %s", h.cmd, v)
+			}
+		}
+	}
+}
+
+// TestConctl: the conctl next to converge, by a path that works from the
+// working directory, with --server unless the server is at conctl's
+// default.
+func TestConctl(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "conctl"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	noPath := func(string) string { return "" }
+	for _, c := range []struct {
+		env  Env
+		want string
+	}{
+		{Env{BinDir: bin, Base: "http://127.0.0.1:8080", Getenv: noPath}, filepath.Join(bin, "conctl")},
+		{Env{BinDir: bin, Base: "http://127.0.0.1:9000", Getenv: noPath}, filepath.Join(bin, "conctl") + " --server http://127.0.0.1:9000"},
+		{Env{BinDir: t.TempDir(), Base: "http://127.0.0.1:8080", Getenv: noPath}, "conctl"},
+		{Env{Base: "http://127.0.0.1:8080", Getenv: func(string) string { return bin }}, "conctl"}, // on PATH
+	} {
+		if got := Conctl(c.env); got != c.want {
+			t.Errorf("Conctl(%+v) = %q, want %q", c.env, got, c.want)
+		}
+	}
+}
+
+func TestAppendTally(t *testing.T) {
+	t.Parallel()
+	got := appendTally(nil, "kind manifest", []string{"unchanged", "created", "unchanged"})
+	got = appendTally(got, "reactor binding", []string{"created"})
+	got = appendTally(got, "provider config", nil)
+	if want := []string{"3 kind manifests (2 unchanged, 1 created)", "1 reactor binding (1 created)"}; !slices.Equal(got, want) {
+		t.Errorf("tally = %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,27 @@
+package demo
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestStartS3 starts the store the demo would (moto_server where this
+// machine has it) and writes into the bucket it created.
+func TestStartS3(t *testing.T) {
+	t.Parallel()
+	endpoint, stop, err := startS3(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, endpoint+"/"+demoBucket+"/status/x-1.json", strings.NewReader("{}"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("PUT into the demo bucket = %s", resp.Status)
+	}
+}
