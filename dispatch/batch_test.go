@@ -16,7 +16,7 @@ import (
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
-	"github.com/convergeplane/converge/internal/testkit/lambdatest"
+	"github.com/convergeplane/converge/dispatch/transport/lambdatest"
 	"github.com/convergeplane/converge/webhooksdk"
 	sdklambda "github.com/convergeplane/converge/webhooksdk/lambda"
 )

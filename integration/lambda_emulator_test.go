@@ -10,7 +10,7 @@ import (
 
 	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
 	"github.com/convergeplane/converge/control/model"
-	"github.com/convergeplane/converge/internal/testkit/lambdatest"
+	"github.com/convergeplane/converge/dispatch/transport/lambdatest"
 )
 
 // TestQuickstartOnTheLambdaEmulator runs the dispatcher against the real

@@ -13,7 +13,7 @@ import (
 
 	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
 	"github.com/convergeplane/converge/dispatch/transport"
-	"github.com/convergeplane/converge/internal/testkit/lambdatest"
+	"github.com/convergeplane/converge/dispatch/transport/lambdatest"
 	"github.com/convergeplane/converge/webhooksdk"
 	sdklambda "github.com/convergeplane/converge/webhooksdk/lambda"
 )

@@ -3,12 +3,12 @@
 # tests need no PostgreSQL, no browser and no Lambda emulator, found from
 # what their test binaries link. A package whose tests link one of the
 # helpers that start those (internal/testkit/pgtest, internal/embeddedpg,
-# internal/testkit/browsertest, internal/testkit/lambdatest), or that is one
-# of them, is left to make test.
+# internal/testkit/browsertest, dispatch/transport/lambdatest), or that is
+# one of them, is left to make test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-heavy='/internal/(embeddedpg|testkit/(pgtest|browsertest|lambdatest))$'
+heavy='/(internal/embeddedpg|internal/testkit/(pgtest|browsertest)|dispatch/transport/lambdatest)$'
 ${GO:-go} list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... |
 	awk -v heavy="$heavy" '{
 		seen[$1] = 1

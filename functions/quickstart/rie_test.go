@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/convergeplane/converge/internal/testkit/lambdatest"
+	"github.com/convergeplane/converge/dispatch/transport/lambdatest"
 	"github.com/convergeplane/converge/webhooksdk"
 	"github.com/convergeplane/converge/webhooksdk/lambda"
 	"github.com/convergeplane/converge/webhooksdk/sdktest"
