@@ -1030,10 +1030,12 @@ func TestStopKeepsAcceptedClaims(t *testing.T) {
 }
 
 // TestClaimsBoundedWhileCompletionsStall: when the database stops recording
-// results (here a lock holds the outbox, which every completion statement
-// writes to, if only a composition), the dispatcher stops claiming at
-// its endpoints' capacity plus the completer's queue, instead of claiming
-// everything pending while finished deliveries pile up in memory.
+// results (here a lock holds the resources table, whose rows every
+// completion locks before it writes the outcome), the dispatcher stops
+// claiming at its endpoints' capacity plus the completer's queue, instead
+// of claiming everything pending while finished deliveries pile up in
+// memory. The lock is taken after the apply and before the dispatcher
+// starts: a claim reads resources but locks none, so claims go on.
 func TestClaimsBoundedWhileCompletionsStall(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -1042,24 +1044,30 @@ func TestClaimsBoundedWhileCompletionsStall(t *testing.T) {
 	s.set(verified(s.secret, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(resultBody(decodeEnvelope(r), `{}`))
 	}))
+	const batch, pending = 8, 300
+	e.applyMany("leaf", pending)
 	tx, err := e.db.Pool.Begin(e.ctx)
 	must(t, err)
 	defer tx.Rollback(e.ctx) //nolint:errcheck // committed below; a failed test's rollback needs no check
-	_, err = tx.Exec(e.ctx, `LOCK TABLE work_outbox IN EXCLUSIVE MODE`)
+	_, err = tx.Exec(e.ctx, `LOCK TABLE resources IN EXCLUSIVE MODE`)
 	must(t, err)
 
-	const batch, pending = 8, 300
 	e.dispatcher(dispatch.Config{BatchSize: batch})
 	e.listen()
-	e.applyMany("leaf", pending)
 	// The bound: 2 slots and one claim tracked, the completer's queue (2
 	// batches), the batch it gathered and the two it is blocked writing.
 	const bound = 2 + batch + 2*batch + batch + 2*batch
 	claimed := func() int { return e.count(`SELECT count(*) FROM work_queue WHERE state = 'claimed'`) }
 	waitFor(t, 10*time.Second, "the dispatcher to claim", func() bool { return claimed() >= batch })
+	waitFor(t, 10*time.Second, "a completion to wait on the lock", func() bool {
+		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+	})
 	time.Sleep(2 * time.Second) // a dispatcher without the bound claims on
 	if n := claimed(); n > bound {
 		t.Fatalf("%d tasks claimed while no result could be recorded, want at most %d", n, bound)
+	}
+	if n := e.count(`SELECT count(*) FROM work_queue`); n != pending {
+		t.Fatalf("%d work rows while no result could be recorded, want all %d", n, pending)
 	}
 	must(t, tx.Commit(e.ctx))
 	e.waitReady("leaf", pending, 60*time.Second)
