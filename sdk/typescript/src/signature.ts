@@ -33,7 +33,7 @@ export class Secret {
     if (raw.length < SECRET_MIN_BYTES || raw.length > SECRET_MAX_BYTES) {
       throw new Error(`parse secret: key is ${raw.length} bytes, want ${SECRET_MIN_BYTES}..${SECRET_MAX_BYTES}`);
     }
-    return new Secret(new Webhook(new Uint8Array(raw)));
+    return new Secret(new Webhook(s));
   }
 
   /** Returns the signature "v1,<base64 HMAC-SHA256>" of "msgId.timestamp.body", timestamp in Unix seconds. */
