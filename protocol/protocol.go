@@ -123,3 +123,58 @@ func Vectors() ([]Vector, error) {
 	}
 	return out, nil
 }
+
+// The schema of each message, by name (the file name in schema/ without ".json").
+const (
+	SchemaEnvelope            = "envelope"
+	SchemaPayload             = "payload"
+	SchemaBatchRequest        = "batch-request"
+	SchemaBatchResponse       = "batch-response"
+	SchemaHealthRequest       = "health-request"
+	SchemaHealth              = "health"
+	SchemaResult              = "result"
+	SchemaCallbackAnswer      = "callback-answer"
+	SchemaCallbackBatch       = "callback-batch"
+	SchemaCallbackBatchAnswer = "callback-batch-answer"
+	SchemaHeartbeat           = "heartbeat"
+	SchemaHeartbeatAnswer     = "heartbeat-answer"
+	SchemaProblem             = "problem"
+	SchemaLambdaInvokeEvent   = "lambda-invoke-event"
+	SchemaFunctionURLEvent    = "lambda-function-url-event"
+	SchemaLambdaResponse      = "lambda-response"
+)
+
+// DeliverySchemas names the schemas of a delivery whose body is body, by its
+// type: the request's (envelope, batch-request or health-request) and its 200
+// answer's (result, batch-response or health). Both are "" for a body that
+// has no known type.
+func DeliverySchemas(body []byte) (request, answer string) {
+	var head struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(body, &head) // not JSON: no type
+	switch head.Type {
+	case "task":
+		return SchemaEnvelope, SchemaResult
+	case "batch":
+		return SchemaBatchRequest, SchemaBatchResponse
+	case "health":
+		return SchemaHealthRequest, SchemaHealth
+	}
+	return "", ""
+}
+
+// CallSchemas names the schemas of a provider's request to the dispatcher,
+// by its method and URL: the request body's ("" for a GET) and its 200
+// answer's.
+func CallSchemas(method, url string) (request, answer string) {
+	switch {
+	case method == "GET":
+		return "", SchemaPayload
+	case strings.HasSuffix(url, "/outcomes"):
+		return SchemaCallbackBatch, SchemaCallbackBatchAnswer
+	case strings.HasSuffix(url, "/heartbeat"):
+		return SchemaHeartbeat, SchemaHeartbeatAnswer
+	}
+	return SchemaResult, SchemaCallbackAnswer
+}

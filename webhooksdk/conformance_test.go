@@ -2,6 +2,7 @@ package webhooksdk_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,9 +29,14 @@ import (
 // protocol/vectors/README.md) against this SDK: the HTTP Handler or the Lambda adapter,
 // its clock and its outgoing HTTP client injected, the handler behaving as the case
 // says, the control plane's answers scripted. It is the reference runner the other
-// SDKs' runners follow.
+// SDKs' runners follow. Beyond what a vector states, every answer and every outgoing
+// body the SDK really produced must validate against its schema in protocol/schema.
 func TestConformance(t *testing.T) {
 	vs, err := protocol.Vectors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemas, err := protocol.LoadSchemas()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,13 +46,13 @@ func TestConformance(t *testing.T) {
 	for _, v := range vs {
 		t.Run(v.Name, func(t *testing.T) {
 			t.Parallel()
-			runVector(t, v)
+			runVector(t, schemas, v)
 		})
 	}
 }
 
-func runVector(t *testing.T, v protocol.Vector) {
-	cp := &controlPlane{t: t, calls: v.Outgoing}
+func runVector(t *testing.T, schemas *protocol.Schemas, v protocol.Vector) {
+	cp := &controlPlane{t: t, schemas: schemas, calls: v.Outgoing}
 	answered := make(chan struct{}) // closed once the SDK answered the request
 	var mu sync.Mutex
 	ran := map[string]string{} // task_id → how its handler ended
@@ -109,6 +115,7 @@ func runVector(t *testing.T, v protocol.Vector) {
 	}
 
 	var got answer
+	delivered := []byte(deref(v.Request.Body)) // the delivery's body, for its answer's schema
 	switch v.Setup.Transport {
 	case protocol.TransportHTTP:
 		ep, err := webhooksdk.Handler(providers, opts...)
@@ -137,6 +144,12 @@ func runVector(t *testing.T, v protocol.Vector) {
 		if err := json.Unmarshal(v.Request.Event, &ev); err != nil {
 			t.Fatal(err)
 		}
+		delivered = []byte(ev.Body)
+		if ev.IsBase64Encoded {
+			if delivered, err = base64.StdEncoding.DecodeString(ev.Body); err != nil {
+				t.Fatal(err)
+			}
+		}
 		resp, err := h.Serve(t.Context(), ev)
 		close(answered)
 		got = answer{status: resp.StatusCode, header: http.Header{}, body: []byte(resp.Body), failed: err}
@@ -148,6 +161,17 @@ func runVector(t *testing.T, v protocol.Vector) {
 	}
 
 	checkAnswer(t, v.Expect, got)
+	if got.failed == nil {
+		schema := protocol.SchemaProblem
+		if got.status == http.StatusOK {
+			_, schema = protocol.DeliverySchemas(delivered)
+		}
+		if got.status >= http.StatusBadRequest || got.status == http.StatusOK {
+			if err := schemas.Validate(schema, got.body); err != nil {
+				t.Errorf("the SDK's answer: %v\n%s", err, got.body)
+			}
+		}
+	}
 	cp.mu.Lock()
 	if cp.next < len(cp.calls) {
 		t.Errorf("the SDK made %d of the %d outgoing calls; next missing: %s %s", cp.next, len(cp.calls), cp.calls[cp.next].Method, cp.calls[cp.next].URL)
@@ -222,11 +246,12 @@ func checkAnswer(t *testing.T, want protocol.Answer, got answer) {
 // controlPlane is the SDK's HTTP client: it checks each outgoing call against the next
 // one the vector lists and answers with that call's scripted answer.
 type controlPlane struct {
-	t     *testing.T
-	mu    sync.Mutex
-	calls []protocol.Call
-	next  int
-	extra int // calls past the listed ones, reported once
+	t       *testing.T
+	schemas *protocol.Schemas
+	mu      sync.Mutex
+	calls   []protocol.Call
+	next    int
+	extra   int // calls past the listed ones, reported once
 }
 
 func (c *controlPlane) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -259,6 +284,11 @@ func (c *controlPlane) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	if want.Body != nil {
 		checkJSON(c.t, where+" body", body, want.Body, want.Ignore)
+	}
+	if schema, _ := protocol.CallSchemas(r.Method, r.URL.String()); schema != "" {
+		if err := c.schemas.Validate(schema, body); err != nil {
+			c.t.Errorf("%s: %v\n%s", where, err, body)
+		}
 	}
 	h := http.Header{}
 	for k, val := range want.Answer.Headers {
