@@ -47,8 +47,17 @@ func thinCases() []protocol.Vector {
 		v.Expect = ok(result(env, nil, &protocol.Error{Message: "(the SDK's words)"}), "/error/message")
 		return v
 	}
+	slow := vpcTask(31)
+	async := thinServed("thin-payload-async", "A thin envelope whose handler outlasts the sync budget: the SDK fetches the payload, answers 202, and posts the Result to the callback.",
+		slow, payload(slow))
+	async.Setup.SyncBudgetMS = asyncBudgetMS
+	async.Handlers = map[string]protocol.Behaviour{slow.TaskID: returns(created, protocol.WaitAnswered, seesTask(slow))}
+	async.Expect = protocol.Answer{Status: http.StatusAccepted}
+	async.Outgoing = append(async.Outgoing, callbackCall(slow, result(slow, created, nil), traceparent, applied))
+
 	return []protocol.Vector{
 		fetched,
+		async,
 		failed("thin-payload-gone", "A payload fetch answered 410 (the resource is gone) is not worked on: the task is answered with a transient error Result; the handler never runs.",
 			problem(http.StatusGone, "gone", "resource deleted")),
 		failed("thin-payload-unauthorized", "A payload fetch answered 401 becomes a transient error Result; the handler never runs.",

@@ -127,6 +127,13 @@ func asyncCases() []protocol.Vector {
 			env, returns(created, protocol.WaitAnswered, nil),
 			callbackCall(env, done, traceparent, problem(http.StatusServiceUnavailable, "unavailable", "database unavailable")),
 			callbackCall(env, done, traceparent, applied)),
+		async("async-callback-throttled", "§8", "A callback answered 429 is retried, like a 5xx, until it is applied; a duplicate answer also ends it.",
+			env, returns(created, protocol.WaitAnswered, nil),
+			callbackCall(env, done, traceparent, problem(http.StatusTooManyRequests, "too-many-requests", "slow down")),
+			callbackCall(env, done, traceparent, protocol.Scripted{Status: http.StatusOK, Headers: map[string]string{"content-type": "application/json"}, Body: `{"result":"duplicate"}`})),
+		async("async-callback-unauthorized", "§8", "A callback answered 401 (a bad or expired token) is not retried.",
+			env, returns(created, protocol.WaitAnswered, nil),
+			callbackCall(env, done, traceparent, problem(http.StatusUnauthorized, "unauthorized", "callback token refused"))),
 		beat,
 		batched,
 	}
