@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/convergeplane/converge/dispatch/wire"
 	"github.com/convergeplane/converge/protocol"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -127,6 +129,10 @@ func envelopeCases() []protocol.Vector {
 	thinNoCallback := vpcTask(10)
 	thinNoCallback.PayloadURL = cbBase + "/v1/tasks/" + thinNoCallback.TaskID
 	thinNoCallback.Resource, thinNoCallback.Config = nil, nil
+	noURL := vpcTask(10)
+	noURL.Callback = &webhooksdk.Callback{Token: token(noURL.TaskID)}
+	var noURLBody bytes.Buffer
+	must(wire.AppendEnvelope(&noURLBody, &noURL, cbBase, 0))
 	otherKind := vpcTask(10)
 	otherKind.Kind = "subnet"
 
@@ -158,6 +164,7 @@ func envelopeCases() []protocol.Vector {
 		envelopeRefused("env-missing-task-id", "A task envelope without task_id is refused 400.", http.StatusBadRequest, body0(noTaskID), id),
 		envelopeRefused("env-kind-version-out-of-range", "A kind_version outside 1..32767 is refused 400.", http.StatusBadRequest, body0(badVersion), id),
 		envelopeRefused("env-payload-url-without-callback", "A thin envelope (payload_url) without a callback, whose token would fetch it, is refused 400.", http.StatusBadRequest, append(mustJSON(thinNoCallback), '\n'), id),
+		envelopeRefused("env-callback-without-url", "A callback without a url, where no Result could be posted, is refused 400.", http.StatusBadRequest, noURLBody.Bytes(), id),
 		envelopeRefused("env-unknown-type", "An envelope type other than task, batch or health is refused 400.", http.StatusBadRequest, []byte(`{"type":"gossip"}`+"\n"), id),
 		envelopeRefused("env-unknown-kind", "A task for a (kind, kind_version) the SDK does not serve is refused 404.", http.StatusNotFound, body0(otherKind), id),
 		notReady,
