@@ -188,7 +188,7 @@ func TestMalformedResultsClassified(t *testing.T) {
 	e.waitReady("leaf", len(bad), 30*time.Second)
 	for name, id := range ids {
 		var from string
-		must(t, e.db.Pool.QueryRow(e.ctx, `SELECT status->>'from' FROM resources WHERE id = $1`, id).Scan(&from))
+		must(t, e.db.Pool.QueryRow(e.ctx, `SELECT coalesce(status->>'from', '') FROM resources WHERE id = $1`, id).Scan(&from))
 		if from != "retry" {
 			t.Errorf("%s: status from %q, want the retry's", name, from)
 		}
