@@ -154,6 +154,15 @@ func runVector(t *testing.T, schemas *protocol.Schemas, v protocol.Vector) {
 		resp, err := h.Serve(t.Context(), ev)
 		close(answered)
 		got = answer{status: resp.StatusCode, header: http.Header{}, body: []byte(resp.Body), failed: err}
+		if err == nil {
+			obj, merr := json.Marshal(resp)
+			if merr != nil {
+				t.Fatal(merr)
+			}
+			if verr := schemas.Validate(protocol.SchemaLambdaResponse, obj); verr != nil {
+				t.Errorf("the Lambda adapter's response: %v\n%s", verr, obj)
+			}
+		}
 		for k, val := range resp.Headers {
 			got.header.Set(k, val)
 		}
