@@ -100,6 +100,8 @@ func signatureCases() []protocol.Vector {
 			a, signedWith((tolerance+1)*time.Second, secretA)),
 		unauthorized("sig-non-numeric-timestamp", "A webhook-timestamp that is not an integer is refused: 401.",
 			a, tampered(func(r *protocol.Request) { r.Headers["webhook-timestamp"] = strconv.Itoa(now) + "abc" })),
+		unauthorized("sig-timestamp-not-canonical", "A webhook-timestamp with a leading zero is refused (401), though its number is the one signed: the signature covers the header's text, which must be digits without a sign or a leading zero.",
+			a, tampered(func(r *protocol.Request) { r.Headers["webhook-timestamp"] = "0" + r.Headers["webhook-timestamp"] })),
 		unauthorized("sig-only-unknown-version", "A signature header with no v1 entry verifies nothing: 401.",
 			a, tampered(func(r *protocol.Request) {
 				r.Headers["webhook-signature"] = "v2," + strings.TrimPrefix(r.Headers["webhook-signature"], "v1,")
