@@ -81,10 +81,12 @@ export function verify(secrets: readonly Secret[], header: HeaderGetter, body: s
   const tsHeader = header("webhook-timestamp") ?? "";
   const sigHeader = header("webhook-signature") ?? "";
   if (msgId === "" || tsHeader === "" || sigHeader === "") throw new SignatureError("missing webhook signature headers");
-  // Go's strconv.ParseInt: an optional sign, decimal digits, within int64.
-  if (!/^[+-]?[0-9]+$/.test(tsHeader)) throw new SignatureError("invalid webhook-timestamp");
+  // The one form it is signed in (§3.2): decimal digits, no sign, no leading zero,
+  // within int64. A lenient parse would check the signature over the number
+  // re-formatted rather than the text received.
+  if (!/^(0|[1-9][0-9]*)$/.test(tsHeader)) throw new SignatureError("invalid webhook-timestamp");
   const big = BigInt(tsHeader);
-  if (big > 9223372036854775807n || big < -9223372036854775808n) throw new SignatureError("invalid webhook-timestamp");
+  if (big > 9223372036854775807n) throw new SignatureError("invalid webhook-timestamp");
   const tol = BigInt(Math.floor((toleranceMs > 0 ? toleranceMs : DEFAULT_TOLERANCE_MS) / 1000));
   const n = BigInt(Math.floor(nowMs / 1000));
   if (big < n - tol || big > n + tol) {
