@@ -21,6 +21,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _HTTPServer
 
+    def setup(self) -> None:
+        super().setup()
+        # The headers and the body are two writes: without this, Nagle's algorithm
+        # holds the body until a keep-alive client's delayed ACK of the headers.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def _serve(self) -> None:
         srv = self.server
         srv.request_started()
