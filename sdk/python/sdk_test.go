@@ -38,11 +38,13 @@ func run(t *testing.T, args ...string) {
 	t.Logf("python3 %s:\n%s", strings.Join(args, " "), out)
 }
 
-// TestTypes type-checks the SDK, its tests and its bench server with mypy --strict.
+// TestTypes type-checks the SDK, its tests, its bench server and the example provider
+// (examples/python-provider) with mypy --strict.
 func TestTypes(t *testing.T) {
 	requireModule(t, "mypy", "python3-mypy")
 	t.Parallel()
-	run(t, "-m", "mypy", "--strict", "--cache-dir", t.TempDir(), "converge_provider", "tests", "bench")
+	run(t, "-m", "mypy", "--strict", "--cache-dir", t.TempDir(), "converge_provider", "tests", "bench",
+		"../../examples/python-provider/provider.py")
 }
 
 // TestPytest runs the SDK's pytest suite: every test over real HTTP on 127.0.0.1.

@@ -724,6 +724,7 @@ class Endpoint:
             if err:
                 self.log.warning("callback attempt %d failed: %s", attempt, err, extra=self._extra(rn))
             elif status in (200, 204):
+                self.log.debug("callback delivered (attempt %d, %d)", attempt, status, extra=self._extra(rn))
                 return
             elif status == 409:
                 self.log.info("callback refused: task superseded by a newer claim; result dropped",
