@@ -103,9 +103,13 @@ build: $(if $(NPM),ui) ## build converge (with the console when npm is present),
 # aws-lambda-go's legacy RPC mode, which provided runtimes never use.
 FUNCTION_ARCHS ?= arm64 amd64
 
-functions: ## build each Lambda function in functions/ into bin/functions/<name>-<arch>.zip
+# A Python function (a folder with handler.py) is pure Python: one zip of its folder,
+# symlinks resolved (its converge_provider is sdk/python's), for either architecture.
+functions: ## build each Lambda function in functions/ into bin/functions/<name>-<arch>.zip (a Python one into <name>.zip)
 	@command -v zip >/dev/null || { echo "make functions: zip is missing (apt-get install zip)" >&2; exit 1; }
-	@set -e; for dir in functions/*/; do name=$$(basename "$$dir"); \
+	@set -e; mkdir -p bin/functions; for dir in functions/*/; do name=$$(basename "$$dir"); \
+	  if [ -f "$$dir/handler.py" ]; then out="$(CURDIR)/bin/functions/$$name.zip"; rm -f "$$out"; \
+	    (cd "$$dir" && zip -q -r -X "$$out" . -x '*__pycache__*'); echo "bin/functions/$$name.zip"; continue; fi; \
 	  for arch in $(FUNCTION_ARCHS); do out="bin/functions/$$name-$$arch"; \
 	    CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w" -o "$$out/bootstrap" "./$$dir"; \
 	    rm -f "$$out.zip"; (cd "$$out" && zip -q -X "../$$name-$$arch.zip" bootstrap); echo "$$out.zip"; \

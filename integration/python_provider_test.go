@@ -43,7 +43,7 @@ func TestPythonProviderConverges(t *testing.T) {
 	cmd := exec.Command(python, "provider.py")
 	cmd.Dir = filepath.Join(root, "examples", "python-provider")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PYTHONPATH=" + filepath.Join(root, "sdk", "python"),
-		"PYTHONDONTWRITEBYTECODE=1", "SYNC_BUDGET_MS=500", "LOG_LEVEL=DEBUG"}
+		"PYTHONDONTWRITEBYTECODE=1", "SYNC_BUDGET_MS=500", "PROVIDER_LOG_LEVEL=DEBUG"}
 	_, output := s.startProviderProcess("python", cmd, []map[string]any{
 		{"kind": "bucket", "kind_version": 1}, {"kind": "cdn", "kind_version": 1}, {"kind": "vpc", "kind_version": 1}})
 

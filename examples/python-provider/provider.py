@@ -6,9 +6,9 @@ and the classic demo's vpc/v1 with its operator verb enable_flow_logs
 
     PROVIDER_SECRETS=whsec_... PROVIDER_ADDR=127.0.0.1:8443 python3 provider.py
 
-SYNC_BUDGET_MS sets the sync budget and LOG_LEVEL the log level (INFO); a resource labelled
-python-provider.converge.dev/work-delay-ms takes that long, so a delay past the budget
-goes through the asynchronous path (202, heartbeats, callback).
+SYNC_BUDGET_MS sets the sync budget and PROVIDER_LOG_LEVEL the log level (INFO). A
+resource labelled python-provider.converge.dev/work-delay-ms takes that long, so a delay
+past the budget goes through the asynchronous path (202, heartbeats, callback).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def vpc(ctx: Context, req: Request) -> Outcome:
 
 
 def main() -> None:
-    logging.basicConfig(stream=sys.stderr, level=os.environ.get("LOG_LEVEL", "INFO"),
+    logging.basicConfig(stream=sys.stderr, level=os.environ.get("PROVIDER_LOG_LEVEL", "INFO"),
                         format="%(levelname)s %(name)s: %(message)s")
     secrets = [s for s in os.environ.get("PROVIDER_SECRETS", "").split(",") if s]
     if not secrets:

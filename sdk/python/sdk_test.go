@@ -39,12 +39,13 @@ func run(t *testing.T, args ...string) {
 }
 
 // TestTypes type-checks the SDK, its tests, its bench server and the example provider
-// (examples/python-provider) with mypy --strict.
+// (examples/python-provider) and its Lambda function (functions/python-provider) with
+// mypy --strict.
 func TestTypes(t *testing.T) {
 	requireModule(t, "mypy", "python3-mypy")
 	t.Parallel()
 	run(t, "-m", "mypy", "--strict", "--cache-dir", t.TempDir(), "converge_provider", "tests", "bench",
-		"../../examples/python-provider/provider.py")
+		"../../examples/python-provider/provider.py", "../../functions/python-provider/handler.py")
 }
 
 // TestPytest runs the SDK's pytest suite: every test over real HTTP on 127.0.0.1.

@@ -454,6 +454,7 @@ class Endpoint:
                      inv_deadline: float | None) -> Response:
         if not envs:
             return problem(400, "malformed batch: no tasks")
+        self.log.debug("serving a batch of %d tasks", len(envs))
         results: list[bytes] = [b""] * len(envs)
         nxt = iter(range(len(envs)))
         nxt_lock = threading.Lock()
