@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import collections
-import datetime as _dt
+import functools
 import hashlib
 import http
 import json
 import logging
+import queue
 import random
 import threading
 import time
@@ -248,6 +249,46 @@ class _Slot:
             self.seen, self.sum = True, s
 
 
+class _Workers:
+    """Threads reused across tasks: go(fn) runs fn on an idle thread, or a new one when none
+    is idle (never queued behind running work, which may run for minutes). A thread idle
+    for a minute exits. Starting a thread per task was a visible share of a batch's cost."""
+
+    IDLE_EXIT = 60.0
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+        self._q: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def go(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        self._q.put(fn)
+        if spawn:
+            threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                fn = self._q.get(timeout=self.IDLE_EXIT)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:
+                        self._idle -= 1
+                        return
+                continue  # go() counted on this thread: its function is queued
+            try:
+                fn()
+            except Exception:
+                self._log.exception("converge_provider: a background task raised")
+            with self._lock:
+                self._idle += 1
+
+
 class _Run:
     """One execution of work for one delivery."""
 
@@ -375,6 +416,7 @@ class Endpoint:
                                      self._opts.result_cache_ttl)
         self._active = 0
         self._idle = threading.Condition(self._lock)
+        self._workers = _Workers(self.log)
         self._batches: dict[str, _CallbackBatch] = {}
         self._batch_lock = threading.Lock()
 
@@ -469,12 +511,19 @@ class Endpoint:
                 results[i] = self._batch_result(r, envs[i])
 
         n = min(self._opts.batch_concurrency, len(envs))
-        threads = [threading.Thread(target=worker, daemon=True) for _ in range(n - 1)]
-        for t in threads:
-            t.start()
+        done = threading.Semaphore(0)
+
+        def helper() -> None:
+            try:
+                worker()
+            finally:
+                done.release()
+
+        for _ in range(n - 1):
+            self._workers.go(helper)
         worker()
-        for t in threads:
-            t.join()
+        for _ in range(n - 1):
+            done.acquire()
         return _json_response(200, b'{"type":"batch","results":[' + b",".join(results) + b"]}")
 
     @staticmethod
@@ -546,7 +595,7 @@ class Endpoint:
                 rn.live_add()
                 if mode == MODE_EVENT:
                     self._mark_async_locked(rn)
-                threading.Thread(target=self._execute, args=(rn,), daemon=True).start()
+                self._workers.go(functools.partial(self._execute, rn))
         if cached is not None:
             # Nobody reads an event invocation's answer: the cached Result reaches the
             # dispatcher only through the callback (a duplicate is a no-op there).
@@ -590,7 +639,7 @@ class Endpoint:
             rn.async_ = True
             self._active += 1
             rn.live_add()
-            threading.Thread(target=self._heartbeat, args=(rn,), daemon=True).start()
+            self._workers.go(functools.partial(self._heartbeat, rn))
 
     def _release(self) -> None:
         with self._lock:
