@@ -154,6 +154,8 @@ class Options:
             raise ValueError("callback retry: need 0 < initial <= max and grace >= 0")
         if self.callback_batch_window < 0 or not 1 <= self.callback_batch_max <= MAX_CALLBACK_BATCH:
             raise ValueError(f"callback batch: need window >= 0 and 1 <= max <= {MAX_CALLBACK_BATCH}")
+        if self.callback_timeout <= 0:
+            raise ValueError("callback_timeout: must be positive")
         if self.batch_concurrency < 1:
             raise ValueError("batch_concurrency: must be positive")
 

@@ -55,7 +55,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.send_header(k, v)
             self.send_header("Content-Length", str(len(resp.body)))
             self.end_headers()
-            if resp.body:
+            if resp.body and self.command != "HEAD":
                 self.wfile.write(resp.body)
         finally:
             srv.request_finished()
@@ -66,6 +66,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     do_DELETE = _serve
     do_PATCH = _serve
     do_HEAD = _serve
+    do_OPTIONS = _serve
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
         self.server.endpoint.log.debug("http: " + format, *args)
