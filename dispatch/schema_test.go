@@ -188,13 +188,81 @@ func TestMalformedResultsClassified(t *testing.T) {
 	e.waitReady("leaf", len(bad), 30*time.Second)
 	for name, id := range ids {
 		var from string
-		must(t, e.db.Pool.QueryRow(e.ctx, `SELECT status->>'from' FROM resources WHERE id = $1`, id).Scan(&from))
+		must(t, e.db.Pool.QueryRow(e.ctx, `SELECT coalesce(status->>'from', '') FROM resources WHERE id = $1`, id).Scan(&from))
 		if from != "retry" {
 			t.Errorf("%s: status from %q, want the retry's", name, from)
 		}
 		waitFor(t, 5*time.Second, name+": one malformed delivery recorded", func() bool {
 			return e.count(`SELECT count(*) FROM endpoint_deliveries WHERE resource_id = $1 AND classification = 'malformed'`, id) == 1
 		})
+	}
+	e.checkNoDoubleApply()
+}
+
+// TestMalformedCallbacksRefused: a callback whose body fails result.json is refused as
+// docs/protocol.md §8 says: 400 with a problem, nothing applied, and the same claim's
+// valid Result is applied after it.
+func TestMalformedCallbacksRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	check := newSchemaCheck(t)
+	e.kind("leaf", model.Policy{TaskDeadlineSecs: 30})
+	s := e.endpoint("leaves", endpointOpts{kinds: []string{"leaf"}})
+	bad := []string{
+		`{"claim_epoch":0,"outcome":{}}`,
+		`{"outcome":{},"error":{"message":"m"}}`,
+		`{"outcome":null,"error":null}`,
+		`{"outcome":"done"}`,
+		`not json`,
+	}
+	post := func(env webhooksdk.Envelope, body string) (int, []byte) {
+		req, err := http.NewRequest(http.MethodPost, env.Callback.URL, strings.NewReader(body))
+		if err != nil {
+			t.Error(err)
+			return 0, nil
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+env.Callback.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	var posting sync.WaitGroup // the callbacks, all checked before the test ends
+	s.set(verified(s.secret, func(w http.ResponseWriter, r *http.Request) {
+		env := decodeEnvelope(r)
+		w.WriteHeader(http.StatusAccepted)
+		posting.Go(func() {
+			for _, body := range bad {
+				if err := check.schemas.Validate(protocol.SchemaResult, []byte(body)); err == nil {
+					t.Errorf("%s validates against result.json", body)
+				}
+				st, answer := post(env, body)
+				if st != http.StatusBadRequest {
+					t.Errorf("callback %s answered %d %s, want 400", body, st, answer)
+				}
+				check.validate("the callback refusal", protocol.SchemaProblem, answer)
+			}
+			st, answer := post(env, string(resultBody(env, `{"from":"callback"}`)))
+			if st != http.StatusOK {
+				t.Errorf("the valid callback answered %d %s", st, answer)
+			}
+			check.validate("the callback answer", protocol.SchemaCallbackAnswer, answer)
+		})
+	}))
+	id := e.apply("leaf", "one", map[string]any{"n": 1})
+	e.dispatcher(dispatch.Config{})
+	e.listen()
+	e.waitReady("leaf", 1, 30*time.Second)
+	posting.Wait()
+	var from string
+	must(t, e.db.Pool.QueryRow(e.ctx, `SELECT coalesce(status->>'from', '') FROM resources WHERE id = $1`, id).Scan(&from))
+	if from != "callback" {
+		t.Errorf("status from %q, want the valid callback's", from)
 	}
 	e.checkNoDoubleApply()
 }

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/convergeplane/converge/dispatch/wire"
 	"github.com/convergeplane/converge/protocol"
 	"github.com/convergeplane/converge/webhooksdk"
 )
@@ -98,6 +100,8 @@ func signatureCases() []protocol.Vector {
 			a, signedWith((tolerance+1)*time.Second, secretA)),
 		unauthorized("sig-non-numeric-timestamp", "A webhook-timestamp that is not an integer is refused: 401.",
 			a, tampered(func(r *protocol.Request) { r.Headers["webhook-timestamp"] = strconv.Itoa(now) + "abc" })),
+		unauthorized("sig-timestamp-not-canonical", "A webhook-timestamp with a leading zero is refused (401), though its number is the one signed: the signature covers the header's text, which must be digits without a sign or a leading zero.",
+			a, tampered(func(r *protocol.Request) { r.Headers["webhook-timestamp"] = "0" + r.Headers["webhook-timestamp"] })),
 		unauthorized("sig-only-unknown-version", "A signature header with no v1 entry verifies nothing: 401.",
 			a, tampered(func(r *protocol.Request) {
 				r.Headers["webhook-signature"] = "v2," + strings.TrimPrefix(r.Headers["webhook-signature"], "v1,")
@@ -127,6 +131,10 @@ func envelopeCases() []protocol.Vector {
 	thinNoCallback := vpcTask(10)
 	thinNoCallback.PayloadURL = cbBase + "/v1/tasks/" + thinNoCallback.TaskID
 	thinNoCallback.Resource, thinNoCallback.Config = nil, nil
+	noURL := vpcTask(10)
+	noURL.Callback = &webhooksdk.Callback{Token: token(noURL.TaskID)}
+	var noURLBody bytes.Buffer
+	must(wire.AppendEnvelope(&noURLBody, &noURL, cbBase, 0))
 	otherKind := vpcTask(10)
 	otherKind.Kind = "subnet"
 
@@ -158,6 +166,7 @@ func envelopeCases() []protocol.Vector {
 		envelopeRefused("env-missing-task-id", "A task envelope without task_id is refused 400.", http.StatusBadRequest, body0(noTaskID), id),
 		envelopeRefused("env-kind-version-out-of-range", "A kind_version outside 1..32767 is refused 400.", http.StatusBadRequest, body0(badVersion), id),
 		envelopeRefused("env-payload-url-without-callback", "A thin envelope (payload_url) without a callback, whose token would fetch it, is refused 400.", http.StatusBadRequest, append(mustJSON(thinNoCallback), '\n'), id),
+		envelopeRefused("env-callback-without-url", "A callback without a url, where no Result could be posted, is refused 400.", http.StatusBadRequest, noURLBody.Bytes(), id),
 		envelopeRefused("env-unknown-type", "An envelope type other than task, batch or health is refused 400.", http.StatusBadRequest, []byte(`{"type":"gossip"}`+"\n"), id),
 		envelopeRefused("env-unknown-kind", "A task for a (kind, kind_version) the SDK does not serve is refused 404.", http.StatusNotFound, body0(otherKind), id),
 		notReady,
