@@ -14,7 +14,7 @@ SECRET_PREFIX = "whsec_"
 SECRET_MIN_BYTES = 24
 SECRET_MAX_BYTES = 64
 DEFAULT_TOLERANCE = 300.0
-_TIMESTAMP = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_TIMESTAMP = re.compile(r"0|[1-9][0-9]*", re.ASCII)
 
 
 class SignatureError(Exception):
@@ -120,12 +120,13 @@ def verify(
     sig_header = headers.get("webhook-signature", "")
     if not msg_id or not ts_text or not sig_header:
         raise MissingHeaders("missing webhook signature headers")
-    # Parsed as the Go SDK parses it (strconv.ParseInt: an optional sign, decimal
-    # digits, within int64), then signed over its canonical decimal, as Go signs.
+    # The one form it is signed in (docs/protocol.md §3.2): decimal digits, no sign, no
+    # leading zero. A lenient parse would check the signature over the number re-formatted
+    # rather than the text received.
     if _TIMESTAMP.fullmatch(ts_text) is None:
         raise InvalidTimestamp("invalid webhook-timestamp")
     ts = int(ts_text)
-    if not -(2**63) <= ts < 2**63:
+    if ts >= 2**63:
         raise InvalidTimestamp("invalid webhook-timestamp")
     if tolerance <= 0:
         tolerance = DEFAULT_TOLERANCE
@@ -135,9 +136,8 @@ def verify(
             f"webhook-timestamp outside tolerance: timestamp {ts}, now {n}, tolerance {tol}s"
         )
     entries = [e[3:].encode("ascii", "replace") for e in sig_header.split(" ") if e.startswith("v1,")]
-    canonical = str(ts)
     for secret in secrets:
-        want = secret.signature(msg_id, canonical, body).encode("ascii")
+        want = secret.signature(msg_id, ts_text, body).encode("ascii")
         found = False
         for entry in entries:
             found |= hmac.compare_digest(entry, want)

@@ -56,6 +56,8 @@ def _headers(ts: str = "1767225600", sig: str | None = None) -> dict[str, str]:
 @pytest.mark.parametrize(("headers", "now", "err"), [
     ({"webhook-id": DOC_ID, "webhook-timestamp": "1767225600"}, 1767225600, MissingHeaders),
     (_headers(ts="12x"), 1767225600, InvalidTimestamp),
+    (_headers(ts="+1767225600"), 1767225600, InvalidTimestamp),
+    (_headers(ts="01767225600"), 1767225600, InvalidTimestamp),
     (_headers(), 1767225600 + 301, TimestampOutOfTolerance),
     (_headers(), 1767225600 - 301, TimestampOutOfTolerance),
     (_headers(sig="v1,AAAA"), 1767225600, NoMatchingSignature),
