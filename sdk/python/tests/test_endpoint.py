@@ -342,3 +342,16 @@ def test_invalid_providers() -> None:
         Endpoint([FuncProvider("vpc", 1, lambda c, r: None)], secrets=[])
 
 
+
+
+@pytest.mark.parametrize("opts", [
+    {"sync_budget": -1}, {"tolerance": 0.5}, {"max_body": 0}, {"heartbeat_every": 0},
+    {"result_cache_entries": 0}, {"callback_retry_initial": 2, "callback_retry_max": 1},
+    {"callback_batch_max": 257}, {"batch_concurrency": 0}, {"callback_timeout": 0},
+])
+def test_invalid_options(opts: dict[str, Any]) -> None:
+    from converge_provider import Endpoint, Options
+
+    with pytest.raises(ValueError):
+        Endpoint([FuncProvider("vpc", 1, lambda c, r: None)], secrets=["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+                 options=Options(**opts))

@@ -146,3 +146,22 @@ def test_runtime_api_loop(handler: LambdaHandler,
     path, body = posted[1]
     assert path == "/2018-06-01/runtime/invocation/req-1/error"
     assert json.loads(body)["errorType"] == "Terminal"
+
+
+def test_sync_invoke_out_of_time_is_a_function_error() -> None:
+    release = threading.Event()
+
+    def slow(ctx: Context, req: Request) -> Outcome:
+        release.wait(20)
+        return Outcome()
+
+    class Short:
+        def get_remaining_time_in_millis(self) -> int:
+            return 100
+
+    h = LambdaHandler([FuncProvider("vpc", 1, slow)], secrets=[SECRET])
+    try:
+        with pytest.raises(InvocationError, match="no answer before the invocation ended"):
+            h(invoke_event(task("t1")), Short())
+    finally:
+        release.set()
