@@ -35,6 +35,7 @@ from ._wire import (
     Request,
     Resource,
     ValueFlow,
+    merge_config,
 )
 
 #: The protocol version this SDK speaks (docs/protocol.md; the Lambda event's "converge.v1").
@@ -45,6 +46,6 @@ __all__ = [
     "Finished", "FuncProvider", "HTTPClient", "HTTPRequest", "HTTPResponse", "KindVersion", "MODE_EVENT",
     "MODE_HTTP", "MODE_SYNC", "Operation", "Options", "Outcome", "Provider", "ProviderConfig", "Ref",
     "Request", "Resource", "Response", "Server", "Shutdown", "SignatureError", "Superseded",
-    "TerminalError", "ValueFlow", "generate_secret", "heartbeat_url", "provider", "serve", "sign",
+    "TerminalError", "ValueFlow", "generate_secret", "heartbeat_url", "merge_config", "provider", "serve", "sign",
     "signed_headers", "urllib_client",
 ]

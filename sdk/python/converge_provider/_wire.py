@@ -70,31 +70,32 @@ class ProviderConfig:
 
 @dataclass
 class Request:
-    """Request is one task as ``work`` receives it. Fields a reaction does not need are empty.
+    """Request is one task as ``work`` receives it. Fields a reaction does not need are empty;
+    every field has a default, so a unit test builds one with just what it needs.
 
     ``config`` and ``bundle`` are the EFFECTIVE provider config (kind default deep-merged with
     the resource's override, by the dispatcher) and its data bundle.
     """
 
-    task_id: str
-    claim_epoch: int
-    attempt: int
-    reaction: str
-    kind: str
-    kind_version: int
-    trigger: str
-    task_type: str
-    resource: Resource
-    status: Any
-    observed: list[Resource]
-    descendants: list[Resource]
-    operation: Operation | None
-    transition: str
-    generation: int
-    dedup_token: str
-    deadline: _dt.datetime | None
-    config: Any
-    bundle: bytes
+    task_id: str = ""
+    claim_epoch: int = 0
+    attempt: int = 0
+    reaction: str = ""
+    kind: str = ""
+    kind_version: int = 0
+    trigger: str = ""
+    task_type: str = ""
+    resource: Resource = field(default_factory=Resource)
+    status: Any = None
+    observed: list[Resource] = field(default_factory=list)
+    descendants: list[Resource] = field(default_factory=list)
+    operation: Operation | None = None
+    transition: str = ""
+    generation: int = 0
+    dedup_token: str = ""
+    deadline: _dt.datetime | None = None
+    config: Any = None
+    bundle: bytes = b""
 
 
 @dataclass
@@ -249,6 +250,31 @@ class Outcome:
         if self.side_effect_done:
             out["side_effect_done"] = True
         return out
+
+
+def merge_config(default: Any, override: Any) -> Any:
+    """Deep-merge a provider config override onto a default, as the dispatcher does before
+    it sends ``Request.config`` (webhooksdk.MergeConfig): objects merge recursively, any
+    other value (arrays included) is replaced by the override's; a None override keeps the
+    default, a None default yields the override. Raises ValueError if either is neither an
+    object nor None. For a provider that layers defaults of its own under the config."""
+    if override is None:
+        return default
+    if not isinstance(override, dict):
+        raise ValueError("merge config: override is not a JSON object")
+    if default is None:
+        return override
+    if not isinstance(default, dict):
+        raise ValueError("merge config: default is not a JSON object")
+    return _merge_objects(default, override)
+
+
+def _merge_objects(default: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(default)
+    for k, v in override.items():
+        d = out.get(k)
+        out[k] = _merge_objects(d, v) if isinstance(d, dict) and isinstance(v, dict) else v
+    return out
 
 
 def dumps(value: Any) -> bytes:

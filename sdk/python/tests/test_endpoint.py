@@ -355,3 +355,17 @@ def test_invalid_options(opts: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         Endpoint([FuncProvider("vpc", 1, lambda c, r: None)], secrets=["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
                  options=Options(**opts))
+
+
+def test_merge_config_and_unit_testing_work() -> None:
+    from converge_provider import Resource, merge_config
+
+    assert merge_config({"a": {"x": 1, "y": [1]}, "b": 2}, {"a": {"y": [2]}, "c": 3}) == \
+        {"a": {"x": 1, "y": [2]}, "b": 2, "c": 3}
+    assert merge_config({"a": 1}, None) == {"a": 1}
+    assert merge_config(None, {"a": 1}) == {"a": 1}
+    with pytest.raises(ValueError, match="override"):
+        merge_config({"a": 1}, [1])
+    # A Request needs only what the reaction reads: work is unit-tested without a server.
+    out = status_of(Request(resource=Resource(name="n", spec={"cidr": "10.1.0.0/16"})))
+    assert out.status == {"cidr": "10.1.0.0/16", "name": "n"}
