@@ -177,14 +177,23 @@ def serve(providers: Sequence[Provider], *, secrets: Iterable[str | Secret], add
     cannot listen, and TimeoutError if the drain did not finish within drain_timeout.
     Call it from the main thread (signal handlers are installed there).
     """
-    srv = Server(providers, secrets=secrets, addr=addr, options=options, drain_timeout=drain_timeout,
-                 certfile=certfile, keyfile=keyfile)
+    # The handlers go in before the socket listens: a signal sent as soon as the port
+    # answers must drain, not kill, the process.
+    signalled = threading.Event()
+    servers: list[Server] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        srv.stop()
+        signalled.set()
+        for srv in servers:
+            srv.stop()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        srv = Server(providers, secrets=secrets, addr=addr, options=options, drain_timeout=drain_timeout,
+                     certfile=certfile, keyfile=keyfile)
+        servers.append(srv)
+        if signalled.is_set():
+            srv.stop()
         srv.endpoint.log.info("provider endpoint listening on %s:%d", *srv.address)
         if not srv.serve_forever():
             raise TimeoutError(f"drain did not finish within {drain_timeout}s; unfinished tasks are retried")
