@@ -182,6 +182,7 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		a.rotateSecretCommand(),
 		a.deliveriesCommand(),
 		a.replayCommand(),
+		a.genTypesCommand(),
 		a.versionCommand(),
 	)
 	root.AddCommand(a.quarantineCommands()...)
