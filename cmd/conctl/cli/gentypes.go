@@ -137,12 +137,14 @@ func manifestFromFile(o *genTypesOpts, cmd *cobra.Command) (*model.KindManifest,
 		}
 		// A document is a manifest unless its "type" field says otherwise,
 		// as with apply --type manifest.
-		t, err := documentType(typeManifest, d.fields)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", d.source, err)
-		}
-		if t != typeManifest {
-			continue
+		if _, typed := d.fields["type"]; typed {
+			t, err := documentType(nil, d.fields)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", d.source, err)
+			}
+			if t != typeManifest {
+				continue
+			}
 		}
 		raw, err := json.Marshal(d.fields)
 		if err != nil {

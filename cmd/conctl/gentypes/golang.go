@@ -55,9 +55,9 @@ func (s *source) golang(pkg string) ([]byte, error) {
 			fmt.Fprintf(&body, "\n// The values of %s.\nconst (\n", d.name)
 			used := map[string]bool{}
 			for _, v := range d.values {
-				name := d.name + strings.TrimPrefix(pascal("x"+fmt.Sprint(v)), "X")
+				name := d.name + strings.TrimPrefix(pascal("x-"+fmt.Sprint(v)), "X")
 				for n := 2; used[name]; n++ {
-					name = d.name + strings.TrimPrefix(pascal("x"+fmt.Sprint(v)), "X") + strconv.Itoa(n)
+					name = d.name + strings.TrimPrefix(pascal("x-"+fmt.Sprint(v)), "X") + strconv.Itoa(n)
 				}
 				used[name] = true
 				fmt.Fprintf(&body, "\t%s %s = %s\n", name, d.name, literal(v))
