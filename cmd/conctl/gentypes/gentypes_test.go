@@ -72,18 +72,18 @@ func TestGoldenConstructs(t *testing.T) {
 		"go": {
 			"package everything",
 			"Name     string      `json:\"name\"`",                  // required scalar
-			"Count    *int64         `json:\"count,omitempty\"`",      // optional scalar
-			"type SpecMode string",                                   // enum
-			"SpecModeDryRun SpecMode = \"dry-run\"",                  // enum constant
-			"Tags    map[string]string `json:\"tags,omitempty\"`",     // additionalProperties map
-			"Rules   []SpecRulesItem   `json:\"rules,omitempty\"`",    // array of objects
-			"type Subnet struct",                                     // $defs
-			"Target  json.RawMessage   `json:\"target,omitempty\"`",   // oneOf fallback
-			"Note     *string     `json:\"note,omitempty\"`",         // anyOf with null
-			"Owner string  `json:\"owner\"`",                         // allOf merged
-			"Parent   *Node  `json:\"parent,omitempty\"`",            // recursion
-			"type RebootNowInput map[string]any",                     // verb without a schema
-			"type SnapshotInput struct",                              // verb input
+			"Count    *int64         `json:\"count,omitempty\"`",    // optional scalar
+			"type SpecMode string",                                  // enum
+			"SpecModeDryRun SpecMode = \"dry-run\"",                 // enum constant
+			"Tags    map[string]string `json:\"tags,omitempty\"`",   // additionalProperties map
+			"Rules   []SpecRulesItem   `json:\"rules,omitempty\"`",  // array of objects
+			"type Subnet struct",                                    // $defs
+			"Target  json.RawMessage   `json:\"target,omitempty\"`", // oneOf fallback
+			"Note     *string     `json:\"note,omitempty\"`",        // anyOf with null
+			"Owner string  `json:\"owner\"`",                        // allOf merged
+			"Parent   *Node  `json:\"parent,omitempty\"`",           // recursion
+			"type RebootNowInput map[string]any",                    // verb without a schema
+			"type SnapshotInput struct",                             // verb input
 			"EndpointURL string `json:\"endpoint_url\"`",            // config
 		},
 		"typescript": {
