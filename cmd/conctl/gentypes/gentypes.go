@@ -129,7 +129,11 @@ func declarations(m *model.KindManifest) ([]*decl, error) {
 			return nil, fmt.Errorf("reactions[%d].input_schema: %w", i, err)
 		}
 		name := pascal(r.Verb) + "Input"
-		w.root(name, r.Verb+" input", fmt.Sprintf("%s is the input of the %q verb (reaction %q's input_schema).", name, r.Verb, r.Name), s)
+		doc := fmt.Sprintf("%s is the input of the %q verb (reaction %q's input_schema).", name, r.Verb, r.Name)
+		if s == nil {
+			doc = fmt.Sprintf("%s is the input of the %q verb (reaction %q).", name, r.Verb, r.Name)
+		}
+		w.root(name, r.Verb+" input", doc, s)
 	}
 	return w.decls, nil
 }

@@ -169,13 +169,13 @@ func TestNames(t *testing.T) {
 
 // exampleManifests returns every kind manifest under the repository's
 // examples/ (a JSON file with kind, kind_version and reactions), and the
-// golden kind. Several files may hold the same kind version (the versioning
+// golden and the docs' kinds. Several files may hold the same kind version (the versioning
 // example's breaking and additive edits), so each is kept, with the example
-// it belongs to (examples/<example>/...; "" for the golden kind).
+// it belongs to (examples/<example>/...; "" for testdata's).
 func exampleManifests(t *testing.T) (ms []*model.KindManifest, examples []string) {
 	t.Helper()
-	ms = []*model.KindManifest{readManifest(t, goldenKind)}
-	examples = []string{""}
+	ms = []*model.KindManifest{readManifest(t, goldenKind), readManifest(t, "testdata/disk.kind.json")}
+	examples = []string{"", ""}
 	err := filepath.WalkDir(examplesDir, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -202,7 +202,7 @@ func exampleManifests(t *testing.T) (ms []*model.KindManifest, examples []string
 		t.Fatal(err)
 	}
 	if len(ms) < 10 {
-		t.Fatalf("found %d manifests under examples/; the walk is broken", len(ms)-1)
+		t.Fatalf("found %d manifests under examples/; the walk is broken", len(ms)-2)
 	}
 	return ms, examples
 }
@@ -215,4 +215,23 @@ func exampleOf(path string) string {
 	rel, _ := filepath.Rel(examplesDir, path)
 	first, _, _ := strings.Cut(filepath.ToSlash(rel), "/")
 	return first
+}
+
+// TestDocsExample keeps docs/conctl.md's gen-types example the generator's
+// real output for testdata/disk.kind.json.
+func TestDocsExample(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/conctl.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := readManifest(t, "testdata/disk.kind.json")
+	for lang, fence := range map[string]string{"go": "```go\n", "typescript": "```ts\n", "python": "```python\n"} {
+		src, err := Generate(m, Options{Lang: lang})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(doc, []byte(fence+string(src)+"```\n")) {
+			t.Errorf("docs/conctl.md does not show the %s output of testdata/disk.kind.json; it is now:\n%s", lang, src)
+		}
+	}
 }
