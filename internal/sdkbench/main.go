@@ -45,12 +45,14 @@ func main() {
 	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "requests in flight at once")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
+	err := run(ctx, cfg, os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, errUsage):
 		fmt.Fprintln(os.Stderr, "sdkbench:", err)
-		if errors.Is(err, errUsage) {
-			os.Exit(2)
-		}
+		os.Exit(2)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "sdkbench:", err)
 		os.Exit(1)
 	}
 }

@@ -95,7 +95,7 @@ func validGoPackage(p string) bool {
 		return false
 	}
 	for i, r := range p {
-		if !(r == '_' || unicode.IsLetter(r) || (i > 0 && unicode.IsDigit(r))) {
+		if r != '_' && !unicode.IsLetter(r) && (i == 0 || !unicode.IsDigit(r)) {
 			return false
 		}
 	}
@@ -170,7 +170,7 @@ func pascal(s string) string {
 	prev := rune(0)
 	for _, r := range s {
 		switch {
-		case !(unicode.IsLetter(r) || unicode.IsDigit(r)) || r > unicode.MaxASCII:
+		case !unicode.IsLetter(r) && !unicode.IsDigit(r), r > unicode.MaxASCII:
 			flush()
 		case unicode.IsUpper(r) && (unicode.IsLower(prev) || unicode.IsDigit(prev)):
 			flush()
