@@ -32,7 +32,11 @@ func (s *source) golang(pkg string) ([]byte, error) {
 					name = pascal(f.json) + strconv.Itoa(n)
 				}
 				used[name] = true
-				comment(&body, "\t", "//", f.doc)
+				doc := f.doc
+				if f.typ.shape == shapeUnion {
+					doc = strings.TrimSpace(doc + "\n\nOne of: " + g.alternatives(f.typ) + " (oneOf/anyOf: decode it once its shape is known).")
+				}
+				comment(&body, "\t", "//", doc)
 				t := g.expr(f.typ)
 				tag := f.json
 				if !f.required {
@@ -123,4 +127,13 @@ func (g *goGen) expr(t *typ) string {
 		return "*" + e
 	}
 	return e
+}
+
+// alternatives names a union's members in Go.
+func (g *goGen) alternatives(t *typ) string {
+	names := make([]string, len(t.members))
+	for i, m := range t.members {
+		names[i] = g.expr(m)
+	}
+	return strings.Join(names, ", ")
 }
