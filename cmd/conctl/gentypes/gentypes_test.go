@@ -72,20 +72,23 @@ func TestGoldenConstructs(t *testing.T) {
 	want := map[string][]string{
 		"go": {
 			"package everything",
-			"Name     string      `json:\"name\"`",                  // required scalar
-			"Count    *int64         `json:\"count,omitempty\"`",    // optional scalar
-			"type SpecMode string",                                  // enum
-			"SpecModeDryRun SpecMode = \"dry-run\"",                 // enum constant
-			"Tags    map[string]string `json:\"tags,omitempty\"`",   // additionalProperties map
-			"Rules   []SpecRulesItem   `json:\"rules,omitempty\"`",  // array of objects
-			"type Subnet struct",                                    // $defs
-			"Target  json.RawMessage   `json:\"target,omitempty\"`", // oneOf fallback
-			"Note     *string     `json:\"note,omitempty\"`",        // anyOf with null
-			"Owner string  `json:\"owner\"`",                        // allOf merged
-			"Parent   *Node  `json:\"parent,omitempty\"`",           // recursion
-			"type RebootNowInput map[string]any",                    // verb without a schema
-			"type SnapshotInput struct",                             // verb input
-			"EndpointURL string `json:\"endpoint_url\"`",            // config
+			"Name     string      `json:\"name\"`",                     // required scalar
+			"Count    *int64         `json:\"count,omitempty\"`",       // optional scalar
+			"type SpecMode string",                                     // enum
+			"SpecModeDryRun SpecMode = \"dry-run\"",                    // enum constant
+			"Tags    map[string]string `json:\"tags,omitempty\"`",      // additionalProperties map
+			"Rules   []SpecRulesItem   `json:\"rules,omitempty\"`",     // array of objects
+			"type Subnet struct",                                       // $defs
+			"Target  json.RawMessage   `json:\"target,omitempty\"`",    // oneOf fallback
+			"Note     *string     `json:\"note,omitempty\"`",           // anyOf with null
+			"Owner string  `json:\"owner\"`",                           // allOf merged
+			"Parent   *Node  `json:\"parent,omitempty\"`",              // recursion
+			"type RebootNowInput map[string]any",                       // verb without a schema
+			"type SnapshotInput struct",                                // verb input
+			"EndpointURL string `json:\"endpoint_url\"`",               // config
+			"IDOrName json.RawMessage `json:\"id_or_name,omitempty\"`", // several types
+			"Self *Spec `json:\"self,omitempty\"`",                     // $ref to the root
+			"AB2 *string `json:\"a_b,omitempty\"`",                     // names that collide in Go
 		},
 		"typescript": {
 			"export interface EveryThingSpec {",
@@ -99,6 +102,8 @@ func TestGoldenConstructs(t *testing.T) {
 			"  note?: string | null;",
 			"  [key: string]: unknown;",
 			"export type EveryThingRebootNowInput = Record<string, unknown>;",
+			"  id_or_name?: number | string;",
+			"  self?: EveryThingSpec;",
 		},
 		"python": {
 			"class EveryThingSpec(TypedDict):",
@@ -111,6 +116,8 @@ func TestGoldenConstructs(t *testing.T) {
 			"    note: NotRequired[str | None]\n",
 			"EveryThingSpecScale: TypeAlias = float", // floats cannot be Literals
 			"EveryThingRebootNowInput: TypeAlias = dict[str, Any]",
+			"    id_or_name: NotRequired[int | str]\n",
+			`EveryThingSpecMaybe: TypeAlias = Literal["yes", None]`,
 		},
 	}
 	for lang, parts := range want {

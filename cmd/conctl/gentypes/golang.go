@@ -92,7 +92,7 @@ func pointerWhenOptional(t *typ) bool {
 	case shapeString, shapeInt, shapeNumber, shapeBool:
 		return !t.nullable
 	case shapeNamed:
-		return t.decl.kind != declAlias
+		return t.decl.kind == declObject || (t.decl.kind == declEnum && t.decl.base != shapeAny)
 	}
 	return false
 }

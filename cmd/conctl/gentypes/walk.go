@@ -2,6 +2,7 @@ package gentypes
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -288,7 +289,17 @@ func (w *walker) anon(name, path string, s *jsonschema.Schema) *typ {
 	switch {
 	case len(ts) == 0 && nullable:
 		t = &typ{shape: shapeNull}
-	case len(ts) != 1:
+	case len(ts) > 1:
+		// Several types: a union of each alone.
+		var members []*typ
+		for _, one := range ts {
+			c := *s
+			c.Types = new(jsonschema.Types)
+			c.Types.Add(one)
+			members = append(members, w.anon(name+pascal(one), path, &c))
+		}
+		t = &typ{shape: shapeUnion, members: members}
+	case len(ts) == 0:
 		t = &typ{shape: shapeAny}
 	case ts[0] == "string":
 		t = &typ{shape: shapeString}
@@ -393,7 +404,7 @@ func (w *walker) fill(d *decl, path string, s *jsonschema.Schema) {
 		p := props[k]
 		d.fields = append(d.fields, field{
 			json:     k,
-			doc:      describe(follow(p)),
+			doc:      cmp.Or(describe(p), describe(follow(p))),
 			typ:      w.anon(d.name+pascal(k), path+"."+k, p),
 			required: required[k],
 		})
