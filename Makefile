@@ -13,7 +13,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart dev test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui ui-types test-ui bench-ui chromium
+.PHONY: help demo demo-quickstart dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui ui-types test-ui bench-ui chromium
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -89,6 +89,11 @@ $(UI_DIST): ui/node_modules/.package-lock.json $(UI_SRC)
 # OpenAPI document without kinds to ui/openapi.json (and, in make test,
 # fails when it is stale); openapi-typescript makes ui/src/api-types.ts of
 # it (and, in make test-ui, check-types fails when that is stale).
+# The conformance vectors (protocol/vectors/README.md) are generated from the
+# dispatcher's code; TestVectorsCurrent, in make test, fails when they are stale.
+vectors: ## regenerate the protocol's conformance vectors in protocol/vectors from the dispatcher's code
+	$(GO) run ./protocol/vectorgen -out protocol/vectors
+
 ui-types: ui/node_modules/.package-lock.json ## regenerate ui/openapi.json from the API's code, then the console's TypeScript types from it
 	UPDATE_OPENAPI=1 $(GO) test -count=1 -run '^TestStaticOpenAPI$$' ./control/api/
 	cd ui && npm run --silent types

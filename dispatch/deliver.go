@@ -3,7 +3,6 @@ package dispatch
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -98,10 +97,10 @@ func transient(msg string) *webhooksdk.Result {
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }} // a buffer pool
 
-// encode appends the envelope for one endpoint to buf: the task as the
-// engine built it, and a callback URL and token bound to this claim and this
-// delivery. An envelope over limit (0: none) is sent thin.
-func (d *Dispatcher) encode(it *item, endpoint string, limit int, buf *bytes.Buffer) error {
+// envelope is the envelope of one task for one endpoint: the task as the
+// engine built it, and a callback URL and token bound to this claim and
+// this delivery.
+func (d *Dispatcher) envelope(it *item, endpoint string) (webhooksdk.Envelope, error) {
 	t := it.task
 	now := time.Now()
 	exp := now.Add(d.cfg.TokenTTL)
@@ -111,49 +110,34 @@ func (d *Dispatcher) encode(it *item, endpoint string, limit int, buf *bytes.Buf
 	tok, err := d.tokens.Mint(callback.Claim{TaskID: t.ID, ResourceID: t.ResourceID, Shard: t.Shard, ClaimEpoch: t.ClaimEpoch, Emits: t.Emits,
 		Deadline: t.Deadline, Expires: exp, Endpoint: endpoint, Attempt: t.Attempts + 1, Issued: now})
 	if err != nil {
-		return err
+		return webhooksdk.Envelope{}, err
 	}
 	env := it.env
-	env.Type = webhooksdk.EnvelopeTask
-	env.Callback = &webhooksdk.Callback{URL: d.cbBase + "/v1/tasks/" + t.ID + "/outcome", Token: tok,
-		BatchURL: d.cbBase + "/v1/tasks/outcomes"}
-	start := buf.Len()
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(&env); err != nil {
-		return fmt.Errorf("encode envelope: %w", err)
-	}
-	if limit > 0 && buf.Len()-start > limit {
-		buf.Truncate(start)
-		if err := enc.Encode(thin(env, d.cbBase+"/v1/tasks/"+t.ID)); err != nil {
-			return fmt.Errorf("encode thin envelope: %w", err)
-		}
-	}
-	return nil
+	env.Callback = wire.Callback(d.cbBase, t.ID, tok)
+	return env, nil
 }
 
 // encodeDelivery builds the request body for items at ep and returns its
-// webhook-id: a single task's envelope, or a batch of them
-// ({"type":"batch","tasks":[…]}) in which each envelope over an equal share
-// of the endpoint's request limit is sent thin, so the batch stays within it.
+// webhook-id: a single task's envelope, or a batch of them (wire.AppendBatch),
+// an envelope over the endpoint's request limit (its share of it, in a
+// batch) sent thin.
 func (d *Dispatcher) encodeDelivery(items []*item, ep *registry.Endpoint, buf *bytes.Buffer) (string, error) {
-	if len(items) == 1 {
-		return wire.MessageID(items[0].task), d.encode(items[0], ep.Name(), ep.MaxRequestBytes(), buf)
-	}
-	tasks := make([]model.Task, len(items))
-	buf.WriteString(`{"type":"batch","tasks":[`)
+	envs := make([]webhooksdk.Envelope, len(items))
 	for i, it := range items {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		if err := d.encode(it, ep.Name(), ep.MaxRequestBytes()/len(items), buf); err != nil {
+		env, err := d.envelope(it, ep.Name())
+		if err != nil {
 			return "", err
 		}
-		buf.Truncate(buf.Len() - 1) // the encoder's newline
+		envs[i] = env
+	}
+	if len(items) == 1 {
+		return wire.MessageID(items[0].task), wire.AppendEnvelope(buf, &envs[0], d.cbBase, ep.MaxRequestBytes())
+	}
+	tasks := make([]model.Task, len(items))
+	for i, it := range items {
 		tasks[i] = it.task
 	}
-	buf.WriteString("]}\n")
-	return wire.BatchID(tasks), nil
+	return wire.BatchID(tasks), wire.AppendBatch(buf, envs, d.cbBase, ep.MaxRequestBytes())
 }
 
 // deliver runs one delivery — a task, or a batch — sign and send, fail over

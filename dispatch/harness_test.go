@@ -238,6 +238,7 @@ type endpointOpts struct {
 	healthy        int
 	interval       int
 	timeoutSecs    int
+	maxRequest     int // the target's max_request_bytes: larger envelopes go thin
 }
 
 // server is a provider endpoint on loopback whose handler can be swapped
@@ -266,7 +267,7 @@ func (e *env) endpoint(name string, o endpointOpts) *server {
 	e.t.Cleanup(s.Close)
 	p := store.PutEndpointParams{
 		Name:               name,
-		Target:             store.EndpointTarget{Type: store.TargetHTTPS, URL: s.URL + "/converge"},
+		Target:             store.EndpointTarget{Type: store.TargetHTTPS, URL: s.URL + "/converge", MaxRequestBytes: o.maxRequest},
 		MaxConcurrency:     o.maxConcurrency,
 		MaxBatch:           o.maxBatch,
 		RequestTimeoutSecs: o.timeoutSecs,

@@ -161,9 +161,10 @@ func WithMaxBody(n int64) Option {
 	}
 }
 
-// WithHTTPClient sets the client for callbacks and heartbeats. It should not follow
-// redirects. Defaults to a client with CallbackTimeoutDefault that never follows
-// redirects.
+// WithHTTPClient sets the client of every call the SDK makes to the dispatcher:
+// callbacks, heartbeats and thin-payload fetches (a test injects one that plays the
+// control plane, as the conformance vectors do). It should not follow redirects.
+// Defaults to a client with CallbackTimeoutDefault that never follows redirects.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *config) error {
 		if hc == nil {
@@ -198,8 +199,9 @@ func WithHeartbeatEvery(d time.Duration) Option {
 	}
 }
 
-// WithClock sets the clock that signature timestamps are checked against. Defaults to
-// time.Now. Deadlines and timers always use the real clock.
+// WithClock sets the clock that signature timestamps are checked against (a test
+// injects a fixed one, as the conformance vectors do). Defaults to time.Now. Deadlines
+// and timers always use the real clock.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) error {
 		if now == nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convergeplane/converge/protocol"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -120,6 +121,36 @@ func TestProtocolDocExample(t *testing.T) {
 			t.Fatalf("Handler answered %d %s\nwant 200 %s", rec.Code, rec.Body, inlineBody)
 		}
 	})
+}
+
+// TestProtocolDocExamplesMatchSchemas: every JSON document of docs/protocol.md's worked
+// examples (§13, §16.6) validates against its schema in protocol/schema.
+func TestProtocolDocExamplesMatchSchemas(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/protocol.md")
+	if err != nil {
+		t.Fatalf("read protocol doc: %v", err)
+	}
+	schemas, err := protocol.LoadSchemas()
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpBody := func(name string) string {
+		_, body := splitHTTP(t, docBlock(t, doc, name))
+		return body
+	}
+	for _, ex := range []struct{ example, schema, body string }{
+		{"body", protocol.SchemaEnvelope, docBlock(t, doc, "body")},
+		{"inline", protocol.SchemaResult, httpBody("inline")},
+		{"callback", protocol.SchemaResult, httpBody("callback")},
+		{"health", protocol.SchemaHealthRequest, httpBody("health")},
+		{"batch-request", protocol.SchemaBatchRequest, docBlock(t, doc, "batch-request")},
+		{"batch-response", protocol.SchemaBatchResponse, httpBody("batch-response")},
+	} {
+		if err := schemas.Validate(ex.schema, []byte(ex.body)); err != nil {
+			t.Errorf("example:%s: %v\n%s", ex.example, err, ex.body)
+		}
+	}
 }
 
 // docBlock returns the fenced code block that follows "<!-- example:name -->".

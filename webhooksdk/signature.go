@@ -240,8 +240,8 @@ func Verify(secrets []Secret, headers http.Header, body []byte, now time.Time, t
 	if msgID == "" || tsHeader == "" || sigHeader == "" {
 		return ErrMissingHeaders
 	}
-	ts, err := strconv.ParseInt(tsHeader, 10, 64)
-	if err != nil {
+	ts, ok := parseTimestamp(tsHeader)
+	if !ok {
 		return ErrInvalidTimestamp
 	}
 	if tolerance <= 0 {
@@ -267,6 +267,23 @@ func Verify(secrets []Secret, headers http.Header, body []byte, now time.Time, t
 		}
 	}
 	return ErrNoMatchingSignature
+}
+
+// parseTimestamp reads a webhook-timestamp in the one form it is signed in
+// (docs/protocol.md §3.2): decimal digits, no sign, no leading zero. A lenient parse
+// ("+123", "0123") would check the signature over the number re-formatted rather than
+// the text received.
+func parseTimestamp(s string) (int64, bool) {
+	if len(s) > 1 && s[0] == '0' {
+		return 0, false
+	}
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }
 
 // matchAny reports whether any "v1,<sig>" entry of the space-separated list equals want.

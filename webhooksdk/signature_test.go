@@ -160,6 +160,24 @@ func TestVerify(t *testing.T) {
 			},
 			want: webhooksdk.ErrInvalidTimestamp,
 		},
+		{
+			name: "timestamp with a sign", reason: "verified over the text received, not the number re-formatted (protocol §3.2)",
+			headers: func() http.Header {
+				h := vector()
+				h.Set(webhooksdk.HeaderTimestamp, "+"+strconv.Itoa(vectorTimestamp))
+				return h
+			},
+			want: webhooksdk.ErrInvalidTimestamp,
+		},
+		{
+			name: "timestamp with a leading zero", reason: "verified over the text received, not the number re-formatted (protocol §3.2)",
+			headers: func() http.Header {
+				h := vector()
+				h.Set(webhooksdk.HeaderTimestamp, "0"+strconv.Itoa(vectorTimestamp))
+				return h
+			},
+			want: webhooksdk.ErrInvalidTimestamp,
+		},
 		{name: "too old", reason: "replay protection", headers: vector, now: now.Add(5*time.Minute + time.Second), want: webhooksdk.ErrTimestampOutOfTolerance},
 		{name: "too new", reason: "clock skew beyond tolerance", headers: vector, now: now.Add(-5*time.Minute - time.Second), want: webhooksdk.ErrTimestampOutOfTolerance},
 		{name: "edge of tolerance", reason: "±tolerance is inclusive", headers: vector, now: now.Add(5 * time.Minute)},
