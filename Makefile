@@ -13,7 +13,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui ui-types test-ui bench-ui chromium python-tools
+.PHONY: help demo demo-quickstart dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui ui-types test-ui bench-ui chromium python-tools
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -175,6 +175,17 @@ bench-ui: postgres ui chromium ## the console's performance figures in a real Ch
 # Outside `make test`: it builds and runs the classic provider and takes minutes.
 bench-demo: postgres ## the classic demo's large BOM against as many no-op leaves, same run (issue #15)
 	$(GO) test -run '^$$' -bench BenchmarkClassicDemo -benchtime 1x -timeout 45m ./integration/
+
+# Each SDK's serving overhead per task, single and batch of 32, the Go SDK's
+# beside the TypeScript and Python SDKs' in the same run (internal/sdkbench;
+# an SDK whose bench server does not exist is skipped). The TypeScript SDK is
+# built first when it is there. SDKBENCH_FLAGS: e.g. -rounds 9 -singles 5000.
+SDKBENCH_FLAGS ?=
+
+bench-sdks: ## each SDK's serving overhead per task (HTTP, single and batch of 32) beside the Go SDK's, same run (SDKBENCH_FLAGS)
+	@if [ -f sdk/typescript/package.json ]; then \
+	  cd sdk/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run --silent build --if-present; fi
+	$(GO) run ./internal/sdkbench $(SDKBENCH_FLAGS)
 
 # The million (issue #13): SCALE_N leaves through the bulk API, converged over
 # HTTP with batched deliveries by a real converge process.

@@ -167,6 +167,7 @@ func envelopeCases() []protocol.Vector {
 		envelopeRefused("env-kind-version-out-of-range", "A kind_version outside 1..32767 is refused 400.", http.StatusBadRequest, body0(badVersion), id),
 		envelopeRefused("env-payload-url-without-callback", "A thin envelope (payload_url) without a callback, whose token would fetch it, is refused 400.", http.StatusBadRequest, append(mustJSON(thinNoCallback), '\n'), id),
 		envelopeRefused("env-callback-without-url", "A callback without a url, where no Result could be posted, is refused 400.", http.StatusBadRequest, noURLBody.Bytes(), id),
+		envelopeRefused("env-batch-without-tasks", "A batch with no tasks is refused 400.", http.StatusBadRequest, []byte(`{"type":"batch","tasks":[]}`+"\n"), "msg_batch_00000000000000000000000000000000"),
 		envelopeRefused("env-unknown-type", "An envelope type other than task, batch or health is refused 400.", http.StatusBadRequest, []byte(`{"type":"gossip"}`+"\n"), id),
 		envelopeRefused("env-unknown-kind", "A task for a (kind, kind_version) the SDK does not serve is refused 404.", http.StatusNotFound, body0(otherKind), id),
 		notReady,
