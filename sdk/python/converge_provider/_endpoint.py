@@ -377,6 +377,88 @@ MODE_SYNC = "sync"
 MODE_EVENT = "event"
 
 
+def _batch_response(results: Sequence[bytes]) -> Response:
+    return _json_response(200, b'{"type":"batch","results":[' + b",".join(results) + b"]}")
+
+
+class _Batch:
+    """One batched delivery served over HTTP or a sync invoke (§16): at most
+    batch_concurrency helper threads take the tasks in turn and run each new task's work
+    themselves (no thread of its own); the request's thread collects the answers. Over
+    HTTP, when the sync budget ends it stops the helpers taking tasks, answers each
+    unfinished task accepted (its Result then goes to its callback) and serves the tasks
+    not yet taken itself, as a single delivery past its budget is served. Under a sync
+    invoke it waits for every task, until the invocation's deadline."""
+
+    def __init__(self, ep: Endpoint, headers: Mapping[str, str], envs: list[Envelope], mode: str,
+                 until: float, inv_deadline: float | None) -> None:
+        self.ep, self.headers, self.envs, self.mode = ep, headers, envs, mode
+        self.until, self.inv_deadline = until, inv_deadline
+        self.results: list[bytes | None] = [None] * len(envs)
+        self.runs: list[_Run | None] = [None] * len(envs)
+        self.cond = threading.Condition()
+        self.next = 0
+        self.closed = False  # past the budget: helpers take no more tasks
+
+    def serve(self) -> Response:
+        n = len(self.envs)
+        for _ in range(min(self.ep.options.batch_concurrency, n)):
+            self.ep._workers.go(self._helper)
+        with self.cond:
+            if self.mode == MODE_HTTP:
+                timeout: float | None = max(self.until - time.monotonic(), 0.0)
+            else:
+                timeout = None if self.inv_deadline is None else max(self.inv_deadline - time.time(), 0.0)
+            self.cond.wait_for(lambda: all(r is not None for r in self.results), timeout)
+            self.closed = True
+            untaken = list(range(self.next, n))
+            self.next = n
+        for i in untaken:
+            if self.mode == MODE_HTTP:
+                r = self.ep._serve_task(self.headers, self.envs[i], self.mode, self.until, self.inv_deadline)
+            else:
+                r = Response(0)  # the invocation ended first: nothing started for it
+            self._set(i, self.ep._batch_result(r, self.envs[i]))
+        with self.cond:
+            for i, rn in enumerate(self.runs):
+                if self.results[i] is None and rn is not None and self.mode == MODE_HTTP and self.ep._go_async(rn):
+                    self.results[i] = self.ep._batch_result(Response(202), self.envs[i])
+            if self.mode == MODE_SYNC and self.inv_deadline is not None:
+                for i, got in enumerate(self.results):
+                    if got is None:
+                        self.results[i] = self.ep._batch_result(Response(0), self.envs[i])
+            # What is left finished, or is a helper's answer that needs no work of its
+            # own (a duplicate, a refusal): it comes at once.
+            self.cond.wait_for(lambda: all(r is not None for r in self.results))
+            return _batch_response([r for r in self.results if r is not None])
+
+    def _set(self, i: int, body: bytes) -> None:
+        with self.cond:
+            if self.results[i] is None:
+                self.results[i] = body
+                self.cond.notify_all()
+
+    def _helper(self) -> None:
+        while True:
+            with self.cond:
+                if self.closed or self.next >= len(self.envs):
+                    return
+                i = self.next
+                self.next += 1
+            r = self.ep._serve_task(self.headers, self.envs[i], self.mode, self.until, self.inv_deadline,
+                                    functools.partial(self._started, i))
+            self._set(i, self.ep._batch_result(r, self.envs[i]))
+
+    def _started(self, i: int, rn: _Run) -> None:
+        """A helper is about to run task i's work: a run the collector can promise to its
+        callback, and one it promises at once if the budget already ended."""
+        with self.cond:
+            self.runs[i] = rn
+            if self.closed and self.mode == MODE_HTTP and self.ep._go_async(rn):
+                self.results[i] = self.ep._batch_result(Response(202), self.envs[i])
+                self.cond.notify_all()
+
+
 class Endpoint:
     """Endpoint serves task deliveries and health probes for a set of providers.
 
@@ -499,6 +581,13 @@ class Endpoint:
         if not envs:
             return problem(400, "malformed batch: no tasks")
         self.log.debug("serving a batch of %d tasks", len(envs))
+        if mode == MODE_EVENT:
+            return self._serve_event_batch(headers, envs, inv_deadline)
+        return _Batch(self, headers, envs, mode, until, inv_deadline).serve()
+
+    def _serve_event_batch(self, headers: Mapping[str, str], envs: list[Envelope],
+                           inv_deadline: float | None) -> Response:
+        """An Event invoke's batch: every task to its callback before the answer (202 each)."""
         results: list[bytes] = [b""] * len(envs)
         nxt = iter(range(len(envs)))
         nxt_lock = threading.Lock()
@@ -509,7 +598,7 @@ class Endpoint:
                     i = next(nxt, -1)
                 if i < 0:
                     return
-                r = self._serve_task(headers, envs[i], mode, until, inv_deadline)
+                r = self._serve_task(headers, envs[i], MODE_EVENT, 0.0, inv_deadline)
                 results[i] = self._batch_result(r, envs[i])
 
         n = min(self._opts.batch_concurrency, len(envs))
@@ -526,7 +615,7 @@ class Endpoint:
         worker()
         for _ in range(n - 1):
             done.acquire()
-        return _json_response(200, b'{"type":"batch","results":[' + b",".join(results) + b"]}")
+        return _batch_response(results)
 
     @staticmethod
     def _batch_result(r: Response, env: Envelope) -> bytes:
@@ -549,7 +638,10 @@ class Endpoint:
         return dumps(res)
 
     def _serve_task(self, headers: Mapping[str, str], env: Envelope, mode: str, until: float,
-                    inv_deadline: float | None) -> Response:
+                    inv_deadline: float | None, inline: Callable[[_Run], None] | None = None) -> Response:
+        """Serve one task envelope; until is when its sync budget ends. With inline (a
+        batch's helper thread), a new run's work runs in this thread, inline(run) called
+        first: the batch answers it accepted if the budget ends before it finishes."""
         if not env.task_id:
             return problem(400, "malformed envelope: task_id is required")
         if not env.kind:
@@ -597,7 +689,8 @@ class Endpoint:
                 rn.live_add()
                 if mode == MODE_EVENT:
                     self._mark_async_locked(rn)
-                self._workers.go(functools.partial(self._execute, rn))
+                if inline is None:
+                    self._workers.go(functools.partial(self._execute, rn))
         if cached is not None:
             # Nobody reads an event invocation's answer: the cached Result reaches the
             # dispatcher only through the callback (a duplicate is a no-op there).
@@ -607,6 +700,12 @@ class Endpoint:
             if promised:
                 return Response(202) if mode == MODE_HTTP else self._settle(rn, inv_deadline)
             return self._await_inline(rn, inv_deadline)
+        if inline is not None:
+            inline(rn)
+            self._execute(rn)
+            with self._lock:
+                promised = rn.async_
+            return Response(202) if promised else _json_response(200, rn.body)
         if mode == MODE_SYNC:
             return self._await_inline(rn, inv_deadline)
         if mode == MODE_EVENT:
@@ -618,11 +717,18 @@ class Endpoint:
             return self._await_inline(rn, None)
         if rn.done.wait(max(until - time.monotonic(), 0.0)):
             return _json_response(200, rn.body)
-        with self._lock:
-            if not rn.finished:
-                self._mark_async_locked(rn)
-                return Response(202)
+        if self._go_async(rn):
+            return Response(202)
         return _json_response(200, rn.body)
+
+    def _go_async(self, rn: _Run) -> bool:
+        """Promise rn's Result to its callback, unless it has a callback no more to promise
+        (none) or already finished; return whether it did."""
+        with self._lock:
+            if rn.finished or rn.env.callback is None:
+                return False
+            self._mark_async_locked(rn)
+            return True
 
     def _await_inline(self, rn: _Run, inv_deadline: float | None) -> Response:
         timeout = None if inv_deadline is None else max(inv_deadline - time.time(), 0.0)

@@ -369,3 +369,26 @@ def test_merge_config_and_unit_testing_work() -> None:
     # A Request needs only what the reaction reads: work is unit-tested without a server.
     out = status_of(Request(resource=Resource(name="n", spec={"cidr": "10.1.0.0/16"})))
     assert out.status == {"cidr": "10.1.0.0/16", "name": "n"}
+
+
+def test_batch_past_its_budget(serve: ServeFn, control_plane: ControlPlane) -> None:
+    """More slow tasks than batch_concurrency: the answer comes at the budget, every task
+    accepted (those not yet started too), and every Result reaches its own callback."""
+    release = threading.Event()
+
+    def work(ctx: Context, req: Request) -> Outcome:
+        release.wait(20)
+        return status_of(req)
+
+    s = serve([FuncProvider("vpc", 1, work)], sync_budget=0.2, batch_concurrency=2)
+    ids = [f"t{i}" for i in range(5)]
+    # The work waits for release, set only once the answer came: outcomes in the answer
+    # would mean it waited for the work.
+    code, _, body = s.post({"type": "batch", "tasks": [task(i, callback=control_plane.callback(i)) for i in ids]})
+    release.set()
+    assert code == 200
+    assert [r for r in json.loads(body)["results"]] == [
+        {"task_id": i, "claim_epoch": 7, "accepted": True} for i in ids]
+    got = control_plane.wait_for(lambda r: r.path.endswith("/outcome"), n=5)
+    assert sorted(r.json()["task_id"] for r in got) == ids
+    assert all(r.json()["outcome"]["status"]["name"] == "n-" + r.json()["task_id"] for r in got)

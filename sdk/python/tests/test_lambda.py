@@ -165,3 +165,28 @@ def test_sync_invoke_out_of_time_is_a_function_error() -> None:
             h(invoke_event(task("t1")), Short())
     finally:
         release.set()
+
+
+def test_sync_batch_out_of_time() -> None:
+    """A sync invoke's batch waits for its tasks until the invocation's deadline; a task
+    unfinished then is a transient error, the others' Results stand."""
+    release = threading.Event()
+
+    def work(ctx: Context, req: Request) -> Outcome:
+        if req.task_id == "slow":
+            release.wait(20)
+        return Outcome(status={"id": req.task_id})
+
+    class Short:
+        def get_remaining_time_in_millis(self) -> int:
+            return 300
+
+    h = LambdaHandler([FuncProvider("vpc", 1, work)], secrets=[SECRET])
+    try:
+        resp = h(invoke_event({"type": "batch", "tasks": [task("fast"), task("slow")]}), Short())
+    finally:
+        release.set()
+    res = {r["task_id"]: r for r in json.loads(resp["body"])["results"]}
+    assert res["fast"]["outcome"] == {"status": {"id": "fast"}}
+    assert res["slow"]["error"] == {"message": "no answer: the batch request ended before the task was answered",
+                                    "terminal": False}
