@@ -350,7 +350,7 @@ def heartbeat_url(callback_url: str) -> str:
     """The heartbeat URL of a callback URL: its final /outcome replaced by /heartbeat, or
     /heartbeat appended; the query kept (docs/protocol.md §9)."""
     u = urllib.parse.urlsplit(callback_url)
-    path = u.path.rstrip("/") if u.path.endswith("/") else u.path
+    path = u.path[:-1] if u.path.endswith("/") else u.path
     if path.endswith("/outcome"):
         path = path[: -len("/outcome")]
     return urllib.parse.urlunsplit((u.scheme, u.netloc, path + "/heartbeat", u.query, u.fragment))

@@ -329,6 +329,7 @@ def test_heartbeat_url() -> None:
     assert heartbeat_url("https://d:8080/v1/tasks/a/outcome") == "https://d:8080/v1/tasks/a/heartbeat"
     assert heartbeat_url("https://d/v1/tasks/a/outcome?x=1") == "https://d/v1/tasks/a/heartbeat?x=1"
     assert heartbeat_url("https://d/cb") == "https://d/cb/heartbeat"
+    assert heartbeat_url("https://d/v1/tasks/a/outcome/") == "https://d/v1/tasks/a/heartbeat"
 
 
 def test_invalid_providers() -> None:
