@@ -63,3 +63,35 @@ def test_sigterm_drains(control_plane: ControlPlane) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_https(tmp_path: Path) -> None:
+    """certfile and keyfile serve HTTPS; the certificate is made with
+    the openssl command, as a deployment would be given one."""
+    import shutil
+    import ssl
+    import threading
+
+    from converge_provider import FuncProvider, Outcome, Server
+
+    openssl = shutil.which("openssl")
+    assert openssl, "the openssl command is needed to make the test's certificate (apt-get install openssl)"
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    srv = Server([FuncProvider("vpc", 1, lambda c, r: Outcome(status={"tls": True}))], secrets=[SECRET],
+                 addr="127.0.0.1:0", certfile=str(cert), keyfile=str(key))
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        body = json.dumps(task("t1")).encode()
+        c = http.client.HTTPSConnection(*srv.address, context=ctx, timeout=10)
+        c.request("POST", "/", body=body, headers={"Content-Type": "application/json",
+                                                  **signed_headers([SECRET], "m1", int(time.time()), body)})
+        r = c.getresponse()
+        assert r.status == 200 and json.loads(r.read())["outcome"] == {"status": {"tls": True}}
+    finally:
+        srv.stop()
+        t.join(20)
