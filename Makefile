@@ -13,7 +13,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui ui-types test-ui bench-ui chromium
+.PHONY: help demo demo-quickstart dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui ui-types test-ui bench-ui chromium python-tools
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -47,7 +47,7 @@ define compile
 	  /^[^ :]+$$/ { if (++n % 50 == 0) say(); next } { print } END { if (n % 50) say() }'
 endef
 
-test: postgres $(RIE) ## run the whole test suite against real Postgres and the Lambda emulator (installs them if missing; RACE=1: under the race detector)
+test: postgres $(RIE) python-tools ## run the whole test suite against real Postgres and the Lambda emulator (installs them and the Python SDK's pytest and mypy if missing; RACE=1: under the race detector)
 	$(call compile,$@,$(if $(RACE),-race))
 	AWS_LAMBDA_RIE="$(CURDIR)/$(RIE)" $(GO) test $(if $(RACE),-race) -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
@@ -57,7 +57,7 @@ test-race: ## the suite under the race detector: make test RACE=1
 # The edit-run loop's tier: no PostgreSQL, browser or emulator, and go
 # test's cache is kept, so a package whose code did not change is not run
 # again. scripts/unit-packages.sh finds the packages.
-test-unit: ## the fast tier: every package whose tests need no PostgreSQL, browser or Lambda emulator (~16 s warm, less when little changed)
+test-unit: python-tools ## the fast tier: every package whose tests need no PostgreSQL, browser or Lambda emulator (~16 s warm, less when little changed)
 	$(GO) test $$(./scripts/unit-packages.sh)
 
 # Opt-in: the Docker client and testcontainers are compiled in only under
@@ -108,9 +108,13 @@ build: $(if $(NPM),ui) ## build converge (with the console when npm is present),
 # aws-lambda-go's legacy RPC mode, which provided runtimes never use.
 FUNCTION_ARCHS ?= arm64 amd64
 
-functions: ## build each Lambda function in functions/ into bin/functions/<name>-<arch>.zip
+# A Python function (a folder with handler.py) is pure Python: one zip of its folder,
+# symlinks resolved (its converge_provider is sdk/python's), for either architecture.
+functions: ## build each Lambda function in functions/ into bin/functions/<name>-<arch>.zip (a Python one into <name>.zip)
 	@command -v zip >/dev/null || { echo "make functions: zip is missing (apt-get install zip)" >&2; exit 1; }
-	@set -e; for dir in functions/*/; do name=$$(basename "$$dir"); \
+	@set -e; mkdir -p bin/functions; for dir in functions/*/; do name=$$(basename "$$dir"); \
+	  if [ -f "$$dir/handler.py" ]; then out="$(CURDIR)/bin/functions/$$name.zip"; rm -f "$$out"; \
+	    (cd "$$dir" && zip -q -r -X "$$out" . -x '*__pycache__*'); echo "bin/functions/$$name.zip"; continue; fi; \
 	  for arch in $(FUNCTION_ARCHS); do out="bin/functions/$$name-$$arch"; \
 	    CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w" -o "$$out/bootstrap" "./$$dir"; \
 	    rm -f "$$out.zip"; (cd "$$out" && zip -q -X "../$$name-$$arch.zip" bootstrap); echo "$$out.zip"; \
@@ -145,6 +149,14 @@ bench: postgres ## benchmarks: engine, API apply, dispatch (figures are ratios t
 	$(GO) test -run '^$$' -bench BenchmarkApply -benchtime 5s -timeout 20m ./control/api/
 	$(GO) test -run '^$$' -bench . -benchmem ./webhooksdk/ ./control/schema/ ./providers/stdio/
 
+# The Python SDK's checks (sdk/python, run by its Go test) use Debian's python3
+# with its pytest and mypy, installed with apt (as root) when missing: PyPI is
+# not needed.
+python-tools:
+	@/usr/bin/python3 -c 'import pytest, mypy' 2>/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pytest python3-mypy >/dev/null; } || \
+	  { echo "python-tools: /usr/bin/python3 lacks pytest or mypy and cannot install them (run as root, or apt-get install python3-pytest python3-mypy)" >&2; exit 1; }
+
 # A browser for the console's tests: Debian's chromium, installed with apt
 # (as root) when no Chromium or Chrome is on PATH.
 chromium:
@@ -163,6 +175,17 @@ bench-ui: postgres ui chromium ## the console's performance figures in a real Ch
 # Outside `make test`: it builds and runs the classic provider and takes minutes.
 bench-demo: postgres ## the classic demo's large BOM against as many no-op leaves, same run (issue #15)
 	$(GO) test -run '^$$' -bench BenchmarkClassicDemo -benchtime 1x -timeout 45m ./integration/
+
+# Each SDK's serving overhead per task, single and batch of 32, the Go SDK's
+# beside the TypeScript and Python SDKs' in the same run (internal/sdkbench;
+# an SDK whose bench server does not exist is skipped). The TypeScript SDK is
+# built first when it is there. SDKBENCH_FLAGS: e.g. -rounds 9 -singles 5000.
+SDKBENCH_FLAGS ?=
+
+bench-sdks: ## each SDK's serving overhead per task (HTTP, single and batch of 32) beside the Go SDK's, same run (SDKBENCH_FLAGS)
+	@if [ -f sdk/typescript/package.json ]; then \
+	  cd sdk/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run --silent build --if-present; fi
+	$(GO) run ./internal/sdkbench $(SDKBENCH_FLAGS)
 
 # The million (issue #13): SCALE_N leaves through the bulk API, converged over
 # HTTP with batched deliveries by a real converge process.

@@ -237,7 +237,7 @@ func FuzzLabelSelector(f *testing.F) {
 		}
 		var parts []string
 		for _, r := range reqs {
-			if r.Key == "" || r.Key != strings.TrimSpace(r.Key) || strings.ContainsAny(r.Key, ",=()") || strings.HasPrefix(r.Key, "!") {
+			if r.Key == "" || r.Key != strings.TrimSpace(r.Key) || strings.ContainsAny(r.Key, ",=()") || strings.HasPrefix(r.Key, "!") || strings.HasSuffix(r.Key, "!") {
 				t.Fatalf("parsed %q into the key %q", sel, r.Key)
 			}
 			switch r.Op {

@@ -297,7 +297,7 @@ func TestListResources(t *testing.T) {
 		// A selector the grammar cannot read is malformed: a 400 naming
 		// the term, never a selector that silently matches nothing.
 		for _, sel := range []string{"team in (a", "team in ()", "team in (a,,b)", "env in a", "team notin", "!team=a", "a,,b", "=b", " ,a=b",
-			"team in (a(b))", "f(x)=1"} {
+			"team in (a(b))", "f(x)=1", "team! =a", "team! in (a)"} {
 			t.Run("Malformed "+sel, func(t *testing.T) {
 				b.do(http.MethodGet, "/api/v1/resources?label_selector="+url.QueryEscape(sel), nil).
 					wantProblem(t, http.StatusBadRequest, "query.label_selector")

@@ -28,7 +28,8 @@ var looseSetWord = regexp.MustCompile(`\s(in|notin)(\s|$)`)
 // Whitespace around keys, operators and set values is ignored; the value of
 // =, == and != is everything after the operator up to the next comma,
 // taken verbatim (it may hold '=', spaces, tabs). A key cannot contain '=',
-// '(', ')' or ',' nor start with '!', and no value can contain ','. A
+// '(', ')' or ',', nor start or end with '!' ("a! =b" would read as a!=b
+// once its spaces go), and no value can contain ','. A
 // selector this grammar cannot read is a 400 naming query.label_selector;
 // the bounds labels have are the store's (422).
 func parseSelector(sel string) (store.LabelSelector, *Problem) {
@@ -41,6 +42,9 @@ func parseSelector(sel string) (store.LabelSelector, *Problem) {
 		part := parts[i]
 		if m := setStart.FindStringSubmatch(part); m != nil {
 			key, op, values := strings.TrimSpace(m[1]), store.SelectorOp(m[2]), []string{}
+			if strings.HasSuffix(key, "!") {
+				return nil, selectorProblem("a key cannot contain '=', '(' or ')' nor start or end with '!'", part)
+			}
 			term, rest := part, m[3]
 			for {
 				v, closed := strings.CutSuffix(strings.TrimSpace(rest), ")")
@@ -86,8 +90,8 @@ func parseSelector(sel string) (store.LabelSelector, *Problem) {
 		switch {
 		case r.Key == "":
 			return nil, selectorProblem("each requirement needs a key: key=value, key!=value, key in (v1,v2), key notin (v1,v2), key or !key", part)
-		case strings.HasPrefix(r.Key, "!") || strings.ContainsAny(r.Key, "()"):
-			return nil, selectorProblem("a key cannot contain '=', '(' or ')' nor start with '!'", part)
+		case strings.HasPrefix(r.Key, "!") || strings.HasSuffix(r.Key, "!") || strings.ContainsAny(r.Key, "()"):
+			return nil, selectorProblem("a key cannot contain '=', '(' or ')' nor start or end with '!'", part)
 		}
 		out = append(out, r)
 	}

@@ -135,7 +135,8 @@ It applies kind manifests, resources, provider configs, reactor bindings,
 endpoints and per-version kind configs from JSON or YAML files, and gets,
 lists and deletes them. It operates resources: waits for them, quarantines,
 reconciles, invokes their verbs and rolls back their specs. It reads the
-delivery log and replays a delivery's task.
+delivery log and replays a delivery's task. It writes a kind's types in Go,
+TypeScript or Python for a provider's handler.
 
 Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		Example: `  conctl apply --type manifest -f account.kind.json
@@ -182,6 +183,7 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		a.rotateSecretCommand(),
 		a.deliveriesCommand(),
 		a.replayCommand(),
+		a.genTypesCommand(),
 		a.versionCommand(),
 	)
 	root.AddCommand(a.quarantineCommands()...)

@@ -1,0 +1,1 @@
+../../examples/python-provider/provider.py
