@@ -236,6 +236,7 @@ export class Endpoint {
 
   async #batch(tasks: Envelope[], ctx: Ctx): Promise<Answer> {
     if (tasks.length === 0) return problem(400, "malformed batch: no tasks");
+    this.#log.debug("serving a batch", { tasks: tasks.length });
     const results = new Array<string>(tasks.length);
     let next = 0;
     const worker = async (): Promise<void> => {
