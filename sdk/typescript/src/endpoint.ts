@@ -1,6 +1,7 @@
 // The provider endpoint: verification, deduplication, the sync budget, callbacks,
 // heartbeats, thin payloads and batches (webhooksdk's endpoint.go and callback.go).
 
+import { setMaxListeners } from "node:events";
 import { errorMessage, isTerminal, ShutdownError, SupersededError } from "./errors.js";
 import { ResultCache } from "./cache.js";
 import {
@@ -190,6 +191,8 @@ export class Endpoint {
    */
   async handle(d: Delivery, inv: Invocation = "http"): Promise<Answer | undefined> {
     const header = headerGetter(d.headers);
+    // Every task of a batch waits on the request's signal: many listeners, no leak.
+    if (d.signal) setMaxListeners(0, d.signal);
     if (d.method.toUpperCase() !== "POST") {
       const a = problem(405, "only POST is served");
       a.headers["allow"] = "POST";
