@@ -28,6 +28,8 @@ func TestNodeProviderConverges(t *testing.T) {
 	dir, err := filepath.Abs(filepath.Join("..", "examples", "node-provider"))
 	must(t, err)
 	sdkbuild.NPMCI(t, dir)
+	// The example's own tests first: its kinds over HTTP, without the server.
+	sdkbuild.Run(t, 2*time.Minute, dir, node, "--test", "--test-timeout=60000", "provider.test.mjs")
 
 	s := startAll(t)
 	for _, kind := range []string{"account", "vpc"} {
