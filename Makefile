@@ -110,9 +110,18 @@ FUNCTION_ARCHS ?= arm64 amd64
 
 # A Python function (a folder with handler.py) is pure Python: one zip of its folder,
 # symlinks resolved (its converge_provider is sdk/python's), for either architecture.
-functions: ## build each Lambda function in functions/ into bin/functions/<name>-<arch>.zip (a Python one into <name>.zip)
+# A Node function (a folder with package.json) is pure JavaScript too: its files, symlinks
+# resolved, and node_modules holding its runtime dependencies, the TypeScript SDK among
+# them as npm pack makes it (built, without its dev dependencies), in one <name>.zip.
+functions: ## build each Lambda function in functions/ into bin/functions/<name>-<arch>.zip (a Python or Node one into <name>.zip)
 	@command -v zip >/dev/null || { echo "make functions: zip is missing (apt-get install zip)" >&2; exit 1; }
 	@set -e; mkdir -p bin/functions; for dir in functions/*/; do name=$$(basename "$$dir"); \
+	  if [ -f "$$dir/package.json" ]; then out="$(CURDIR)/bin/functions/$$name.zip"; rm -f "$$out"; \
+	    stage=$$(mktemp -d); find "$$dir" -maxdepth 1 -type f -o -maxdepth 1 -type l | grep -v node_modules | xargs -I{} cp -L {} "$$stage/"; \
+	    (cd sdk/typescript && npm ci --no-audit --no-fund >/dev/null && npm pack --silent --pack-destination "$$stage" >/dev/null); \
+	    (cd "$$stage" && npm pkg set "dependencies.@convergeplane/provider-sdk=file:./$$(ls *.tgz)" && \
+	      npm install --omit=dev --no-package-lock --no-audit --no-fund >/dev/null && rm -f *.tgz .gitignore package-lock.json && zip -q -r -X "$$out" .); \
+	    rm -rf "$$stage"; echo "bin/functions/$$name.zip"; continue; fi; \
 	  if [ -f "$$dir/handler.py" ]; then out="$(CURDIR)/bin/functions/$$name.zip"; rm -f "$$out"; \
 	    (cd "$$dir" && zip -q -r -X "$$out" . -x '*__pycache__*'); echo "bin/functions/$$name.zip"; continue; fi; \
 	  for arch in $(FUNCTION_ARCHS); do out="bin/functions/$$name-$$arch"; \

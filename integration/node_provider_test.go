@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,34 +12,42 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/sdk/typescript/sdkbuild"
 )
 
-// TestNodeProviderConverges runs examples/node-provider — the classic account kind v1
-// written in Node from docs/protocol.md alone — as a real process behind the API: its
-// resources converge with the status the Node code computes (one of them through the
-// asynchronous path: 202, heartbeats, callback), a spec it refuses pins Failed, and a
-// DELETE tears one down through its teardown reaction.
+// TestNodeProviderConverges runs examples/node-provider — the classic account and
+// vpc kinds v1 on the TypeScript SDK (sdk/typescript) — as a real process behind the
+// API: its resources converge with the status the Node code computes (one of them
+// through the asynchronous path: 202, heartbeats, callback), a spec it refuses pins
+// Failed, an operator verb runs with the effective provider config and returns its
+// output, and a DELETE tears one down through its teardown reaction (the finalizer).
 func TestNodeProviderConverges(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not on PATH: the Node provider example needs Node.js 20+ (and npm to install its packages)")
-	}
+	sdkbuild.Ensure(t)
+	node := sdkbuild.LookPath(t, "node")
 	t.Parallel()
 	dir, err := filepath.Abs(filepath.Join("..", "examples", "node-provider"))
 	must(t, err)
-	npmCI(t, dir)
+	sdkbuild.NPMCI(t, dir)
+	// The example's own tests first: its kinds over HTTP, without the server.
+	sdkbuild.Run(t, 2*time.Minute, dir, node, "--test", "--test-timeout=60000", "provider.test.mjs")
 
 	s := startAll(t)
-	manifest, err := os.ReadFile(filepath.Join(dir, "account.kind.json"))
-	must(t, err)
-	if code, body := s.call("PUT", "/kinds/account/manifest", json.RawMessage(manifest)); code != 201 && code != 200 {
-		t.Fatalf("manifest = %d %s", code, body)
+	for _, kind := range []string{"account", "vpc"} {
+		manifest, err := os.ReadFile(filepath.Join(dir, kind+".kind.json"))
+		must(t, err)
+		if code, body := s.call("PUT", "/kinds/"+kind+"/manifest", json.RawMessage(manifest)); code != 201 && code != 200 {
+			t.Fatalf("%s manifest = %d %s", kind, code, body)
+		}
+	}
+	if code, body := s.call("POST", "/providerconfigs", map[string]any{"name": "vpc-v1-default", "kind": "vpc", "kind_version": 1,
+		"is_default": true, "spec": map[string]any{"flow_logs_bucket": "s3://flow-logs"}}); code != 201 {
+		t.Fatalf("provider config = %d %s", code, body)
 	}
 
 	cmd := exec.Command(node, "provider.mjs")
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "SYNC_BUDGET_MS=500"}
-	_, output := s.startProviderProcess("node", cmd, []map[string]any{{"kind": "account", "kind_version": 1}})
+	_, output := s.startProviderProcess("node", cmd, []map[string]any{{"kind": "account", "kind_version": 1}, {"kind": "vpc", "kind_version": 1}})
 
 	apply := func(name string, labels map[string]string, spec map[string]any) {
 		t.Helper()
@@ -93,12 +100,36 @@ func TestNodeProviderConverges(t *testing.T) {
 		t.Errorf("team-bad detail lacks the Node provider's message: %s", body)
 	}
 
+	// The operator verb: enable_flow_logs reads the default provider config.
+	if code, body := s.call("POST", "/resources", map[string]any{"kind": "vpc", "kind_version": 1, "name": "net-blue",
+		"spec": map[string]any{"account_id": "123456789012", "cidr": "10.0.0.0/24"}}); code != 201 {
+		t.Fatalf("apply net-blue = %d %s", code, body)
+	}
+	s.waitReady("vpc/net-blue")
+	code, body := s.call("POST", "/resources/vpc/net-blue/ops", map[string]any{"verb": "enable_flow_logs", "input": map[string]any{}})
+	var op struct {
+		ID     string          `json:"id"`
+		State  string          `json:"state"`
+		Output json.RawMessage `json:"operation_output"`
+	}
+	if code != 202 || json.Unmarshal(body, &op) != nil || op.ID == "" {
+		t.Fatalf("invoke enable_flow_logs = %d %s", code, body)
+	}
+	waitFor(t, 30*time.Second, "enable_flow_logs to succeed", func() bool {
+		_, body := s.call("GET", "/resources/vpc/net-blue/ops/"+op.ID, nil)
+		return json.Unmarshal(body, &op) == nil && op.State == "succeeded"
+	})
+	var out map[string]any
+	if err := json.Unmarshal(op.Output, &out); err != nil || out["bucket"] != "s3://flow-logs" || out["flow_logs"] != true || out["operation_id"] != op.ID {
+		t.Errorf("enable_flow_logs output = %s, want the config's bucket and the operation id %s", op.Output, op.ID)
+	}
+
 	// DELETE goes through the teardown reaction (the finalizer) and the resource goes.
 	if code, body := s.call("DELETE", "/resources/account/team-red", nil); code != 202 && code != 200 && code != 204 {
 		t.Fatalf("DELETE team-red = %d %s", code, body)
 	}
 	s.waitGone("account/team-red")
-	if !strings.Contains(output.String(), `"msg":"teardown","name":"team-red"`) {
+	if !strings.Contains(output.String(), `"msg":"teardown","kind":"account","name":"team-red"`) {
 		t.Errorf("the node provider logged no teardown of team-red")
 	}
 	if !strings.Contains(output.String(), `"msg":"callback delivered"`) {
@@ -108,23 +139,4 @@ func TestNodeProviderConverges(t *testing.T) {
 		t.Errorf("GET team-red after delete = %d, want 404", code)
 	}
 	s.checkInvariants()
-}
-
-// npmCI installs a Node package's locked dependencies (npm ci) unless they are there.
-func npmCI(t *testing.T, dir string) {
-	t.Helper()
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "standardwebhooks", "package.json")); err == nil {
-		return
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Skipf("%s/node_modules is missing and npm is not on PATH: %v", dir, err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-	}
 }

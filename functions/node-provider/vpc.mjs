@@ -1,0 +1,1 @@
+../../examples/node-provider/vpc.mjs

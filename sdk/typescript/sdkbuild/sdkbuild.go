@@ -1,0 +1,119 @@
+// Package sdkbuild prepares the TypeScript provider SDK (sdk/typescript) for the Go
+// tests that run it: its own suite and the end-to-end tests of providers built on it.
+// Several test binaries may do so at once under `go test ./...`, so the build runs
+// under a file lock and only when the output is older than the sources.
+package sdkbuild
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Dir returns the SDK's directory, sdk/typescript.
+func Dir(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("sdkbuild: cannot locate the SDK's directory")
+	}
+	return filepath.Dir(filepath.Dir(file))
+}
+
+// Ensure installs the SDK's locked dependencies when they are missing and builds it
+// (the strict type check, then the ESM and CommonJS builds) when dist is older than
+// its sources, and returns the SDK's directory. It fails the test naming node or
+// npm when either is missing.
+func Ensure(t testing.TB) string {
+	t.Helper()
+	LookPath(t, "node")
+	dir := Dir(t)
+	unlock := lock(t, filepath.Join(dir, "node_modules.lock"))
+	defer unlock()
+	NPMCI(t, dir)
+	if stale(t, dir) {
+		Run(t, 3*time.Minute, dir, LookPath(t, "npm"), "run", "--silent", "build")
+	}
+	return dir
+}
+
+// NPMCI installs dir's locked dependencies (npm ci) unless node_modules holds them.
+func NPMCI(t testing.TB, dir string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err == nil {
+		return
+	}
+	Run(t, 5*time.Minute, dir, LookPath(t, "npm"), "ci", "--no-audit", "--no-fund")
+}
+
+// LookPath finds a program the TypeScript tests need, failing with a clear message
+// when it is missing.
+func LookPath(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s is not on PATH: the TypeScript SDK and its providers need Node.js 20+ and npm: %v", name, err)
+	}
+	return p
+}
+
+// Run runs prog in dir within timeout and fails the test with its output if it fails.
+func Run(t testing.TB, timeout time.Duration, dir, prog string, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v in %s: %v\n%s", filepath.Base(prog), args, dir, err, out)
+	}
+	return out
+}
+
+// stale reports whether dist is missing or older than a source of the build.
+func stale(t testing.TB, dir string) bool {
+	t.Helper()
+	built, err := os.Stat(filepath.Join(dir, "dist", "cjs", "package.json")) // the build's last step
+	if err != nil {
+		return true
+	}
+	newest := time.Time{}
+	for _, src := range []string{"src", "scripts", "package.json", "package-lock.json", "tsconfig.json", "tsconfig.cjs.json"} {
+		err := filepath.WalkDir(filepath.Join(dir, src), func(_ string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if info, err := d.Info(); err == nil && info.ModTime().After(newest) {
+				newest = info.ModTime()
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("sdkbuild: %v", err)
+		}
+	}
+	return newest.After(built.ModTime())
+}
+
+// lock takes an exclusive lock on path, waiting for another test binary's build.
+func lock(t testing.TB, path string) func() {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatalf("sdkbuild: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("sdkbuild: lock %s: %v", path, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	}
+}

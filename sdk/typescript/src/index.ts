@@ -1,0 +1,10 @@
+export { TerminalError, terminal, isTerminal, SupersededError, ShutdownError } from "./errors.js";
+export * from "./types.js";
+export type { Envelope, Result, WireResource, WireCallback } from "./wire.js";
+export { Secret, SignatureError, parseSecrets, signHeader, verify, SECRET_PREFIX, DEFAULT_TOLERANCE_MS } from "./signature.js";
+export type { HeaderGetter } from "./signature.js";
+export { Endpoint, createEndpoint, heartbeatURL } from "./endpoint.js";
+export type { Answer, Delivery, Invocation } from "./endpoint.js";
+export * from "./options.js";
+export { serve, requestListener } from "./serve.js";
+export type { Server, ServeOptions } from "./serve.js";
