@@ -57,7 +57,7 @@ test-race: ## the suite under the race detector: make test RACE=1
 # The edit-run loop's tier: no PostgreSQL, browser or emulator, and go
 # test's cache is kept, so a package whose code did not change is not run
 # again. scripts/unit-packages.sh finds the packages.
-test-unit: python-tools ## the fast tier: every package whose tests need no PostgreSQL, browser or Lambda emulator (~16 s warm, less when little changed)
+test-unit: python-tools ## the fast tier: every package whose tests need no PostgreSQL, browser or Lambda emulator (~25 s warm, less when little changed)
 	$(GO) test $$(./scripts/unit-packages.sh)
 
 # Opt-in: the Docker client and testcontainers are compiled in only under
