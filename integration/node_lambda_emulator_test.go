@@ -7,11 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
-	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/dispatch/transport/lambdatest"
+	"github.com/convergeplane/converge/internal/testkit/nodetest"
 	"github.com/convergeplane/converge/sdk/typescript/sdkbuild"
 )
 
@@ -24,12 +23,12 @@ import (
 // runtime's loop, which needs a native build.
 func TestNodeFunctionOnTheLambdaEmulator(t *testing.T) {
 	sdk := sdkbuild.Ensure(t)
-	node := sdkbuild.LookPath(t, "node")
+	node := nodetest.LookPath(t, "node")
 	t.Parallel()
 	rie := lambdatest.Emulator(t)
 	fn, err := filepath.Abs("../functions/node-provider")
 	must(t, err)
-	sdkbuild.NPMCI(t, fn)
+	nodetest.NPMCI(t, fn)
 	dir := t.TempDir()
 	logFile := filepath.Join(dir, "function.log")
 	bootstrap := filepath.Join(dir, "bootstrap")
@@ -72,14 +71,7 @@ func TestNodeFunctionOnTheLambdaEmulator(t *testing.T) {
 			t.Errorf("%s status %s, want %s and an account_id", path, d.Status, want)
 		}
 	}
-	var failed resourceDetail
-	waitFor(t, 30*time.Second, "team-bad Failed", func() bool {
-		failed, _ = s.detail("account/team-bad")
-		return failed.PhaseOf() == model.PhaseFailed
-	})
-	if !strings.Contains(failed.LastError, "not a DNS label") {
-		t.Errorf("team-bad last error %q; want the function's terminal failure", failed.LastError)
-	}
+	s.waitFailed("account/team-bad", "not a DNS label")
 	log, err := os.ReadFile(logFile)
 	must(t, err)
 	if !strings.Contains(string(log), `"msg":"serving a batch"`) {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/internal/testkit/nodetest"
 	"github.com/convergeplane/converge/sdk/typescript/sdkbuild"
 )
 
@@ -23,13 +23,13 @@ import (
 // output, and a DELETE tears one down through its teardown reaction (the finalizer).
 func TestNodeProviderConverges(t *testing.T) {
 	sdkbuild.Ensure(t)
-	node := sdkbuild.LookPath(t, "node")
+	node := nodetest.LookPath(t, "node")
 	t.Parallel()
 	dir, err := filepath.Abs(filepath.Join("..", "examples", "node-provider"))
 	must(t, err)
-	sdkbuild.NPMCI(t, dir)
+	nodetest.NPMCI(t, dir)
 	// The example's own tests first: its kinds over HTTP, without the server.
-	sdkbuild.Run(t, 2*time.Minute, dir, node, "--test", "--test-timeout=60000", "provider.test.mjs")
+	nodetest.Run(t, 2*time.Minute, dir, node, "--test", "--test-timeout=60000", "provider.test.mjs")
 
 	s := startAll(t)
 	for _, kind := range []string{"account", "vpc"} {
@@ -92,13 +92,7 @@ func TestNodeProviderConverges(t *testing.T) {
 		}
 	}
 
-	waitFor(t, 30*time.Second, "team-bad Failed", func() bool {
-		d, ok := s.detail("account/team-bad")
-		return ok && d.PhaseOf() == model.PhaseFailed
-	})
-	if _, body := s.call("GET", "/resources/account/team-bad", nil); !strings.Contains(string(body), "not a DNS label") {
-		t.Errorf("team-bad detail lacks the Node provider's message: %s", body)
-	}
+	s.waitFailed("account/team-bad", "not a DNS label")
 
 	// The operator verb: enable_flow_logs reads the default provider config.
 	if code, body := s.call("POST", "/resources", map[string]any{"kind": "vpc", "kind_version": 1, "name": "net-blue",

@@ -7,10 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	convergecli "github.com/convergeplane/converge/cmd/converge/cli"
-	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/dispatch/transport/lambdatest"
 )
 
@@ -74,14 +72,7 @@ func TestPythonFunctionOnTheLambdaEmulator(t *testing.T) {
 			t.Errorf("%s status %s, want %s", path, d.Status, want)
 		}
 	}
-	var failed resourceDetail
-	waitFor(t, 30*time.Second, "orphan-cdn Failed", func() bool {
-		failed, _ = s.detail("cdn/orphan-cdn")
-		return failed.PhaseOf() == model.PhaseFailed
-	})
-	if !strings.Contains(failed.LastError, "spec.origin is empty") {
-		t.Errorf("orphan-cdn last error %q; want the function's terminal failure", failed.LastError)
-	}
+	s.waitFailed("cdn/orphan-cdn", "spec.origin is empty")
 	log, err := os.ReadFile(logFile)
 	must(t, err)
 	if !strings.Contains(string(log), "serving a batch of") {

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/convergeplane/converge/control/model"
 )
 
 // TestPythonProviderConverges runs examples/python-provider — the quickstart's bucket
@@ -85,13 +83,7 @@ func TestPythonProviderConverges(t *testing.T) {
 		}
 	}
 
-	waitFor(t, 30*time.Second, "cdn/broken Failed", func() bool {
-		d, ok := s.detail("cdn/broken")
-		return ok && d.PhaseOf() == model.PhaseFailed
-	})
-	if _, body := s.call("GET", "/resources/cdn/broken", nil); !strings.Contains(string(body), "spec.origin is empty") {
-		t.Errorf("cdn/broken detail lacks the Python provider's message: %s", body)
-	}
+	s.waitFailed("cdn/broken", "spec.origin is empty")
 
 	// An operator verb: the op succeeds with the provider's output, and its status applies.
 	code, body := s.call("POST", "/resources/vpc/team-blue/ops", map[string]any{"verb": "enable_flow_logs", "input": map[string]any{"retention_days": 7}})

@@ -191,6 +191,21 @@ func (s *server) waitReady(path string) {
 	})
 }
 
+// waitFailed waits until path is Failed with no task left, its last error
+// naming reason: a provider's terminal failure.
+func (s *server) waitFailed(path, reason string) {
+	s.t.Helper()
+	var d resourceDetail
+	waitFor(s.t, 30*time.Second, path+" Failed", func() bool {
+		var ok bool
+		d, ok = s.detail(path)
+		return ok && d.PhaseOf() == model.PhaseFailed
+	})
+	if d.Task != nil || !strings.Contains(d.LastError, reason) {
+		s.t.Errorf("%s: task %+v, last error %q; want a terminal failure naming %q", path, d.Task, d.LastError, reason)
+	}
+}
+
 func (s *server) waitGone(paths ...string) {
 	s.t.Helper()
 	for _, p := range paths {

@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/convergeplane/converge/internal/testkit/nodetest"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -20,17 +20,14 @@ import (
 // `standardwebhooks` npm package (pinned in interop/package.json): Go-signed requests
 // verify in Node, Node-signed requests verify in Go, and a tampered body fails in both.
 // It needs node and npm on PATH (they are part of the development machine and CI) and
-// runs `npm ci` in interop/ when node_modules is missing.
+// runs `npm ci` in interop/ when node_modules is missing or older than its lock file.
 func TestInteropStandardWebhooksNPM(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node is not on PATH: this interop test needs Node.js (and npm) to run the official standardwebhooks package: %v", err)
-	}
+	node := nodetest.LookPath(t, "node")
 	dir, err := filepath.Abs("interop")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ensureNodeModules(t, dir)
+	nodetest.NPMCI(t, dir)
 
 	secrets := []string{vectorSecret, otherSecret}
 	// Non-ASCII and JSON-escaped content: the body travels as a string through Node.
@@ -89,24 +86,6 @@ func TestInteropStandardWebhooksNPM(t *testing.T) {
 			t.Fatalf("node signs the vector as %q, want %q", got, vectorSignature)
 		}
 	})
-}
-
-func ensureNodeModules(t *testing.T, dir string) {
-	t.Helper()
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "standardwebhooks", "package.json")); err == nil {
-		return
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Fatalf("interop/node_modules is missing and npm is not on PATH: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-	}
 }
 
 func runNode(t *testing.T, node, dir, script string, input any) ([]byte, error) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convergeplane/converge/internal/testkit/nodetest"
 	"github.com/convergeplane/converge/sdk/typescript/sdkbuild"
 )
 
@@ -21,7 +22,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	if err != nil || len(tests) == 0 {
 		t.Fatalf("no test/*.test.mjs files: %v", err)
 	}
-	out := sdkbuild.Run(t, 5*time.Minute, dir, sdkbuild.LookPath(t, "node"), append([]string{"--test", "--test-timeout=60000", "--test-reporter=spec"}, tests...)...)
+	out := nodetest.Run(t, 5*time.Minute, dir, nodetest.LookPath(t, "node"), append([]string{"--test", "--test-timeout=60000", "--test-reporter=spec"}, tests...)...)
 	if testing.Verbose() {
 		t.Logf("%s", out)
 	}

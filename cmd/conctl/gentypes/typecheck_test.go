@@ -15,6 +15,7 @@ import (
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/control/schema"
+	"github.com/convergeplane/converge/internal/testkit/nodetest"
 )
 
 // The type checks: every example kind's output compiles (go vet), and
@@ -165,7 +166,8 @@ const tscDir = "testdata/tsc"
 func TestExamplesTypeScript(t *testing.T) {
 	ms, examples := exampleManifests(t)
 	samples := exampleSamples(t, ms, examples)
-	npmCI(t, tscDir)
+	nodetest.LookPath(t, "node")
+	nodetest.NPMCI(t, tscDir)
 	tsc, err := filepath.Abs(filepath.Join(tscDir, "node_modules", "typescript", "bin", "tsc"))
 	if err != nil {
 		t.Fatal(err)
@@ -185,21 +187,6 @@ func TestExamplesTypeScript(t *testing.T) {
 	write(t, filepath.Join(dir, "check.ts"), []byte(check.String()))
 	run(t, dir, "node", append([]string{tsc, "--noEmit", "--strict", "--target", "es2022", "--module", "es2022",
 		"--moduleResolution", "bundler", "--verbatimModuleSyntax"}, files...)...)
-}
-
-// npmCI installs dir's pinned packages when its node_modules is missing.
-func npmCI(t *testing.T, dir string) {
-	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Fatalf("node is not on PATH: the TypeScript check needs Node.js and npm: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "typescript")); err == nil {
-		return
-	}
-	if _, err := exec.LookPath("npm"); err != nil {
-		t.Fatalf("%s/node_modules is missing and npm is not on PATH: %v", dir, err)
-	}
-	run(t, dir, "npm", "ci", "--no-audit", "--no-fund")
 }
 
 // python is Debian's interpreter, the one whose python3-mypy package the

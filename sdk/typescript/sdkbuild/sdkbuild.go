@@ -5,15 +5,15 @@
 package sdkbuild
 
 import (
-	"context"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/convergeplane/converge/internal/testkit/nodetest"
 )
 
 // Dir returns the SDK's directory, sdk/typescript.
@@ -32,49 +32,15 @@ func Dir(t testing.TB) string {
 // npm when either is missing.
 func Ensure(t testing.TB) string {
 	t.Helper()
-	LookPath(t, "node")
+	nodetest.LookPath(t, "node")
 	dir := Dir(t)
 	unlock := lock(t, filepath.Join(dir, "node_modules.lock"))
 	defer unlock()
-	NPMCI(t, dir)
+	nodetest.NPMCI(t, dir)
 	if stale(t, dir) {
-		Run(t, 3*time.Minute, dir, LookPath(t, "npm"), "run", "--silent", "build")
+		nodetest.Run(t, 3*time.Minute, dir, nodetest.LookPath(t, "npm"), "run", "--silent", "build")
 	}
 	return dir
-}
-
-// NPMCI installs dir's locked dependencies (npm ci) unless node_modules holds them.
-func NPMCI(t testing.TB, dir string) {
-	t.Helper()
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err == nil {
-		return
-	}
-	Run(t, 5*time.Minute, dir, LookPath(t, "npm"), "ci", "--no-audit", "--no-fund")
-}
-
-// LookPath finds a program the TypeScript tests need, failing with a clear message
-// when it is missing.
-func LookPath(t testing.TB, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Fatalf("%s is not on PATH: the TypeScript SDK and its providers need Node.js 20+ and npm: %v", name, err)
-	}
-	return p
-}
-
-// Run runs prog in dir within timeout and fails the test with its output if it fails.
-func Run(t testing.TB, timeout time.Duration, dir, prog string, args ...string) []byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %v in %s: %v\n%s", filepath.Base(prog), args, dir, err, out)
-	}
-	return out
 }
 
 // stale reports whether dist is missing or older than a source of the build.
