@@ -37,6 +37,12 @@ type Demo struct {
 	// again is the make command that runs this demo, left out of the
 	// hints.
 	again string
+	// unready is a kind the provider starts reporting not ready (its
+	// UNREADY_KINDS); "" for none. Its resources park while the rest
+	// converges, and readyAfter later the demo makes it ready through the
+	// provider's readiness switch (ADMIN_ADDR).
+	unready    string
+	readyAfter time.Duration
 }
 
 // A step is the arguments of the provider's objects command and, after
@@ -48,7 +54,8 @@ type step struct {
 
 // A hint is a command to try next and what it shows. In cmd, {conctl}
 // stands for the conctl command (see Conctl), {root} for the root's
-// kind/name and {vpc} for a vpc of the tree. A make hint is shown only in a
+// kind/name, {vpc} for a vpc of the tree and {admin} for the URL of the
+// provider's readiness switch. A make hint is shown only in a
 // directory with the Makefile, where it works.
 type hint struct {
 	cmd, why string
@@ -59,10 +66,41 @@ type hint struct {
 // small one, then applies the updated one onto it.
 var BOMs = []string{"small", "large", "updated"}
 
-// For picks the demo named name: "classic" (bom selects its BOM,
-// faultRate its providers' transient failure rate) or "quickstart".
-func For(name, bom string, faultRate float64) (Demo, error) {
+// Settings are a demo's knobs.
+type Settings struct {
+	// BOM is the classic demo's bill of materials, one of BOMs.
+	BOM string
+	// FaultRate is the classic demo providers' transient failure rate,
+	// at least 0 and below 1.
+	FaultRate float64
+	// ReadyAfter is how long the unhealthy demo's kind stays unready once
+	// its resources parked.
+	ReadyAfter time.Duration
+}
+
+// Names are the demos For knows.
+var Names = []string{"classic", "quickstart", "unhealthy"}
+
+// For picks the demo named name, one of Names, with the settings s:
+// "classic" (s.BOM and s.FaultRate), "quickstart", or "unhealthy" (the
+// quickstart with its cdn kind unready for s.ReadyAfter).
+func For(name string, s Settings) (Demo, error) {
+	bom, faultRate := s.BOM, s.FaultRate
 	switch name {
+	case "unhealthy":
+		if s.ReadyAfter < 0 {
+			return Demo{}, fmt.Errorf("ready after %s: want 0 or more", s.ReadyAfter)
+		}
+		return Demo{name: name, binary: "quickstart-provider", steps: []step{{args: []string{"objects"}}}, env: []string{"WORK_DELAY=400ms"},
+			unready: "cdn", readyAfter: s.ReadyAfter, again: "make demo-unhealthy",
+			hints: []hint{
+				{cmd: "curl -X POST {admin}/unready/cdn", why: "cdn's health answer says not ready again (from the next probe, 2s)"},
+				{cmd: "{conctl} reconcile cdn/shop-cdn", why: "its task parks instead of failing"},
+				{cmd: "{conctl} get resource cdn/shop-cdn -o yaml", why: "parked: why the task waits"},
+				{cmd: "curl -X POST {admin}/ready/cdn", why: "ready again: the parked task runs"},
+				{cmd: "{conctl} watch resource {root} --follow", why: "the live view on its own (Ctrl+C ends it)"},
+				{cmd: "make demo-quickstart", why: "a new demo: the same site with every kind ready", make: true},
+			}}, nil
 	case "quickstart":
 		return Demo{name: name, binary: "quickstart-provider", steps: []step{{args: []string{"objects"}}}, env: []string{"WORK_DELAY=400ms"},
 			hints: []hint{
@@ -99,7 +137,7 @@ func For(name, bom string, faultRate float64) (Demo, error) {
 				{cmd: "make demo BOM=large FAULT_RATE=0.25", why: "a new demo: ~5,400 resources, a quarter of the calls failing", make: true},
 			}}, nil
 	}
-	return Demo{}, fmt.Errorf("unknown demo %q: want classic or quickstart", name)
+	return Demo{}, fmt.Errorf("unknown demo %q: want one of %s", name, strings.Join(Names, ", "))
 }
 
 // Env is where a demo runs.
@@ -160,6 +198,15 @@ func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
 		s3 = endpoint
 		fmt.Fprintf(env.Out, "S3 store on %s, bucket %s\n", s3, demoBucket)
 	}
+	admin := ""
+	if d.unready != "" {
+		addr, err := freeLoopback()
+		if err != nil {
+			return stop, err
+		}
+		admin = "http://" + addr
+		d.env = append(slices.Clip(d.env), "UNREADY_KINDS="+d.unready, "ADMIN_ADDR="+addr)
+	}
 	stopProvider, err := startProvider(ctx, c, d, bin, objs.kinds, env)
 	if stopProvider != nil {
 		stops = append(stops, stopProvider)
@@ -182,9 +229,15 @@ func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
 		}
 		src := watchview.Source{Kind: root.Kind, Name: root.Name, Now: time.Now,
 			Get: func(ctx context.Context, path string) ([]byte, error) { return c.get(ctx, path) }}
+		opts := watchview.Options{Out: env.Out, TTY: watchview.IsTerminal(env.Out),
+			Width: columns(env.Getenv), Interval: time.Second, Laggards: 5, Attempt: src.Attempt}
 		start := time.Now()
-		_, err = watchview.Watch(ctx, src.Snapshot, watchview.Options{Out: env.Out, TTY: watchview.IsTerminal(env.Out),
-			Width: columns(env.Getenv), Interval: time.Second, Laggards: 5, Attempt: src.Attempt})
+		if d.unready != "" && i == 0 {
+			err = d.parkThenReady(ctx, env.Out, src, opts, admin)
+		}
+		if err == nil {
+			_, err = watchview.Watch(ctx, src.Snapshot, opts)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return stop, nil // Ctrl+C during the view
@@ -205,16 +258,16 @@ func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
 	}
 	_, err = os.Stat("Makefile")
 	fmt.Fprintln(env.Out, "\ntry next:")
-	for _, l := range d.nextSteps(Conctl(env), last, err == nil) {
+	for _, l := range d.nextSteps(Conctl(env), admin, last, err == nil) {
 		fmt.Fprintln(env.Out, "  "+l)
 	}
 	return stop, nil
 }
 
 // nextSteps are the demo's hints for the tree s, commands aligned and
-// commented; make hints only with haveMake, the Makefile in the working
-// directory.
-func (d Demo) nextSteps(conctl string, s watchview.Snapshot, haveMake bool) []string {
+// commented, admin the URL of the provider's readiness switch; make hints
+// only with haveMake, the Makefile in the working directory.
+func (d Demo) nextSteps(conctl, admin string, s watchview.Snapshot, haveMake bool) []string {
 	vpc := ""
 	for _, n := range s.Children {
 		if n.Kind == "vpc" && (vpc == "" || n.Ref() < vpc) {
@@ -227,7 +280,7 @@ func (d Demo) nextSteps(conctl string, s watchview.Snapshot, haveMake bool) []st
 		if (h.make && (!haveMake || h.cmd == d.again)) || (strings.Contains(h.cmd, "{vpc}") && vpc == "") {
 			continue
 		}
-		cmd := strings.NewReplacer("{conctl}", conctl, "{root}", s.Root.Ref(), "{vpc}", vpc).Replace(h.cmd)
+		cmd := strings.NewReplacer("{conctl}", conctl, "{root}", s.Root.Ref(), "{vpc}", vpc, "{admin}", admin).Replace(h.cmd)
 		cmds, whys = append(cmds, cmd), append(whys, h.why)
 		width = max(width, len(cmd))
 	}

@@ -15,7 +15,7 @@ import (
 
 func TestDemoFor(t *testing.T) {
 	t.Parallel()
-	d, err := For("classic", "large", 0.25)
+	d, err := For("classic", Settings{BOM: "large", FaultRate: 0.25})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,18 +25,18 @@ func TestDemoFor(t *testing.T) {
 	}
 	// The updated BOM is applied onto the small one, so that it shows
 	// something removed.
-	if d, err := For("classic", "updated", 0); err != nil || len(d.steps) != 2 || !slices.Equal(d.steps[0].args, []string{"objects", "--bom", "small"}) ||
+	if d, err := For("classic", Settings{BOM: "updated"}); err != nil || len(d.steps) != 2 || !slices.Equal(d.steps[0].args, []string{"objects", "--bom", "small"}) ||
 		!slices.Equal(d.steps[1].args, []string{"objects", "--bom", "updated"}) {
 		t.Errorf("classic updated = %+v, %v", d, err)
 	}
-	if d, err := For("quickstart", "small", 0); err != nil || d.binary != "quickstart-provider" || d.s3 {
+	if d, err := For("quickstart", Settings{BOM: "small"}); err != nil || d.binary != "quickstart-provider" || d.s3 {
 		t.Errorf("quickstart = %+v, %v", d, err)
 	}
 	for _, c := range []struct {
 		name, bom string
 		rate      float64
 	}{{"classic", "huge", 0}, {"classic", "small", 1}, {"classic", "small", -0.1}, {"other", "small", 0}} {
-		if _, err := For(c.name, c.bom, c.rate); err == nil {
+		if _, err := For(c.name, Settings{BOM: c.bom, FaultRate: c.rate}); err == nil {
 			t.Errorf("For(%q, %q, %g) accepted", c.name, c.bom, c.rate)
 		}
 	}
@@ -77,33 +77,33 @@ func TestNextSteps(t *testing.T) {
 	t.Parallel()
 	tree := watchview.Snapshot{Root: watchview.Node{Kind: "classicbom", Name: "classic"}, Children: []watchview.Node{
 		{Kind: "vpc", Name: "classic-b"}, {Kind: "vpc", Name: "classic-a"}, {Kind: "account", Name: "classic-a"}}}
-	small, err := For("classic", "small", 0)
+	small, err := For("classic", Settings{BOM: "small"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Join(small.nextSteps("bin/conctl", tree, true), "\n")
+	got := strings.Join(small.nextSteps("bin/conctl", "", tree, true), "\n")
 	for _, want := range []string{"bin/conctl watch resource classicbom/classic --follow ", "bin/conctl op vpc/classic-a enable_flow_logs --wait ",
 		"bin/conctl delete resource classicbom/classic ", "make demo BOM=updated ", "make demo BOM=large FAULT_RATE=0.25 "} {
 		if !strings.Contains(got, want) {
 			t.Errorf("hints lack %q:\n%s", want, got)
 		}
 	}
-	if got := strings.Join(small.nextSteps("bin/conctl", tree, false), "\n"); strings.Contains(got, "make ") {
+	if got := strings.Join(small.nextSteps("bin/conctl", "", tree, false), "\n"); strings.Contains(got, "make ") {
 		t.Errorf("hints away from the Makefile name make:\n%s", got)
 	}
-	updated, err := For("classic", "updated", 0)
+	updated, err := For("classic", Settings{BOM: "updated"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(updated.nextSteps("bin/conctl", tree, true), "\n"); strings.Contains(got, "BOM=updated") || !strings.Contains(got, "BOM=large") {
+	if got := strings.Join(updated.nextSteps("bin/conctl", "", tree, true), "\n"); strings.Contains(got, "BOM=updated") || !strings.Contains(got, "BOM=large") {
 		t.Errorf("after BOM=updated the hints are:\n%s", got)
 	}
-	quick, err := For("quickstart", "", 0)
+	quick, err := For("quickstart", Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	site := watchview.Snapshot{Root: watchview.Node{Kind: "site", Name: "shop"}}
-	if got := quick.nextSteps("./conctl --server http://127.0.0.1:9", site, true); len(got) != 3 ||
+	if got := quick.nextSteps("./conctl --server http://127.0.0.1:9", "", site, true); len(got) != 3 ||
 		!strings.HasPrefix(got[0], "./conctl --server http://127.0.0.1:9 get resource site/shop     # ") {
 		t.Errorf("quickstart hints = %q", got)
 	}

@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,11 +138,28 @@ func (r *demoRun) conctl(ctx context.Context, stdin string, args ...string) (std
 	return out.String(), errs.String(), code
 }
 
-// runHint runs one printed hint: a conctl command line. A watch with
-// --follow runs until Ctrl+C: it is given a few seconds to draw its view.
+// runHint runs one printed hint: a conctl command line, or a curl -X POST
+// of a URL (posted here as curl would). A watch with --follow runs until
+// Ctrl+C: it is given a few seconds to draw its view.
 func (r *demoRun) runHint(t *testing.T, hint string) string {
 	t.Helper()
 	args := strings.Fields(hint)
+	if len(args) == 4 && args[0] == "curl" && args[1] == "-X" && args[2] == "POST" {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, args[3], nil)
+		if err != nil {
+			t.Fatalf("hint %q: %v", hint, err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("hint %q: %v", hint, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("hint %q: %s %s", hint, resp.Status, body)
+		}
+		return string(body)
+	}
 	if filepath.Base(args[0]) != "conctl" {
 		t.Fatalf("hint %q: want a conctl command (a make hint is printed only beside the Makefile)", hint)
 	}
@@ -218,6 +237,37 @@ func TestDemoClassicUpdated(t *testing.T) {
 	for _, h := range r.hints(t) {
 		shown := r.runHint(t, h)
 		if strings.Contains(h, " watch ") && !strings.Contains(shown, "classicbom/classic Ready") {
+			t.Errorf("hint %q showed %q, want the root Ready", h, shown)
+		}
+	}
+}
+
+// TestDemoUnhealthy runs `make demo-unhealthy`: the quickstart site with
+// its cdn kind reporting not ready. The cdn parks, the demo showing the
+// reason the API gives, while the buckets converge; once the demo switches
+// cdn ready the site converges. The hints switch it unready and ready again
+// and each works as printed.
+func TestDemoUnhealthy(t *testing.T) {
+	t.Parallel()
+	r := startDemo(t, "--demo=unhealthy", "--ready-after=1s")
+	out := r.out.String()
+	parked := "\ncdn reports not ready, so its resources park while the rest converges:\n" +
+		"  cdn/shop-cdn parked: no ready endpoint for cdn/1: endpoint unhealthy: it reports cdn/1 not ready\n" +
+		"  Ready: bucket/shop-bucket-0, bucket/shop-bucket-1, bucket/shop-bucket-2\n" +
+		"making cdn ready in 1s (curl -X POST http://127.0.0.1:"
+	converged := regexp.MustCompile(`\ncdn reports ready: its parked resources run \(from the next health probe\)\n(?s:.*)\nsite/shop converged in \d+\.\ds: it and its 4 children are Ready\n`)
+	if i := strings.Index(out, parked); i < 0 {
+		t.Errorf("the demo did not show the cdn parked with its reason, the buckets Ready:\nwant %q", parked)
+	} else if !converged.MatchString(out[i:]) {
+		t.Error("after the cdn parked the demo did not make it ready and converge the site")
+	}
+	hints := r.hints(t)
+	if want := "curl -X POST http://127.0.0.1:"; !strings.HasPrefix(hints[0], want) || !strings.HasSuffix(hints[0], "/unready/cdn") {
+		t.Errorf("first hint %q, want %s…/unready/cdn", hints[0], want)
+	}
+	for _, h := range hints {
+		shown := r.runHint(t, h)
+		if strings.Contains(h, " watch ") && !strings.Contains(shown, "site/shop Ready") {
 			t.Errorf("hint %q showed %q, want the root Ready", h, shown)
 		}
 	}
