@@ -28,6 +28,12 @@ import (
 type Demo struct {
 	name   string // the --demo value and the endpoint's name
 	binary string // the provider's executable
+	// objects is the executable whose objects command prints what the
+	// steps apply, "" when it is binary.
+	objects string
+	// needs are other executables the provider runs, looked up on PATH
+	// before anything starts.
+	needs []string
 	// steps each apply what the objects command prints and watch the
 	// root converge, the next one onto the last one's resources.
 	steps []step
@@ -46,10 +52,20 @@ type Demo struct {
 }
 
 // A step is the arguments of the provider's objects command and, after
-// the first step, what it changes.
+// the first step, what it changes. In args, {dir} stands for the demo's own
+// directory in the data dir, which it may write.
 type step struct {
 	args  []string
 	title string
+}
+
+// argsIn is the step's arguments with {dir} replaced by dir.
+func (st step) argsIn(dir string) []string {
+	args := make([]string, len(st.args))
+	for i, a := range st.args {
+		args[i] = strings.ReplaceAll(a, "{dir}", dir)
+	}
+	return args
 }
 
 // A hint is a command to try next and what it shows. In cmd, {conctl}
@@ -79,14 +95,28 @@ type Settings struct {
 }
 
 // Names are the demos For knows.
-var Names = []string{"classic", "quickstart", "unhealthy"}
+var Names = []string{"classic", "quickstart", "unhealthy", "datadriven"}
 
 // For picks the demo named name, one of Names, with the settings s:
-// "classic" (s.BOM and s.FaultRate), "quickstart", or "unhealthy" (the
-// quickstart with its cdn kind unready for s.ReadyAfter).
+// "classic" (s.BOM and s.FaultRate), "quickstart", "unhealthy" (the
+// quickstart with its cdn kind unready for s.ReadyAfter), or "datadriven"
+// (std kinds composing a tree, served by stdprovider, then an updated spec).
 func For(name string, s Settings) (Demo, error) {
 	bom, faultRate := s.BOM, s.FaultRate
 	switch name {
+	case "datadriven":
+		return Demo{name: name, binary: "stdprovider", objects: "datadriven-demo", needs: []string{"terraform"},
+			steps: []step{{args: []string{"objects", "--dir", "{dir}"}},
+				{args: []string{"objects", "--dir", "{dir}", "--updated"}, title: "the updated spec: a service and the cache out, a service and the dns leaf in"}},
+			env: []string{"STD_KINDS=stdcel,stdstarlark,stdterraform,stdshell"}, again: "make demo-datadriven",
+			hints: []hint{
+				{cmd: "{conctl} watch resource {root} --follow", why: "the live view on its own (Ctrl+C ends it)"},
+				{cmd: "{conctl} get resource stdterraform/shop-network -o yaml", why: "the module's outputs in its status"},
+				{cmd: "{conctl} get resource stdshell/shop-api -o yaml", why: "the script's output: the network id, flowed from Terraform through Starlark"},
+				{cmd: "{conctl} list resources --kind stdshell", why: "the leaves the Starlark program and the CEL graph composed"},
+				{cmd: "{conctl} delete resource {root}", why: "the cascade: terraform destroy runs before the network goes"},
+				{cmd: "make demo-unhealthy", why: "a new demo: a kind reporting not ready parks its resources", make: true},
+			}}, nil
 	case "unhealthy":
 		if s.ReadyAfter < 0 {
 			return Demo{}, fmt.Errorf("ready after %s: want 0 or more", s.ReadyAfter)
@@ -159,11 +189,24 @@ type Env struct {
 	Getenv func(string) string
 }
 
-// Check fails, saying how to build it, if the demo's provider binary
-// cannot be found: before anything is started.
+// Check fails, saying how to build it, if the demo's provider binary (or
+// the one printing its objects) cannot be found, or how to get it, if a
+// program the provider runs is not on PATH: before anything is started.
 func (d Demo) Check(env Env) error {
-	_, err := providerBinary(d.binary, env)
-	return err
+	for _, b := range []string{d.binary, d.objects} {
+		if b == "" {
+			continue
+		}
+		if _, err := providerBinary(b, env); err != nil {
+			return err
+		}
+	}
+	for _, n := range d.needs {
+		if _, err := lookPath(n, Env{Getenv: env.Getenv}); err != nil {
+			return fmt.Errorf("the %s demo's provider runs %s, and there is none on PATH: install it first", d.name, n)
+		}
+	}
+	return nil
 }
 
 // Run starts the demo's services and provider, registers its endpoint and
@@ -183,7 +226,17 @@ func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
 	if err != nil {
 		return stop, err
 	}
-	objs, err := providerObjects(ctx, bin, d.steps[0].args)
+	objBin := bin
+	if d.objects != "" {
+		if objBin, err = providerBinary(d.objects, env); err != nil {
+			return stop, err
+		}
+	}
+	dir := filepath.Join(env.DataDir, d.name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return stop, fmt.Errorf("the demo's directory: %w", err)
+	}
+	objs, err := providerObjects(ctx, objBin, d.steps[0].argsIn(dir))
 	if err != nil {
 		return stop, err
 	}
@@ -218,10 +271,10 @@ func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
 	var last watchview.Snapshot
 	for i, st := range d.steps {
 		if i > 0 {
-			if objs, err = providerObjects(ctx, bin, st.args); err != nil {
+			if objs, err = providerObjects(ctx, objBin, st.argsIn(dir)); err != nil {
 				return stop, err
 			}
-			fmt.Fprintf(env.Out, "\nnext, %s (%s %s)\n", st.title, d.binary, strings.Join(st.args, " "))
+			fmt.Fprintf(env.Out, "\nnext, %s (%s %s)\n", st.title, filepath.Base(objBin), strings.Join(st.argsIn(dir), " "))
 		}
 		root, err := c.applyObjects(ctx, env.Out, objs, s3)
 		if err != nil {

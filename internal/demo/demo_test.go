@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/convergeplane/converge/internal/watchview"
 )
@@ -31,6 +32,17 @@ func TestDemoFor(t *testing.T) {
 	}
 	if d, err := For("quickstart", Settings{BOM: "small"}); err != nil || d.binary != "quickstart-provider" || d.s3 {
 		t.Errorf("quickstart = %+v, %v", d, err)
+	}
+	if d, err := For("unhealthy", Settings{ReadyAfter: time.Second}); err != nil || d.binary != "quickstart-provider" || d.unready != "cdn" || d.readyAfter != time.Second {
+		t.Errorf("unhealthy = %+v, %v", d, err)
+	}
+	if _, err := For("unhealthy", Settings{ReadyAfter: -time.Second}); err == nil {
+		t.Error("unhealthy with a negative ready-after accepted")
+	}
+	if d, err := For("datadriven", Settings{}); err != nil || d.binary != "stdprovider" || d.objects != "datadriven-demo" ||
+		!slices.Equal(d.needs, []string{"terraform"}) || len(d.steps) != 2 ||
+		!slices.Equal(d.steps[1].argsIn("/x"), []string{"objects", "--dir", "/x", "--updated"}) {
+		t.Errorf("datadriven = %+v, %v", d, err)
 	}
 	for _, c := range []struct {
 		name, bom string
@@ -112,7 +124,15 @@ func TestNextSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range small.hints {
+	var all []hint
+	for _, name := range Names {
+		d, err := For(name, Settings{BOM: "small"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, d.hints...)
+	}
+	for _, h := range all {
 		if !h.make {
 			continue
 		}
@@ -164,5 +184,34 @@ func TestAppendTally(t *testing.T) {
 	got = appendTally(got, "provider config", nil)
 	if want := []string{"3 kind manifests (2 unchanged, 1 created)", "1 reactor binding (1 created)"}; !slices.Equal(got, want) {
 		t.Errorf("tally = %q, want %q", got, want)
+	}
+}
+
+// TestCheck: the datadriven demo needs its two binaries and terraform on
+// PATH, and says which one is missing before anything starts.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	bin, tools := t.TempDir(), t.TempDir()
+	for _, f := range []string{filepath.Join(bin, "stdprovider"), filepath.Join(tools, "terraform")} {
+		if err := os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := For("datadriven", Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := func(p string) func(string) string { return func(string) string { return p } }
+	if err := d.Check(Env{BinDir: bin, Getenv: path(tools)}); err == nil || !strings.Contains(err.Error(), "datadriven-demo") {
+		t.Errorf("without datadriven-demo: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "datadriven-demo"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Check(Env{BinDir: bin, Getenv: path("")}); err == nil || !strings.Contains(err.Error(), "runs terraform") {
+		t.Errorf("without terraform: %v", err)
+	}
+	if err := d.Check(Env{BinDir: bin, Getenv: path(tools)}); err != nil {
+		t.Errorf("with everything: %v", err)
 	}
 }

@@ -54,7 +54,11 @@ runs quickstart-provider's five-resource site; --demo=unhealthy runs the
 same site with quickstart-provider's cdn kind reporting not ready in its
 health answer: the cdn parks, the reason shown, while the buckets converge,
 and --ready-after later the demo makes cdn ready through the provider's
-readiness switch and the site converges. With --demo the terminal
+readiness switch and the site converges; --demo=datadriven runs stdprovider
+serving the std kinds and applies a stdcel graph fanning out into
+stdterraform modules (terraform must be on PATH), a stdstarlark program and
+stdshell leaves, then an updated spec that prunes and adds children (the
+modules and their state go in datadriven/ in the data dir). With --demo the terminal
 keeps the live view: converge's log goes to converge.log in the data dir
 (its last lines are shown on exit), the provider's and the store's to
 files beside it.`,

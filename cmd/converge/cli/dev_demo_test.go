@@ -36,7 +36,8 @@ func startDemo(t *testing.T, args ...string) *demoRun {
 	t.Helper()
 	bin := t.TempDir()
 	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin+string(filepath.Separator),
-		"./examples/quickstart/cmd/quickstart-provider", "./examples/classic/cmd/classic-provider")
+		"./examples/quickstart/cmd/quickstart-provider", "./examples/classic/cmd/classic-provider",
+		"./examples/datadriven/cmd/datadriven-demo", "./cmd/stdprovider")
 	build.Dir = "../../.."
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build the example providers: %v\n%s", err, out)
@@ -270,5 +271,54 @@ func TestDemoUnhealthy(t *testing.T) {
 		if strings.Contains(h, " watch ") && !strings.Contains(shown, "site/shop Ready") {
 			t.Errorf("hint %q showed %q, want the root Ready", h, shown)
 		}
+	}
+}
+
+// TestDemoDatadriven runs `make demo-datadriven`: stdprovider serves the std
+// kinds, a stdcel root fans out into a stdterraform network (a real
+// terraform apply), a stdstarlark composer of stdshell services wired to the
+// network's id and a stdterraform cache; all converge. The updated spec then
+// prunes a service and the cache and adds a service and the dns leaf. The
+// value flow from Terraform's output reached a Starlark-composed leaf, and
+// every hint works as printed (the last deletes the tree: terraform destroy).
+func TestDemoDatadriven(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("terraform"); err != nil {
+		t.Skipf("no terraform binary in PATH (%v): the demo's stdterraform resources run a real one", err)
+	}
+	r := startDemo(t, "--demo=datadriven")
+	out := r.out.String()
+	first := regexp.MustCompile(`(?m)^stdcel/shop converged in \d+\.\ds: it and its 6 children are Ready$`)
+	if !first.MatchString(out) {
+		t.Error(`the demo did not print "stdcel/shop converged in ...: it and its 6 children are Ready"`)
+	}
+	for _, want := range []string{
+		"\nnext, the updated spec: a service and the cache out, a service and the dns leaf in (datadriven-demo objects --dir " +
+			filepath.Join(r.dataDir, "datadriven") + " --updated)\n",
+		"\n  removed: stdshell/shop-worker, stdterraform/shop-cache\n  added:   stdshell/shop-billing, stdshell/shop-dns\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the demo did not print %q", want)
+		}
+	}
+	if n := strings.Count(out, "stdcel/shop converged in "); n != 2 {
+		t.Errorf("the root converged %d times, want 2 (its spec, then the updated one)", n)
+	}
+	// The network's id came out of terraform and flowed, through the stdcel
+	// graph and the Starlark program, into a leaf's script.
+	net, _, code := r.conctl(t.Context(), "", "get", "resource", "stdterraform/shop-network", "-o", "json")
+	id := regexp.MustCompile(`"network_id": *"(net-[0-9a-f]{8})"`).FindStringSubmatch(net)
+	if code != 0 || id == nil {
+		t.Fatalf("stdterraform/shop-network has no network_id output (exit %d):\n%s", code, net)
+	}
+	api, _, _ := r.conctl(t.Context(), "", "get", "resource", "stdshell/shop-billing", "-o", "json")
+	if want := "billing is up on " + id[1]; !strings.Contains(api, want) {
+		t.Errorf("stdshell/shop-billing's output lacks %q:\n%s", want, api)
+	}
+	for _, h := range r.hints(t) {
+		r.runHint(t, h)
+	}
+	if _, _, code := r.conctl(t.Context(), "", "wait", "resource", "stdcel/shop", "--for=deleted", "--timeout", "2m"); code != 0 {
+		t.Errorf("stdcel/shop was not deleted after the delete hint (exit %d)", code)
 	}
 }

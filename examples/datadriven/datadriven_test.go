@@ -1,0 +1,81 @@
+package datadriven
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/convergeplane/converge/providers/stdcel"
+)
+
+// TestBuild: the objects name the std kinds in the order they apply, the
+// graph compiles (stdcel.Validate) with its module sources pointing at the
+// modules written under dir, state goes under dir, and the two specs of the
+// root differ as the demo says.
+func TestBuild(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	o, err := Build(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, m := range o.Manifests {
+		var k struct{ Kind string }
+		if err := json.Unmarshal(m, &k); err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, k.Kind)
+	}
+	if got := strings.Join(kinds, ","); got != "stdterraform,stdshell,stdstarlark,stdcel" {
+		t.Errorf("manifests %s", got)
+	}
+	type providerConfig struct {
+		Kind string          `json:"kind"`
+		Spec json.RawMessage `json:"spec"`
+		Data []byte          `json:"data"`
+	}
+	configs := map[string]providerConfig{}
+	for _, raw := range o.ProviderConfigs {
+		var pc providerConfig
+		if err := json.Unmarshal(raw, &pc); err != nil {
+			t.Fatal(err)
+		}
+		configs[pc.Kind] = pc
+	}
+	graph := configs["stdcel"].Spec
+	if err := stdcel.Validate(graph); err != nil {
+		t.Errorf("the graph does not compile: %v", err)
+	}
+	for _, m := range []string{"network", "cache"} {
+		src := filepath.Join(dir, "modules", m)
+		if !strings.Contains(string(graph), `"`+src+`"`) {
+			t.Errorf("the graph does not name the module %s", src)
+		}
+		if _, err := os.Stat(filepath.Join(src, "main.tf")); err != nil {
+			t.Errorf("module %s not written: %v", m, err)
+		}
+	}
+	if want := `{"state_dir":"` + filepath.Join(dir, "tfstate") + `"}`; string(configs["stdterraform"].Spec) != want {
+		t.Errorf("stdterraform config %s, want %s", configs["stdterraform"].Spec, want)
+	}
+	if !strings.Contains(string(configs["stdstarlark"].Data), "def compose(spec, config):") {
+		t.Error("the stdstarlark config's data is not the program")
+	}
+	spec := func(o Objects) string {
+		var r struct{ Spec json.RawMessage }
+		if err := json.Unmarshal(o.Resources[0], &r); err != nil {
+			t.Fatal(err)
+		}
+		return string(r.Spec)
+	}
+	next, err := Build(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := spec(o), spec(next); !strings.Contains(a, `"worker"`) || !strings.Contains(b, `"billing"`) || strings.Contains(b, `"worker"`) {
+		t.Errorf("specs %s then %s: want worker replaced by billing", a, b)
+	}
+}
