@@ -1,6 +1,8 @@
 package stdstarlark
 
 import (
+	"archive/zip"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -243,12 +245,18 @@ func TestManifestIsTheKind(t *testing.T) {
 	}
 }
 
-// TestDocsExample runs the worked example of docs/std-providers.md (stdstarlark).
+// TestDocsExample runs the worked example of docs/std-providers.md (stdstarlark), the
+// bundle example/site zipped.
 func TestDocsExample(t *testing.T) {
-	prog, err := os.ReadFile("example/site.star")
-	if err != nil {
+	var zipped bytes.Buffer
+	w := zip.NewWriter(&zipped)
+	if err := w.AddFS(os.DirFS("example/site")); err != nil {
 		t.Fatal(err)
 	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	prog := zipped.Bytes()
 	var res struct {
 		Spec json.RawMessage `json:"spec"`
 	}
