@@ -29,6 +29,12 @@ func TestNodeFunctionOnTheLambdaEmulator(t *testing.T) {
 	fn, err := filepath.Abs("../functions/node-provider")
 	must(t, err)
 	nodetest.NPMCI(t, fn)
+	// The function's kinds are the example's files, linked: Node resolves their
+	// imports from where they really are, so the example's packages are needed too
+	// (the zip make functions builds holds copies beside the function's packages).
+	example, err := filepath.Abs("../examples/node-provider")
+	must(t, err)
+	nodetest.NPMCI(t, example)
 	dir := t.TempDir()
 	logFile := filepath.Join(dir, "function.log")
 	bootstrap := filepath.Join(dir, "bootstrap")

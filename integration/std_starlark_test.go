@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -126,5 +128,92 @@ func TestStdStarlark(t *testing.T) {
 		!strings.Contains(spin.LastError, "compose.star:") {
 		t.Errorf("spin last_error = %q; want the program position and %q", spin.LastError, want)
 	}
+	s.checkInvariants()
+}
+
+// starBundle is a zip bundle of two files: compose.star loads the apps and their edges
+// from lib/apps.star.
+var starBundle = map[string]string{
+	"compose.star": `
+load("lib/apps.star", "apps")
+
+def compose(spec, config):
+    net = spec["name"] + "-net"
+    children, edges = apps(spec["name"], net, config["apps"])
+    return struct(children = [struct(kind = "starleaf", kind_version = 1, name = net, spec = {})] + children, edges = edges)
+`,
+	"lib/apps.star": `
+def apps(name, net, n):
+    children, edges = [], []
+    for i in range(n):
+        app = "%s-app-%d" % (name, i)
+        children.append(struct(kind = "starleaf", kind_version = 1, name = app, spec = {}))
+        edges.append(struct(
+            dependent = struct(kind = "starleaf", name = app),
+            dependency = struct(kind = "starleaf", name = net),
+            values = [struct(dependent = "/net_id", source = "/id")],
+        ))
+    return children, edges
+`,
+}
+
+// zipBundle returns a zip of files, by path, as `zip -r` makes one.
+func zipBundle(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w := zip.NewWriter(&b)
+	for name, body := range files {
+		fw, err := w.Create(name)
+		must(t, err)
+		_, err = fw.Write([]byte(body))
+		must(t, err)
+	}
+	must(t, w.Close())
+	return b.Bytes()
+}
+
+// TestStdStarlarkBundle runs stdstarlark through the real server with a zip bundle of
+// two files as the provider config's data: compose.star loads lib/apps.star, and the
+// composition converges with the net's id flowing into each app. A bundle whose
+// compose.star loads a module it lacks fails its resource, naming the module.
+func TestStdStarlarkBundle(t *testing.T) {
+	t.Parallel()
+	s := startAll(t)
+	for kind, m := range map[string]json.RawMessage{
+		"stdstarlark": stdstarlark.Manifest(),
+		"starleaf":    json.RawMessage(`{"kind":"starleaf","kind_version":1,"reactions":[{"name":"work","trigger":"specChange","emits":["status"]}]}`),
+	} {
+		if code, body := s.call("PUT", "/kinds/"+kind+"/manifest", m); code != 201 {
+			t.Fatalf("manifest %s = %d %s", kind, code, body)
+		}
+	}
+	for _, c := range []map[string]any{
+		{"name": "star-default", "kind": "stdstarlark", "kind_version": 1, "is_default": true,
+			"spec": map[string]any{"apps": 2}, "data": zipBundle(t, starBundle)},
+		{"name": "star-broken", "kind": "stdstarlark", "kind_version": 1,
+			"data": zipBundle(t, map[string]string{"compose.star": starBundle["compose.star"]})},
+	} {
+		if code, body := s.call("POST", "/providerconfigs", c); code != 201 {
+			t.Fatalf("providerconfig %s = %d %s", c["name"], code, body)
+		}
+	}
+	s.serveProvider("std", stdstarlark.New("stdstarlark"), starLeaf{})
+	for _, r := range []map[string]any{
+		{"kind": "stdstarlark", "kind_version": 1, "name": "shop", "spec": map[string]any{"name": "shop"}},
+		{"kind": "stdstarlark", "kind_version": 1, "name": "broken", "spec": map[string]any{"name": "broken"}, "provider_config_ref": "star-broken"},
+	} {
+		if code, body := s.call("POST", "/resources", r); code != 201 {
+			t.Fatalf("apply %s = %d %s", r["name"], code, body)
+		}
+	}
+
+	s.waitReady("stdstarlark/shop")
+	for i := range 2 {
+		d, ok := s.detail(fmt.Sprintf("starleaf/shop-app-%d", i))
+		if !ok || d.PhaseOf() != model.PhaseReady || !strings.Contains(string(d.Status), `"net_id":"id-shop-net"`) {
+			t.Errorf("shop-app-%d = %s %s; want Ready with the net's id flowed in", i, d.Phase, d.Status)
+		}
+	}
+	s.waitFailed("stdstarlark/broken", "no lib/apps.star in the bundle")
 	s.checkInvariants()
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,20 +19,18 @@ const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // event POSTed to the Invoke API.
 func TestUnderEmulator(t *testing.T) {
 	addr := lambdatest.StartEmulator(t, lambdatest.Emulator(t), lambdatest.BuildBootstrap(t, "."), "PROVIDER_SECRETS="+secret)
-	// The emulator's one function is always named "function".
-	invokeURL := "http://" + addr + "/2015-03-31/functions/function/invocations"
 
 	t.Run("leaf result", func(t *testing.T) {
 		env := sdktest.TaskEnvelope(webhooksdk.KindVersion{Kind: "bucket", Version: 1})
 		env.Resource.Spec = json.RawMessage(`{"region":"eu-west-1"}`)
-		res := okResult(t, invoke(t, invokeURL, signedEvent(t, secret, env, nil)))
+		res := lambdatest.ResultOf(t, lambdatest.InvokeEmulator(t, addr, signedEvent(t, secret, env, nil)))
 		if res.Outcome == nil || string(res.Outcome.Status) != `{"bucket_id":"bkt-r1","region":"eu-west-1"}` {
 			t.Errorf("result %+v, want the bucket's status", res)
 		}
 	})
 	t.Run("terminal error", func(t *testing.T) {
 		env := sdktest.TaskEnvelope(webhooksdk.KindVersion{Kind: "cdn", Version: 1})
-		res := okResult(t, invoke(t, invokeURL, signedEvent(t, secret, env, nil)))
+		res := lambdatest.ResultOf(t, lambdatest.InvokeEmulator(t, addr, signedEvent(t, secret, env, nil)))
 		if res.Error == nil || !res.Error.Terminal || !strings.Contains(res.Error.Message, "spec.origin is empty") {
 			t.Errorf("result %+v, want a terminal error", res)
 		}
@@ -45,7 +41,7 @@ func TestUnderEmulator(t *testing.T) {
 			t.Fatal(err)
 		}
 		env := sdktest.TaskEnvelope(webhooksdk.KindVersion{Kind: "bucket", Version: 1})
-		if resp := invoke(t, invokeURL, signedEvent(t, other, env, nil)); resp.StatusCode != http.StatusUnauthorized {
+		if resp := lambdatest.InvokeEmulator(t, addr, signedEvent(t, other, env, nil)); resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("statusCode %d, want 401", resp.StatusCode)
 		}
 	})
@@ -54,7 +50,7 @@ func TestUnderEmulator(t *testing.T) {
 		env := sdktest.TaskEnvelope(webhooksdk.KindVersion{Kind: "bucket", Version: 1})
 		env.Callback = cb.Callback(env.TaskID)
 		hint := map[string]string{lambda.HeaderInvocation: lambda.InvocationEvent}
-		if resp := invoke(t, invokeURL, signedEvent(t, secret, env, hint)); resp.StatusCode != http.StatusAccepted {
+		if resp := lambdatest.InvokeEmulator(t, addr, signedEvent(t, secret, env, hint)); resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("statusCode %d, want 202", resp.StatusCode)
 		}
 		posts := cb.Outcomes()
@@ -76,49 +72,4 @@ func signedEvent(t *testing.T, key string, env webhooksdk.Envelope, extra map[st
 		t.Fatal(err)
 	}
 	return sdktest.InvokeEvent(t, key, body, extra)
-}
-
-// response is the HTTP response object the function returns.
-type response struct {
-	StatusCode int               `json:"statusCode"`
-	Headers    map[string]string `json:"headers"`
-	Body       string            `json:"body"`
-}
-
-func invoke(t *testing.T, url string, event []byte) response {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(event))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("invoke: %v", err)
-	}
-	defer resp.Body.Close()
-	payload, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("read invoke response: %v", err)
-	}
-	t.Logf("invoke: %s %s", resp.Status, payload)
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Amz-Function-Error") != "" {
-		t.Fatalf("invoke answered %s (function error %q)", resp.Status, resp.Header.Get("X-Amz-Function-Error"))
-	}
-	var r response
-	if err := json.Unmarshal(payload, &r); err != nil {
-		t.Fatalf("payload is not an HTTP response object: %v", err)
-	}
-	return r
-}
-
-func okResult(t *testing.T, resp response) webhooksdk.Result {
-	t.Helper()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("statusCode %d, want 200: %s", resp.StatusCode, resp.Body)
-	}
-	var res webhooksdk.Result
-	if err := json.Unmarshal([]byte(resp.Body), &res); err != nil {
-		t.Fatalf("body is not a Result: %v", err)
-	}
-	return res
 }

@@ -21,8 +21,6 @@ import (
 // join, which the interpreter caps at 1 GiB), by the wall-clock limit and by the size of
 // the outcome it may return.
 const (
-	// MaxBundle caps the program's size (the provider config's data).
-	MaxBundle = 256 << 10
 	// MaxSteps caps the Starlark steps of one call: the module's top level, compose or
 	// status. The count is deterministic, so exceeding it is a terminal failure.
 	MaxSteps = 10_000_000
@@ -31,9 +29,6 @@ const (
 	// CallTimeout caps the wall-clock time of one call, under the task's own deadline.
 	CallTimeout = 10 * time.Second
 )
-
-// filename is the name Starlark positions carry: errors read "compose.star:3:5: …".
-const filename = "compose.star"
 
 // fileOptions allow while loops and top-level control flow (the step limit bounds them)
 // but not recursion: a deep Starlark recursion grows the Go stack faster than it spends
@@ -54,21 +49,19 @@ type program struct {
 	observe   bool               // compose takes a third parameter, observed
 }
 
-// compile checks the bundle's size, then runs the module's top level and picks out
-// compose and status. An empty bundle is transient (the provider config may not have
-// propagated yet); anything wrong with the program is terminal.
+// compile unpacks the bundle, then runs compose.star's top level (and the modules it
+// loads) and picks out compose and status. An empty bundle is transient (the provider
+// config may not have propagated yet); anything wrong with the bundle or the program is
+// terminal.
 func compile(ctx context.Context, bundle []byte) (*program, error) {
-	if len(bundle) == 0 {
-		return nil, errors.New("config.data is empty: the provider config has no Starlark program (yet)")
+	files, err := bundleFiles(bundle)
+	if err != nil {
+		return nil, err
 	}
-	if len(bundle) > MaxBundle {
-		return nil, webhooksdk.Terminal(fmt.Errorf("config.data: the program is %d bytes, over the %d-byte cap", len(bundle), MaxBundle))
-	}
-	// ExecFileOptions freezes the globals: they are safe to share between concurrent
-	// calls, and no call can leave state behind for the next.
+	l := newLoader(files)
 	var globals starlark.StringDict
-	err := run(ctx, "the program's top level", func(th *starlark.Thread) (err error) {
-		globals, err = starlark.ExecFileOptions(fileOptions, th, filename, bundle, predeclared)
+	err = run(ctx, "the program's top level", l.load, func(th *starlark.Thread) (err error) {
+		globals, err = l.run(th, rootModule)
 		return err
 	})
 	if err != nil {
@@ -77,7 +70,7 @@ func compile(ctx context.Context, bundle []byte) (*program, error) {
 	prog := &program{}
 	compose, ok := globals["compose"].(*starlark.Function)
 	if !ok {
-		return nil, webhooksdk.Terminal(fmt.Errorf("%s: no compose function defined", filename))
+		return nil, webhooksdk.Terminal(fmt.Errorf("%s: no compose function defined", rootModule))
 	}
 	switch {
 	case compose.HasVarargs() || compose.HasKwargs() || compose.NumParams() < 2 || compose.NumParams() > 3:
@@ -89,7 +82,7 @@ func compile(ctx context.Context, bundle []byte) (*program, error) {
 	if v, ok := globals["status"]; ok {
 		status, ok := v.(*starlark.Function)
 		if !ok {
-			return nil, webhooksdk.Terminal(fmt.Errorf("%s: status must be a function taking (descendants)", filename))
+			return nil, webhooksdk.Terminal(fmt.Errorf("%s: status must be a function taking (descendants)", rootModule))
 		}
 		if status.HasVarargs() || status.HasKwargs() || status.NumParams() != 1 {
 			return nil, webhooksdk.Terminal(fmt.Errorf("%s: status must take (descendants)", status.Position()))
@@ -140,7 +133,7 @@ func (p *program) rollup(ctx context.Context, req webhooksdk.Request) (webhooksd
 // outcome the way the core would: a bad outcome is the program's fault, so terminal.
 func (p *program) call(ctx context.Context, fn *starlark.Function, args starlark.Tuple, decode func(starlark.Value) (webhooksdk.Outcome, error)) (webhooksdk.Outcome, error) {
 	var result starlark.Value
-	err := run(ctx, fn.Name(), func(th *starlark.Thread) (err error) {
+	err := run(ctx, fn.Name(), nil, func(th *starlark.Thread) (err error) {
 		result, err = starlark.Call(th, fn, args, nil)
 		return err
 	})
@@ -187,16 +180,17 @@ func jsonArgs(docs ...json.RawMessage) (starlark.Tuple, error) {
 	return args, nil
 }
 
-// run runs body in a fresh sandboxed thread: load refused, print discarded, at most
+// run runs body in a fresh sandboxed thread: load served by load (nil outside a
+// module's top level, the only place a load statement may be), print discarded, at most
 // MaxSteps steps, cancelled when ctx ends or after CallTimeout. It classifies the
 // failure: the step limit and program errors are terminal (the same inputs fail the same
 // way), a cancellation or timeout is transient.
-func run(ctx context.Context, what string, body func(*starlark.Thread) error) error {
+func run(ctx context.Context, what string, load func(*starlark.Thread, string) (starlark.StringDict, error), body func(*starlark.Thread) error) error {
 	ctx, cancel := context.WithTimeoutCause(ctx, CallTimeout, fmt.Errorf("wall-clock limit of %s exceeded", CallTimeout))
 	defer cancel()
 	th := &starlark.Thread{
 		Name:  "stdstarlark",
-		Load:  refuseLoad,
+		Load:  load,
 		Print: func(*starlark.Thread, string) {},
 		OnMaxSteps: func(th *starlark.Thread) {
 			th.Cancel(fmt.Sprintf("step limit of %d exceeded", MaxSteps))
@@ -215,20 +209,16 @@ func run(ctx context.Context, what string, body func(*starlark.Thread) error) er
 	return webhooksdk.Terminal(locate(err))
 }
 
-func refuseLoad(_ *starlark.Thread, module string) (starlark.StringDict, error) {
-	return nil, fmt.Errorf("load(%q) refused: a stdstarlark program is one file with no file or network access", module)
-}
-
 // locate turns a Starlark error into one that starts with the program's file:line:col.
 // Syntax and resolve errors already do; an evaluation error gets the innermost frame
-// in the program (not a builtin's).
+// in the bundle's files (not a builtin's, whose position names no file).
 func locate(err error) error {
 	var ev *starlark.EvalError
 	if !errors.As(err, &ev) {
 		return err
 	}
 	for i := len(ev.CallStack) - 1; i >= 0; i-- {
-		if fr := ev.CallStack[i]; fr.Pos.Filename() == filename {
+		if fr := ev.CallStack[i]; fr.Pos.Filename() != "<builtin>" {
 			return fmt.Errorf("%s: in %s: %s", fr.Pos, fr.Name, ev.Msg)
 		}
 	}

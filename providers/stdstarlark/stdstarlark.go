@@ -1,13 +1,17 @@
 // Package stdstarlark is the std composer whose program is data: the provider config's
-// bundle is one Starlark file that defines
+// bundle is one Starlark file, or a zip of .star files with compose.star at its root
+// (told apart by the zip's magic bytes), whose compose.star defines
 //
 //	compose(spec, config)            or compose(spec, config, observed)
 //	status(descendants)              optional, the rollup
 //
 // compose fans the resource's spec out into children and edges (with value flows) and
 // may set the resource's status; status rolls the settled subtree up into status and
-// conditions. The program runs sandboxed: no load, no I/O, a step limit, a wall-clock
-// limit and size caps on what goes in and comes out (see docs/std-providers.md (stdstarlark)).
+// conditions. The files of a bundle load one another with load("lib/net.star", "sym"),
+// paths relative to the bundle's root, unpacked and resolved in memory. The program runs
+// sandboxed: no I/O, a step limit, a wall-clock limit and size caps on what goes in
+// (the bundle, packed and unpacked) and comes out (see docs/std-providers.md
+// (stdstarlark)).
 //
 // The package imports only webhooksdk and go.starlark.net, so it is also a template for
 // an out-of-tree provider.

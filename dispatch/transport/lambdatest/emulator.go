@@ -1,14 +1,21 @@
 package lambdatest
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/convergeplane/converge/internal/testkit/testnet"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // EmulatorEnv names the AWS Lambda Runtime Interface Emulator binary;
@@ -73,4 +80,49 @@ func StartEmulator(t testing.TB, rie, bootstrap string, env ...string) string {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// InvokeEmulator invokes the function of the emulator at addr (StartEmulator's) with
+// event, RequestResponse, and returns its answer: the HTTP response object
+// webhooksdk/lambda returns. It fails t unless the invoke itself succeeded.
+func InvokeEmulator(t testing.TB, addr string, event []byte) events.LambdaFunctionURLResponse {
+	t.Helper()
+	// The emulator's one function is always named "function".
+	url := "http://" + addr + "/2015-03-31/functions/function/invocations"
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(event))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("invoke: %v", err)
+	}
+	defer resp.Body.Close()
+	payload, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read invoke response: %v", err)
+	}
+	t.Logf("invoke: %s %s", resp.Status, payload)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Amz-Function-Error") != "" {
+		t.Fatalf("invoke answered %s (function error %q)", resp.Status, resp.Header.Get("X-Amz-Function-Error"))
+	}
+	var r events.LambdaFunctionURLResponse
+	if err := json.Unmarshal(payload, &r); err != nil {
+		t.Fatalf("payload is not an HTTP response object: %v", err)
+	}
+	return r
+}
+
+// ResultOf returns the task result a function answered with, failing t unless resp is
+// a 200 carrying one.
+func ResultOf(t testing.TB, resp events.LambdaFunctionURLResponse) webhooksdk.Result {
+	t.Helper()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("statusCode %d, want 200: %s", resp.StatusCode, resp.Body)
+	}
+	var res webhooksdk.Result
+	if err := json.Unmarshal([]byte(resp.Body), &res); err != nil {
+		t.Fatalf("body is not a Result: %v", err)
+	}
+	return res
 }

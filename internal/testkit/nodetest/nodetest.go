@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -54,4 +55,21 @@ func Run(t testing.TB, timeout time.Duration, dir, prog string, args ...string) 
 		t.Fatalf("%s %v in %s: %v\n%s", filepath.Base(prog), args, dir, err, out)
 	}
 	return out
+}
+
+// Lock takes an exclusive lock on path (created if missing), waiting while
+// another test or test binary holds it, and returns its release.
+func Lock(t testing.TB, path string) func() {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatalf("nodetest: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("nodetest: lock %s: %v", path, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	}
 }

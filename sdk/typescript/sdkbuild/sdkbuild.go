@@ -1,7 +1,7 @@
 // Package sdkbuild prepares the TypeScript provider SDK (sdk/typescript) for the Go
 // tests that run it: its own suite and the end-to-end tests of providers built on it.
 // Several test binaries may do so at once under `go test ./...`, so the build runs
-// under a file lock and only when the output is older than the sources.
+// under a file lock (dist.lock) and only when the output is older than the sources.
 package sdkbuild
 
 import (
@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,9 +33,9 @@ func Ensure(t testing.TB) string {
 	t.Helper()
 	nodetest.LookPath(t, "node")
 	dir := Dir(t)
-	unlock := lock(t, filepath.Join(dir, "node_modules.lock"))
-	defer unlock()
 	nodetest.NPMCI(t, dir)
+	unlock := nodetest.Lock(t, filepath.Join(dir, "dist.lock"))
+	defer unlock()
 	if stale(t, dir) {
 		nodetest.Run(t, 3*time.Minute, dir, nodetest.LookPath(t, "npm"), "run", "--silent", "build")
 	}
@@ -66,20 +65,4 @@ func stale(t testing.TB, dir string) bool {
 		}
 	}
 	return newest.After(built.ModTime())
-}
-
-// lock takes an exclusive lock on path, waiting for another test binary's build.
-func lock(t testing.TB, path string) func() {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatalf("sdkbuild: %v", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatalf("sdkbuild: lock %s: %v", path, err)
-	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		_ = f.Close()
-	}
 }
