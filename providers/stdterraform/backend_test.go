@@ -15,6 +15,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/convergeplane/converge/control/schema"
 	"github.com/convergeplane/converge/internal/testkit/awstest"
 	"github.com/convergeplane/converge/webhooksdk"
 	"github.com/convergeplane/converge/webhooksdk/sdktest"
@@ -263,6 +264,58 @@ func TestBackendFiles(t *testing.T) {
 		}
 		if got := b.workspace == resourceID; got != tc.workspace {
 			t.Errorf("backend %s: workspace %q", b.file, b.workspace)
+		}
+	}
+}
+
+// TestManifestSchemas: the shipped schemas take the backend, version and binary fields
+// and refuse their misuse at the field, before any task runs.
+func TestManifestSchemas(t *testing.T) {
+	var m struct {
+		Spec   json.RawMessage `json:"spec_schema"`
+		Config json.RawMessage `json:"config_schema"`
+	}
+	if err := json.Unmarshal(Manifest(), &m); err != nil {
+		t.Fatal(err)
+	}
+	specSchema, err := schema.Compile(m.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configSchema, err := schema.Compile(m.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		schema *schema.Schema
+		doc    string
+		want   string // "" when valid, else the field the error names
+	}{
+		{configSchema, `{"state_dir": "/s", "backend": {"s3": {"bucket": "b", "region": "eu-west-1", "endpoint": "http://127.0.0.1:9000", "use_path_style": true}, "state_prefix": "teams/a"}, "lock_timeout_secs": 60}`, ""},
+		{configSchema, `{"backend": {"gcs": {"bucket": "b"}}, "binary": "tofu", "versions_dir": "/opt/tf"}`, ""},
+		{configSchema, `{"backend": {"azurerm": {"storage_account_name": "a", "container_name": "c", "use_azuread_auth": true}}}`, ""},
+		{configSchema, `{"backend": {"raw": "terraform { backend \"pg\" { schema_name = \"__CONVERGE_STATE_KEY__\" } }"}}`, ""},
+		{configSchema, `{"backend": {"s3": {"bucket": "b"}, "gcs": {"bucket": "b"}}}`, "/backend"},
+		{configSchema, `{"backend": {"state_prefix": "x"}}`, "/backend"},
+		{configSchema, `{"backend": {"s3": {"region": "r"}}}`, "/backend/s3"},
+		{configSchema, `{"backend": {"s3": {"bucket": "b", "access_key": "AKIA"}}}`, "/backend/s3"},
+		{configSchema, `{"backend": {"raw": "terraform { backend \"pg\" {} }"}}`, "/backend/raw"},
+		{configSchema, `{"backend": {"gcs": {"bucket": "b"}, "state_prefix": "/abs"}}`, "/backend/state_prefix"},
+		{configSchema, `{"lock_timeout_secs": -1}`, "/lock_timeout_secs"},
+		{configSchema, `{"binary": "opentofu"}`, "/binary"},
+		{configSchema, `{"versions_dir": "rel"}`, "/versions_dir"},
+		{specSchema, `{"source": "/m", "tf_version": "1.7.5"}`, ""},
+		{specSchema, `{"source": "/m", "tf_version": "latest:^1\\.7"}`, ""},
+		{specSchema, `{"source": "/m", "tf_version": "min-required"}`, ""},
+		{specSchema, `{"source": "/m", "tf_version": "1.7"}`, "/tf_version"},
+		{specSchema, `{"source": "/m", "tf_version": "newest"}`, "/tf_version"},
+	} {
+		err := tc.schema.Validate(json.RawMessage(tc.doc))
+		if tc.want == "" && err != nil {
+			t.Errorf("%s: %v", tc.doc, err)
+		}
+		if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: error = %v, want one at %s", tc.doc, err, tc.want)
 		}
 	}
 }
