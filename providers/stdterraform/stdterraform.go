@@ -4,10 +4,16 @@
 //
 // State is the local backend, one directory per resource:
 // <state_dir>/<resource id>/terraform.tfstate, with state_dir from the provider config
-// (or the provider's default). Each run works in a fresh copy of the module under that
-// directory, so the module's own directory is never written to. An apply holds the
-// state twice over: an in-process lock per state directory refuses a second apply at
-// once, and terraform's own lock on the state file refuses one from another process.
+// (or the provider's default); or the config's backend (s3, gcs, azurerm, or raw text),
+// keyed by the resource's id and locked natively (backend.go). Each run works in a fresh
+// copy of the module under <state_dir>/<resource id>, so the module's own directory is
+// never written to. An apply holds the state twice over: an in-process lock per
+// resource refuses a second apply at once, and terraform's own lock on the state refuses
+// one from another process (or makes it wait, up to lock_timeout_secs).
+//
+// The binary is the terraform in PATH, or, with a versions directory, the terraform or
+// tofu version the spec, the module's version file or its required_version picks
+// (versions.go).
 //
 // Terraform runs in its own process group under the task's deadline with an explicit
 // environment (none of the server's): at the deadline the group is interrupted, then
@@ -113,7 +119,8 @@ func (p *provider) Kind() webhooksdk.KindVersion {
 // silently.
 var _ webhooksdk.Readier = (*provider)(nil)
 
-// Ready is false while the terraform binary is missing: the kind parks rather than fails.
+// Ready is false while the terraform binary is missing and no versions directory is set:
+// the kind parks rather than fails.
 func (p *provider) Ready() bool { return p.found }
 
 // spec is a resource's spec.
