@@ -47,11 +47,44 @@ type Objects struct {
 	Resources       []json.RawMessage `json:"resources"`
 }
 
+// State is where the stdterraform resources keep their state: the S3
+// backend with use_lockfile on an S3 API at Endpoint (path style), in
+// Bucket; with no Endpoint, local files under the demo's directory.
+type State struct {
+	Endpoint, Bucket string
+}
+
+// StatePrefix is where in the bucket the demo's states go: one
+// <StatePrefix>/<resource id>/terraform.tfstate each, with its lock beside
+// it while a run holds it.
+const StatePrefix = "datadriven"
+
+// s3Backend is the stdterraform config's backend for state: the S3 backend
+// given raw, its key holding stdterraform's placeholder for the resource's
+// own key. The config's s3 block would make each resource a workspace of
+// one state, and terraform init in a new workspace fails once the bucket
+// holds another resource's ("Currently selected workspace ... does not
+// exist"): the raw block gives each resource its own key instead.
+func s3Backend(s State) map[string]any {
+	return map[string]any{"state_prefix": StatePrefix, "raw": fmt.Sprintf(`terraform {
+  backend "s3" {
+    bucket         = %q
+    key            = "__CONVERGE_STATE_KEY__/terraform.tfstate"
+    region         = "us-east-1"
+    endpoints      = { s3 = %q }
+    use_path_style = true
+    use_lockfile   = true
+  }
+}
+`, s.Bucket, s.Endpoint)}
+}
+
 // Build writes the Terraform modules under dir/modules (stdterraform runs a
 // module from a local path) and returns the objects that compose the root
-// from them, its first spec or, with updated, its next one. Each
-// stdterraform resource's state is kept under dir/tfstate.
-func Build(dir string, updated bool) (Objects, error) {
+// from them, its first spec or, with updated, its next one. The
+// stdterraform runs go under dir/tfstate, and so do their states unless
+// state names an S3 store.
+func Build(dir string, state State, updated bool) (Objects, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return Objects{}, err
@@ -81,12 +114,16 @@ func Build(dir string, updated bool) (Objects, error) {
 	if err != nil {
 		return Objects{}, err
 	}
+	tf := map[string]any{"state_dir": filepath.Join(dir, "tfstate")}
+	if state.Endpoint != "" {
+		tf["backend"] = s3Backend(state)
+	}
 	o := Objects{Resources: []json.RawMessage{res}}
 	for _, m := range [][]byte{stdterraform.Manifest(), stdshell.Manifest(), stdstarlark.Manifest(), stdcel.Manifest()} {
 		o.Manifests = append(o.Manifests, m)
 	}
 	for _, pc := range []map[string]any{
-		config("stdterraform", map[string]any{"state_dir": filepath.Join(dir, "tfstate")}, nil),
+		config("stdterraform", tf, nil),
 		config("stdshell", map[string]any{"timeout_seconds": 30}, nil),
 		config("stdstarlark", map[string]any{"greeting": "hello from the provider config"}, program),
 		config("stdcel", json.RawMessage(graph), nil),

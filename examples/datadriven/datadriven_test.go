@@ -17,7 +17,7 @@ import (
 func TestBuild(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	o, err := Build(dir, false)
+	o, err := Build(dir, State{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,9 +71,25 @@ func TestBuild(t *testing.T) {
 		}
 		return string(r.Spec)
 	}
-	next, err := Build(dir, true)
+	next, err := Build(dir, State{Endpoint: "http://127.0.0.1:9", Bucket: "b"}, true)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var s3 struct {
+		Spec struct {
+			Backend struct {
+				StatePrefix string `json:"state_prefix"`
+				Raw         string `json:"raw"`
+			} `json:"backend"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(next.ProviderConfigs[0], &s3); err != nil {
+		t.Fatal(err)
+	}
+	if b := s3.Spec.Backend; b.StatePrefix != StatePrefix || !strings.Contains(b.Raw, `bucket         = "b"`) ||
+		!strings.Contains(b.Raw, `endpoints      = { s3 = "http://127.0.0.1:9" }`) || !strings.Contains(b.Raw, "use_lockfile   = true") ||
+		!strings.Contains(b.Raw, `key            = "__CONVERGE_STATE_KEY__/terraform.tfstate"`) {
+		t.Errorf("with an S3 store the stdterraform config is %s", next.ProviderConfigs[0])
 	}
 	if a, b := spec(o), spec(next); !strings.Contains(a, `"worker"`) || !strings.Contains(b, `"billing"`) || strings.Contains(b, `"worker"`) {
 		t.Errorf("specs %s then %s: want worker replaced by billing", a, b)

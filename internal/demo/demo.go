@@ -38,7 +38,7 @@ type Demo struct {
 	// root converge, the next one onto the last one's resources.
 	steps []step
 	env   []string // extra environment of the provider process
-	s3    bool     // it needs an S3-compatible store (statussink)
+	s3    s3Store  // the S3-compatible store it needs
 	hints []hint   // what to try next, once the root is Ready
 	// again is the make command that runs this demo, left out of the
 	// hints.
@@ -51,21 +51,31 @@ type Demo struct {
 	readyAfter time.Duration
 }
 
+// s3Store is which S3-compatible store a demo needs.
+type s3Store int
+
+const (
+	noS3       s3Store = iota
+	anyS3              // this machine's moto_server, else the in-process stand-in
+	embeddedS3         // the in-process stand-in (s3stub), always
+)
+
 // A step is the arguments of the provider's objects command and, after
-// the first step, what it changes. In args, {dir} stands for the demo's own
-// directory in the data dir, which it may write.
+// the first step, what it changes. In args and in a Demo's env, {dir}
+// stands for the demo's own directory in the data dir, which it may write,
+// {s3} for the S3 store's endpoint and {bucket} for its bucket.
 type step struct {
 	args  []string
 	title string
 }
 
-// argsIn is the step's arguments with {dir} replaced by dir.
-func (st step) argsIn(dir string) []string {
-	args := make([]string, len(st.args))
-	for i, a := range st.args {
-		args[i] = strings.ReplaceAll(a, "{dir}", dir)
+// expand replaces the placeholders in each of list (see step).
+func expand(list []string, r *strings.Replacer) []string {
+	out := make([]string, len(list))
+	for i, a := range list {
+		out[i] = r.Replace(a)
 	}
-	return args
+	return out
 }
 
 // A hint is a command to try next and what it shows. In cmd, {conctl}
@@ -106,9 +116,14 @@ func For(name string, s Settings) (Demo, error) {
 	switch name {
 	case "datadriven":
 		return Demo{name: name, binary: "stdprovider", objects: "datadriven-demo", needs: []string{"terraform"},
-			steps: []step{{args: []string{"objects", "--dir", "{dir}"}},
-				{args: []string{"objects", "--dir", "{dir}", "--updated"}, title: "the updated spec: a service and the cache out, a service and the dns leaf in"}},
-			env: []string{"STD_KINDS=stdcel,stdstarlark,stdterraform,stdshell"}, again: "make demo-datadriven",
+			steps: []step{{args: []string{"objects", "--dir", "{dir}", "--s3", "{s3}", "--bucket", "{bucket}"}},
+				{args: []string{"objects", "--dir", "{dir}", "--s3", "{s3}", "--bucket", "{bucket}", "--updated"},
+					title: "the updated spec: a service and the cache out, a service and the dns leaf in"}},
+			s3: embeddedS3, again: "make demo-datadriven",
+			// Terraform's S3 backend reaches S3 and STS at the stand-in, signing
+			// with demo credentials; nothing of a person's AWS profile applies.
+			env: []string{"STD_KINDS=stdcel,stdstarlark,stdterraform,stdshell", "AWS_ENDPOINT_URL={s3}", "AWS_REGION=us-east-1",
+				"AWS_ACCESS_KEY_ID=demo", "AWS_SECRET_ACCESS_KEY=demo", "AWS_SESSION_TOKEN=", "AWS_PROFILE=", "AWS_EC2_METADATA_DISABLED=true"},
 			hints: []hint{
 				{cmd: "{conctl} watch resource {root} --follow", why: "the live view on its own (Ctrl+C ends it)"},
 				{cmd: "{conctl} get resource stdterraform/shop-network -o yaml", why: "the module's outputs in its status"},
@@ -154,7 +169,7 @@ func For(name string, s Settings) (Demo, error) {
 		if faultRate > 0 {
 			again += " FAULT_RATE=" + strconv.FormatFloat(faultRate, 'f', -1, 64)
 		}
-		return Demo{name: name, binary: "classic-provider", steps: steps, s3: true, again: again,
+		return Demo{name: name, binary: "classic-provider", steps: steps, s3: anyS3, again: again,
 			// The local store takes any credentials, but the S3 client signs
 			// every request: without these it would look for an instance role.
 			env: []string{"FAKE_FAULT_RATE=" + strconv.FormatFloat(faultRate, 'f', -1, 64),
@@ -236,20 +251,22 @@ func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return stop, fmt.Errorf("the demo's directory: %w", err)
 	}
-	objs, err := providerObjects(ctx, objBin, d.steps[0].argsIn(dir))
-	if err != nil {
-		return stop, err
-	}
 	c := &client{base: env.Base + "/api/v1", http: &http.Client{Timeout: 30 * time.Second}, token: env.Token}
 	s3 := ""
-	if d.s3 {
-		endpoint, stopS3, err := startS3(ctx, env.DataDir)
+	if d.s3 != noS3 {
+		endpoint, stopS3, err := startS3(ctx, env.DataDir, d.s3 == embeddedS3)
 		if err != nil {
 			return stop, fmt.Errorf("S3 store: %w", err)
 		}
 		stops = append(stops, stopS3)
 		s3 = endpoint
 		fmt.Fprintf(env.Out, "S3 store on %s, bucket %s\n", s3, demoBucket)
+	}
+	placeholders := strings.NewReplacer("{dir}", dir, "{s3}", s3, "{bucket}", demoBucket)
+	d.env = expand(d.env, placeholders)
+	objs, err := providerObjects(ctx, objBin, expand(d.steps[0].args, placeholders))
+	if err != nil {
+		return stop, err
 	}
 	admin := ""
 	if d.unready != "" {
@@ -258,7 +275,7 @@ func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
 			return stop, err
 		}
 		admin = "http://" + addr
-		d.env = append(slices.Clip(d.env), "UNREADY_KINDS="+d.unready, "ADMIN_ADDR="+addr)
+		d.env = append(d.env, "UNREADY_KINDS="+d.unready, "ADMIN_ADDR="+addr)
 	}
 	stopProvider, err := startProvider(ctx, c, d, bin, objs.kinds, env)
 	if stopProvider != nil {
@@ -271,10 +288,11 @@ func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
 	var last watchview.Snapshot
 	for i, st := range d.steps {
 		if i > 0 {
-			if objs, err = providerObjects(ctx, objBin, st.argsIn(dir)); err != nil {
+			args := expand(st.args, placeholders)
+			if objs, err = providerObjects(ctx, objBin, args); err != nil {
 				return stop, err
 			}
-			fmt.Fprintf(env.Out, "\nnext, %s (%s %s)\n", st.title, filepath.Base(objBin), strings.Join(st.argsIn(dir), " "))
+			fmt.Fprintf(env.Out, "\nnext, %s (%s %s)\n", st.title, filepath.Base(objBin), strings.Join(args, " "))
 		}
 		root, err := c.applyObjects(ctx, env.Out, objs, s3)
 		if err != nil {

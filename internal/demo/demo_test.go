@@ -21,7 +21,7 @@ func TestDemoFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d.binary != "classic-provider" || len(d.steps) != 1 || !slices.Equal(d.steps[0].args, []string{"objects", "--bom", "large"}) ||
-		!slices.Contains(d.env, "FAKE_FAULT_RATE=0.25") || !d.s3 {
+		!slices.Contains(d.env, "FAKE_FAULT_RATE=0.25") || d.s3 != anyS3 {
 		t.Errorf("classic large 0.25 = %+v", d)
 	}
 	// The updated BOM is applied onto the small one, so that it shows
@@ -30,7 +30,7 @@ func TestDemoFor(t *testing.T) {
 		!slices.Equal(d.steps[1].args, []string{"objects", "--bom", "updated"}) {
 		t.Errorf("classic updated = %+v, %v", d, err)
 	}
-	if d, err := For("quickstart", Settings{BOM: "small"}); err != nil || d.binary != "quickstart-provider" || d.s3 {
+	if d, err := For("quickstart", Settings{BOM: "small"}); err != nil || d.binary != "quickstart-provider" || d.s3 != noS3 {
 		t.Errorf("quickstart = %+v, %v", d, err)
 	}
 	if d, err := For("unhealthy", Settings{ReadyAfter: time.Second}); err != nil || d.binary != "quickstart-provider" || d.unready != "cdn" || d.readyAfter != time.Second {
@@ -40,8 +40,9 @@ func TestDemoFor(t *testing.T) {
 		t.Error("unhealthy with a negative ready-after accepted")
 	}
 	if d, err := For("datadriven", Settings{}); err != nil || d.binary != "stdprovider" || d.objects != "datadriven-demo" ||
-		!slices.Equal(d.needs, []string{"terraform"}) || len(d.steps) != 2 ||
-		!slices.Equal(d.steps[1].argsIn("/x"), []string{"objects", "--dir", "/x", "--updated"}) {
+		!slices.Equal(d.needs, []string{"terraform"}) || len(d.steps) != 2 || d.s3 != embeddedS3 ||
+		!slices.Equal(expand(d.steps[1].args, strings.NewReplacer("{dir}", "/x", "{s3}", "http://s", "{bucket}", "b")),
+			[]string{"objects", "--dir", "/x", "--s3", "http://s", "--bucket", "b", "--updated"}) {
 		t.Errorf("datadriven = %+v, %v", d, err)
 	}
 	for _, c := range []struct {

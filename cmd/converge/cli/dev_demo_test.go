@@ -3,12 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -294,7 +296,7 @@ func TestDemoDatadriven(t *testing.T) {
 	}
 	for _, want := range []string{
 		"\nnext, the updated spec: a service and the cache out, a service and the dns leaf in (datadriven-demo objects --dir " +
-			filepath.Join(r.dataDir, "datadriven") + " --updated)\n",
+			filepath.Join(r.dataDir, "datadriven") + " --s3 http://127.0.0.1:",
 		"\n  removed: stdshell/shop-worker, stdterraform/shop-cache\n  added:   stdshell/shop-billing, stdshell/shop-dns\n",
 	} {
 		if !strings.Contains(out, want) {
@@ -315,10 +317,53 @@ func TestDemoDatadriven(t *testing.T) {
 	if want := "billing is up on " + id[1]; !strings.Contains(api, want) {
 		t.Errorf("stdshell/shop-billing's output lacks %q:\n%s", want, api)
 	}
+	// The states are in the demo's embedded S3 store, one per stdterraform
+	// resource it applied, no lock left behind: the network's holds its
+	// terraform_data, the pruned cache's nothing (its destroy ran).
+	store := regexp.MustCompile(`(?m)^S3 store on (http://\S+), bucket (\S+)$`).FindStringSubmatch(out)
+	if store == nil {
+		t.Fatal("the demo did not say where its S3 store is")
+	}
+	get := func(path string) string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, store[1]+"/"+store[2]+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	// states are the names of the resources the stored states hold.
+	states := func() (n int, names []string) {
+		t.Helper()
+		for _, m := range regexp.MustCompile(`<Key>([^<]+)</Key>`).FindAllStringSubmatch(get("?list-type=2&prefix=datadriven/"), -1) {
+			if !strings.HasSuffix(m[1], "/terraform.tfstate") {
+				t.Errorf("the S3 store holds %s, not a state", m[1])
+				continue
+			}
+			n++
+			var st struct{ Resources []struct{ Name string } }
+			if err := json.Unmarshal([]byte(get("/"+m[1])), &st); err != nil {
+				t.Fatalf("%s: %v", m[1], err)
+			}
+			for _, r := range st.Resources {
+				names = append(names, r.Name)
+			}
+		}
+		return n, names
+	}
+	if n, names := states(); n != 2 || !slices.Equal(names, []string{"network"}) {
+		t.Errorf("the S3 store holds %d states of %q, want the network's and the destroyed cache's, of [network]", n, names)
+	}
 	for _, h := range r.hints(t) {
 		r.runHint(t, h)
 	}
 	if _, _, code := r.conctl(t.Context(), "", "wait", "resource", "stdcel/shop", "--for=deleted", "--timeout", "2m"); code != 0 {
 		t.Errorf("stdcel/shop was not deleted after the delete hint (exit %d)", code)
+	}
+	if n, names := states(); n != 2 || len(names) != 0 {
+		t.Errorf("after the delete the S3 store holds %d states of %q, want 2 of nothing (terraform destroy ran)", n, names)
 	}
 }
