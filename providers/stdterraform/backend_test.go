@@ -88,7 +88,8 @@ type result struct {
 // TestS3Backend applies one resource from two providers (two replicas: own state_dir,
 // one S3 backend) at once: the second waits on the first's native S3 lock (its
 // PutObject of the .tflock refused), then plans no changes against the state the first
-// wrote, and both succeed. Delete destroys and removes the state object; a repeat, and
+// wrote, and both succeed. A second resource gets its own state beside it. Delete
+// destroys and removes the resource's state object, the other's staying; a repeat, and
 // a resource never applied with an unusable spec, succeed at once.
 func TestS3Backend(t *testing.T) {
 	needTerraform(t)
@@ -159,11 +160,20 @@ func TestS3Backend(t *testing.T) {
 		}
 	}
 
+	// Another resource beside it in the bucket: its own workspace, created while the
+	// backend already holds one.
+	other := withConfig(t, request(t, reactionApply, "", map[string]any{"source": module(t, "hello"), "vars": map[string]any{"name": "other"}}), cfgA)
+	other.Resource.ID = "5d0f9a52-1c1e-4a43-8f6b-2b7f4c0de001"
+	if _, err := sdktest.Run(t, a, other); err != nil {
+		t.Fatalf("apply of another resource: %v", err)
+	}
+	otherState := "teams/a/" + other.Resource.ID + "/terraform.tfstate"
+
 	if _, err := sdktest.Run(t, b, withConfig(t, request(t, reactionDestroy, "", spec), cfgB)); err != nil {
 		t.Fatalf("destroy: %v", err)
 	}
-	if keys := objects(t, client, "tf-state"); len(keys) != 0 {
-		t.Errorf("objects after destroy = %v, want none", keys)
+	if keys := objects(t, client, "tf-state"); !slices.Equal(keys, []string{otherState}) {
+		t.Errorf("objects after destroy = %v, want only the other resource's %s", keys, otherState)
 	}
 	if _, err := sdktest.Run(t, a, withConfig(t, request(t, reactionDestroy, "", spec), cfgA)); err != nil {
 		t.Errorf("second destroy: %v", err)

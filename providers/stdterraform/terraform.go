@@ -33,12 +33,14 @@ type task struct {
 	backend backend
 }
 
-// workdir is a directory terraform runs in, the binary that runs there and what its
-// environment gains beyond the provider's own.
+// workdir is a directory terraform runs in, the binary that runs there, what its
+// environment gains beyond the provider's own, and the workspace init selects there
+// (empty: the default one).
 type workdir struct {
-	dir string
-	bin string
-	env []string
+	dir       string
+	bin       string
+	env       []string
+	workspace string
 }
 
 // apply plans the module and applies the plan if it changes anything; the outputs become
@@ -158,7 +160,7 @@ func (p *provider) prepare(ctx context.Context, tk task, sp spec) (*workdir, cli
 		os.RemoveAll(run)
 		return nil, cli{}, err
 	}
-	return &workdir{dir: run, bin: c.path, env: tk.backend.env(true)}, c, nil
+	return &workdir{dir: run, bin: c.path, env: tk.backend.env(), workspace: tk.backend.workspace}, c, nil
 }
 
 // probe makes a run directory holding only the backend, in the default workspace, with
@@ -177,7 +179,7 @@ func (p *provider) probe(ctx context.Context, tk task) (*workdir, error) {
 		os.RemoveAll(run)
 		return nil, err
 	}
-	return &workdir{dir: run, bin: c.path, env: tk.backend.env(false)}, nil
+	return &workdir{dir: run, bin: c.path, env: tk.backend.env()}, nil
 }
 
 // runDir makes a fresh run-* directory in the resource's directory.
@@ -192,17 +194,25 @@ func (p *provider) runDir(tk task) (string, error) {
 	return run, nil
 }
 
-// init runs terraform init; a module terraform cannot parse is terminal.
+// init runs terraform init, then selects the run's workspace, creating it if need be
+// (TF_WORKSPACE would not do: init refuses a workspace that does not exist yet once the
+// backend holds others); a module terraform cannot parse is terminal.
 func (p *provider) init(ctx context.Context, run *workdir) error {
 	out, err := p.tf(ctx, run, nil, "init", "-input=false", "-no-color")
-	if err == nil {
+	if err != nil {
+		err = fmt.Errorf("terraform init: %w\n%s", err, out)
+		if strings.Contains(strings.Join(strings.Fields(out), " "), "problems with the configuration") {
+			return webhooksdk.Terminal(err)
+		}
+		return err
+	}
+	if run.workspace == "" {
 		return nil
 	}
-	err = fmt.Errorf("terraform init: %w\n%s", err, out)
-	if strings.Contains(strings.Join(strings.Fields(out), " "), "problems with the configuration") {
-		return webhooksdk.Terminal(err)
+	if out, err := p.tf(ctx, run, nil, "workspace", "select", "-or-create", "-no-color", run.workspace); err != nil {
+		return fmt.Errorf("terraform workspace select: %w\n%s", err, out)
 	}
-	return err
+	return nil
 }
 
 // outputs reads terraform output -json as the status {"outputs": {name: value}},
