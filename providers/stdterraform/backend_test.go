@@ -88,7 +88,7 @@ type result struct {
 // TestS3Backend applies one resource from two providers (two replicas: own state_dir,
 // one S3 backend) at once: the second waits on the first's native S3 lock (its
 // PutObject of the .tflock refused), then plans no changes against the state the first
-// wrote, and both succeed. A second resource gets its own state beside it. Delete
+// wrote, and both succeed; a third with no lock timeout is refused, transiently. A second resource gets its own state beside it. Delete
 // destroys and removes the resource's state object, the other's staying; a repeat, and
 // a resource never applied with an unusable spec, succeed at once.
 func TestS3Backend(t *testing.T) {
@@ -133,6 +133,12 @@ func TestS3Backend(t *testing.T) {
 	waitFile(t, tfLog, "api error PreconditionFailed", runB)
 	if keys := objects(t, client, "tf-state"); !slices.Contains(keys, "teams/a/"+resourceID+"/terraform.tfstate.tflock") {
 		t.Errorf("objects while A applies = %v, want its .tflock", keys)
+	}
+	// A third replica that will not wait is refused at once, transiently.
+	cfgC := map[string]any{"state_dir": t.TempDir(), "backend": backendCfg}
+	_, err = sdktest.Run(t, New("stdterraform"), withConfig(t, request(t, reactionApply, "", spec), cfgC))
+	if err == nil || webhooksdk.IsTerminal(err) || !strings.Contains(err.Error(), "Error acquiring the state lock") {
+		t.Errorf("apply C with no lock timeout = %v, want a transient lock refusal", err)
 	}
 	if err := os.WriteFile(filepath.Join(gate, "open"), nil, 0o600); err != nil {
 		t.Fatal(err)
