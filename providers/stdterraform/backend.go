@@ -197,11 +197,13 @@ func (p *provider) stateExists(ctx context.Context, probe *workdir, b backend) (
 	if err := p.init(ctx, probe); err != nil {
 		return false, err
 	}
-	out, err := p.tf(ctx, probe, nil, "workspace", "list", "-no-color")
-	if err != nil {
+	// The whole list, not the tail kept of terraform's output: a backend holds a
+	// workspace per resource.
+	stdout := &capped{max: maxOutputs}
+	if out, err := p.tf(ctx, probe, stdout, "workspace", "list", "-no-color"); err != nil {
 		return false, fmt.Errorf("terraform workspace list: %w\n%s", err, out)
 	}
-	for _, line := range strings.Split(out, "\n") {
+	for _, line := range strings.Split(stdout.String(), "\n") {
 		if strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "*")) == b.workspace {
 			return true, nil
 		}

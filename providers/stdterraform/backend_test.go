@@ -174,12 +174,19 @@ func TestS3Backend(t *testing.T) {
 		t.Fatalf("apply of another resource: %v", err)
 	}
 	otherState := "teams/a/" + other.Resource.ID + "/terraform.tfstate"
+	// Enough workspaces that their list is longer than the output tail an error keeps.
+	for i := range 200 {
+		key := fmt.Sprintf("teams/a/zz-filler-%03d-%s/terraform.tfstate", i, strings.Repeat("x", 30))
+		if _, err := client.PutObject(t.Context(), &s3.PutObjectInput{Bucket: aws.String("tf-state"), Key: aws.String(key), Body: strings.NewReader("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	if _, err := sdktest.Run(t, b, withConfig(t, request(t, reactionDestroy, "", spec), cfgB)); err != nil {
 		t.Fatalf("destroy: %v", err)
 	}
-	if keys := objects(t, client, "tf-state"); !slices.Equal(keys, []string{otherState}) {
-		t.Errorf("objects after destroy = %v, want only the other resource's %s", keys, otherState)
+	if keys := objects(t, client, "tf-state"); slices.Contains(keys, state) || !slices.Contains(keys, otherState) || len(keys) != 201 {
+		t.Errorf("objects after destroy = %v, want the other resource's %s and the fillers", keys, otherState)
 	}
 	if _, err := sdktest.Run(t, a, withConfig(t, request(t, reactionDestroy, "", spec), cfgA)); err != nil {
 		t.Errorf("second destroy: %v", err)
