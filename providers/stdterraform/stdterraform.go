@@ -4,10 +4,16 @@
 //
 // State is the local backend, one directory per resource:
 // <state_dir>/<resource id>/terraform.tfstate, with state_dir from the provider config
-// (or the provider's default). Each run works in a fresh copy of the module under that
-// directory, so the module's own directory is never written to. An apply holds the
-// state twice over: an in-process lock per state directory refuses a second apply at
-// once, and terraform's own lock on the state file refuses one from another process.
+// (or the provider's default); or the config's backend (s3, gcs, azurerm, or raw text),
+// keyed by the resource's id and locked natively (backend.go). Each run works in a fresh
+// copy of the module under <state_dir>/<resource id>, so the module's own directory is
+// never written to. An apply holds the state twice over: an in-process lock per
+// resource refuses a second apply at once, and terraform's own lock on the state refuses
+// one from another process (or makes it wait, up to lock_timeout_secs).
+//
+// The binary is the terraform in PATH, or, with a versions directory, the terraform or
+// tofu version the spec, the module's version file or its required_version picks
+// (versions.go).
 //
 // Terraform runs in its own process group under the task's deadline with an explicit
 // environment (none of the server's): at the deadline the group is interrupted, then
@@ -61,6 +67,11 @@ func WithPluginCacheDir(dir string) Option { return func(p *provider) { p.plugin
 // (default "/usr/local/bin:/usr/bin:/bin").
 func WithPath(path string) Option { return func(p *provider) { p.path = path } }
 
+// WithVersionsDir sets the directory of installed terraform and tofu versions used when
+// the provider config names none: <dir>/<binary>/<version>/<binary>. Unset, the
+// binary in PATH runs and spec.tf_version is refused.
+func WithVersionsDir(dir string) Option { return func(p *provider) { p.versionsDir = dir } }
+
 // WithGrace sets how long terraform has to stop after its interrupt at the deadline
 // before its process group is killed (default 5s).
 func WithGrace(d time.Duration) Option { return func(p *provider) { p.grace = d } }
@@ -82,6 +93,7 @@ func New(kind string, opts ...Option) webhooksdk.Provider {
 	if bin, err := exec.LookPath(p.binary); err == nil {
 		p.binary, p.found = bin, true
 	}
+	p.found = p.found || p.versionsDir != ""
 	return p
 }
 
@@ -91,6 +103,7 @@ type provider struct {
 	found       bool
 	stateDir    string
 	pluginCache string
+	versionsDir string
 	path        string
 	grace       time.Duration
 
@@ -106,28 +119,39 @@ func (p *provider) Kind() webhooksdk.KindVersion {
 // silently.
 var _ webhooksdk.Readier = (*provider)(nil)
 
-// Ready is false while the terraform binary is missing: the kind parks rather than fails.
+// Ready is false while the terraform binary is missing and no versions directory is set:
+// the kind parks rather than fails.
 func (p *provider) Ready() bool { return p.found }
 
 // spec is a resource's spec.
 type spec struct {
-	Source string                     `json:"source"`
-	Vars   map[string]json.RawMessage `json:"vars"`
+	Source    string                     `json:"source"`
+	Vars      map[string]json.RawMessage `json:"vars"`
+	TFVersion string                     `json:"tf_version"`
 }
 
 // config is the effective provider config.
 type config struct {
-	StateDir string `json:"state_dir"`
+	StateDir        string         `json:"state_dir"`
+	Backend         *backendConfig `json:"backend"`
+	LockTimeoutSecs int            `json:"lock_timeout_secs"`
+	Binary          string         `json:"binary"`
+	VersionsDir     string         `json:"versions_dir"`
 }
 
 // errBusy answers a run on a state another run of this process holds; it is transient.
 var errBusy = errors.New("another apply holds the state")
 
 func (p *provider) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
-	dir, err := p.resourceDir(req.Config, req.Resource.ID)
+	cfg, dir, err := p.resourceDir(req.Config, req.Resource.ID)
 	if err != nil {
 		return webhooksdk.Outcome{}, webhooksdk.Terminal(err)
 	}
+	b, err := newBackend(cfg.Backend, dir)
+	if err != nil {
+		return webhooksdk.Outcome{}, webhooksdk.Terminal(err)
+	}
+	tk := task{dir: dir, cfg: cfg, backend: b}
 	if !p.acquire(dir) {
 		return webhooksdk.Outcome{}, fmt.Errorf("%w in %s", errBusy, dir)
 	}
@@ -138,34 +162,38 @@ func (p *provider) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk
 		if err != nil {
 			return webhooksdk.Outcome{}, webhooksdk.Terminal(err)
 		}
-		return p.apply(ctx, dir, sp)
+		return p.apply(ctx, tk, sp)
 	case reactionDestroy:
-		return webhooksdk.Outcome{}, p.destroy(ctx, dir, req.Resource.Spec)
+		return webhooksdk.Outcome{}, p.destroy(ctx, tk, req.Resource.Spec)
 	default:
 		return webhooksdk.Outcome{}, webhooksdk.Terminal(fmt.Errorf("unknown reaction %q (want %q or %q)", req.Reaction, reactionApply, reactionDestroy))
 	}
 }
 
-// resourceDir is the directory holding the resource's state.
-func (p *provider) resourceDir(raw json.RawMessage, id string) (string, error) {
+// resourceDir is the config and the directory holding the resource's local state and
+// its runs' directories.
+func (p *provider) resourceDir(raw json.RawMessage, id string) (config, string, error) {
 	var cfg config
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &cfg); err != nil {
-			return "", fmt.Errorf("config: %w", err)
+			return cfg, "", fmt.Errorf("config: %w", err)
 		}
+	}
+	if cfg.LockTimeoutSecs < 0 {
+		return cfg, "", fmt.Errorf("config.lock_timeout_secs: %d is negative", cfg.LockTimeoutSecs)
 	}
 	root := p.stateDir
 	if cfg.StateDir != "" {
 		if !filepath.IsAbs(cfg.StateDir) {
-			return "", fmt.Errorf("config.state_dir: %q is not an absolute path", cfg.StateDir)
+			return cfg, "", fmt.Errorf("config.state_dir: %q is not an absolute path", cfg.StateDir)
 		}
 		root = cfg.StateDir
 	}
 	// The id becomes a path element: refuse anything that could leave root.
 	if id == "" || id == "." || id == ".." || filepath.Base(id) != id {
-		return "", fmt.Errorf("resource.id: %q cannot name a state directory", id)
+		return cfg, "", fmt.Errorf("resource.id: %q cannot name a state directory", id)
 	}
-	return filepath.Join(root, id), nil
+	return cfg, filepath.Join(root, id), nil
 }
 
 func parseSpec(raw json.RawMessage) (spec, error) {
