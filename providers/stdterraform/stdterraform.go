@@ -2,6 +2,10 @@
 // resource's spec names (terraform init, plan, apply), rolls the module's outputs into
 // the resource's status, and runs terraform destroy when the resource is deleted.
 //
+// The module comes from spec.source (see source.go): a local directory, or an archive
+// or a git repository fetched into each run's directory under size caps, checksums and
+// archive-path checks.
+//
 // State is the local backend, one directory per resource:
 // <state_dir>/<resource id>/terraform.tfstate, with state_dir from the provider config
 // (or the provider's default). Each run works in a fresh copy of the module under that
@@ -92,6 +96,7 @@ type provider struct {
 	stateDir    string
 	pluginCache string
 	path        string
+	caFile      string
 	grace       time.Duration
 
 	mu   sync.Mutex
@@ -132,15 +137,19 @@ func (p *provider) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk
 		return webhooksdk.Outcome{}, fmt.Errorf("%w in %s", errBusy, dir)
 	}
 	defer p.release(dir)
+	lim, err := parseSourceLimits(req.Config)
+	if err != nil {
+		return webhooksdk.Outcome{}, webhooksdk.Terminal(err)
+	}
 	switch req.Reaction {
 	case reactionApply:
 		sp, err := parseSpec(req.Resource.Spec)
 		if err != nil {
 			return webhooksdk.Outcome{}, webhooksdk.Terminal(err)
 		}
-		return p.apply(ctx, dir, sp)
+		return p.apply(ctx, dir, sp, lim)
 	case reactionDestroy:
-		return webhooksdk.Outcome{}, p.destroy(ctx, dir, req.Resource.Spec)
+		return webhooksdk.Outcome{}, p.destroy(ctx, dir, req.Resource.Spec, lim)
 	default:
 		return webhooksdk.Outcome{}, webhooksdk.Terminal(fmt.Errorf("unknown reaction %q (want %q or %q)", req.Reaction, reactionApply, reactionDestroy))
 	}
@@ -173,15 +182,8 @@ func parseSpec(raw json.RawMessage) (spec, error) {
 	if err := json.Unmarshal(raw, &sp); err != nil {
 		return sp, fmt.Errorf("spec: %w", err)
 	}
-	if !filepath.IsAbs(sp.Source) {
-		return sp, fmt.Errorf("spec.source: %q is not an absolute path", sp.Source)
-	}
-	fi, err := os.Stat(sp.Source)
-	if err != nil {
+	if _, err := parseSource(sp.Source); err != nil {
 		return sp, fmt.Errorf("spec.source: %w", err)
-	}
-	if !fi.IsDir() {
-		return sp, fmt.Errorf("spec.source: %s is not a directory", sp.Source)
 	}
 	return sp, nil
 }

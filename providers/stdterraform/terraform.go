@@ -28,8 +28,8 @@ const (
 
 // apply plans the module and applies the plan if it changes anything; the outputs become
 // the status, the plan and apply output (tails) the conditions.
-func (p *provider) apply(ctx context.Context, dir string, sp spec) (webhooksdk.Outcome, error) {
-	run, err := p.prepare(dir, sp)
+func (p *provider) apply(ctx context.Context, dir string, sp spec, lim sourceLimits) (webhooksdk.Outcome, error) {
+	run, err := p.prepare(ctx, dir, sp, lim)
 	if err != nil {
 		return webhooksdk.Outcome{}, err
 	}
@@ -66,7 +66,7 @@ func (p *provider) apply(ctx context.Context, dir string, sp spec) (webhooksdk.O
 
 // destroy destroys what the resource's state holds. A resource never applied (no state)
 // has nothing to destroy, nor has one whose state is already empty.
-func (p *provider) destroy(ctx context.Context, dir string, raw json.RawMessage) error {
+func (p *provider) destroy(ctx context.Context, dir string, raw json.RawMessage, lim sourceLimits) error {
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	} else if err != nil {
@@ -76,7 +76,7 @@ func (p *provider) destroy(ctx context.Context, dir string, raw json.RawMessage)
 	if err != nil {
 		return webhooksdk.Terminal(fmt.Errorf("destroy needs the module: %w", err))
 	}
-	run, err := p.prepare(dir, sp)
+	run, err := p.prepare(ctx, dir, sp, lim)
 	if err != nil {
 		return err
 	}
@@ -90,9 +90,9 @@ func (p *provider) destroy(ctx context.Context, dir string, raw json.RawMessage)
 	return nil
 }
 
-// prepare makes a fresh run directory under dir: a copy of the module, a local backend
-// pointing at dir's state, and the spec's variables.
-func (p *provider) prepare(dir string, sp spec) (string, error) {
+// prepare makes a fresh run directory under dir: the module fetched from spec.source, a
+// local backend pointing at dir's state, and the spec's variables.
+func (p *provider) prepare(ctx context.Context, dir string, sp spec, lim sourceLimits) (string, error) {
 	if p.pluginCache != "" {
 		if err := os.MkdirAll(p.pluginCache, 0o700); err != nil {
 			return "", fmt.Errorf("plugin cache: %w", err)
@@ -111,7 +111,7 @@ func (p *provider) prepare(dir string, sp spec) (string, error) {
 	}
 	backend := map[string]any{"terraform": map[string]any{"backend": map[string]any{
 		"local": map[string]string{"path": filepath.Join(dir, stateFile)}}}}
-	err = copyModule(sp.Source, run)
+	err = p.fetchModule(ctx, sp.Source, run, lim)
 	if err == nil {
 		err = writeJSON(filepath.Join(run, "converge_backend.tf.json"), backend)
 	}
@@ -200,42 +200,6 @@ func (p *provider) env(run string) []string {
 		env = append(env, "TF_PLUGIN_CACHE_DIR="+p.pluginCache)
 	}
 	return env
-}
-
-// copyModule copies the module's files and directories into dst, leaving out a local
-// .terraform directory and state files.
-func copyModule(src, dst string) error {
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		switch {
-		case rel == ".":
-			return nil
-		case d.IsDir() && name == ".terraform":
-			return filepath.SkipDir
-		case d.IsDir():
-			return os.Mkdir(filepath.Join(dst, rel), 0o700)
-		case strings.HasPrefix(name, stateFile):
-			return nil
-		case !d.Type().IsRegular():
-			return fmt.Errorf("%s: not a regular file", path)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), data, 0o600)
-	})
-	if err != nil {
-		return fmt.Errorf("copy module: %w", err)
-	}
-	return nil
 }
 
 func writeJSON(path string, v any) error {
