@@ -206,6 +206,8 @@ func (p *provider) fetchArchive(ctx context.Context, src moduleSource, run strin
 	switch src.kind {
 	case kindHTTPS:
 		obj, err = p.openHTTPS(ctx, src.url)
+	case kindS3:
+		obj, err = openS3(ctx, src.url)
 	default:
 		err = fmt.Errorf("no fetcher for %s sources", src.kind)
 	}
