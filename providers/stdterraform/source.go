@@ -186,6 +186,8 @@ func (p *provider) fetchModule(ctx context.Context, raw, run string, lim sourceL
 	switch src.kind {
 	case kindLocal:
 		err = copyModule(src.path, run)
+	case kindGit:
+		err = p.fetchGit(ctx, src, run, lim)
 	default:
 		err = p.fetchArchive(ctx, src, run, lim)
 	}

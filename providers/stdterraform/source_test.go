@@ -113,11 +113,13 @@ func tlsServer(t *testing.T, files map[string][]byte) (string, string) {
 	}))
 	t.Cleanup(srv.Close)
 	ca := filepath.Join(t.TempDir(), "ca.pem")
-	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	if err := os.WriteFile(ca, pemBytes, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeCA(t, srv, ca)
 	return srv.URL, ca
+}
+
+// pemCert is a DER certificate in PEM.
+func pemCert(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 // sourceRequest is an apply of source, with config's fields beside state_dir.
@@ -235,4 +237,12 @@ func TestHTTPSSource(t *testing.T) {
 		{"corrupt", base + "/corrupt.tgz", nil, true, "module refused"},
 	})
 	checkFailures(t, New("stdterraform"), []failure{{"untrusted server", base + "/mod.tar.gz", nil, false, "certificate"}})
+}
+
+// writeCA writes a PEM file trusting srv.
+func writeCA(t *testing.T, srv *httptest.Server, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, pemCert(srv.Certificate().Raw), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
