@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"net/url"
@@ -28,6 +29,7 @@ import (
 //	/abs/path                              a local directory, copied
 //	https://host/path/mod.tar.gz           an archive over HTTPS
 //	s3://bucket/key.tar.gz[?region=R]      an archive in S3 (the ambient AWS chain)
+//	gs://bucket/object.tar.gz              an archive in GCS (Google's ambient credentials)
 //	git::https://host/repo[?ref=REF]       a git repository at REF (default: its HEAD)
 //	git::file:///path/repo[?ref=REF]       the same from a local repository
 //
@@ -39,6 +41,7 @@ const (
 	kindHTTPS = "https"
 	kindS3    = "s3"
 	kindGit   = "git"
+	kindGS    = "gs"
 )
 
 // moduleSource is a parsed spec.source.
@@ -78,10 +81,12 @@ func parseSource(raw string) (moduleSource, error) {
 		kind = kindHTTPS
 	case u.Scheme == "s3":
 		kind = kindS3
+	case u.Scheme == "gs":
+		kind = kindGS
 	case u.Scheme == "http":
 		return moduleSource{}, fmt.Errorf("%q: plain http is refused, use https", raw)
 	default:
-		return moduleSource{}, fmt.Errorf("%q: want an absolute path or a https://, s3:// or git:: URL", raw)
+		return moduleSource{}, fmt.Errorf("%q: want an absolute path or a https://, s3://, gs:// or git:: URL", raw)
 	}
 	src := moduleSource{kind: kind}
 	// //subdir: the path's first "//" (go-getter's rule).
@@ -171,9 +176,10 @@ var errContent = errors.New("module refused")
 
 // object is an archive being downloaded, with the digests its store vouches for.
 type object struct {
-	body io.ReadCloser
-	md5  []byte // nil when the store offers none
-	sha  []byte
+	body   io.ReadCloser
+	md5    []byte // nil when the store offers none
+	sha    []byte
+	crc32c []byte // big-endian, Castagnoli
 }
 
 // fetchModule puts the module spec.source names into run: the directory terraform runs
@@ -210,6 +216,8 @@ func (p *provider) fetchArchive(ctx context.Context, src moduleSource, run strin
 		obj, err = p.openHTTPS(ctx, src.url)
 	case kindS3:
 		obj, err = openS3(ctx, src.url)
+	case kindGS:
+		obj, err = openGCS(ctx, src.url)
 	default:
 		err = fmt.Errorf("no fetcher for %s sources", src.kind)
 	}
@@ -232,8 +240,8 @@ func (p *provider) fetchArchive(ctx context.Context, src moduleSource, run strin
 // download copies obj into f, at most max bytes, and checks the digests.
 func download(f *os.File, obj object, want []byte, maxBytes int64) error {
 	defer obj.body.Close()
-	sha, sum := sha256.New(), md5.New() //nolint:gosec // see the import
-	n, err := io.Copy(io.MultiWriter(f, sha, sum), io.LimitReader(obj.body, maxBytes+1))
+	sha, sum, crc := sha256.New(), md5.New(), crc32.New(crc32.MakeTable(crc32.Castagnoli)) //nolint:gosec // see the import
+	n, err := io.Copy(io.MultiWriter(f, sha, sum, crc), io.LimitReader(obj.body, maxBytes+1))
 	switch {
 	case err != nil:
 		return fmt.Errorf("download: %w", err)
@@ -248,6 +256,7 @@ func download(f *os.File, obj object, want []byte, maxBytes int64) error {
 		{"sha256 (?checksum=)", want, nil, sha},
 		{"sha256 (the store's)", obj.sha, nil, sha},
 		{"md5 (the store's)", obj.md5, nil, sum},
+		{"crc32c (the store's)", obj.crc32c, nil, crc},
 	} {
 		if c.want == nil {
 			continue

@@ -22,7 +22,7 @@ import (
 
 // TestS3Source applies modules fetched from S3 (moto_server) with the ambient AWS
 // chain: one stored with a SHA-256 checksum, one with only its ETag, both checked on
-// the way in. A missing key or bucket is transient; a ?checksum= the object does not
+// the way in. A missing key or bucket (a 404 to the HEAD) is transient; a ?checksum= the object does not
 // match is terminal.
 func TestS3Source(t *testing.T) {
 	needTerraform(t)
@@ -66,8 +66,8 @@ func TestS3Source(t *testing.T) {
 	wantFrom(t, p, "s3://modules/team/mod.tar.gz//pkg/mod", "s3")
 	wantFrom(t, p, "s3://modules/team/mod.zip?region=us-east-1", "s3 zip")
 	checkFailures(t, p, []failure{
-		{"missing key", "s3://modules/team/nope.tar.gz", nil, false, "NoSuchKey"},
-		{"missing bucket", "s3://nobucket/mod.tar.gz", nil, false, "NoSuchBucket"},
+		{"missing key", "s3://modules/team/nope.tar.gz", nil, false, "NotFound"},
+		{"missing bucket", "s3://nobucket/mod.tar.gz", nil, false, "NotFound"},
 		{"no key", "s3://modules", nil, true, "names no key"},
 		{"wrong checksum", "s3://modules/team/mod.zip?checksum=sha256:" + strings.Repeat("ab", 32), nil, true, "sha256 (?checksum=)"},
 	})
