@@ -30,6 +30,7 @@ import (
 //	https://host/path/mod.tar.gz           an archive over HTTPS
 //	s3://bucket/key.tar.gz[?region=R]      an archive in S3 (the ambient AWS chain)
 //	gs://bucket/object.tar.gz              an archive in GCS (Google's ambient credentials)
+//	azblob://account/container/blob.tar.gz an archive in Azure Blob (the ambient identity)
 //	git::https://host/repo[?ref=REF]       a git repository at REF (default: its HEAD)
 //	git::file:///path/repo[?ref=REF]       the same from a local repository
 //
@@ -42,6 +43,7 @@ const (
 	kindS3    = "s3"
 	kindGit   = "git"
 	kindGS    = "gs"
+	kindAzure = "azblob"
 )
 
 // moduleSource is a parsed spec.source.
@@ -83,10 +85,12 @@ func parseSource(raw string) (moduleSource, error) {
 		kind = kindS3
 	case u.Scheme == "gs":
 		kind = kindGS
+	case u.Scheme == "azblob":
+		kind = kindAzure
 	case u.Scheme == "http":
 		return moduleSource{}, fmt.Errorf("%q: plain http is refused, use https", raw)
 	default:
-		return moduleSource{}, fmt.Errorf("%q: want an absolute path or a https://, s3://, gs:// or git:: URL", raw)
+		return moduleSource{}, fmt.Errorf("%q: want an absolute path or a https://, s3://, gs://, azblob:// or git:: URL", raw)
 	}
 	src := moduleSource{kind: kind}
 	// //subdir: the path's first "//" (go-getter's rule).
@@ -218,6 +222,8 @@ func (p *provider) fetchArchive(ctx context.Context, src moduleSource, run strin
 		obj, err = openS3(ctx, src.url)
 	case kindGS:
 		obj, err = openGCS(ctx, src.url)
+	case kindAzure:
+		obj, err = openAzureBlob(ctx, src.url)
 	default:
 		err = fmt.Errorf("no fetcher for %s sources", src.kind)
 	}

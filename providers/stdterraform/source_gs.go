@@ -42,7 +42,7 @@ func openGCS(ctx context.Context, u *url.URL) (object, error) {
 	} else {
 		ts, err := google.DefaultTokenSource(ctx, gcsReadScope)
 		if err != nil {
-			return object{}, fmt.Errorf("Google credentials: %w", err)
+			return object{}, fmt.Errorf("google credentials: %w", err)
 		}
 		client = oauth2.NewClient(ctx, ts)
 	}
