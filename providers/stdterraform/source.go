@@ -127,7 +127,9 @@ func parseSource(raw string) (moduleSource, error) {
 			return moduleSource{}, fmt.Errorf("%q: a git source takes only ?ref=", raw)
 		}
 	}
-	u.RawQuery = q.Encode()
+	if src.sha256 != nil || kind == kindGit {
+		u.RawQuery = q.Encode() // only when a parameter of ours came out: a presigned URL stays as written
+	}
 	if u.Host == "" && u.Scheme != "file" {
 		return moduleSource{}, fmt.Errorf("%q names no host or bucket", raw)
 	}

@@ -100,6 +100,9 @@ func sha256Hex(b []byte) string {
 func tlsServer(t *testing.T, files map[string][]byte) (string, string) {
 	t.Helper()
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/signed" && r.URL.RawQuery == "sig=a%2Fb&exp=1" { // a presigned URL, as written
+			r.URL.Path = "/mod.tar.gz"
+		}
 		if r.URL.Path == "/redirect" {
 			http.Redirect(w, r, "http://"+r.Host+"/mod.tar.gz", http.StatusFound)
 			return
@@ -182,9 +185,10 @@ func checkFailures(t *testing.T, p webhooksdk.Provider, cases []failure) {
 
 // TestHTTPSSource applies modules fetched over HTTPS from a local TLS server the
 // provider trusts through WithCAFile: a .tar.gz and a .zip, a //subdir, a matching
-// ?checksum=. Then the failures: a 404, an untrusted server and a redirect to plain http
-// are transient or refused; a wrong checksum, a path or link leaving the module, a device
-// file, a zip bomb past the caps and a file that is no archive are terminal.
+// ?checksum=, a presigned URL's query passed as written. Then the failures: a 404 and
+// an untrusted server are transient; a redirect to plain http, a wrong checksum, a path
+// or link leaving the module, a device file, a zip bomb past the caps and a file that
+// is no archive are terminal.
 func TestHTTPSSource(t *testing.T) {
 	needTerraform(t)
 	good := tarGz(t, entry{name: "pkg/", typ: tar.TypeDir}, entry{name: "pkg/mod/main.tf", body: outputModule("tar")},
@@ -210,6 +214,7 @@ func TestHTTPSSource(t *testing.T) {
 	wantFrom(t, p, base+"/mod.tar.gz//pkg/mod", "tar")
 	wantFrom(t, p, base+"/mod.tar.gz//pkg/mod?checksum=sha256:"+sha256Hex(good), "tar")
 	wantFrom(t, p, base+"/mod.zip", "zip")
+	wantFrom(t, p, base+"/signed//pkg/mod?sig=a%2Fb&exp=1", "tar")
 
 	wrong := strings.Repeat("0", 64)
 	small := map[string]any{"source_limits": map[string]any{"module_bytes": 1 << 19}}
