@@ -73,7 +73,9 @@ func (u *unpacker) tarGz(r io.Reader) error {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		if err != nil {
+		// Under GODEBUG=tarinsecurepath=0 an entry with ".." or an absolute name comes
+		// with ErrInsecurePath; entryPath names it.
+		if err != nil && (h == nil || !errors.Is(err, tar.ErrInsecurePath)) {
 			return fmt.Errorf("%w: tar: %w", errContent, err)
 		}
 		var mode fs.FileMode
@@ -97,7 +99,9 @@ func (u *unpacker) tarGz(r io.Reader) error {
 
 func (u *unpacker) zip(r io.ReaderAt, size int64) error {
 	zr, err := zip.NewReader(r, size)
-	if err != nil {
+	// Under GODEBUG=zipinsecurepath=0 an entry with ".." or an absolute name fails here;
+	// entryPath names it.
+	if err != nil && (zr == nil || !errors.Is(err, zip.ErrInsecurePath)) {
 		return fmt.Errorf("%w: zip: %w", errContent, err)
 	}
 	for _, zf := range zr.File {

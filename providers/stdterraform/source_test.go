@@ -242,6 +242,15 @@ func TestHTTPSSource(t *testing.T) {
 		{"corrupt", base + "/corrupt.tgz", nil, true, "module refused"},
 	})
 	checkFailures(t, New("stdterraform"), []failure{{"untrusted server", base + "/mod.tar.gz", nil, false, "certificate"}})
+
+	// archive/tar and archive/zip flag such names themselves under these settings; the
+	// refusal still names the entry.
+	t.Setenv("GODEBUG", "tarinsecurepath=0,zipinsecurepath=0")
+	checkFailures(t, p, []failure{
+		{"dotdot insecurepath", base + "/dotdot.tgz", nil, true, `climbs out with ".."`},
+		{"dotdot zip insecurepath", base + "/dotdot.zip", nil, true, `climbs out with ".."`},
+		{"absolute insecurepath", base + "/abs.tgz", nil, true, "absolute path"},
+	})
 }
 
 // writeCA writes a PEM file trusting srv.
