@@ -26,11 +26,13 @@ const (
 	planFile   = "converge.tfplan"
 )
 
-// task is one task's resource: its local directory, the config and the state backend.
+// task is one task's resource: its local directory, the config, the state backend and
+// the caps on a fetched module.
 type task struct {
 	dir     string
 	cfg     config
 	backend backend
+	lim     sourceLimits
 }
 
 // workdir is a directory terraform runs in, the binary that runs there, what its
@@ -129,8 +131,8 @@ func (p *provider) destroy(ctx context.Context, tk task, raw json.RawMessage) er
 	return nil
 }
 
-// prepare makes a fresh run directory under the resource's directory: a copy of the
-// module, the backend and the spec's variables; and resolves the binary that runs there.
+// prepare makes a fresh run directory under the resource's directory: the module
+// fetched from spec.source, the backend and the spec's variables; and resolves the binary that runs there.
 func (p *provider) prepare(ctx context.Context, tk task, sp spec) (*workdir, cli, error) {
 	if p.pluginCache != "" {
 		if err := os.MkdirAll(p.pluginCache, 0o700); err != nil {
@@ -145,7 +147,7 @@ func (p *provider) prepare(ctx context.Context, tk task, sp spec) (*workdir, cli
 	if vars == nil {
 		vars = map[string]json.RawMessage{}
 	}
-	err = copyModule(sp.Source, run)
+	err = p.fetchModule(ctx, sp.Source, run, tk.lim)
 	if err == nil {
 		err = tk.backend.write(run)
 	}
@@ -279,42 +281,6 @@ func (p *provider) env(run string) []string {
 		env = append(env, "TF_PLUGIN_CACHE_DIR="+p.pluginCache)
 	}
 	return env
-}
-
-// copyModule copies the module's files and directories into dst, leaving out a local
-// .terraform directory and state files.
-func copyModule(src, dst string) error {
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		switch {
-		case rel == ".":
-			return nil
-		case d.IsDir() && name == ".terraform":
-			return filepath.SkipDir
-		case d.IsDir():
-			return os.Mkdir(filepath.Join(dst, rel), 0o700)
-		case strings.HasPrefix(name, stateFile):
-			return nil
-		case !d.Type().IsRegular():
-			return fmt.Errorf("%s: not a regular file", path)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), data, 0o600)
-	})
-	if err != nil {
-		return fmt.Errorf("copy module: %w", err)
-	}
-	return nil
 }
 
 func writeJSON(path string, v any) error {
