@@ -60,7 +60,8 @@ type backend struct {
 	file string
 	body []byte
 	// workspace is the resource's workspace (its id) on a remote backend, empty on the
-	// local and raw ones; destroy deletes it, state object and all.
+	// local and raw ones: init selects it, creating it if need be, and destroy deletes
+	// it, state object and all.
 	workspace string
 	// envPrefixes name the server's environment variables terraform gets: the backend's
 	// cloud credential chain.
@@ -170,9 +171,9 @@ func (b backend) write(run string) error {
 	return nil
 }
 
-// env is what terraform's environment gains for this backend: the resource's workspace
-// and the server's variables of the backend's credential chain.
-func (b backend) env(workspace bool) []string {
+// env is what terraform's environment gains for this backend: the server's variables of
+// the backend's credential chain.
+func (b backend) env() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		for _, p := range b.envPrefixes {
@@ -180,9 +181,6 @@ func (b backend) env(workspace bool) []string {
 				env = append(env, kv)
 			}
 		}
-	}
-	if workspace && b.workspace != "" {
-		env = append(env, "TF_WORKSPACE="+b.workspace)
 	}
 	return env
 }
@@ -199,11 +197,13 @@ func (p *provider) stateExists(ctx context.Context, probe *workdir, b backend) (
 	if err := p.init(ctx, probe); err != nil {
 		return false, err
 	}
-	out, err := p.tf(ctx, probe, nil, "workspace", "list", "-no-color")
-	if err != nil {
+	// The whole list, not the tail kept of terraform's output: a backend holds a
+	// workspace per resource.
+	stdout := &capped{max: maxOutputs}
+	if out, err := p.tf(ctx, probe, stdout, "workspace", "list", "-no-color"); err != nil {
 		return false, fmt.Errorf("terraform workspace list: %w\n%s", err, out)
 	}
-	for _, line := range strings.Split(out, "\n") {
+	for _, line := range strings.Split(stdout.String(), "\n") {
 		if strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "*")) == b.workspace {
 			return true, nil
 		}

@@ -88,7 +88,8 @@ type result struct {
 // TestS3Backend applies one resource from two providers (two replicas: own state_dir,
 // one S3 backend) at once: the second waits on the first's native S3 lock (its
 // PutObject of the .tflock refused), then plans no changes against the state the first
-// wrote, and both succeed. Delete destroys and removes the state object; a repeat, and
+// wrote, and both succeed; a third with no lock timeout is refused, transiently. A second resource gets its own state beside it. Delete
+// destroys and removes the resource's state object, the other's staying; a repeat, and
 // a resource never applied with an unusable spec, succeed at once.
 func TestS3Backend(t *testing.T) {
 	needTerraform(t)
@@ -133,6 +134,12 @@ func TestS3Backend(t *testing.T) {
 	if keys := objects(t, client, "tf-state"); !slices.Contains(keys, "teams/a/"+resourceID+"/terraform.tfstate.tflock") {
 		t.Errorf("objects while A applies = %v, want its .tflock", keys)
 	}
+	// A third replica that will not wait is refused at once, transiently.
+	cfgC := map[string]any{"state_dir": t.TempDir(), "backend": backendCfg}
+	_, err = sdktest.Run(t, New("stdterraform"), withConfig(t, request(t, reactionApply, "", spec), cfgC))
+	if err == nil || webhooksdk.IsTerminal(err) || !strings.Contains(err.Error(), "Error acquiring the state lock") {
+		t.Errorf("apply C with no lock timeout = %v, want a transient lock refusal", err)
+	}
 	if err := os.WriteFile(filepath.Join(gate, "open"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -159,11 +166,27 @@ func TestS3Backend(t *testing.T) {
 		}
 	}
 
+	// Another resource beside it in the bucket: its own workspace, created while the
+	// backend already holds one.
+	other := withConfig(t, request(t, reactionApply, "", map[string]any{"source": module(t, "hello"), "vars": map[string]any{"name": "other"}}), cfgA)
+	other.Resource.ID = "5d0f9a52-1c1e-4a43-8f6b-2b7f4c0de001"
+	if _, err := sdktest.Run(t, a, other); err != nil {
+		t.Fatalf("apply of another resource: %v", err)
+	}
+	otherState := "teams/a/" + other.Resource.ID + "/terraform.tfstate"
+	// Enough workspaces that their list is longer than the output tail an error keeps.
+	for i := range 200 {
+		key := fmt.Sprintf("teams/a/zz-filler-%03d-%s/terraform.tfstate", i, strings.Repeat("x", 30))
+		if _, err := client.PutObject(t.Context(), &s3.PutObjectInput{Bucket: aws.String("tf-state"), Key: aws.String(key), Body: strings.NewReader("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	if _, err := sdktest.Run(t, b, withConfig(t, request(t, reactionDestroy, "", spec), cfgB)); err != nil {
 		t.Fatalf("destroy: %v", err)
 	}
-	if keys := objects(t, client, "tf-state"); len(keys) != 0 {
-		t.Errorf("objects after destroy = %v, want none", keys)
+	if keys := objects(t, client, "tf-state"); slices.Contains(keys, state) || !slices.Contains(keys, otherState) || len(keys) != 201 {
+		t.Errorf("objects after destroy = %v, want the other resource's %s and the fillers", keys, otherState)
 	}
 	if _, err := sdktest.Run(t, a, withConfig(t, request(t, reactionDestroy, "", spec), cfgA)); err != nil {
 		t.Errorf("second destroy: %v", err)

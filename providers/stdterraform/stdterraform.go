@@ -2,6 +2,10 @@
 // resource's spec names (terraform init, plan, apply), rolls the module's outputs into
 // the resource's status, and runs terraform destroy when the resource is deleted.
 //
+// The module comes from spec.source (see source.go): a local directory, or an archive
+// or a git repository fetched into each run's directory under size caps, checksums and
+// archive-path checks.
+//
 // State is the local backend, one directory per resource:
 // <state_dir>/<resource id>/terraform.tfstate, with state_dir from the provider config
 // (or the provider's default); or the config's backend (s3, gcs, azurerm, or raw text),
@@ -105,6 +109,7 @@ type provider struct {
 	pluginCache string
 	versionsDir string
 	path        string
+	caFile      string
 	grace       time.Duration
 
 	mu   sync.Mutex
@@ -151,7 +156,11 @@ func (p *provider) Work(ctx context.Context, req webhooksdk.Request) (webhooksdk
 	if err != nil {
 		return webhooksdk.Outcome{}, webhooksdk.Terminal(err)
 	}
-	tk := task{dir: dir, cfg: cfg, backend: b}
+	lim, err := parseSourceLimits(req.Config)
+	if err != nil {
+		return webhooksdk.Outcome{}, webhooksdk.Terminal(err)
+	}
+	tk := task{dir: dir, cfg: cfg, backend: b, lim: lim}
 	if !p.acquire(dir) {
 		return webhooksdk.Outcome{}, fmt.Errorf("%w in %s", errBusy, dir)
 	}
@@ -201,15 +210,8 @@ func parseSpec(raw json.RawMessage) (spec, error) {
 	if err := json.Unmarshal(raw, &sp); err != nil {
 		return sp, fmt.Errorf("spec: %w", err)
 	}
-	if !filepath.IsAbs(sp.Source) {
-		return sp, fmt.Errorf("spec.source: %q is not an absolute path", sp.Source)
-	}
-	fi, err := os.Stat(sp.Source)
-	if err != nil {
+	if _, err := parseSource(sp.Source); err != nil {
 		return sp, fmt.Errorf("spec.source: %w", err)
-	}
-	if !fi.IsDir() {
-		return sp, fmt.Errorf("spec.source: %s is not a directory", sp.Source)
 	}
 	return sp, nil
 }

@@ -26,19 +26,23 @@ const (
 	planFile   = "converge.tfplan"
 )
 
-// task is one task's resource: its local directory, the config and the state backend.
+// task is one task's resource: its local directory, the config, the state backend and
+// the caps on a fetched module.
 type task struct {
 	dir     string
 	cfg     config
 	backend backend
+	lim     sourceLimits
 }
 
-// workdir is a directory terraform runs in, the binary that runs there and what its
-// environment gains beyond the provider's own.
+// workdir is a directory terraform runs in, the binary that runs there, what its
+// environment gains beyond the provider's own, and the workspace init selects there
+// (empty: the default one).
 type workdir struct {
-	dir string
-	bin string
-	env []string
+	dir       string
+	bin       string
+	env       []string
+	workspace string
 }
 
 // apply plans the module and applies the plan if it changes anything; the outputs become
@@ -127,8 +131,8 @@ func (p *provider) destroy(ctx context.Context, tk task, raw json.RawMessage) er
 	return nil
 }
 
-// prepare makes a fresh run directory under the resource's directory: a copy of the
-// module, the backend and the spec's variables; and resolves the binary that runs there.
+// prepare makes a fresh run directory under the resource's directory: the module
+// fetched from spec.source, the backend and the spec's variables; and resolves the binary that runs there.
 func (p *provider) prepare(ctx context.Context, tk task, sp spec) (*workdir, cli, error) {
 	if p.pluginCache != "" {
 		if err := os.MkdirAll(p.pluginCache, 0o700); err != nil {
@@ -143,7 +147,7 @@ func (p *provider) prepare(ctx context.Context, tk task, sp spec) (*workdir, cli
 	if vars == nil {
 		vars = map[string]json.RawMessage{}
 	}
-	err = copyModule(sp.Source, run)
+	err = p.fetchModule(ctx, sp.Source, run, tk.lim)
 	if err == nil {
 		err = tk.backend.write(run)
 	}
@@ -158,7 +162,7 @@ func (p *provider) prepare(ctx context.Context, tk task, sp spec) (*workdir, cli
 		os.RemoveAll(run)
 		return nil, cli{}, err
 	}
-	return &workdir{dir: run, bin: c.path, env: tk.backend.env(true)}, c, nil
+	return &workdir{dir: run, bin: c.path, env: tk.backend.env(), workspace: tk.backend.workspace}, c, nil
 }
 
 // probe makes a run directory holding only the backend, in the default workspace, with
@@ -177,7 +181,7 @@ func (p *provider) probe(ctx context.Context, tk task) (*workdir, error) {
 		os.RemoveAll(run)
 		return nil, err
 	}
-	return &workdir{dir: run, bin: c.path, env: tk.backend.env(false)}, nil
+	return &workdir{dir: run, bin: c.path, env: tk.backend.env()}, nil
 }
 
 // runDir makes a fresh run-* directory in the resource's directory.
@@ -192,17 +196,25 @@ func (p *provider) runDir(tk task) (string, error) {
 	return run, nil
 }
 
-// init runs terraform init; a module terraform cannot parse is terminal.
+// init runs terraform init, then selects the run's workspace, creating it if need be
+// (TF_WORKSPACE would not do: init refuses a workspace that does not exist yet once the
+// backend holds others); a module terraform cannot parse is terminal.
 func (p *provider) init(ctx context.Context, run *workdir) error {
 	out, err := p.tf(ctx, run, nil, "init", "-input=false", "-no-color")
-	if err == nil {
+	if err != nil {
+		err = fmt.Errorf("terraform init: %w\n%s", err, out)
+		if strings.Contains(strings.Join(strings.Fields(out), " "), "problems with the configuration") {
+			return webhooksdk.Terminal(err)
+		}
+		return err
+	}
+	if run.workspace == "" {
 		return nil
 	}
-	err = fmt.Errorf("terraform init: %w\n%s", err, out)
-	if strings.Contains(strings.Join(strings.Fields(out), " "), "problems with the configuration") {
-		return webhooksdk.Terminal(err)
+	if out, err := p.tf(ctx, run, nil, "workspace", "select", "-or-create", "-no-color", run.workspace); err != nil {
+		return fmt.Errorf("terraform workspace select: %w\n%s", err, out)
 	}
-	return err
+	return nil
 }
 
 // outputs reads terraform output -json as the status {"outputs": {name: value}},
@@ -269,42 +281,6 @@ func (p *provider) env(run string) []string {
 		env = append(env, "TF_PLUGIN_CACHE_DIR="+p.pluginCache)
 	}
 	return env
-}
-
-// copyModule copies the module's files and directories into dst, leaving out a local
-// .terraform directory and state files.
-func copyModule(src, dst string) error {
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		switch {
-		case rel == ".":
-			return nil
-		case d.IsDir() && name == ".terraform":
-			return filepath.SkipDir
-		case d.IsDir():
-			return os.Mkdir(filepath.Join(dst, rel), 0o700)
-		case strings.HasPrefix(name, stateFile):
-			return nil
-		case !d.Type().IsRegular():
-			return fmt.Errorf("%s: not a regular file", path)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), data, 0o600)
-	})
-	if err != nil {
-		return fmt.Errorf("copy module: %w", err)
-	}
-	return nil
 }
 
 func writeJSON(path string, v any) error {
