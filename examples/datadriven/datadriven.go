@@ -55,29 +55,9 @@ type State struct {
 }
 
 // StatePrefix is where in the bucket the demo's states go: one
-// <StatePrefix>/<resource id>/terraform.tfstate each, with its lock beside
-// it while a run holds it.
+// <StatePrefix>/<resource id>/terraform.tfstate each (the resource's id is
+// its Terraform workspace), with its lock beside it while a run holds it.
 const StatePrefix = "datadriven"
-
-// s3Backend is the stdterraform config's backend for state: the S3 backend
-// given raw, its key holding stdterraform's placeholder for the resource's
-// own key. The config's s3 block would make each resource a workspace of
-// one state, and terraform init in a new workspace fails once the bucket
-// holds another resource's ("Currently selected workspace ... does not
-// exist"): the raw block gives each resource its own key instead.
-func s3Backend(s State) map[string]any {
-	return map[string]any{"state_prefix": StatePrefix, "raw": fmt.Sprintf(`terraform {
-  backend "s3" {
-    bucket         = %q
-    key            = "__CONVERGE_STATE_KEY__/terraform.tfstate"
-    region         = "us-east-1"
-    endpoints      = { s3 = %q }
-    use_path_style = true
-    use_lockfile   = true
-  }
-}
-`, s.Bucket, s.Endpoint)}
-}
 
 // Build writes the Terraform modules under dir/modules (stdterraform runs a
 // module from a local path) and returns the objects that compose the root
@@ -116,7 +96,8 @@ func Build(dir string, state State, updated bool) (Objects, error) {
 	}
 	tf := map[string]any{"state_dir": filepath.Join(dir, "tfstate")}
 	if state.Endpoint != "" {
-		tf["backend"] = s3Backend(state)
+		tf["backend"] = map[string]any{"state_prefix": StatePrefix, "s3": map[string]any{
+			"bucket": state.Bucket, "endpoint": state.Endpoint, "use_path_style": true, "region": "us-east-1"}}
 	}
 	o := Objects{Resources: []json.RawMessage{res}}
 	for _, m := range [][]byte{stdterraform.Manifest(), stdshell.Manifest(), stdstarlark.Manifest(), stdcel.Manifest()} {

@@ -79,16 +79,17 @@ func TestBuild(t *testing.T) {
 		Spec struct {
 			Backend struct {
 				StatePrefix string `json:"state_prefix"`
-				Raw         string `json:"raw"`
+				S3          struct {
+					Bucket, Endpoint string
+					UsePathStyle     bool `json:"use_path_style"`
+				} `json:"s3"`
 			} `json:"backend"`
 		} `json:"spec"`
 	}
 	if err := json.Unmarshal(next.ProviderConfigs[0], &s3); err != nil {
 		t.Fatal(err)
 	}
-	if b := s3.Spec.Backend; b.StatePrefix != StatePrefix || !strings.Contains(b.Raw, `bucket         = "b"`) ||
-		!strings.Contains(b.Raw, `endpoints      = { s3 = "http://127.0.0.1:9" }`) || !strings.Contains(b.Raw, "use_lockfile   = true") ||
-		!strings.Contains(b.Raw, `key            = "__CONVERGE_STATE_KEY__/terraform.tfstate"`) {
+	if b := s3.Spec.Backend; b.StatePrefix != StatePrefix || b.S3.Bucket != "b" || b.S3.Endpoint != "http://127.0.0.1:9" || !b.S3.UsePathStyle {
 		t.Errorf("with an S3 store the stdterraform config is %s", next.ProviderConfigs[0])
 	}
 	if a, b := spec(o), spec(next); !strings.Contains(a, `"worker"`) || !strings.Contains(b, `"billing"`) || strings.Contains(b, `"worker"`) {
