@@ -5,9 +5,10 @@
 //
 //   - a stdterraform network (modules/network, Terraform's built-in
 //     terraform_data: no provider download, no cloud),
-//   - a stdstarlark services composer (compose.star, the stdstarlark provider
-//     config's data) whose spec gets the network's id by a value flow and
-//     which composes one stdshell leaf per service,
+//   - a stdstarlark services composer (starlark/, zipped into a bundle: the
+//     stdstarlark provider config's data, compose.star loading
+//     lib/services.star) whose spec gets the network's id by a value flow
+//     and which composes one stdshell leaf per service,
 //   - a stdterraform cache when spec.cache, a stdshell dns leaf when
 //     spec.dns, both wired to the network's id.
 //
@@ -18,6 +19,8 @@
 package datadriven
 
 import (
+	"archive/zip"
+	"bytes"
 	"embed"
 	"encoding/base64"
 	"encoding/json"
@@ -33,10 +36,10 @@ import (
 	"github.com/convergeplane/converge/providers/stdterraform"
 )
 
-// files holds the graph, the Starlark program, the Terraform modules and the
-// root's two specs.
+// files holds the graph, the Starlark program's files, the Terraform modules
+// and the root's two specs.
 //
-//go:embed graph.json compose.star modules resources
+//go:embed graph.json starlark modules resources
 var files embed.FS // read-only embedded data
 
 // Objects are what the demo applies, in order: the std kinds' manifests,
@@ -82,7 +85,7 @@ func Build(dir string, state State, updated bool) (Objects, error) {
 		return Objects{}, err
 	}
 	graph = []byte(strings.ReplaceAll(string(graph), "@MODULES@", string(quoted[1:len(quoted)-1])))
-	program, err := files.ReadFile("compose.star")
+	program, err := bundle()
 	if err != nil {
 		return Objects{}, err
 	}
@@ -126,6 +129,35 @@ func config(kind string, spec any, data []byte) map[string]any {
 		pc["data"] = base64.StdEncoding.EncodeToString(data)
 	}
 	return pc
+}
+
+// bundle zips the Starlark program, starlark/ with compose.star at its
+// root, as stdstarlark takes it.
+func bundle() ([]byte, error) {
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	err := fs.WalkDir(files, "starlark", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := files.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		w, err := zw.Create(strings.TrimPrefix(path, "starlark/"))
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the Starlark bundle: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("the Starlark bundle: %w", err)
+	}
+	return buf.Bytes(), nil
 }
 
 // writeModules writes the embedded modules under dir, replacing what an

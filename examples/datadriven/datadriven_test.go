@@ -1,13 +1,19 @@
 package datadriven
 
 import (
+	"archive/zip"
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/convergeplane/converge/providers/stdcel"
+	"github.com/convergeplane/converge/providers/stdstarlark"
+	"github.com/convergeplane/converge/webhooksdk"
+	"github.com/convergeplane/converge/webhooksdk/sdktest"
 )
 
 // TestBuild: the objects name the std kinds in the order they apply, the
@@ -61,8 +67,16 @@ func TestBuild(t *testing.T) {
 	if want := `{"state_dir":"` + filepath.Join(dir, "tfstate") + `"}`; string(configs["stdterraform"].Spec) != want {
 		t.Errorf("stdterraform config %s, want %s", configs["stdterraform"].Spec, want)
 	}
-	if !strings.Contains(string(configs["stdstarlark"].Data), "def compose(spec, config):") {
-		t.Error("the stdstarlark config's data is not the program")
+	zr, err := zip.NewReader(bytes.NewReader(configs["stdstarlark"].Data), int64(len(configs["stdstarlark"].Data)))
+	if err != nil {
+		t.Fatalf("the stdstarlark config's data is no zip bundle: %v", err)
+	}
+	var names []string
+	for _, f := range zr.File {
+		names = append(names, f.Name)
+	}
+	if slices.Sort(names); !slices.Equal(names, []string{"compose.star", "lib/services.star"}) {
+		t.Errorf("the bundle holds %q", names)
 	}
 	spec := func(o Objects) string {
 		var r struct{ Spec json.RawMessage }
@@ -94,5 +108,33 @@ func TestBuild(t *testing.T) {
 	}
 	if a, b := spec(o), spec(next); !strings.Contains(a, `"worker"`) || !strings.Contains(b, `"billing"`) || strings.Contains(b, `"worker"`) {
 		t.Errorf("specs %s then %s: want worker replaced by billing", a, b)
+	}
+}
+
+// TestBundleComposes runs the Starlark bundle the demo applies through
+// stdstarlark: compose.star, with what it loads from lib/services.star,
+// makes one stdshell leaf per service carrying the network id.
+func TestBundleComposes(t *testing.T) {
+	t.Parallel()
+	program, err := bundle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := webhooksdk.Request{Reaction: "compose", Config: json.RawMessage(`{"greeting":"hi"}`), Bundle: program,
+		Resource: webhooksdk.Resource{Kind: "stdstarlark", KindVersion: 1, Name: "shop-services",
+			Spec: json.RawMessage(`{"app":"shop","services":["api","web"],"network_id":"net-1"}`)}}
+	out, err := sdktest.Run(t, stdstarlark.New("stdstarlark"), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range out.Children {
+		names = append(names, c.Kind+"/"+c.Name)
+		if !strings.Contains(string(c.Spec), `"NETWORK":"net-1"`) || !strings.Contains(string(c.Spec), `"GREETING":"hi"`) {
+			t.Errorf("%s's spec %s lacks the network id or the greeting", c.Name, c.Spec)
+		}
+	}
+	if !slices.Equal(names, []string{"stdshell/shop-api", "stdshell/shop-web"}) {
+		t.Errorf("children %q", names)
 	}
 }
