@@ -13,7 +13,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui ui-types test-ui bench-ui chromium python-tools
+.PHONY: help demo demo-quickstart demo-unhealthy demo-datadriven dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui ui-types test-ui bench-ui chromium python-tools
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -31,6 +31,15 @@ demo: build postgres ## the classic demo on an embedded Postgres, a fresh databa
 
 demo-quickstart: build postgres ## the smaller quickstart demo: a five-resource site
 	CONVERGE_DATA_DIR="$(DEMO_DATA_DIR)" ./bin/converge dev --reset --demo=quickstart
+
+# How long the unhealthy demo's cdn kind stays unready once the cdn parked.
+READY_AFTER ?= 10s
+
+demo-datadriven: build postgres ## composition as data: a stdcel root fanning out into stdterraform, stdstarlark and stdshell children (bin/stdprovider), then an updated spec (needs terraform on PATH)
+	CONVERGE_DATA_DIR="$(DEMO_DATA_DIR)" ./bin/converge dev --reset --demo=datadriven
+
+demo-unhealthy: build postgres ## the quickstart site with its cdn kind reporting not ready: the cdn parks, the buckets converge, then cdn turns ready (READY_AFTER=10s)
+	CONVERGE_DATA_DIR="$(DEMO_DATA_DIR)" ./bin/converge dev --reset --demo=unhealthy --ready-after=$(READY_AFTER)
 
 dev: build postgres ## run the control plane on an embedded Postgres (no demo)
 	./bin/converge dev

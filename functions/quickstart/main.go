@@ -21,5 +21,5 @@ func main() {
 		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("quickstart function misconfigured", "err", err)
 		os.Exit(1)
 	}
-	lambda.Main("quickstart", provider.New(delay)...)
+	lambda.Main("quickstart", provider.New(delay, nil)...)
 }

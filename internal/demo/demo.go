@@ -28,27 +28,60 @@ import (
 type Demo struct {
 	name   string // the --demo value and the endpoint's name
 	binary string // the provider's executable
+	// objects is the executable whose objects command prints what the
+	// steps apply, "" when it is binary.
+	objects string
+	// needs are other executables the provider runs, looked up on PATH
+	// before anything starts.
+	needs []string
 	// steps each apply what the objects command prints and watch the
 	// root converge, the next one onto the last one's resources.
 	steps []step
 	env   []string // extra environment of the provider process
-	s3    bool     // it needs an S3-compatible store (statussink)
+	s3    s3Store  // the S3-compatible store it needs
 	hints []hint   // what to try next, once the root is Ready
 	// again is the make command that runs this demo, left out of the
 	// hints.
 	again string
+	// unready is a kind the provider starts reporting not ready (its
+	// UNREADY_KINDS); "" for none. Its resources park while the rest
+	// converges, and readyAfter later the demo makes it ready through the
+	// provider's readiness switch (ADMIN_ADDR).
+	unready    string
+	readyAfter time.Duration
 }
 
+// s3Store is which S3-compatible store a demo needs.
+type s3Store int
+
+const (
+	noS3       s3Store = iota
+	anyS3              // this machine's moto_server, else the in-process stand-in
+	embeddedS3         // the in-process stand-in (s3stub), always
+)
+
 // A step is the arguments of the provider's objects command and, after
-// the first step, what it changes.
+// the first step, what it changes. In args and in a Demo's env, {dir}
+// stands for the demo's own directory in the data dir, which it may write,
+// {s3} for the S3 store's endpoint and {bucket} for its bucket.
 type step struct {
 	args  []string
 	title string
 }
 
+// expand replaces the placeholders in each of list (see step).
+func expand(list []string, r *strings.Replacer) []string {
+	out := make([]string, len(list))
+	for i, a := range list {
+		out[i] = r.Replace(a)
+	}
+	return out
+}
+
 // A hint is a command to try next and what it shows. In cmd, {conctl}
 // stands for the conctl command (see Conctl), {root} for the root's
-// kind/name and {vpc} for a vpc of the tree. A make hint is shown only in a
+// kind/name, {vpc} for a vpc of the tree and {admin} for the URL of the
+// provider's readiness switch. A make hint is shown only in a
 // directory with the Makefile, where it works.
 type hint struct {
 	cmd, why string
@@ -59,10 +92,60 @@ type hint struct {
 // small one, then applies the updated one onto it.
 var BOMs = []string{"small", "large", "updated"}
 
-// For picks the demo named name: "classic" (bom selects its BOM,
-// faultRate its providers' transient failure rate) or "quickstart".
-func For(name, bom string, faultRate float64) (Demo, error) {
+// Settings are a demo's knobs.
+type Settings struct {
+	// BOM is the classic demo's bill of materials, one of BOMs.
+	BOM string
+	// FaultRate is the classic demo providers' transient failure rate,
+	// at least 0 and below 1.
+	FaultRate float64
+	// ReadyAfter is how long the unhealthy demo's kind stays unready once
+	// its resources parked.
+	ReadyAfter time.Duration
+}
+
+// Names are the demos For knows.
+var Names = []string{"classic", "quickstart", "unhealthy", "datadriven"}
+
+// For picks the demo named name, one of Names, with the settings s:
+// "classic" (s.BOM and s.FaultRate), "quickstart", "unhealthy" (the
+// quickstart with its cdn kind unready for s.ReadyAfter), or "datadriven"
+// (std kinds composing a tree, served by stdprovider, then an updated spec).
+func For(name string, s Settings) (Demo, error) {
+	bom, faultRate := s.BOM, s.FaultRate
 	switch name {
+	case "datadriven":
+		return Demo{name: name, binary: "stdprovider", objects: "datadriven-demo", needs: []string{"terraform"},
+			steps: []step{{args: []string{"objects", "--dir", "{dir}", "--s3", "{s3}", "--bucket", "{bucket}"}},
+				{args: []string{"objects", "--dir", "{dir}", "--s3", "{s3}", "--bucket", "{bucket}", "--updated"},
+					title: "the updated spec: a service and the cache out, a service and the dns leaf in"}},
+			s3: embeddedS3, again: "make demo-datadriven",
+			// Terraform's S3 backend reaches S3 and STS at the stand-in, signing
+			// with demo credentials; nothing of a person's AWS profile applies.
+			env: []string{"STD_KINDS=stdcel,stdstarlark,stdterraform,stdshell", "AWS_ENDPOINT_URL={s3}", "AWS_REGION=us-east-1",
+				"AWS_ACCESS_KEY_ID=demo", "AWS_SECRET_ACCESS_KEY=demo", "AWS_SESSION_TOKEN=", "AWS_PROFILE=", "AWS_EC2_METADATA_DISABLED=true"},
+			hints: []hint{
+				{cmd: "{conctl} watch resource {root} --follow", why: "the live view on its own (Ctrl+C ends it)"},
+				{cmd: "{conctl} get resource stdterraform/shop-network -o yaml", why: "the module's outputs in its status"},
+				{cmd: "{conctl} get resource stdshell/shop-api -o yaml", why: "the script's output: the network id, flowed from Terraform through Starlark"},
+				{cmd: "{conctl} list resources --kind stdshell", why: "the leaves the Starlark program and the CEL graph composed"},
+				{cmd: "{conctl} delete resource {root}", why: "the cascade: terraform destroy runs before the network goes"},
+				{cmd: "make demo-unhealthy", why: "a new demo: a kind reporting not ready parks its resources", make: true},
+			}}, nil
+	case "unhealthy":
+		if s.ReadyAfter < 0 {
+			return Demo{}, fmt.Errorf("ready after %s: want 0 or more", s.ReadyAfter)
+		}
+		return Demo{name: name, binary: "quickstart-provider", steps: []step{{args: []string{"objects"}}}, env: []string{"WORK_DELAY=400ms"},
+			unready: "cdn", readyAfter: s.ReadyAfter, again: "make demo-unhealthy",
+			hints: []hint{
+				{cmd: "curl -X POST {admin}/unready/cdn", why: "cdn's health answer says not ready again (from the next probe, 2s)"},
+				{cmd: "{conctl} reconcile cdn/shop-cdn", why: "its task parks instead of failing"},
+				{cmd: "{conctl} get resource cdn/shop-cdn -o yaml", why: "parked: why the task waits"},
+				{cmd: "curl -X POST {admin}/ready/cdn", why: "ready again: the parked task runs"},
+				{cmd: "{conctl} watch resource {root} --follow", why: "the live view on its own (Ctrl+C ends it)"},
+				{cmd: "make demo-quickstart", why: "a new demo: the same site with every kind ready", make: true},
+			}}, nil
 	case "quickstart":
 		return Demo{name: name, binary: "quickstart-provider", steps: []step{{args: []string{"objects"}}}, env: []string{"WORK_DELAY=400ms"},
 			hints: []hint{
@@ -86,7 +169,7 @@ func For(name, bom string, faultRate float64) (Demo, error) {
 		if faultRate > 0 {
 			again += " FAULT_RATE=" + strconv.FormatFloat(faultRate, 'f', -1, 64)
 		}
-		return Demo{name: name, binary: "classic-provider", steps: steps, s3: true, again: again,
+		return Demo{name: name, binary: "classic-provider", steps: steps, s3: anyS3, again: again,
 			// The local store takes any credentials, but the S3 client signs
 			// every request: without these it would look for an instance role.
 			env: []string{"FAKE_FAULT_RATE=" + strconv.FormatFloat(faultRate, 'f', -1, 64),
@@ -99,7 +182,7 @@ func For(name, bom string, faultRate float64) (Demo, error) {
 				{cmd: "make demo BOM=large FAULT_RATE=0.25", why: "a new demo: ~5,400 resources, a quarter of the calls failing", make: true},
 			}}, nil
 	}
-	return Demo{}, fmt.Errorf("unknown demo %q: want classic or quickstart", name)
+	return Demo{}, fmt.Errorf("unknown demo %q: want one of %s", name, strings.Join(Names, ", "))
 }
 
 // Env is where a demo runs.
@@ -121,11 +204,24 @@ type Env struct {
 	Getenv func(string) string
 }
 
-// Check fails, saying how to build it, if the demo's provider binary
-// cannot be found: before anything is started.
+// Check fails, saying how to build it, if the demo's provider binary (or
+// the one printing its objects) cannot be found, or how to get it, if a
+// program the provider runs is not on PATH: before anything is started.
 func (d Demo) Check(env Env) error {
-	_, err := providerBinary(d.binary, env)
-	return err
+	for _, b := range []string{d.binary, d.objects} {
+		if b == "" {
+			continue
+		}
+		if _, err := providerBinary(b, env); err != nil {
+			return err
+		}
+	}
+	for _, n := range d.needs {
+		if _, err := lookPath(n, Env{Getenv: env.Getenv}); err != nil {
+			return fmt.Errorf("the %s demo's provider runs %s, and there is none on PATH: install it first", d.name, n)
+		}
+	}
+	return nil
 }
 
 // Run starts the demo's services and provider, registers its endpoint and
@@ -145,20 +241,41 @@ func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
 	if err != nil {
 		return stop, err
 	}
-	objs, err := providerObjects(ctx, bin, d.steps[0].args)
-	if err != nil {
-		return stop, err
+	objBin := bin
+	if d.objects != "" {
+		if objBin, err = providerBinary(d.objects, env); err != nil {
+			return stop, err
+		}
+	}
+	dir := filepath.Join(env.DataDir, d.name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return stop, fmt.Errorf("the demo's directory: %w", err)
 	}
 	c := &client{base: env.Base + "/api/v1", http: &http.Client{Timeout: 30 * time.Second}, token: env.Token}
 	s3 := ""
-	if d.s3 {
-		endpoint, stopS3, err := startS3(ctx, env.DataDir)
+	if d.s3 != noS3 {
+		endpoint, stopS3, err := startS3(ctx, env.DataDir, d.s3 == embeddedS3)
 		if err != nil {
 			return stop, fmt.Errorf("S3 store: %w", err)
 		}
 		stops = append(stops, stopS3)
 		s3 = endpoint
 		fmt.Fprintf(env.Out, "S3 store on %s, bucket %s\n", s3, demoBucket)
+	}
+	placeholders := strings.NewReplacer("{dir}", dir, "{s3}", s3, "{bucket}", demoBucket)
+	d.env = expand(d.env, placeholders)
+	objs, err := providerObjects(ctx, objBin, expand(d.steps[0].args, placeholders))
+	if err != nil {
+		return stop, err
+	}
+	admin := ""
+	if d.unready != "" {
+		addr, err := freeLoopback()
+		if err != nil {
+			return stop, err
+		}
+		admin = "http://" + addr
+		d.env = append(d.env, "UNREADY_KINDS="+d.unready, "ADMIN_ADDR="+addr)
 	}
 	stopProvider, err := startProvider(ctx, c, d, bin, objs.kinds, env)
 	if stopProvider != nil {
@@ -171,10 +288,11 @@ func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
 	var last watchview.Snapshot
 	for i, st := range d.steps {
 		if i > 0 {
-			if objs, err = providerObjects(ctx, bin, st.args); err != nil {
+			args := expand(st.args, placeholders)
+			if objs, err = providerObjects(ctx, objBin, args); err != nil {
 				return stop, err
 			}
-			fmt.Fprintf(env.Out, "\nnext, %s (%s %s)\n", st.title, d.binary, strings.Join(st.args, " "))
+			fmt.Fprintf(env.Out, "\nnext, %s (%s %s)\n", st.title, filepath.Base(objBin), strings.Join(args, " "))
 		}
 		root, err := c.applyObjects(ctx, env.Out, objs, s3)
 		if err != nil {
@@ -182,9 +300,15 @@ func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
 		}
 		src := watchview.Source{Kind: root.Kind, Name: root.Name, Now: time.Now,
 			Get: func(ctx context.Context, path string) ([]byte, error) { return c.get(ctx, path) }}
+		opts := watchview.Options{Out: env.Out, TTY: watchview.IsTerminal(env.Out),
+			Width: columns(env.Getenv), Interval: time.Second, Laggards: 5, Attempt: src.Attempt}
 		start := time.Now()
-		_, err = watchview.Watch(ctx, src.Snapshot, watchview.Options{Out: env.Out, TTY: watchview.IsTerminal(env.Out),
-			Width: columns(env.Getenv), Interval: time.Second, Laggards: 5, Attempt: src.Attempt})
+		if d.unready != "" && i == 0 {
+			err = d.parkThenReady(ctx, env.Out, src, opts, admin)
+		}
+		if err == nil {
+			_, err = watchview.Watch(ctx, src.Snapshot, opts)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return stop, nil // Ctrl+C during the view
@@ -205,16 +329,16 @@ func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
 	}
 	_, err = os.Stat("Makefile")
 	fmt.Fprintln(env.Out, "\ntry next:")
-	for _, l := range d.nextSteps(Conctl(env), last, err == nil) {
+	for _, l := range d.nextSteps(Conctl(env), admin, last, err == nil) {
 		fmt.Fprintln(env.Out, "  "+l)
 	}
 	return stop, nil
 }
 
 // nextSteps are the demo's hints for the tree s, commands aligned and
-// commented; make hints only with haveMake, the Makefile in the working
-// directory.
-func (d Demo) nextSteps(conctl string, s watchview.Snapshot, haveMake bool) []string {
+// commented, admin the URL of the provider's readiness switch; make hints
+// only with haveMake, the Makefile in the working directory.
+func (d Demo) nextSteps(conctl, admin string, s watchview.Snapshot, haveMake bool) []string {
 	vpc := ""
 	for _, n := range s.Children {
 		if n.Kind == "vpc" && (vpc == "" || n.Ref() < vpc) {
@@ -227,7 +351,7 @@ func (d Demo) nextSteps(conctl string, s watchview.Snapshot, haveMake bool) []st
 		if (h.make && (!haveMake || h.cmd == d.again)) || (strings.Contains(h.cmd, "{vpc}") && vpc == "") {
 			continue
 		}
-		cmd := strings.NewReplacer("{conctl}", conctl, "{root}", s.Root.Ref(), "{vpc}", vpc).Replace(h.cmd)
+		cmd := strings.NewReplacer("{conctl}", conctl, "{root}", s.Root.Ref(), "{vpc}", vpc, "{admin}", admin).Replace(h.cmd)
 		cmds, whys = append(cmds, cmd), append(whys, h.why)
 		width = max(width, len(cmd))
 	}

@@ -15,15 +15,18 @@ import (
 	"github.com/convergeplane/converge/internal/s3stub"
 )
 
-// demoBucket is the bucket the statussink reactor writes to.
+// demoBucket is the bucket the statussink reactor writes to, and where
+// Terraform's state goes.
 const demoBucket = "converge-demo"
 
-// startS3 provides the S3-compatible store the classic demo's statussink
-// reactor writes to: this machine's moto_server when it has one, else the
-// in-process stand-in (s3stub). It returns the endpoint URL with demoBucket
-// created, and stop, which ends what it started.
-func startS3(ctx context.Context, logDir string) (endpoint string, stop func(), err error) {
-	if bin, err := exec.LookPath("moto_server"); err == nil {
+// startS3 provides the S3-compatible store a demo needs: the classic
+// demo's statussink reactor writes to this machine's moto_server when it
+// has one, else (or when embedded) to the in-process stand-in (s3stub),
+// where the data-driven demo keeps Terraform's state. It returns the
+// endpoint URL with demoBucket created, and stop, which ends what it
+// started.
+func startS3(ctx context.Context, logDir string, embedded bool) (endpoint string, stop func(), err error) {
+	if bin, err := exec.LookPath("moto_server"); err == nil && !embedded {
 		endpoint, stop, err = startMoto(ctx, bin, logDir)
 		if err != nil {
 			return "", nil, err

@@ -1,7 +1,8 @@
 // Package s3stub is an in-process stand-in for the S3 API: the smallest
-// part of it the classic demo's statussink reactor uses, path style, with
-// objects kept in memory. The demo serves it where the machine has no
-// moto_server.
+// part of it the demos use, path style, with objects kept in memory. The
+// classic demo's statussink reactor writes to it where the machine has no
+// moto_server; the data-driven demo keeps Terraform's state in it (the S3
+// backend with use_lockfile), which also asks STS who it is.
 package s3stub
 
 import (
@@ -21,9 +22,12 @@ import (
 	"time"
 )
 
-// Server is the smallest S3 statussink needs, path style: PUT and HEAD
-// bucket, PUT and GET object, ListObjectsV2. Objects live in memory. It
-// asks for no signature.
+// Server is the smallest S3 statussink and Terraform's S3 backend need,
+// path style: PUT and HEAD bucket; PUT (If-None-Match: * refused with 412
+// when the key exists, as S3's conditional write, Terraform's lock), GET,
+// HEAD and DELETE object; ListObjectsV2 by prefix; and STS's
+// GetCallerIdentity, posted to its root, answering a fixed demo account.
+// Objects live in memory. It asks for no signature.
 type Server struct {
 	mu      sync.Mutex
 	buckets map[string]map[string]s3Object
@@ -45,6 +49,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	objs, ok := s.buckets[bucket]
 	switch {
+	case bucket == "" && r.Method == http.MethodPost:
+		callerIdentity(w, r)
 	case bucket == "":
 		s3Error(w, http.StatusNotImplemented, "NotImplemented", "listing buckets is not implemented")
 	case r.Method == http.MethodPut && key == "":
@@ -61,21 +67,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s3Error(w, http.StatusBadRequest, "InvalidRequest", err.Error())
 			return
 		}
+		if _, exists := objs[key]; exists && r.Header.Get("If-None-Match") == "*" {
+			s3Error(w, http.StatusPreconditionFailed, "PreconditionFailed", "the object "+key+" exists")
+			return
+		}
 		sum := md5.Sum(data) //nolint:gosec // see the import
 		o := s3Object{data: data, etag: `"` + hex.EncodeToString(sum[:]) + `"`, modified: time.Now().UTC()}
 		objs[key] = o
 		w.Header().Set("ETag", o.etag)
 	case r.Method == http.MethodGet && key == "":
 		s.list(w, objs, r.URL.Query().Get("prefix"))
-	case r.Method == http.MethodGet:
+	case r.Method == http.MethodGet || r.Method == http.MethodHead:
 		o, ok := objs[key]
 		if !ok {
 			s3Error(w, http.StatusNotFound, "NoSuchKey", "no object "+key)
 			return
 		}
 		w.Header().Set("ETag", o.etag)
+		w.Header().Set("Last-Modified", o.modified.Format(http.TimeFormat))
 		w.Header().Set("Content-Length", strconv.Itoa(len(o.data)))
-		w.Write(o.data) //nolint:errcheck // the client hung up
+		if r.Method == http.MethodGet {
+			w.Write(o.data) //nolint:errcheck // the client hung up
+		}
+	case r.Method == http.MethodDelete && key != "":
+		delete(objs, key) // deleting a missing key succeeds, as in S3
+		w.WriteHeader(http.StatusNoContent)
 	default:
 		s3Error(w, http.StatusNotImplemented, "NotImplemented", r.Method+" is not implemented")
 	}
@@ -106,6 +122,23 @@ func (s *Server) list(w http.ResponseWriter, objs map[string]s3Object, prefix st
 	io.WriteString(w, xml.Header) //nolint:errcheck // the client hung up
 	xml.NewEncoder(w).Encode(res) //nolint:errcheck // as above
 }
+
+// callerIdentity answers STS's GetCallerIdentity (a form POST to the
+// root), which Terraform's S3 backend asks before using the bucket.
+func callerIdentity(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil || r.PostForm.Get("Action") != "GetCallerIdentity" {
+		s3Error(w, http.StatusNotImplemented, "NotImplemented", "of STS only GetCallerIdentity is implemented")
+		return
+	}
+	w.Header().Set("Content-Type", "text/xml")
+	fmt.Fprintf(w, `%s<GetCallerIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><GetCallerIdentityResult>`+
+		`<Arn>arn:aws:iam::%s:user/demo</Arn><UserId>AIDADEMO</UserId><Account>%s</Account>`+
+		`</GetCallerIdentityResult><ResponseMetadata><RequestId>demo</RequestId></ResponseMetadata></GetCallerIdentityResponse>`,
+		xml.Header, Account, Account)
+}
+
+// Account is the AWS account id the stand-in answers for.
+const Account = "000000000000"
 
 func s3Error(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/xml")

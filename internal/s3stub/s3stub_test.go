@@ -88,3 +88,62 @@ func TestMiniS3WithTheSDK(t *testing.T) {
 		t.Fatalf("ListObjectsV2 = %+v, %v", out, err)
 	}
 }
+
+// TestMiniS3ForTerraform: what Terraform's S3 backend asks besides reads and
+// writes. A conditional write of a lock that exists is refused (412), HEAD
+// and DELETE answer as S3 does, and STS says who the caller is.
+func TestMiniS3ForTerraform(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(New())
+	t.Cleanup(srv.Close)
+	do := func(method, path, body string, header ...string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	do("PUT", "/state", "")
+	lock := "/state/converge/id/terraform.tfstate.tflock"
+	if code, body := do("PUT", lock, `{"ID":"a"}`, "If-None-Match", "*"); code != http.StatusOK {
+		t.Fatalf("the first lock = %d %s", code, body)
+	}
+	if code, body := do("PUT", lock, `{"ID":"b"}`, "If-None-Match", "*"); code != http.StatusPreconditionFailed || !strings.Contains(body, "PreconditionFailed") {
+		t.Errorf("a second lock = %d %s, want 412 PreconditionFailed", code, body)
+	}
+	if code, body := do("GET", lock, ""); code != http.StatusOK || body != `{"ID":"a"}` {
+		t.Errorf("the lock holds %d %q, want the first", code, body)
+	}
+	if code, body := do("HEAD", lock, ""); code != http.StatusOK || body != "" {
+		t.Errorf("HEAD = %d %q", code, body)
+	}
+	if code, _ := do("DELETE", lock, ""); code != http.StatusNoContent {
+		t.Errorf("DELETE = %d, want 204", code)
+	}
+	if code, _ := do("HEAD", lock, ""); code != http.StatusNotFound {
+		t.Errorf("HEAD after DELETE = %d, want 404", code)
+	}
+	if code, _ := do("DELETE", lock, ""); code != http.StatusNoContent {
+		t.Errorf("a second DELETE = %d, want 204", code)
+	}
+	if code, _ := do("PUT", lock, `{"ID":"b"}`, "If-None-Match", "*"); code != http.StatusOK {
+		t.Errorf("locking again after the unlock = %d", code)
+	}
+	code, body := do("POST", "/", "Action=GetCallerIdentity&Version=2011-06-15", "Content-Type", "application/x-www-form-urlencoded")
+	if code != http.StatusOK || !strings.Contains(body, "<Account>"+Account+"</Account>") {
+		t.Errorf("GetCallerIdentity = %d %s", code, body)
+	}
+	if code, _ := do("POST", "/", "Action=AssumeRole", "Content-Type", "application/x-www-form-urlencoded"); code != http.StatusNotImplemented {
+		t.Errorf("AssumeRole = %d, want 501", code)
+	}
+}

@@ -170,6 +170,17 @@ func TestWatch(t *testing.T) {
 			t.Errorf("printed %d lines, want 2 (the tally changed once):\n%s", n, buf.String())
 		}
 	})
+	t.Run("Until", func(t *testing.T) {
+		t.Parallel()
+		reads := 0
+		fetch := func(context.Context) (Snapshot, error) { reads++; return snapshot(), nil }
+		until := func(_ context.Context, s Snapshot) bool { return reads == 2 && s.Root.Phase != "Ready" }
+		var buf bytes.Buffer
+		v, err := Watch(t.Context(), fetch, Options{Out: &buf, Interval: time.Millisecond, Until: until})
+		if err != nil || v.Done() || reads != 2 {
+			t.Fatalf("watch = %v after %d reads (done %v), want it to end at the second read", err, reads, v.Done())
+		}
+	})
 	t.Run("Timeout", func(t *testing.T) {
 		t.Parallel()
 		fetch := func(context.Context) (Snapshot, error) { return snapshot(), nil }

@@ -65,13 +65,16 @@ type Options struct {
 	// Source.Attempt), shown beside it on a terminal: when its next
 	// attempt is due, or that it runs.
 	Attempt func(ctx context.Context, ref string) (Attempt, error)
+	// Until, when set, ends the watch at the first snapshot it holds for,
+	// instead of when the root is Ready (Follow ignores both).
+	Until func(ctx context.Context, s Snapshot) bool
 }
 
 // ErrTimeout means the root was not Ready within Options.Timeout.
 var ErrTimeout = errors.New("watch timed out")
 
 // Watch reads a snapshot with fetch every Interval and draws it, until the
-// root is Ready (unless Follow), ctx ends (then ctx.Err()) or Timeout
+// root is Ready or Until holds (unless Follow), ctx ends (then ctx.Err()) or Timeout
 // elapses (then an error wrapping ErrTimeout with where the subtree stands).
 func Watch(ctx context.Context, fetch func(context.Context) (Snapshot, error), o Options) (View, error) {
 	wctx := ctx
@@ -103,7 +106,7 @@ func Watch(ctx context.Context, fetch func(context.Context) (Snapshot, error), o
 			}
 		}
 		r.Draw(v, time.Since(start))
-		if v.Done() && !o.Follow {
+		if !o.Follow && (o.Until == nil && v.Done() || o.Until != nil && o.Until(wctx, s)) {
 			return v, nil
 		}
 		select {

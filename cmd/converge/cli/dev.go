@@ -21,11 +21,12 @@ import (
 
 func newDev(stdout io.Writer, getenv func(string) string) *cobra.Command {
 	var (
-		reset     bool
-		demoName  string
-		bom       string
-		faultRate float64
-		pgPort    int
+		reset      bool
+		demoName   string
+		bom        string
+		faultRate  float64
+		readyAfter time.Duration
+		pgPort     int
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -49,7 +50,15 @@ prints, shows the root converge live, and then commands to try next.
 it and lists what it removed and added) and --fault-rate transient
 failures, with an S3-compatible store for its statussink reactor (this
 machine's moto_server, else a minimal one in process); --demo=quickstart
-runs quickstart-provider's five-resource site. With --demo the terminal
+runs quickstart-provider's five-resource site; --demo=unhealthy runs the
+same site with quickstart-provider's cdn kind reporting not ready in its
+health answer: the cdn parks, the reason shown, while the buckets converge,
+and --ready-after later the demo makes cdn ready through the provider's
+readiness switch and the site converges; --demo=datadriven runs stdprovider
+serving the std kinds and applies a stdcel graph fanning out into
+stdterraform modules (terraform must be on PATH), a stdstarlark program and
+stdshell leaves, then an updated spec that prunes and adds children (the
+modules and their state go in datadriven/ in the data dir). With --demo the terminal
 keeps the live view: converge's log goes to converge.log in the data dir
 (its last lines are shown on exit), the provider's and the store's to
 files beside it.`,
@@ -68,7 +77,7 @@ files beside it.`,
 			}
 			var d demo.Demo
 			if demoName != "" { // fail before starting anything
-				if d, err = demo.For(demoName, bom, faultRate); err != nil {
+				if d, err = demo.For(demoName, demo.Settings{BOM: bom, FaultRate: faultRate, ReadyAfter: readyAfter}); err != nil {
 					return usageError{fmt.Errorf("demo: %w", err)}
 				}
 				if err := d.Check(env); err != nil {
@@ -170,10 +179,11 @@ files beside it.`,
 		},
 	}
 	cmd.Flags().BoolVar(&reset, "reset", false, "wipe the data dir (database and dev keys) first")
-	cmd.Flags().StringVar(&demoName, "demo", "", "run a demo: classic or quickstart (--demo alone: classic)")
+	cmd.Flags().StringVar(&demoName, "demo", "", "run a demo: "+strings.Join(demo.Names, ", ")+" (--demo alone: classic)")
 	cmd.Flags().Lookup("demo").NoOptDefVal = "classic"
 	cmd.Flags().StringVar(&bom, "bom", "small", "the classic demo's BOM: "+strings.Join(demo.BOMs, ", ")+" (the small one, then the updated one applied onto it)")
 	cmd.Flags().Float64Var(&faultRate, "fault-rate", 0, "the classic demo providers' transient failure rate, 0 to below 1 (FAKE_FAULT_RATE)")
+	cmd.Flags().DurationVar(&readyAfter, "ready-after", 10*time.Second, "the unhealthy demo: how long its cdn kind stays unready once the cdn parked")
 	cmd.Flags().IntVar(&pgPort, "pg-port", 0, "port for the embedded Postgres (0 picks a free one)")
 	return cmd
 }

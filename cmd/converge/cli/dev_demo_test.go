@@ -3,10 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +38,8 @@ func startDemo(t *testing.T, args ...string) *demoRun {
 	t.Helper()
 	bin := t.TempDir()
 	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin+string(filepath.Separator),
-		"./examples/quickstart/cmd/quickstart-provider", "./examples/classic/cmd/classic-provider")
+		"./examples/quickstart/cmd/quickstart-provider", "./examples/classic/cmd/classic-provider",
+		"./examples/datadriven/cmd/datadriven-demo", "./cmd/stdprovider")
 	build.Dir = "../../.."
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build the example providers: %v\n%s", err, out)
@@ -136,11 +141,28 @@ func (r *demoRun) conctl(ctx context.Context, stdin string, args ...string) (std
 	return out.String(), errs.String(), code
 }
 
-// runHint runs one printed hint: a conctl command line. A watch with
-// --follow runs until Ctrl+C: it is given a few seconds to draw its view.
+// runHint runs one printed hint: a conctl command line, or a curl -X POST
+// of a URL (posted here as curl would). A watch with --follow runs until
+// Ctrl+C: it is given a few seconds to draw its view.
 func (r *demoRun) runHint(t *testing.T, hint string) string {
 	t.Helper()
 	args := strings.Fields(hint)
+	if len(args) == 4 && args[0] == "curl" && args[1] == "-X" && args[2] == "POST" {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, args[3], nil)
+		if err != nil {
+			t.Fatalf("hint %q: %v", hint, err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("hint %q: %v", hint, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("hint %q: %s %s", hint, resp.Status, body)
+		}
+		return string(body)
+	}
 	if filepath.Base(args[0]) != "conctl" {
 		t.Fatalf("hint %q: want a conctl command (a make hint is printed only beside the Makefile)", hint)
 	}
@@ -220,5 +242,128 @@ func TestDemoClassicUpdated(t *testing.T) {
 		if strings.Contains(h, " watch ") && !strings.Contains(shown, "classicbom/classic Ready") {
 			t.Errorf("hint %q showed %q, want the root Ready", h, shown)
 		}
+	}
+}
+
+// TestDemoUnhealthy runs `make demo-unhealthy`: the quickstart site with
+// its cdn kind reporting not ready. The cdn parks, the demo showing the
+// reason the API gives, while the buckets converge; once the demo switches
+// cdn ready the site converges. The hints switch it unready and ready again
+// and each works as printed.
+func TestDemoUnhealthy(t *testing.T) {
+	t.Parallel()
+	r := startDemo(t, "--demo=unhealthy", "--ready-after=1s")
+	out := r.out.String()
+	parked := "\ncdn reports not ready, so its resources park while the rest converges:\n" +
+		"  cdn/shop-cdn parked: no ready endpoint for cdn/1: endpoint unhealthy: it reports cdn/1 not ready\n" +
+		"  Ready: bucket/shop-bucket-0, bucket/shop-bucket-1, bucket/shop-bucket-2\n" +
+		"making cdn ready in 1s (curl -X POST http://127.0.0.1:"
+	converged := regexp.MustCompile(`\ncdn reports ready: its parked resources run \(from the next health probe\)\n(?s:.*)\nsite/shop converged in \d+\.\ds: it and its 4 children are Ready\n`)
+	if i := strings.Index(out, parked); i < 0 {
+		t.Errorf("the demo did not show the cdn parked with its reason, the buckets Ready:\nwant %q", parked)
+	} else if !converged.MatchString(out[i:]) {
+		t.Error("after the cdn parked the demo did not make it ready and converge the site")
+	}
+	hints := r.hints(t)
+	if want := "curl -X POST http://127.0.0.1:"; !strings.HasPrefix(hints[0], want) || !strings.HasSuffix(hints[0], "/unready/cdn") {
+		t.Errorf("first hint %q, want %s…/unready/cdn", hints[0], want)
+	}
+	for _, h := range hints {
+		shown := r.runHint(t, h)
+		if strings.Contains(h, " watch ") && !strings.Contains(shown, "site/shop Ready") {
+			t.Errorf("hint %q showed %q, want the root Ready", h, shown)
+		}
+	}
+}
+
+// TestDemoDatadriven runs `make demo-datadriven`: stdprovider serves the std
+// kinds, a stdcel root fans out into a stdterraform network (a real
+// terraform apply), a stdstarlark composer of stdshell services wired to the
+// network's id and a stdterraform cache; all converge. The updated spec then
+// prunes a service and the cache and adds a service and the dns leaf. The
+// value flow from Terraform's output reached a Starlark-composed leaf, and
+// every hint works as printed (the last deletes the tree: terraform destroy).
+func TestDemoDatadriven(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("terraform"); err != nil {
+		t.Skipf("no terraform binary in PATH (%v): the demo's stdterraform resources run a real one", err)
+	}
+	r := startDemo(t, "--demo=datadriven")
+	out := r.out.String()
+	first := regexp.MustCompile(`(?m)^stdcel/shop converged in \d+\.\ds: it and its 6 children are Ready$`)
+	if !first.MatchString(out) {
+		t.Error(`the demo did not print "stdcel/shop converged in ...: it and its 6 children are Ready"`)
+	}
+	for _, want := range []string{
+		"\nnext, the updated spec: a service and the cache out, a service and the dns leaf in (datadriven-demo objects --dir " +
+			filepath.Join(r.dataDir, "datadriven") + " --s3 http://127.0.0.1:",
+		"\n  removed: stdshell/shop-worker, stdterraform/shop-cache\n  added:   stdshell/shop-billing, stdshell/shop-dns\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the demo did not print %q", want)
+		}
+	}
+	if n := strings.Count(out, "stdcel/shop converged in "); n != 2 {
+		t.Errorf("the root converged %d times, want 2 (its spec, then the updated one)", n)
+	}
+	// The network's id came out of terraform and flowed, through the stdcel
+	// graph and the Starlark program, into a leaf's script.
+	net, _, code := r.conctl(t.Context(), "", "get", "resource", "stdterraform/shop-network", "-o", "json")
+	id := regexp.MustCompile(`"network_id": *"(net-[0-9a-f]{8})"`).FindStringSubmatch(net)
+	if code != 0 || id == nil {
+		t.Fatalf("stdterraform/shop-network has no network_id output (exit %d):\n%s", code, net)
+	}
+	api, _, _ := r.conctl(t.Context(), "", "get", "resource", "stdshell/shop-billing", "-o", "json")
+	if want := "billing is up on " + id[1]; !strings.Contains(api, want) {
+		t.Errorf("stdshell/shop-billing's output lacks %q:\n%s", want, api)
+	}
+	// The states are in the demo's embedded S3 store, no lock left behind:
+	// the network's, holding its terraform_data; the pruned cache's went
+	// with its destroy.
+	store := regexp.MustCompile(`(?m)^S3 store on (http://\S+), bucket (\S+)$`).FindStringSubmatch(out)
+	if store == nil {
+		t.Fatal("the demo did not say where its S3 store is")
+	}
+	get := func(path string) string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, store[1]+"/"+store[2]+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	// states are the names of the resources the stored states hold.
+	states := func() (n int, names []string) {
+		t.Helper()
+		for _, m := range regexp.MustCompile(`<Key>([^<]+)</Key>`).FindAllStringSubmatch(get("?list-type=2&prefix=datadriven/"), -1) {
+			if !strings.HasSuffix(m[1], "/terraform.tfstate") {
+				t.Errorf("the S3 store holds %s, not a state", m[1])
+				continue
+			}
+			n++
+			var st struct{ Resources []struct{ Name string } }
+			if err := json.Unmarshal([]byte(get("/"+m[1])), &st); err != nil {
+				t.Fatalf("%s: %v", m[1], err)
+			}
+			for _, r := range st.Resources {
+				names = append(names, r.Name)
+			}
+		}
+		return n, names
+	}
+	if n, names := states(); n != 1 || !slices.Equal(names, []string{"network"}) {
+		t.Errorf("the S3 store holds %d states of %q, want the network's alone, of [network]", n, names)
+	}
+	for _, h := range r.hints(t) {
+		r.runHint(t, h)
+	}
+	if _, _, code := r.conctl(t.Context(), "", "wait", "resource", "stdcel/shop", "--for=deleted", "--timeout", "2m"); code != 0 {
+		t.Errorf("stdcel/shop was not deleted after the delete hint (exit %d)", code)
+	}
+	if n, names := states(); n != 0 {
+		t.Errorf("after the delete the S3 store holds %d states of %q, want none (terraform destroy ran, its workspace went)", n, names)
 	}
 }

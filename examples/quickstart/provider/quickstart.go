@@ -26,9 +26,14 @@ import (
 )
 
 // New returns the quickstart's providers. delay slows every leaf's work so
-// the demo can be watched converging; 0 answers at once.
-func New(delay time.Duration) []webhooksdk.Provider {
-	return []webhooksdk.Provider{leaf("bucket", delay, bucket), leaf("cdn", delay, cdn), site{}}
+// the demo can be watched converging; 0 answers at once. Each kind reports
+// the readiness ready holds for it (nil: always ready).
+func New(delay time.Duration, ready *Readiness) []webhooksdk.Provider {
+	return []webhooksdk.Provider{
+		switched{leaf("bucket", delay, bucket), ready},
+		switched{leaf("cdn", delay, cdn), ready},
+		switched{site{}, ready},
+	}
 }
 
 // leaf is the provider of a simulated leaf kind: work reconciles it after the delay,

@@ -56,7 +56,7 @@ func TestSiteRollup(t *testing.T) {
 
 func TestCDNNeedsAnOrigin(t *testing.T) {
 	t.Parallel()
-	p := New(0)[1]
+	p := New(0, nil)[1]
 	env := sdktest.TaskEnvelope(p.Kind())
 	req := webhooksdk.NewRequest(&env)
 	req.Resource.Spec = json.RawMessage(`{"ttl_secs":60}`)
@@ -72,7 +72,7 @@ func TestCDNNeedsAnOrigin(t *testing.T) {
 
 func TestLeafDelayHonoursCancellation(t *testing.T) {
 	t.Parallel()
-	p := New(time.Hour)[0]
+	p := New(time.Hour, nil)[0]
 	env := sdktest.TaskEnvelope(p.Kind())
 	req := webhooksdk.NewRequest(&env)
 	req.Resource.Spec = json.RawMessage(`{"region":"x"}`)
@@ -84,7 +84,7 @@ func TestLeafDelayHonoursCancellation(t *testing.T) {
 
 func TestLeafTeardownSucceeds(t *testing.T) {
 	t.Parallel()
-	for _, p := range New(0)[:2] {
+	for _, p := range New(0, nil)[:2] {
 		env := sdktest.TaskEnvelope(p.Kind())
 		req := webhooksdk.NewRequest(&env)
 		req.TaskType, req.Reaction, req.Trigger = webhooksdk.TaskDelete, "teardown", webhooksdk.TriggerDeleteRequested

@@ -4,6 +4,11 @@
 //	PROVIDER_ADDR     listen address (default 127.0.0.1:9090)
 //	PROVIDER_SECRETS  the endpoint's signing secret(s), whsec_..., comma-separated
 //	WORK_DELAY        simulated work time per leaf (default 0, e.g. 500ms)
+//	UNREADY_KINDS     kinds whose health answer starts "not ready", comma-separated
+//	                  (bucket, cdn, site; default none): their resources park
+//	ADMIN_ADDR        where to serve the readiness switch (default: not served), a
+//	                  loopback address: POST /ready/{kind} and POST /unready/{kind}
+//	                  switch a kind, GET /ready lists the unready ones
 //
 // `quickstart-provider objects` prints, instead of serving, the manifests of
 // the kinds it serves and the sample resources, as one JSON document
@@ -19,6 +24,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/convergeplane/converge/examples/quickstart"
 	"github.com/convergeplane/converge/examples/quickstart/provider"
@@ -45,14 +52,28 @@ func main() {
 	}
 }
 
-// serve runs the provider until SIGINT or SIGTERM, then drains in-flight tasks.
+// serve runs the provider, and its readiness switch when ADMIN_ADDR is set,
+// until SIGINT or SIGTERM, then drains in-flight tasks.
 func serve(log *slog.Logger) error {
 	secrets, delay, err := provider.FromEnv()
 	if err != nil {
 		return err
 	}
-	return webhooksdk.ListenAndServe(context.Background(), cmp.Or(os.Getenv("PROVIDER_ADDR"), "127.0.0.1:9090"),
-		provider.New(delay), webhooksdk.WithSecrets(secrets...), webhooksdk.WithLogger(log))
+	ready, err := provider.ParseUnready(os.Getenv("UNREADY_KINDS"))
+	if err != nil {
+		return fmt.Errorf("UNREADY_KINDS: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if addr := os.Getenv("ADMIN_ADDR"); addr != "" {
+		stopAdmin, err := serveAdmin(ctx, addr, ready, log)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
+	}
+	return webhooksdk.ListenAndServe(ctx, cmp.Or(os.Getenv("PROVIDER_ADDR"), "127.0.0.1:9090"),
+		provider.New(delay, ready), webhooksdk.WithSecrets(secrets...), webhooksdk.WithLogger(log))
 }
 
 // Objects is what `quickstart-provider objects` prints.
