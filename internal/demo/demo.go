@@ -301,7 +301,8 @@ func Run(ctx context.Context, d Demo, env Env) (stop func(), err error) {
 		src := watchview.Source{Kind: root.Kind, Name: root.Name, Now: time.Now,
 			Get: func(ctx context.Context, path string) ([]byte, error) { return c.get(ctx, path) }}
 		opts := watchview.Options{Out: env.Out, TTY: watchview.IsTerminal(env.Out),
-			Width: columns(env.Getenv), Interval: time.Second, Laggards: 5, Attempt: src.Attempt}
+			Width: columns(env.Getenv), Interval: time.Second, Laggards: 5, Attempt: src.Attempt,
+			Until: func(_ context.Context, s watchview.Snapshot) bool { return converged(s) }}
 		start := time.Now()
 		if d.unready != "" && i == 0 {
 			err = d.parkThenReady(ctx, env.Out, src, opts, admin)
@@ -424,4 +425,19 @@ func columns(getenv func(string) string) int {
 		return n
 	}
 	return 80
+}
+
+// converged reports whether the root and every child are Ready. The root alone
+// is Ready as soon as the children it keeps are: a child an update pruned is
+// still Deleting (a terraform destroy, say) and would be counted as still there.
+func converged(s watchview.Snapshot) bool {
+	if s.Root.Phase != "Ready" {
+		return false
+	}
+	for _, c := range s.Children {
+		if c.Phase != "Ready" {
+			return false
+		}
+	}
+	return true
 }

@@ -216,3 +216,25 @@ func TestCheck(t *testing.T) {
 		t.Errorf("with everything: %v", err)
 	}
 }
+
+// TestConverged: a demo's watch ends when the root and every child are Ready,
+// not when the root alone is while a child an update pruned is still Deleting
+// (the data-driven demo printed "removed: stdshell/shop-worker" alone while
+// the cache module's destroy ran).
+func TestConverged(t *testing.T) {
+	node := func(phase string) watchview.Node { return watchview.Node{Kind: "k", Name: phase, Phase: phase} }
+	for _, c := range []struct {
+		name string
+		s    watchview.Snapshot
+		want bool
+	}{
+		{"all Ready", watchview.Snapshot{Root: node("Ready"), Children: []watchview.Node{node("Ready"), node("Ready")}}, true},
+		{"no children", watchview.Snapshot{Root: node("Ready")}, true},
+		{"a pruned child Deleting", watchview.Snapshot{Root: node("Ready"), Children: []watchview.Node{node("Ready"), node("Deleting")}}, false},
+		{"root Reconciling", watchview.Snapshot{Root: node("Reconciling"), Children: []watchview.Node{node("Ready")}}, false},
+	} {
+		if got := converged(c.s); got != c.want {
+			t.Errorf("%s: converged = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

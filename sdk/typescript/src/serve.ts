@@ -63,7 +63,14 @@ export async function serve(providers: readonly Provider[], options: ServeOption
     host = options.addr.slice(0, i).replace(/^\[(.*)\]$/, "$1") || undefined;
     port = Number(options.addr.slice(i + 1));
   }
-  const listener = requestListener(endpoint);
+  const serveRequest = requestListener(endpoint);
+  let stopping = false;
+  // A keep-alive client (the dispatcher probes every few seconds) would hold its
+  // connection open through a drain: once stopping, every answer closes its connection.
+  const listener = (req: IncomingMessage, res: ServerResponse): void => {
+    if (stopping) res.setHeader("connection", "close");
+    serveRequest(req, res);
+  };
   const server: HTTPServer = options.tls
     ? createHTTPSServer({ cert: options.tls.cert, key: options.tls.key, minVersion: "TLSv1.2" }, listener)
     : createHTTPServer(listener);
@@ -84,7 +91,6 @@ export async function serve(providers: readonly Provider[], options: ServeOption
 
   let settle!: (p: Promise<void>) => void;
   const done = new Promise<void>((r) => (settle = r as (p: Promise<void>) => void));
-  let stopping = false;
   const handleSignals = options.handleSignals ?? true;
   const stop = (): Promise<void> => {
     if (!stopping) {
@@ -113,10 +119,14 @@ export async function serve(providers: readonly Provider[], options: ServeOption
 async function drain(server: HTTPServer, endpoint: Endpoint, drainMs: number): Promise<void> {
   const deadline = Date.now() + drainMs;
   const closed = new Promise<void>((r) => server.close(() => r()));
+  // close() waits for every connection; one that turns idle later (its answer sent
+  // after the close) is closed by the next sweep.
   server.closeIdleConnections();
+  const sweep = setInterval(() => server.closeIdleConnections(), 50);
   let timer: NodeJS.Timeout | undefined;
   const late = await Promise.race([closed.then(() => false), new Promise<boolean>((r) => (timer = setTimeout(() => r(true), drainMs)))]);
   clearTimeout(timer);
+  clearInterval(sweep);
   if (late) server.closeAllConnections();
   try {
     await endpoint.shutdown(Math.max(deadline - Date.now(), 0));

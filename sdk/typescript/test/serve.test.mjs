@@ -1,6 +1,7 @@
 // The SDK over real HTTP: serve() with providers, driven by signed requests and a
 // stand-in control plane.
 import assert from "node:assert/strict";
+import http from "node:http";
 import { after, before, describe, test } from "node:test";
 import { serve, provider, TerminalError, terminal, SupersededError } from "@convergeplane/provider-sdk";
 import { controlPlane, deliver, gate, OTHER_SECRET, quiet, SECRET, task, TRACEPARENT, signed } from "./helpers.mjs";
@@ -398,6 +399,33 @@ describe("graceful drain", () => {
     await assert.rejects(stuck.stop(), /work still running/);
     assert.equal(reason?.name, "ShutdownError");
     await cp.close();
+  });
+
+  test("a keep-alive client probing through the drain does not hold it open", async () => {
+    const srv = await start([provider("vpc", 1, () => ({}))], { drainTimeoutMs: 1000 });
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const get = () => new Promise((resolve) => {
+      const req = http.get(srv.url, { agent }, (res) => {
+        res.resume();
+        res.on("end", () => resolve({ status: res.statusCode, connection: res.headers.connection }));
+      });
+      req.on("error", (err) => resolve({ error: err.code }));
+    });
+    assert.equal((await get()).connection, "keep-alive");
+    // Requests back to back on the kept connection, a busy prober, while the server
+    // stops: the connection is never idle when the stop begins.
+    let probing = true;
+    const answers = [];
+    const prober = (async () => {
+      while (probing) answers.push(await get());
+    })();
+    await new Promise((r) => setTimeout(r, 50));
+    await srv.stop(); // rejects when a connection is still open after drainTimeoutMs
+    probing = false;
+    await prober;
+    agent.destroy();
+    assert.ok(answers.length > 1 && answers.every((a) => a.error !== undefined || a.status === 405), JSON.stringify(answers));
+    assert.equal((await get()).error, "ECONNREFUSED");
   });
 
   test("invalid providers and options are refused before listening", async () => {
