@@ -67,8 +67,13 @@ export async function serve(providers: readonly Provider[], options: ServeOption
   let stopping = false;
   // A keep-alive client (the dispatcher probes every few seconds) would hold its
   // connection open through a drain: once stopping, every answer closes its connection.
+  // The requests being answered, so that a drain past its timeout says which.
+  const active = new Set<string>();
   const listener = (req: IncomingMessage, res: ServerResponse): void => {
     if (stopping) res.setHeader("connection", "close");
+    const what = `${req.method ?? "?"} ${String(req.headers["webhook-id"] ?? req.url ?? "")} since ${new Date().toISOString()}`;
+    active.add(what);
+    res.on("close", () => active.delete(what));
     serveRequest(req, res);
   };
   const server: HTTPServer = options.tls
@@ -101,7 +106,7 @@ export async function serve(providers: readonly Provider[], options: ServeOption
         process.off("SIGTERM", onSignal);
       }
       options.signal?.removeEventListener("abort", onSignal);
-      settle(drain(server, endpoint, drainMs).then(() => endpoint.logger.info("provider endpoint stopped")));
+      settle(drain(server, endpoint, drainMs, active).then(() => endpoint.logger.info("provider endpoint stopped")));
     }
     return done;
   };
@@ -116,24 +121,29 @@ export async function serve(providers: readonly Provider[], options: ServeOption
 }
 
 /** drain closes the server, waits for the answers in flight, then for the Endpoint's work. */
-async function drain(server: HTTPServer, endpoint: Endpoint, drainMs: number): Promise<void> {
+async function drain(server: HTTPServer, endpoint: Endpoint, drainMs: number, active: ReadonlySet<string>): Promise<void> {
   const deadline = Date.now() + drainMs;
   const closed = new Promise<void>((r) => server.close(() => r()));
-  // close() waits for every connection; one that turns idle later (its answer sent
-  // after the close) is closed by the next sweep.
-  server.closeIdleConnections();
-  const sweep = setInterval(() => server.closeIdleConnections(), 50);
+  // close() waits for every connection. A sweep every 50 ms closes those idle by
+  // node's count (one whose answer was sent after the close included), and, once no
+  // request is being answered, every connection left, whatever node's count says
+  // (a drain in CI once waited its whole timeout on a connection it kept).
+  const closeUnused = (): void => (active.size === 0 ? server.closeAllConnections() : server.closeIdleConnections());
+  closeUnused();
+  const sweep = setInterval(closeUnused, 50);
   let timer: NodeJS.Timeout | undefined;
   const late = await Promise.race([closed.then(() => false), new Promise<boolean>((r) => (timer = setTimeout(() => r(true), drainMs)))]);
   clearTimeout(timer);
   clearInterval(sweep);
+  // Read before closeAllConnections, which ends them.
+  const held = late ? `: ${active.size ? [...active].slice(0, 5).join(", ") : "no request, an open connection"}` : "";
   if (late) server.closeAllConnections();
   try {
     await endpoint.shutdown(Math.max(deadline - Date.now(), 0));
   } catch (err) {
     throw new Error(`provider-sdk serve: ${errorMessage(err)}`);
   }
-  if (late) throw new Error(`provider-sdk serve: requests still in flight after ${drainMs} ms`);
+  if (late) throw new Error(`provider-sdk serve: requests still in flight after ${drainMs} ms${held}`);
 }
 
 /**
