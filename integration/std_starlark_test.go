@@ -66,14 +66,7 @@ def status(descendants):
 func TestStdStarlark(t *testing.T) {
 	t.Parallel()
 	s := startAll(t)
-	for kind, m := range map[string]json.RawMessage{
-		"stdstarlark": stdstarlark.Manifest(),
-		"starleaf":    json.RawMessage(`{"kind":"starleaf","kind_version":1,"reactions":[{"name":"work","trigger":"specChange","emits":["status"]}]}`),
-	} {
-		if code, body := s.call("PUT", "/kinds/"+kind+"/manifest", m); code != 201 {
-			t.Fatalf("manifest %s = %d %s", kind, code, body)
-		}
-	}
+	s.putStarlarkKinds()
 	for _, c := range []map[string]any{
 		{"name": "star-default", "kind": "stdstarlark", "kind_version": 1, "is_default": true,
 			"spec": map[string]any{"apps": 2}, "data": []byte(starProgram)},
@@ -179,14 +172,7 @@ func zipBundle(t *testing.T, files map[string]string) []byte {
 func TestStdStarlarkBundle(t *testing.T) {
 	t.Parallel()
 	s := startAll(t)
-	for kind, m := range map[string]json.RawMessage{
-		"stdstarlark": stdstarlark.Manifest(),
-		"starleaf":    json.RawMessage(`{"kind":"starleaf","kind_version":1,"reactions":[{"name":"work","trigger":"specChange","emits":["status"]}]}`),
-	} {
-		if code, body := s.call("PUT", "/kinds/"+kind+"/manifest", m); code != 201 {
-			t.Fatalf("manifest %s = %d %s", kind, code, body)
-		}
-	}
+	s.putStarlarkKinds()
 	for _, c := range []map[string]any{
 		{"name": "star-default", "kind": "stdstarlark", "kind_version": 1, "is_default": true,
 			"spec": map[string]any{"apps": 2}, "data": zipBundle(t, starBundle)},
@@ -216,4 +202,18 @@ func TestStdStarlarkBundle(t *testing.T) {
 	}
 	s.waitFailed("stdstarlark/broken", "no lib/apps.star in the bundle")
 	s.checkInvariants()
+}
+
+// putStarlarkKinds applies stdstarlark's shipped manifest and starleaf, the
+// leaf kind its test programs compose.
+func (s *server) putStarlarkKinds() {
+	s.t.Helper()
+	for kind, m := range map[string]json.RawMessage{
+		"stdstarlark": stdstarlark.Manifest(),
+		"starleaf":    json.RawMessage(`{"kind":"starleaf","kind_version":1,"reactions":[{"name":"work","trigger":"specChange","emits":["status"]}]}`),
+	} {
+		if code, body := s.call("PUT", "/kinds/"+kind+"/manifest", m); code != 201 {
+			s.t.Fatalf("manifest %s = %d %s", kind, code, body)
+		}
+	}
 }
