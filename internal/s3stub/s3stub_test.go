@@ -14,25 +14,7 @@ import (
 
 func TestMiniS3(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(New())
-	t.Cleanup(srv.Close)
-	do := func(method, path, body string, header ...string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	do := serveStub(t)
 	if code, _ := do("PUT", "/converge-demo/status/a-1.json", "{}"); code != http.StatusNotFound {
 		t.Errorf("PUT into a missing bucket = %d, want 404", code)
 	}
@@ -94,25 +76,7 @@ func TestMiniS3WithTheSDK(t *testing.T) {
 // and DELETE answer as S3 does, and STS says who the caller is.
 func TestMiniS3ForTerraform(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(New())
-	t.Cleanup(srv.Close)
-	do := func(method, path, body string, header ...string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	do := serveStub(t)
 	do("PUT", "/state", "")
 	lock := "/state/converge/id/terraform.tfstate.tflock"
 	if code, body := do("PUT", lock, `{"ID":"a"}`, "If-None-Match", "*"); code != http.StatusOK {
@@ -145,5 +109,29 @@ func TestMiniS3ForTerraform(t *testing.T) {
 	}
 	if code, _ := do("POST", "/", "Action=AssumeRole", "Content-Type", "application/x-www-form-urlencoded"); code != http.StatusNotImplemented {
 		t.Errorf("AssumeRole = %d, want 501", code)
+	}
+}
+
+// serveStub serves a new store for the test and returns a function that sends
+// it one request (header: name, value pairs) and returns the status and body.
+func serveStub(t *testing.T) func(method, path, body string, header ...string) (int, string) {
+	srv := httptest.NewServer(New())
+	t.Cleanup(srv.Close)
+	return func(method, path, body string, header ...string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
 	}
 }
