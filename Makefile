@@ -239,7 +239,7 @@ check-sam: ## cfn-lint template.yaml and its aws-sam-translator translation (bin
 	@if ! command -v cfn-lint >/dev/null; then echo "check-sam: SKIPPED, cfn-lint is not installed (pip install cfn-lint)"; exit 0; fi; \
 	$(SAM_LINT) template.yaml || exit 1; echo "check-sam: template.yaml passes cfn-lint $$(cfn-lint --version | cut -d' ' -f2) and scripts/cfn-lint-rules"; \
 	if ! python3 -c 'import samtranslator, cfnlint' 2>/dev/null; then echo "check-sam: translation SKIPPED, python3 cannot import aws-sam-translator and cfn-lint (pip install cfn-lint, which brings both)"; exit 0; fi; \
-	python3 scripts/sam-translate.py template.yaml bin/sam/template.json && $(SAM_LINT) bin/sam/template.json || exit 1; \
+	mkdir -p bin/sam && python3 scripts/sam-translate.py template.yaml >bin/sam/template.json && $(SAM_LINT) bin/sam/template.json || exit 1; \
 	echo "check-sam: bin/sam/template.json (aws-sam-translator $$(python3 -c 'import samtranslator; print(samtranslator.__version__)')) passes cfn-lint and scripts/cfn-lint-rules"; \
 	python3 scripts/test-cfn-lint-rules.py bin/sam/template.json
 
