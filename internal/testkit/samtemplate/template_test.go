@@ -203,11 +203,20 @@ func TestFunctionURLNeedsIAM(t *testing.T) {
 func TestOutputsForEndpointRegistration(t *testing.T) {
 	out := load(t)["Outputs"].(map[string]any)
 	for name, want := range map[string]any{
-		"FunctionArn":      map[string]any{"Fn::GetAtt": []any{"QuickstartFunction", "Arn"}},
-		"FunctionUrl":      map[string]any{"Fn::GetAtt": []any{"QuickstartFunctionUrl", "FunctionUrl"}},
-		"InvokerRoleArn":   map[string]any{"Fn::GetAtt": []any{"InvokerRole", "Arn"}},
-		"SigningSecretArn": map[string]any{"Ref": "SigningSecret"},
-		"Region":           map[string]any{"Ref": "AWS::Region"},
+		"FunctionArn":       map[string]any{"Fn::GetAtt": []any{"QuickstartFunction", "Arn"}},
+		"FunctionUrl":       map[string]any{"Fn::GetAtt": []any{"QuickstartFunctionUrl", "FunctionUrl"}},
+		"InvokerRoleArn":    map[string]any{"Fn::GetAtt": []any{"InvokerRole", "Arn"}},
+		"SigningSecretArn":  map[string]any{"Ref": "SigningSecret"},
+		"Region":            map[string]any{"Ref": "AWS::Region"},
+		"PythonFunctionArn": map[string]any{"Fn::GetAtt": []any{"PythonProviderFunction", "Arn"}},
+		"PythonFunctionUrl": map[string]any{"Fn::GetAtt": []any{"PythonProviderFunctionUrl", "FunctionUrl"}},
+		"NodeFunctionArn":   map[string]any{"Fn::GetAtt": []any{"NodeProviderFunction", "Arn"}},
+		"NodeFunctionUrl":   map[string]any{"Fn::GetAtt": []any{"NodeProviderFunctionUrl", "FunctionUrl"}},
+		// Where to look when an invoke goes wrong.
+		"FunctionLogGroup":       map[string]any{"Ref": "QuickstartLogGroup"},
+		"PythonFunctionLogGroup": map[string]any{"Ref": "PythonProviderLogGroup"},
+		"NodeFunctionLogGroup":   map[string]any{"Ref": "NodeProviderLogGroup"},
+		"FailedEventQueueUrl":    map[string]any{"Ref": "FailedEventQueue"},
 	} {
 		o, ok := out[name].(map[string]any)
 		if !ok {
