@@ -263,9 +263,14 @@ func (s *Server) apiTimeouts(cc *pgx.ConnConfig) {
 	}
 }
 
+// ReadConnectTimeoutDefault is the connect timeout of the read pool when
+// DATABASE_READ_URL sets no connect_timeout.
+const ReadConnectTimeoutDefault = 5 * time.Second
+
 // openReadPool opens the pool on DATABASE_READ_URL, if set, configured as
 // the primary's pcfg is (IAM auth included): the API's read routes use it,
-// under the API's statement and lock timeouts.
+// under the API's statement and lock timeouts. The pool opens whether or
+// not the replica answers: until it does, reads fall back to the primary.
 func (s *Server) openReadPool(ctx context.Context, pcfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	if s.cfg.DatabaseReadURL == "" {
 		return nil, nil
@@ -281,6 +286,9 @@ func (s *Server) openReadPool(ctx context.Context, pcfg *pgxpool.Config) (*pgxpo
 		rcfg.BeforeConnect = pcfg.BeforeConnect
 	}
 	rcfg.MaxConnLifetime, rcfg.MaxConnLifetimeJitter = pcfg.MaxConnLifetime, pcfg.MaxConnLifetimeJitter
+	// A replica that does not answer costs a read this long before it
+	// falls back to DATABASE_URL (see store.Config.ReadPool).
+	rcfg.ConnConfig.ConnectTimeout = cmp.Or(rcfg.ConnConfig.ConnectTimeout, ReadConnectTimeoutDefault)
 	s.apiTimeouts(rcfg.ConnConfig)
 	read, err := pgxpool.NewWithConfig(ctx, rcfg)
 	if err != nil {
@@ -631,8 +639,19 @@ func (s *Server) httpServer(h http.Handler, work time.Duration) *http.Server {
 // readyChecks are /readyz's checks: the database answers, its schema is at
 // this binary's latest migration, and every duty started runs. The database
 // checks run on the connection kept for them: busy pools cannot fail them.
+// With DATABASE_READ_URL, read_database says whether the read pool answers,
+// advisory: while it does not, the API's reads run on DATABASE_URL.
 func (s *Server) readyChecks() []api.ReadyCheck {
 	checks := []api.ReadyCheck{api.DatabaseCheck(s.readyPool, s.log), {Name: "migrations", Check: s.checkMigrations}}
+	if s.readPool != nil {
+		checks = append(checks, api.ReadyCheck{Name: "read_database", Advisory: true, Check: func(ctx context.Context) error {
+			if err := s.readPool.Ping(ctx); err != nil {
+				s.log.Warn("readiness: DATABASE_READ_URL does not answer; the API's reads fall back to DATABASE_URL", "err", err)
+				return errors.New("does not answer: the API's reads fall back to DATABASE_URL")
+			}
+			return nil
+		}})
+	}
 	for _, d := range s.duties {
 		checks = append(checks, api.ReadyCheck{Name: d.name, Check: func(context.Context) error {
 			if !d.running() {
