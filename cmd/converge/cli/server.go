@@ -643,15 +643,6 @@ func (s *Server) httpServer(h http.Handler, work time.Duration) *http.Server {
 // advisory: while it does not, the API's reads run on DATABASE_URL.
 func (s *Server) readyChecks() []api.ReadyCheck {
 	checks := []api.ReadyCheck{api.DatabaseCheck(s.readyPool, s.log), {Name: "migrations", Check: s.checkMigrations}}
-	if s.readPool != nil {
-		checks = append(checks, api.ReadyCheck{Name: "read_database", Advisory: true, Check: func(ctx context.Context) error {
-			if err := s.readPool.Ping(ctx); err != nil {
-				s.log.Warn("readiness: DATABASE_READ_URL does not answer; the API's reads fall back to DATABASE_URL", "err", err)
-				return errors.New("does not answer: the API's reads fall back to DATABASE_URL")
-			}
-			return nil
-		}})
-	}
 	for _, d := range s.duties {
 		checks = append(checks, api.ReadyCheck{Name: d.name, Check: func(context.Context) error {
 			if !d.running() {
@@ -660,8 +651,24 @@ func (s *Server) readyChecks() []api.ReadyCheck {
 			return nil
 		}})
 	}
+	if s.readPool != nil {
+		// Last, and within its own bound: an unreachable replica must not
+		// hold the answer past a probe's timeout.
+		checks = append(checks, api.ReadyCheck{Name: "read_database", Advisory: true, Check: func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, readPingTimeout)
+			defer cancel()
+			if err := s.readPool.Ping(ctx); err != nil {
+				s.log.Warn("readiness: DATABASE_READ_URL does not answer; the API's reads fall back to DATABASE_URL while it cannot be reached", "err", err)
+				return fmt.Errorf("does not answer within %s: the API's reads fall back to DATABASE_URL while it cannot be reached", readPingTimeout)
+			}
+			return nil
+		}})
+	}
 	return checks
 }
+
+// readPingTimeout bounds /readyz's ping of the read pool.
+const readPingTimeout = time.Second
 
 // checkMigrations compares the database's goose version with the newest
 // numbered migration embedded in this binary: a pod of another release
