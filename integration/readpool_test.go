@@ -215,8 +215,8 @@ var readRoutes = []string{"/resources", "/resources/widget/a", "/resources/widge
 // streaming replica, which refuses every write and every read of an
 // UNLOGGED table such as the work queue): every read route answers through
 // it and writes go to the primary. Once the standby is down, reads fall
-// back to the primary, and /readyz stays ready, saying read_database does
-// not answer.
+// back to the primary, counted in converge_api_read_fallbacks_total, and
+// /readyz stays ready, saying read_database does not answer.
 func TestReadURLHotStandby(t *testing.T) {
 	t.Parallel()
 	standby, primaryDSN, standbyDSN := startReplicated(t)
@@ -254,6 +254,10 @@ func TestReadURLHotStandby(t *testing.T) {
 	if r := getReadyz(t, s.base+"/readyz"); r.code != 200 || r.checks["read_database"] != "ok" {
 		t.Errorf("/readyz with the standby up = %d %v, want 200 with read_database ok", r.code, r.checks)
 	}
+	const fallbacks = "converge_api_read_fallbacks_total"
+	if n := s.scrape()[fallbacks]; n != 0 {
+		t.Errorf("%s = %v with the standby up, want 0", fallbacks, n)
+	}
 
 	must(t, standby.Stop(t.Context()))
 	for _, path := range []string{"/resources/widget/b", "/resources", "/kinds"} {
@@ -264,5 +268,8 @@ func TestReadURLHotStandby(t *testing.T) {
 	r := getReadyz(t, s.base+"/readyz")
 	if r.code != 200 || r.checks["read_database"] == "ok" || r.checks["read_database"] == "" {
 		t.Errorf("/readyz with the standby down = %d %v, want 200 naming read_database as not answering", r.code, r.checks)
+	}
+	if n := s.scrape()[fallbacks]; n < 3 {
+		t.Errorf("%s = %v after three reads with the standby down, want at least 3", fallbacks, n)
 	}
 }

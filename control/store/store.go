@@ -111,10 +111,24 @@ type querier interface {
 // ReadPoolRetry, falling back to the pool if it cannot be reached; else
 // the pool.
 func (s *Store) reader(ctx context.Context) querier {
-	if s.read == nil || ctx.Value(readPoolKey{}) == nil || !s.read.usable() {
+	switch {
+	case s.read == nil || ctx.Value(readPoolKey{}) == nil:
+		return s.pool
+	case !s.read.usable():
+		s.read.fallbacks.Add(1)
 		return s.pool
 	}
 	return fallback{read: s.read, write: s.pool}
+}
+
+// ReadFallbacks counts the statements of reads marked for the read pool
+// that ran on the pool instead: the read pool could not be reached, or had
+// not been within ReadPoolRetry. Zero without a read pool.
+func (s *Store) ReadFallbacks() uint64 {
+	if s.read == nil {
+		return 0
+	}
+	return s.read.fallbacks.Load()
 }
 
 // readPool is Config.ReadPool and when it last could not be reached.
@@ -123,6 +137,9 @@ type readPool struct {
 	// skipUntil is when reads may try pool again (Unix nanoseconds) after
 	// it could not be reached.
 	skipUntil atomic.Int64
+	// fallbacks counts the statements run on the pool instead
+	// (ReadFallbacks).
+	fallbacks atomic.Uint64
 }
 
 func newReadPool(p *pgxpool.Pool) *readPool {
@@ -137,14 +154,16 @@ func (r *readPool) usable() bool { return time.Now().UnixNano() >= r.skipUntil.L
 
 // unreachable reports whether a read's err says the read pool cannot be
 // reached (a connection that cannot be opened, for whatever reason, or one
-// that broke), and if so skips the read pool for ReadPoolRetry. A read
-// whose own context ended is not the pool's fault.
+// that broke), and if so skips the read pool for ReadPoolRetry and counts
+// the fallback its caller runs. A read whose own context ended is not the
+// pool's fault.
 func (r *readPool) unreachable(ctx context.Context, err error) bool {
 	var ce *pgconn.ConnectError
 	if ctx.Err() != nil || !errors.As(err, &ce) && !pgrun.Unreachable(err) {
 		return false
 	}
 	r.skipUntil.Store(time.Now().Add(ReadPoolRetry).UnixNano())
+	r.fallbacks.Add(1)
 	return true
 }
 

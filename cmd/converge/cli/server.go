@@ -513,7 +513,13 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	}
 	// The API's requests run on the API's pools; the kind cache, on the
 	// engine's, has installed its validator in s.store, which Over copies.
-	srv, err := api.New(acfg, s.store.Over(s.apiPool, s.readPool), kinds, s.log)
+	st := s.store.Over(s.apiPool, s.readPool)
+	if s.readPool != nil {
+		s.metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "converge_api_read_fallbacks_total",
+			Help: "Statements of the API's reads run on DATABASE_URL because DATABASE_READ_URL could not be reached."},
+			func() float64 { return float64(st.ReadFallbacks()) }))
+	}
+	srv, err := api.New(acfg, st, kinds, s.log)
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
