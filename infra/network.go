@@ -11,8 +11,10 @@ import (
 // interface endpoint with private DNS: Secrets Manager (the keys and ECS's
 // secret injection), KMS (their decryption), ECR api and dkr (the image
 // pull), CloudWatch Logs (the awslogs driver and the metrics agent's EMF
-// logs), STS (the SDK's credential calls) and Lambda (the dispatcher's
-// invokes; Function URLs are not behind it and still use the internet).
+// logs), STS (the dispatcher assumes an endpoint's role_arn) and Lambda
+// (the dispatcher's invokes; Function URLs are not behind it and still use
+// the internet). No CloudWatch monitoring endpoint: the metrics agent
+// publishes through Logs (embedded metric format), not PutMetricData.
 var interfaceEndpoints = map[string]awsec2.InterfaceVpcEndpointAwsService{
 	"SecretsManager": awsec2.InterfaceVpcEndpointAwsService_SECRETS_MANAGER(),
 	"Kms":            awsec2.InterfaceVpcEndpointAwsService_KMS(),

@@ -186,7 +186,7 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 	}
 	suppress(metricsSecret, "AwsSolutions-SMG4", "The read token (CONVERGE_READ_TOKENS) and the scrape configuration embedding it: ECS injects both into the tasks at start, so a scheduled rotation would leave running tasks and the agent on the old token until a redeploy. Operators rotate it with put-secret-value and a forced new deployment.")
 	suppress(adminToken, "AwsSolutions-SMG4", "The operators' admin bearer token (conctl), injected by ECS at task start: an unattended rotation would change it under operators without reaching running tasks. Operators rotate it with put-secret-value and a forced new deployment.")
-	suppress(signingSecret, "AwsSolutions-SMG4", "The quickstart provider endpoint's signing secret: converge keeps the endpoint's copy in its database, so it changes through the endpoint API (old and new secrets both accepted during the change), which Secrets Manager rotation cannot drive.")
+	suppress(signingSecret, "AwsSolutions-SMG4", "The quickstart provider endpoint's signing secret, whose authoritative copy converge keeps in its database: it changes through POST /api/v1/endpoints/{name}/rotate-secret (the old secret stays valid 24 h) and then the function's PROVIDER_SECRETS, an order a Secrets Manager rotation function cannot drive.")
 
 	// Aurora PostgreSQL Serverless v2. 0.5 ACU is the floor that matters:
 	// every converge process heartbeats every 10 s, so the cluster never
