@@ -65,8 +65,8 @@ func configFromContext(app awscdk.App) (Config, error) {
 		BackupWindow:         ctx(app, "backupWindow", "03:00-04:00"),
 	}
 	var err error
-	bools := map[string]*bool{"placeholderProvider": &cfg.PlaceholderProvider, "deletionProtection": &cfg.DeletionProtection}
-	defaults := map[string]string{"placeholderProvider": "false", "deletionProtection": "true"}
+	bools := map[string]*bool{"placeholderProvider": &cfg.PlaceholderProvider, "deletionProtection": &cfg.DeletionProtection, "vpcEndpoints": &cfg.VPCEndpoints}
+	defaults := map[string]string{"placeholderProvider": "false", "deletionProtection": "true", "vpcEndpoints": "true"}
 	for k, p := range bools {
 		if *p, err = strconv.ParseBool(ctx(app, k, defaults[k])); err != nil {
 			return cfg, fmt.Errorf("context %s: %w", k, err)

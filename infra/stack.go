@@ -47,6 +47,9 @@ type Config struct {
 	CloudWatchAgentImage string
 	// DeletionProtection guards the database against `cdk destroy`.
 	DeletionProtection bool
+	// VPCEndpoints adds the VPC endpoints (addEndpoints); without them
+	// the tasks reach the same AWS APIs through the internet gateway.
+	VPCEndpoints bool
 	// ReaderCount is the number of Aurora readers beside the writer.
 	ReaderCount int
 	// BackupRetentionDays (1 to 35) and BackupWindow (hh:mm-hh:mm UTC, at
@@ -394,7 +397,9 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 	})
 
 	addScaling(cfg, services["Control"], services["Dispatch"], controlTargets)
-	addEndpoints(stack, vpc, services["Control"], services["Dispatch"])
+	if cfg.VPCEndpoints {
+		addEndpoints(stack, vpc, services["Control"], services["Dispatch"])
+	}
 	addAlarms(stack, cfg, key)
 
 	out := func(id, desc string, v *string) {

@@ -34,6 +34,7 @@ func testConfig() Config {
 		PlaceholderProvider:       true,
 		CloudWatchAgentImage:      defaultAgentImage,
 		DeletionProtection:        true,
+		VPCEndpoints:              true,
 		ReaderCount:               1,
 		BackupRetentionDays:       14,
 		BackupWindow:              "03:00-04:00",
@@ -355,13 +356,15 @@ func TestNag(t *testing.T) {
 }
 
 // variantConfig changes what testConfig fixes: an imported certificate and
-// no hosted zone, two readers, no deletion protection, an image outside ECR.
+// no hosted zone, two readers, no deletion protection, an image outside ECR,
+// no VPC endpoints.
 func variantConfig() Config {
 	cfg := testConfig()
 	cfg.CertificateArn, cfg.HostedZoneID, cfg.HostedZoneName = testCert, "", ""
 	cfg.ReaderCount = 2
 	cfg.DeletionProtection = false
 	cfg.ImageURI = "ghcr.io/convergeplane/converge:v1.2.3"
+	cfg.VPCEndpoints = false
 	return cfg
 }
 
@@ -593,6 +596,8 @@ func TestVPCEndpoints(t *testing.T) {
 	if want := []string{`{"Fn::GetAtt":["ControlSgBD859011","GroupId"]}`, `{"Fn::GetAtt":["DispatchSg4F36FF75","GroupId"]}`}; !slices.Equal(sources, want) {
 		t.Errorf("endpoint ingress from %v, want the task groups %v", sources, want)
 	}
+	v, _ := variant(t)
+	v.ResourceCountIs(jsii.String("AWS::EC2::VPCEndpoint"), jsii.Number(0))
 }
 
 // TestImage: an ECR image is pulled with the execution roles, allowed on
@@ -671,7 +676,7 @@ func TestContextDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ImageURI != testImage || cfg.ReaderCount != 3 || !cfg.DeletionProtection || cfg.BackupRetentionDays != 14 || cfg.BackupWindow != "03:00-04:00" ||
+	if cfg.ImageURI != testImage || cfg.ReaderCount != 3 || !cfg.DeletionProtection || !cfg.VPCEndpoints || cfg.BackupRetentionDays != 14 || cfg.BackupWindow != "03:00-04:00" ||
 		cfg.Control != (TaskRange{2, 6}) || cfg.Dispatch != (TaskRange{2, 9}) || cfg.AccessLogRetentionDays != 90 || cfg.QueueScaleOutDepth != 100 {
 		t.Errorf("config %+v", cfg)
 	}
