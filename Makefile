@@ -248,16 +248,20 @@ check-sam: ## cfn-lint template.yaml and its aws-sam-translator translation (bin
 # Synthesis here needs no cdk CLI: the app writes the cloud assembly itself.
 INFRA_CERT ?= arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000000
 INFRA_DOMAIN ?= converge.example.com
+# A stand-in ECR image URI: synthesis and cfn-lint never pull it (deploy with
+# -c imageUri=… of the image make image built and you pushed).
+INFRA_IMAGE ?= 123456789012.dkr.ecr.us-east-1.amazonaws.com/converge:synth
+INFRA_REGION ?= us-east-1
 PROVIDER_ZIP := bin/functions/quickstart-arm64.zip
 # jsii prints a banner on every run that Node 20, this machine's, is past its
 # end of life; it works, and the banner buried each CI log's real output.
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-infra-synth: ## synthesize the CDK stack into infra/cdk.out and cfn-lint it (INFRA_CERT, INFRA_DOMAIN)
+infra-synth: ## synthesize the CDK stack into infra/cdk.out and cfn-lint it (INFRA_CERT, INFRA_DOMAIN, INFRA_IMAGE, INFRA_REGION)
 	@placeholder=false; if [ ! -f $(PROVIDER_ZIP) ]; then placeholder=true; \
 	  echo "infra-synth: $(PROVIDER_ZIP) is absent (make functions builds it): synthesizing with the placeholder provider"; fi; \
-	cd infra && rm -rf cdk.out && CDK_OUTDIR=cdk.out \
-	  CDK_CONTEXT_JSON="{\"certificateArn\":\"$(INFRA_CERT)\",\"domainName\":\"$(INFRA_DOMAIN)\",\"placeholderProvider\":\"$$placeholder\"}" \
+	cd infra && rm -rf cdk.out && CDK_OUTDIR=cdk.out CDK_DEFAULT_REGION=$(INFRA_REGION) \
+	  CDK_CONTEXT_JSON="{\"certificateArn\":\"$(INFRA_CERT)\",\"domainName\":\"$(INFRA_DOMAIN)\",\"imageUri\":\"$(INFRA_IMAGE)\",\"placeholderProvider\":\"$$placeholder\"}" \
 	  $(GO) run .
 	@if command -v cfn-lint >/dev/null; then cfn-lint --non-zero-exit-code error infra/cdk.out/Converge.template.json && echo "infra-synth: infra/cdk.out/Converge.template.json passes cfn-lint"; \
 	else echo "infra-synth: cfn-lint SKIPPED (not installed)"; fi
