@@ -116,8 +116,9 @@ build: $(if $(NPM),ui) ## build converge (with the console when npm is present),
 # for each of IMAGE_PLATFORMS a static converge (CGO_ENABLED=0, the console embedded,
 # Go's time zone data in it through -tags timetzdata) on an empty base with Mozilla's
 # CA roots, the nonroot user (65532) and no shell, into the OCI layout bin/image/oci
-# (one image index). Its dates are SOURCE_DATE_EPOCH, else the commit's time, so one
-# commit builds the same bytes. RDS_CA_BUNDLE (a file or an https URL) goes in at
+# (one image index). Its dates are SOURCE_DATE_EPOCH, else the commit's time, and the
+# binaries carry no VCS stamp (-buildvcs=false: the revision is the image's label), so
+# one commit builds the same bytes wherever it is checked out, with GOFLAGS or without. RDS_CA_BUNDLE (a file or an https URL) goes in at
 # /etc/ssl/certs/rds-global-bundle.pem, infra/'s sslrootcert; where it cannot be had
 # the image is built without it, with a warning, and image-push refuses it unless
 # IMAGE_ALLOW_NO_RDS_CA=1.
@@ -132,7 +133,7 @@ IMAGE_ALLOW_NO_RDS_CA ?=
 image: ui ## build the converge OCI image (linux/arm64 and linux/amd64, no Docker) into bin/image/oci (RDS_CA_BUNDLE=file or URL, SOURCE_DATE_EPOCH)
 	@set -e; rm -rf bin/image; mkdir -p bin/image; bins=; for p in $(IMAGE_PLATFORMS); do \
 	  os=$${p%/*}; arch=$${p#*/}; out=bin/image/converge-$$os-$$arch; echo "image: $$out"; \
-	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -tags timetzdata -ldflags "-s -w $(LDFLAGS)" -o $$out ./cmd/converge; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -buildvcs=false -tags timetzdata -ldflags "-s -w $(LDFLAGS)" -o $$out ./cmd/converge; \
 	  bins="$$bins -binary $$p=$$out"; done; \
 	$(GO) run ./internal/image build -out bin/image/oci $$bins -version "$(VERSION)" -source "$(IMAGE_SOURCE)" \
 	  -revision "$(IMAGE_REVISION)" -created "$(SOURCE_DATE_EPOCH)" -rds-ca "$(RDS_CA_BUNDLE)"
