@@ -117,11 +117,11 @@ build: $(if $(NPM),ui) ## build converge (with the console when npm is present),
 # Go's time zone data in it through -tags timetzdata) on an empty base with Mozilla's
 # CA roots, the nonroot user (65532) and no shell, into the OCI layout bin/image/oci
 # (one image index). Its dates are SOURCE_DATE_EPOCH, else the commit's time, and the
-# binaries carry no VCS stamp (-buildvcs=false: the revision is the image's label), so
-# one commit builds the same bytes wherever it is checked out, with GOFLAGS or without. RDS_CA_BUNDLE (a file or an https URL) goes in at
-# /etc/ssl/certs/rds-global-bundle.pem, infra/'s sslrootcert; where it cannot be had
-# the image is built without it, with a warning, and image-push refuses it unless
-# IMAGE_ALLOW_NO_RDS_CA=1.
+# binaries carry no VCS stamp (-buildvcs=false; the revision is the image's label), so
+# one commit builds the same bytes wherever it is checked out.
+# RDS_CA_BUNDLE (a file or an https URL) goes in at /etc/ssl/certs/rds-global-bundle.pem,
+# infra/'s sslrootcert; where it cannot be had the image is built without it, with a
+# warning, and image-push refuses it unless IMAGE_ALLOW_NO_RDS_CA=1.
 IMAGE_PLATFORMS ?= linux/arm64 linux/amd64
 IMAGE_SOURCE ?= https://github.com/convergeplane/converge
 RDS_CA_BUNDLE ?= https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem
