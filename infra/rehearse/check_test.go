@@ -207,7 +207,7 @@ var checkers = map[string]checker{
 	"AWS::ECS::Service": func(ctx context.Context, c clients, r resource) error {
 		out, err := c.ecs.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String(r.ref(r.props["Cluster"])), Services: []string{r.physical}})
 		if err == nil && len(out.Services) != 1 {
-			err = fmt.Errorf("no service %s", r.physical)
+			err = fmt.Errorf("no service %s in cluster %s", r.physical, r.ref(r.props["Cluster"]))
 		}
 		return err
 	},
@@ -238,9 +238,22 @@ var checkers = map[string]checker{
 		_, err := c.ec2.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{GroupIds: []string{r.physical}})
 		return err
 	},
+	// moto lists a subnet group without its physical ID (its name): found
+	// by the template's description instead.
 	"AWS::RDS::DBSubnetGroup": func(ctx context.Context, c clients, r resource) error {
-		_, err := c.rds.DescribeDBSubnetGroups(ctx, &rds.DescribeDBSubnetGroupsInput{DBSubnetGroupName: aws.String(r.physical)})
-		return err
+		out, err := c.rds.DescribeDBSubnetGroups(ctx, &rds.DescribeDBSubnetGroupsInput{})
+		if err != nil {
+			return err
+		}
+		for _, g := range out.DBSubnetGroups {
+			if aws.ToString(g.DBSubnetGroupDescription) == r.props["DBSubnetGroupDescription"] {
+				if len(g.Subnets) != len(list(r.props["SubnetIds"])) {
+					return fmt.Errorf("%d subnets, the template lists %d", len(g.Subnets), len(list(r.props["SubnetIds"])))
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no subnet group described %q", r.props["DBSubnetGroupDescription"])
 	},
 }
 

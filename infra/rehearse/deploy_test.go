@@ -29,7 +29,12 @@ type stack struct {
 	deployed template          // as deployed: standIn's output
 	leftOut  []leftOut
 	physical map[string]string // logical ID -> physical ID, after a deploy
-	created  map[string]bool   // the logical IDs CloudFormation lists, after a deploy
+	listed   map[string]bool   // the logical IDs CloudFormation lists, after a deploy
+	live     map[string]bool   // the logical IDs read back through their APIs, after a check
+
+	// created are the types the stack must have resources of, read back;
+	// declared, types moto cannot create that its template must declare.
+	created, declared []string
 }
 
 // upload puts body at bucket/key.
@@ -190,18 +195,18 @@ func (st *stack) deploy(t *testing.T, cf *cloudformation.Client, s3c *s3.Client,
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.physical, st.created = map[string]string{}, map[string]bool{}
+	st.physical, st.listed = map[string]string{}, map[string]bool{}
 	for _, r := range res.StackResourceSummaries {
 		if id := aws.ToString(r.LogicalResourceId); id != "" && completed(r.ResourceStatus) {
 			st.physical[id] = aws.ToString(r.PhysicalResourceId)
-			st.created[id] = true
+			st.listed[id] = true
 		}
 	}
 	for id, r := range st.deployed.resources() {
 		if _, ok := r["Condition"]; ok {
 			continue
 		}
-		if !st.created[id] {
+		if !st.listed[id] {
 			t.Errorf("%s: %s (%s) is in the template but CloudFormation lists no such resource complete", st.name, id, resType(r))
 		}
 	}

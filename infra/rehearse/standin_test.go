@@ -83,7 +83,8 @@ type leftOut struct{ id, typ, why string }
 // standIn returns tm without the resources moto cannot create, each Ref or
 // Fn::GetAtt on one of them (in Fn::Sub too) replaced by a placeholder: an
 // ARN-shaped string naming the logical ID (and attribute), or 5432 for an
-// attribute named …Port. DependsOn entries on them are dropped.
+// attribute named …Port. DependsOn entries on them are dropped. A resource
+// without Properties gets empty ones.
 func standIn(tm template, emulated map[string]bool) (template, []leftOut) {
 	gone := map[string]bool{}
 	var out []leftOut
@@ -173,6 +174,12 @@ func standIn(tm template, emulated map[string]bool) (template, []leftOut) {
 			continue
 		}
 		r = walk(r).(map[string]any)
+		// moto adds an empty Properties to a resource without one as it
+		// parses, then sees that resource as changed by every update and
+		// replaces it (a cluster under a new name, its services lost).
+		if _, ok := r["Properties"]; !ok {
+			r["Properties"] = map[string]any{}
+		}
 		if dep, ok := r["DependsOn"]; ok {
 			var keep []any
 			switch dep := dep.(type) {
