@@ -265,6 +265,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.app.Use(s.withTimeout)
 	s.app.Use(Prefix, s.auth.middleware)
 	s.app.Use(Prefix, checkQuery)
+	s.app.Use(Prefix, readPool)
 	s.app.Use(Prefix, requireJSONBody)
 	s.app.Use(Prefix, s.idempotency)
 
@@ -345,9 +346,6 @@ func (s *Server) ErrorFor(ctx context.Context, err error, in string) error {
 func (s *Server) withTimeout(c *fiber.Ctx) error {
 	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.RequestTimeout)
 	defer cancel()
-	if c.Method() == fiber.MethodGet || c.Method() == fiber.MethodHead {
-		ctx = store.PreferReadPool(ctx) // a read route writes nothing it reads back
-	}
 	c.SetUserContext(ctx)
 	return c.Next()
 }
@@ -480,9 +478,13 @@ func register[I, O any](s *Server, op huma.Operation, doc any, h func(context.Co
 	op.Path = Prefix + op.Path
 	op.MaxBodyBytes = int64(s.cfg.BodyLimit) + 1 // huma refuses a body of exactly MaxBodyBytes
 	op.SkipValidateBody = true
-	if op.Method == http.MethodPost {
+	switch op.Method {
+	case http.MethodPost:
 		// Read by the idempotency middleware, not the handler: documented here.
 		op.Parameters = append(op.Parameters, idempotencyKeyParam())
+	case http.MethodGet:
+		// Read by the readPool middleware, likewise.
+		op.Parameters = append(op.Parameters, consistentReadParam())
 	}
 	registerOp(s.api, op, h)
 	if doc == nil {

@@ -27,6 +27,10 @@ type ReadyStatus struct {
 type ReadyCheck struct {
 	Name  string
 	Check func(context.Context) error
+	// Advisory checks are reported like the others but never make the
+	// process unready: they watch a part it can do without (the read
+	// pool, whose reads fall back to the primary).
+	Advisory bool
 }
 
 // Pinger is what DatabaseCheck pings: a *store.Store, or a pool kept for
@@ -48,14 +52,17 @@ func DatabaseCheck(db Pinger, log *slog.Logger) ReadyCheck {
 }
 
 // CheckReady runs checks in order and returns the status they make and the
-// names of those that failed.
+// names of those that failed, advisory ones apart (their failures are in
+// the status's checks only).
 func CheckReady(ctx context.Context, checks []ReadyCheck) (ReadyStatus, []string) {
 	st := ReadyStatus{Status: "ok", Checks: make(map[string]string, len(checks))}
 	var failed []string
 	for _, c := range checks {
 		if err := c.Check(ctx); err != nil {
 			st.Checks[c.Name] = err.Error()
-			failed = append(failed, c.Name)
+			if !c.Advisory {
+				failed = append(failed, c.Name)
+			}
 			continue
 		}
 		st.Checks[c.Name] = "ok"
@@ -83,7 +90,9 @@ func (s *Server) registerHealth() {
 		Summary: "Readiness",
 		Description: "200 when every readiness check passes within the ready timeout: the database answers, its schema " +
 			"is at this binary's migration version, and each duty of this process runs. Else 503, a problem naming " +
-			"the failed checks in its detail and errors (location checks.<name>).",
+			"the failed checks in its detail and errors (location checks.<name>). With a read replica " +
+			"(DATABASE_READ_URL) the read_database check says whether it answers, and never fails readiness: " +
+			"reads fall back to the primary.",
 		Errors: []int{503},
 	}, s.readyz)
 	register(s, huma.Operation{

@@ -5,18 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/gofiber/fiber/v2"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/internal/pgrun"
 	"github.com/convergeplane/converge/internal/problem"
 )
 
@@ -66,32 +64,6 @@ const (
 func unavailableProblem() *Problem {
 	return newProblem(http.StatusServiceUnavailable, typeUnavailable,
 		"the database is unreachable; retry the request later").RetryAfter(RetryAfterUnreachable)
-}
-
-// databaseUnreachable reports whether err says the database could not be
-// reached or went away, rather than refusing the request: a failed connect
-// or pool acquire (connection refused, DNS, TLS, authentication of the
-// connection), a connection that broke mid-request (reset, closed, cut
-// off in the middle of a message), or the server's own shutdown and
-// start-up answers (SQLSTATE class 08, 57P01 admin_shutdown, 57P02
-// crash_shutdown, 57P03 cannot_connect_now). Only the pgx/pgconn error
-// types, the net and syscall errors they wrap, and SQLSTATEs decide.
-func databaseUnreachable(err error) bool {
-	var (
-		ce *pgconn.ConnectError
-		pe *pgconn.PgError
-		ne *net.OpError
-	)
-	switch {
-	case errors.As(err, &pe):
-		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
-	case errors.As(err, &ce), errors.As(err, &ne):
-		return true
-	case errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return true
-	}
-	return false
 }
 
 func newProblem(status int, typ, detail string, errs ...ProblemError) *Problem {
@@ -173,7 +145,7 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 		}
 		return writeProblem(c, p)
 	}
-	if databaseUnreachable(err) {
+	if pgrun.Unreachable(err) {
 		s.log.Warn("api: database unreachable", "method", c.Method(), "path", c.Path(), "err", err)
 		return writeProblem(c, unavailableProblem())
 	}
@@ -282,7 +254,7 @@ func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Prob
 		return p
 	case errors.Is(err, store.ErrNotFound):
 		return newProblem(http.StatusNotFound, typeNotFound, "not found")
-	case databaseUnreachable(err):
+	case pgrun.Unreachable(err):
 		// Before the deadline check: a connect that timed out is the
 		// database not answering, not a slow request.
 		s.log.Warn("api: database unreachable", "err", err)

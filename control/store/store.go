@@ -23,8 +23,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/convergeplane/converge/internal/pgrun"
@@ -37,7 +40,9 @@ type Config struct {
 	SpecHistoryLimit int
 	// ReadPool, when set, serves the read methods called with a context
 	// marked by PreferReadPool (the API's GET routes): a replica, say, so
-	// reads take no primary connections. Nil: everything uses the pool.
+	// reads take no primary connections. A read it cannot reach runs on the
+	// pool instead, and reads skip it for ReadPoolRetry. Nil: everything
+	// uses the pool.
 	ReadPool *pgxpool.Pool
 }
 
@@ -51,17 +56,22 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// ReadPoolRetry is how long reads skip Config.ReadPool once it could not
+// be reached: they run on the pool meanwhile, and the first read after it
+// tries the read pool again.
+const ReadPoolRetry = 5 * time.Second
+
 // Store reads and writes the control plane's state in Postgres.
 type Store struct {
 	pool      *pgxpool.Pool
-	read      *pgxpool.Pool // Config.ReadPool, or nil
+	read      *readPool // Config.ReadPool, or nil
 	cfg       Config
 	specCheck specCheckFunc
 }
 
 // New returns a Store over pool.
 func New(pool *pgxpool.Pool, cfg Config) *Store {
-	return &Store{pool: pool, read: cfg.ReadPool, cfg: cfg.withDefaults()}
+	return &Store{pool: pool, read: newReadPool(cfg.ReadPool), cfg: cfg.withDefaults()}
 }
 
 // Over returns a Store with s's configuration and spec validator over other
@@ -71,7 +81,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Store {
 // validator is installed (NewKindCache), so the copy has it too.
 func (s *Store) Over(pool, read *pgxpool.Pool) *Store {
 	o := *s
-	o.pool, o.read, o.cfg.ReadPool = pool, read, read
+	o.pool, o.read, o.cfg.ReadPool = pool, newReadPool(read), read
 	return &o
 }
 
@@ -84,18 +94,119 @@ type readPoolKey struct{}
 // behind, so mark only reads that need not see the caller's own writes: a
 // write, and a read after it, keeps an unmarked context. Writes, and the
 // engine's reads of the work queue (UNLOGGED, so absent from replicas),
-// always use the pool.
+// always use the pool: a write method never looks at the mark.
 func PreferReadPool(ctx context.Context) context.Context {
 	return context.WithValue(ctx, readPoolKey{}, true)
 }
 
-// reader is the pool a read method runs on: the read pool for a context
-// PreferReadPool marked, when there is one; else the pool.
-func (s *Store) reader(ctx context.Context) *pgxpool.Pool {
-	if s.read != nil && ctx.Value(readPoolKey{}) != nil {
-		return s.read
+// querier is what a read method runs its statements through: a pool, or
+// the read pool falling back to the pool.
+type querier interface {
+	pgrun.Querier
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// reader is what a read method runs on: for a context PreferReadPool
+// marked, the read pool, if there is one and it has not failed within
+// ReadPoolRetry, falling back to the pool if it cannot be reached; else
+// the pool.
+func (s *Store) reader(ctx context.Context) querier {
+	switch {
+	case s.read == nil || ctx.Value(readPoolKey{}) == nil:
+		return s.pool
+	case !s.read.usable():
+		s.read.fallbacks.Add(1)
+		return s.pool
 	}
-	return s.pool
+	return fallback{read: s.read, write: s.pool}
+}
+
+// ReadFallbacks counts the statements of reads marked for the read pool
+// that ran on the pool instead: the read pool could not be reached, or had
+// not been within ReadPoolRetry. Zero without a read pool.
+func (s *Store) ReadFallbacks() uint64 {
+	if s.read == nil {
+		return 0
+	}
+	return s.read.fallbacks.Load()
+}
+
+// readPool is Config.ReadPool and when it last could not be reached.
+type readPool struct {
+	pool *pgxpool.Pool
+	// skipUntil is when reads may try pool again (Unix nanoseconds) after
+	// it could not be reached.
+	skipUntil atomic.Int64
+	// fallbacks counts the statements run on the pool instead
+	// (ReadFallbacks).
+	fallbacks atomic.Uint64
+}
+
+func newReadPool(p *pgxpool.Pool) *readPool {
+	if p == nil {
+		return nil
+	}
+	return &readPool{pool: p}
+}
+
+// usable reports whether reads may try the read pool.
+func (r *readPool) usable() bool { return time.Now().UnixNano() >= r.skipUntil.Load() }
+
+// unreachable reports whether a read's err says the read pool cannot be
+// reached (a connection that cannot be opened, for whatever reason, or one
+// that broke), and if so skips the read pool for ReadPoolRetry and counts
+// the fallback its caller runs. A read whose own context ended is not the
+// pool's fault.
+func (r *readPool) unreachable(ctx context.Context, err error) bool {
+	var ce *pgconn.ConnectError
+	if ctx.Err() != nil || !errors.As(err, &ce) && !pgrun.Unreachable(err) {
+		return false
+	}
+	r.skipUntil.Store(time.Now().Add(ReadPoolRetry).UnixNano())
+	r.fallbacks.Add(1)
+	return true
+}
+
+// fallback runs a read on the read pool, and on the pool instead when the
+// read pool cannot be reached: a read is safe to run twice.
+type fallback struct {
+	read  *readPool
+	write *pgxpool.Pool
+}
+
+// Query runs sql on the read pool, or on the pool if that cannot be
+// reached. A connection that breaks once rows have come back fails the
+// read (the rows are the caller's by then); the read pool drops it, and
+// the next read opens another.
+func (f fallback) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := f.read.pool.Query(ctx, sql, args...)
+	if err != nil && f.read.unreachable(ctx, err) {
+		return f.write.Query(ctx, sql, args...)
+	}
+	return rows, err
+}
+
+// QueryRow runs sql as Query does, when the row is scanned.
+func (f fallback) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return fallbackRow{f: f, ctx: ctx, sql: sql, args: args}
+}
+
+// fallbackRow is a QueryRow on the read pool, run again on the pool when
+// the read pool cannot be reached (nothing was scanned then).
+type fallbackRow struct {
+	f    fallback
+	ctx  context.Context
+	sql  string
+	args []any
+}
+
+// Scan runs the query and scans its row into dest.
+func (r fallbackRow) Scan(dest ...any) error {
+	err := r.f.read.pool.QueryRow(r.ctx, r.sql, r.args...).Scan(dest...)
+	if err != nil && r.f.read.unreachable(r.ctx, err) {
+		return r.f.write.QueryRow(r.ctx, r.sql, r.args...).Scan(dest...)
+	}
+	return err
 }
 
 // Ping checks that the database answers.

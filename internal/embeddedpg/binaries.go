@@ -30,6 +30,9 @@ type binaries struct {
 	dir      string
 	initdb   string
 	postgres string
+	// basebackup is pg_basebackup beside them, which only a standby needs
+	// (Config.StandbyOf).
+	basebackup string
 }
 
 // findBinaries looks in PATH, then `pg_config --bindir`, then the newest
@@ -89,9 +92,14 @@ func findBinaries(ctx context.Context, versionedGlob string) (binaries, error) {
 
 func binariesIn(dir string) (binaries, bool) {
 	b := binaries{
-		dir:      dir,
-		initdb:   filepath.Join(dir, "initdb"),
-		postgres: filepath.Join(dir, "postgres"),
+		dir:        dir,
+		initdb:     filepath.Join(dir, "initdb"),
+		postgres:   filepath.Join(dir, "postgres"),
+		basebackup: filepath.Join(dir, "pg_basebackup"),
+	}
+	if real, err := filepath.EvalSymlinks(b.postgres); err == nil && !isExecutable(b.basebackup) {
+		// postgres linked into PATH (/usr/local/bin) from its bindir
+		b.basebackup = filepath.Join(filepath.Dir(real), "pg_basebackup")
 	}
 	return b, isExecutable(b.initdb) && isExecutable(b.postgres)
 }

@@ -132,6 +132,12 @@ type Config struct {
 	// synchronous_commit=off, full_page_writes=off. listen_addresses, port and
 	// unix_socket_directories are set by Start and rejected here.
 	Settings map[string]string
+	// StandbyOf, when set, is the DSN of a running server (another
+	// Server's DSN): a new cluster is copied from it with pg_basebackup
+	// instead of initdb, and runs as its hot standby, read-only and
+	// streaming its WAL (tests use it as a read replica). An initialised
+	// DataDir is reused as it is.
+	StandbyOf string
 }
 
 func (c Config) validate() error {
@@ -364,6 +370,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, retErr error) {
 			return nil, fmt.Errorf("embeddedpg: %w", err)
 		}
 		if err := s.clearLeftover(ctx); err != nil {
+			return nil, fmt.Errorf("embeddedpg: %w", err)
+		}
+	} else if cfg.StandbyOf != "" {
+		if err := s.basebackup(ctx); err != nil {
 			return nil, fmt.Errorf("embeddedpg: %w", err)
 		}
 	} else if err := s.initdb(ctx); err != nil {
@@ -715,6 +725,30 @@ func (s *Server) initdb(ctx context.Context) error {
 		return fmt.Errorf("initdb failed: %w; output:\n%s", err, tail(out, logTailBytes))
 	}
 	s.log.Info("initialised cluster", "data_dir", s.dataDir, "duration", time.Since(begin))
+	return nil
+}
+
+// basebackup copies the cluster of StandbyOf into the data dir and
+// configures it as a standby of that server (standby.signal and
+// primary_conninfo, pg_basebackup -R).
+func (s *Server) basebackup(ctx context.Context) error {
+	if !isExecutable(s.bins.basebackup) {
+		return fmt.Errorf("a standby needs pg_basebackup, which is not in %s", s.bins.dir)
+	}
+	args := []string{"-d", s.cfg.StandbyOf, "-D", s.dataDir, "-R", "--wal-method=stream", "--checkpoint=fast"}
+	if !s.cfg.Persistent {
+		args = append(args, "--no-sync")
+	}
+	begin := time.Now()
+	cmd := exec.CommandContext(ctx, s.bins.basebackup, args...)
+	cmd.Dir = s.dataDir
+	cmd.Env = childEnv()
+	cmd.SysProcAttr = sysProcAttr(s.runAs, 0)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pg_basebackup failed: %w; output:\n%s", err, tail(out, logTailBytes))
+	}
+	s.log.Info("copied the primary into a standby", "data_dir", s.dataDir, "duration", time.Since(begin))
 	return nil
 }
 

@@ -370,3 +370,34 @@ func TestOrphanedServerDies(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestStandby: a cluster started with StandbyOf is a hot standby of its
+// primary: it reports recovery, replays what the primary writes after the
+// copy, and refuses writes.
+func TestStandby(t *testing.T) {
+	t.Parallel()
+	primary := start(t, Config{})
+	defer stop(t, primary)
+	exec1(t, primary.DSN("postgres"), `CREATE TABLE before_copy (n int)`)
+	standby := start(t, Config{StandbyOf: primary.DSN("postgres")})
+	defer stop(t, standby)
+	if got := queryString(t, standby.DSN("postgres"), `SELECT pg_is_in_recovery()::text`); got != "true" {
+		t.Fatalf("pg_is_in_recovery() on the standby = %s", got)
+	}
+	exec1(t, primary.DSN("postgres"), `INSERT INTO before_copy VALUES (7)`)
+	deadline := time.Now().Add(30 * time.Second)
+	for queryString(t, standby.DSN("postgres"), `SELECT count(*)::text FROM before_copy`) != "1" {
+		if time.Now().After(deadline) {
+			t.Fatal("the standby did not replay the primary's insert within 30s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling replay, not waiting a fixed time
+	}
+	conn, err := pgx.Connect(t.Context(), standby.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(t.Context()))
+	if _, err := conn.Exec(t.Context(), `INSERT INTO before_copy VALUES (8)`); err == nil || !strings.Contains(err.Error(), "25006") {
+		t.Errorf("a write on the standby: err = %v, want read_only_sql_transaction (25006)", err)
+	}
+}

@@ -1,8 +1,10 @@
 // Package pgrun holds what the store (control/store) and the engine
 // (control/engine) both need to run statements on PostgreSQL: a
 // transaction rolled back to break a deadlock runs again (RetryDeadlock),
-// a list of UUIDs goes as one uuid[] literal (UUIDArray), and a query's
-// rows are read in the same call that runs it (Collect, CollectOne).
+// a list of UUIDs goes as one uuid[] literal (UUIDArray), a query's rows
+// are read in the same call that runs it (Collect, CollectOne), and a
+// database that cannot be reached is told from one refusing a statement
+// (Unreachable; the API answers 503, the store's read pool falls back).
 package pgrun
 
 import (

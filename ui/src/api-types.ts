@@ -706,7 +706,7 @@ export interface paths {
         };
         /**
          * Readiness
-         * @description 200 when every readiness check passes within the ready timeout: the database answers, its schema is at this binary's migration version, and each duty of this process runs. Else 503, a problem naming the failed checks in its detail and errors (location checks.<name>).
+         * @description 200 when every readiness check passes within the ready timeout: the database answers, its schema is at this binary's migration version, and each duty of this process runs. Else 503, a problem naming the failed checks in its detail and errors (location checks.<name>). With a read replica (DATABASE_READ_URL) the read_database check says whether it answers, and never fails readiness: reads fall back to the primary.
          */
         get: operations["readyz"];
         put?: never;
@@ -1675,7 +1675,10 @@ export interface operations {
     "list-cluster-members": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path?: never;
             cookie?: never;
         };
@@ -1721,7 +1724,10 @@ export interface operations {
                 /** @description The next_cursor of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path?: never;
             cookie?: never;
         };
@@ -1760,7 +1766,10 @@ export interface operations {
     "get-delivery": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The attempt's id. */
                 id: number;
@@ -1872,7 +1881,10 @@ export interface operations {
     "list-endpoints": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path?: never;
             cookie?: never;
         };
@@ -1977,7 +1989,10 @@ export interface operations {
     "get-endpoint": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The object's name. */
                 name: string;
@@ -2103,7 +2118,10 @@ export interface operations {
                 /** @description The next_cursor of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The endpoint's name. */
                 name: string;
@@ -2207,7 +2225,10 @@ export interface operations {
     "list-kinds": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2301,7 +2322,10 @@ export interface operations {
     "get-kind-config": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The kind, e.g. vpc. */
                 kind: string;
@@ -2442,7 +2466,10 @@ export interface operations {
     "get-manifest": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The kind, e.g. vpc. */
                 kind: string;
@@ -2553,7 +2580,10 @@ export interface operations {
     "get-kind-schema": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The kind, e.g. vpc. */
                 kind: string;
@@ -2608,7 +2638,10 @@ export interface operations {
                 /** @description Only this kind's versions. */
                 kind?: string;
             };
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2648,7 +2681,10 @@ export interface operations {
                 /** @description The next_cursor of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2772,7 +2808,10 @@ export interface operations {
     "get-providerconfig": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The object's name. */
                 name: string;
@@ -2897,7 +2936,10 @@ export interface operations {
                 /** @description Only bindings running this reactor. */
                 reactor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3002,7 +3044,10 @@ export interface operations {
     "get-reactor-binding": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The object's name. */
                 name: string;
@@ -3134,7 +3179,10 @@ export interface operations {
                 /** @description The next_cursor of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3258,7 +3306,10 @@ export interface operations {
     "get-resource": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The kind. */
                 kind: string;
@@ -3381,7 +3432,10 @@ export interface operations {
                 /** @description The next_cursor of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The kind. */
                 kind: string;
@@ -3434,7 +3488,10 @@ export interface operations {
     "get-resource-dependencies": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The kind. */
                 kind: string;
@@ -3491,7 +3548,10 @@ export interface operations {
                 /** @description Page size. */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The kind. */
                 kind: string;
@@ -3543,7 +3603,10 @@ export interface operations {
     "get-resource-graph": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The kind. */
                 kind: string;
@@ -3600,7 +3663,10 @@ export interface operations {
                 /** @description The next_cursor of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The kind. */
                 kind: string;
@@ -3730,7 +3796,10 @@ export interface operations {
     "get-operation": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The kind. */
                 kind: string;
@@ -4057,7 +4126,10 @@ export interface operations {
                 /** @description The next_cursor of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The kind. */
                 kind: string;
@@ -4110,7 +4182,10 @@ export interface operations {
     "get-resource-topology": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path: {
                 /** @description The kind. */
                 kind: string;
@@ -4290,7 +4365,10 @@ export interface operations {
     "get-version": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
             path?: never;
             cookie?: never;
         };

@@ -280,6 +280,9 @@ func (c *Client) send(ctx context.Context, method, target string, body []byte, k
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	if method == http.MethodGet && ctx.Value(consistentKey{}) != nil {
+		req.Header.Set("Consistent-Read", "true")
+	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
@@ -299,6 +302,16 @@ func (c *Client) send(ctx context.Context, method, target string, body []byte, k
 		return nil, decodeProblem(method, target, resp, data)
 	}
 	return &Response{StatusCode: resp.StatusCode, Header: resp.Header, Body: data}, nil
+}
+
+// consistentKey marks a context whose GETs ask for a consistent read.
+type consistentKey struct{}
+
+// consistent marks ctx so the GETs sent with it carry Consistent-Read:
+// true: a server with a read replica (DATABASE_READ_URL) answers them from
+// its primary, so they see the writes this command just made.
+func consistent(ctx context.Context) context.Context {
+	return context.WithValue(ctx, consistentKey{}, true)
 }
 
 func decodeProblem(method, target string, resp *http.Response, data []byte) *APIError {

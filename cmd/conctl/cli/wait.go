@@ -31,11 +31,14 @@ var errWaitTimeout = errors.New("wait timed out")
 // poll calls check at once and then every pollInterval until it reports
 // done or fails. After timeout (0: never) it returns errWaitTimeout; a
 // request cut short by that deadline counts as the timeout, not a failure.
+// Its GETs read from the server's primary (consistent): a wait right after
+// a write must not see a replica's older state (a resource not there yet,
+// or Ready at its previous generation).
 func poll(ctx context.Context, timeout time.Duration, check func(context.Context) (bool, error)) error {
-	wctx := ctx
+	wctx := consistent(ctx)
 	if timeout > 0 {
 		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, timeout)
+		wctx, cancel = context.WithTimeout(wctx, timeout)
 		defer cancel()
 	}
 	tick := time.NewTicker(pollInterval)

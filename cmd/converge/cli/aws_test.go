@@ -60,6 +60,46 @@ func TestDBIAMAuth(t *testing.T) {
 	}
 }
 
+// TestDBIAMAuthReadPool: with DB_IAM_AUTH the read pool (DATABASE_READ_URL)
+// mints its tokens as the primary's pools do, each for the replica's own
+// host and user, under the API's timeouts and a connect timeout; a
+// DATABASE_READ_URL that may connect without TLS is refused.
+func TestDBIAMAuthReadPool(t *testing.T) {
+	awstest.StaticCredentials(t)
+	ctx := t.Context()
+	cfg := Config{DatabaseURL: "postgres://converge@db.example.internal:5433/converge?sslmode=require", DBIAMAuth: true,
+		DatabaseReadURL: "postgres://reader@db-ro.example.internal:5432/converge?sslmode=verify-full"}
+	pcfg, err := poolConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := (&Server{cfg: cfg}).openReadPool(ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer read.Close()
+	rc := read.Config()
+	if rc.BeforeConnect == nil {
+		t.Fatal("the read pool has no BeforeConnect hook")
+	}
+	cc := rc.ConnConfig.Copy()
+	if err := rc.BeforeConnect(ctx, cc); err != nil {
+		t.Fatal(err)
+	}
+	host, query, _ := strings.Cut(cc.Password, "?")
+	if q, err := url.ParseQuery(query); err != nil || host != "db-ro.example.internal:5432" || q.Get("DBUser") != "reader" || q.Get("Action") != "connect" {
+		t.Errorf("read pool token %q: want one for reader at db-ro.example.internal:5432", cc.Password)
+	}
+	if rc.ConnConfig.ConnectTimeout != ReadConnectTimeoutDefault || rc.ConnConfig.RuntimeParams["statement_timeout"] != "10000" {
+		t.Errorf("read pool connect timeout %s, statement_timeout %q: want %s and the API's 10000 ms",
+			rc.ConnConfig.ConnectTimeout, rc.ConnConfig.RuntimeParams["statement_timeout"], ReadConnectTimeoutDefault)
+	}
+	cfg.DatabaseReadURL = "postgres://reader@db-ro.example.internal/converge?sslmode=prefer"
+	if _, err := (&Server{cfg: cfg}).openReadPool(ctx, pcfg); err == nil || !strings.Contains(err.Error(), "DATABASE_READ_URL") {
+		t.Errorf("a read URL without required TLS under DB_IAM_AUTH: err = %v, want a refusal naming DATABASE_READ_URL", err)
+	}
+}
+
 // TestKeysFromSecretsManager reads both keys by ARN from moto_server (or
 // LocalStack, make test-docker); a
 // missing or malformed secret fails with the variable's name.

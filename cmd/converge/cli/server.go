@@ -263,9 +263,14 @@ func (s *Server) apiTimeouts(cc *pgx.ConnConfig) {
 	}
 }
 
+// ReadConnectTimeoutDefault is the connect timeout of the read pool when
+// DATABASE_READ_URL sets no connect_timeout.
+const ReadConnectTimeoutDefault = 5 * time.Second
+
 // openReadPool opens the pool on DATABASE_READ_URL, if set, configured as
 // the primary's pcfg is (IAM auth included): the API's read routes use it,
-// under the API's statement and lock timeouts.
+// under the API's statement and lock timeouts. The pool opens whether or
+// not the replica answers: until it does, reads fall back to the primary.
 func (s *Server) openReadPool(ctx context.Context, pcfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	if s.cfg.DatabaseReadURL == "" {
 		return nil, nil
@@ -281,6 +286,9 @@ func (s *Server) openReadPool(ctx context.Context, pcfg *pgxpool.Config) (*pgxpo
 		rcfg.BeforeConnect = pcfg.BeforeConnect
 	}
 	rcfg.MaxConnLifetime, rcfg.MaxConnLifetimeJitter = pcfg.MaxConnLifetime, pcfg.MaxConnLifetimeJitter
+	// A replica that does not answer costs a read this long before it
+	// falls back to DATABASE_URL (see store.Config.ReadPool).
+	rcfg.ConnConfig.ConnectTimeout = cmp.Or(rcfg.ConnConfig.ConnectTimeout, ReadConnectTimeoutDefault)
 	s.apiTimeouts(rcfg.ConnConfig)
 	read, err := pgxpool.NewWithConfig(ctx, rcfg)
 	if err != nil {
@@ -505,7 +513,13 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	}
 	// The API's requests run on the API's pools; the kind cache, on the
 	// engine's, has installed its validator in s.store, which Over copies.
-	srv, err := api.New(acfg, s.store.Over(s.apiPool, s.readPool), kinds, s.log)
+	st := s.store.Over(s.apiPool, s.readPool)
+	if s.readPool != nil {
+		s.metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "converge_api_read_fallbacks_total",
+			Help: "Statements of the API's reads run on DATABASE_URL because DATABASE_READ_URL could not be reached."},
+			func() float64 { return float64(st.ReadFallbacks()) }))
+	}
+	srv, err := api.New(acfg, st, kinds, s.log)
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
@@ -631,6 +645,8 @@ func (s *Server) httpServer(h http.Handler, work time.Duration) *http.Server {
 // readyChecks are /readyz's checks: the database answers, its schema is at
 // this binary's latest migration, and every duty started runs. The database
 // checks run on the connection kept for them: busy pools cannot fail them.
+// With DATABASE_READ_URL, read_database says whether the read pool answers,
+// advisory: while it does not, the API's reads run on DATABASE_URL.
 func (s *Server) readyChecks() []api.ReadyCheck {
 	checks := []api.ReadyCheck{api.DatabaseCheck(s.readyPool, s.log), {Name: "migrations", Check: s.checkMigrations}}
 	for _, d := range s.duties {
@@ -641,8 +657,24 @@ func (s *Server) readyChecks() []api.ReadyCheck {
 			return nil
 		}})
 	}
+	if s.readPool != nil {
+		// Last, and within its own bound: an unreachable replica must not
+		// hold the answer past a probe's timeout.
+		checks = append(checks, api.ReadyCheck{Name: "read_database", Advisory: true, Check: func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, readPingTimeout)
+			defer cancel()
+			if err := s.readPool.Ping(ctx); err != nil {
+				s.log.Warn("readiness: DATABASE_READ_URL does not answer; the API's reads fall back to DATABASE_URL while it cannot be reached", "err", err)
+				return fmt.Errorf("does not answer within %s: the API's reads fall back to DATABASE_URL while it cannot be reached", readPingTimeout)
+			}
+			return nil
+		}})
+	}
 	return checks
 }
+
+// readPingTimeout bounds /readyz's ping of the read pool.
+const readPingTimeout = time.Second
 
 // checkMigrations compares the database's goose version with the newest
 // numbered migration embedded in this binary: a pod of another release

@@ -1,6 +1,7 @@
 package samtemplate
 
 import (
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -156,15 +157,36 @@ func TestInvokerRoleIsLeastPrivilege(t *testing.T) {
 	}
 }
 
+// function returns the properties a function of tpl gets: Globals.Function's,
+// each replaced by the function's own where it sets one (as SAM merges a
+// property that is not a map or a list).
+func function(t *testing.T, tpl map[string]any, name string) map[string]any {
+	t.Helper()
+	props := map[string]any{}
+	if g, ok := tpl["Globals"].(map[string]any)["Function"].(map[string]any); ok {
+		maps.Copy(props, g)
+	}
+	maps.Copy(props, resource(t, tpl, name, "AWS::Serverless::Function"))
+	return props
+}
+
 func TestFunctionURLNeedsIAM(t *testing.T) {
 	tpl := load(t)
-	fn := resource(t, tpl, "QuickstartFunction", "AWS::Serverless::Function")
-	if got := fn["FunctionUrlConfig"].(map[string]any)["AuthType"]; got != "AWS_IAM" {
-		t.Errorf("FunctionUrlConfig.AuthType = %v, want AWS_IAM", got)
+	for name, r := range tpl["Resources"].(map[string]any) {
+		if r.(map[string]any)["Type"] != "AWS::Serverless::Function" {
+			continue
+		}
+		fn := function(t, tpl, name)
+		if got := fn["FunctionUrlConfig"].(map[string]any)["AuthType"]; got != "AWS_IAM" {
+			t.Errorf("%s: FunctionUrlConfig.AuthType = %v, want AWS_IAM", name, got)
+		}
+		if diff := cmp.Diff([]any{"arm64"}, fn["Architectures"]); diff != "" {
+			t.Errorf("%s: Architectures (-want +got):\n%s", name, diff)
+		}
 	}
+	fn := function(t, tpl, "QuickstartFunction")
 	for k, want := range map[string]any{
 		"Runtime": "provided.al2023", "Handler": "bootstrap", "CodeUri": "functions/quickstart",
-		"Architectures": []any{"arm64"},
 	} {
 		if diff := cmp.Diff(want, fn[k]); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", k, diff)
@@ -181,11 +203,20 @@ func TestFunctionURLNeedsIAM(t *testing.T) {
 func TestOutputsForEndpointRegistration(t *testing.T) {
 	out := load(t)["Outputs"].(map[string]any)
 	for name, want := range map[string]any{
-		"FunctionArn":      map[string]any{"Fn::GetAtt": []any{"QuickstartFunction", "Arn"}},
-		"FunctionUrl":      map[string]any{"Fn::GetAtt": []any{"QuickstartFunctionUrl", "FunctionUrl"}},
-		"InvokerRoleArn":   map[string]any{"Fn::GetAtt": []any{"InvokerRole", "Arn"}},
-		"SigningSecretArn": map[string]any{"Ref": "SigningSecret"},
-		"Region":           map[string]any{"Ref": "AWS::Region"},
+		"FunctionArn":       map[string]any{"Fn::GetAtt": []any{"QuickstartFunction", "Arn"}},
+		"FunctionUrl":       map[string]any{"Fn::GetAtt": []any{"QuickstartFunctionUrl", "FunctionUrl"}},
+		"InvokerRoleArn":    map[string]any{"Fn::GetAtt": []any{"InvokerRole", "Arn"}},
+		"SigningSecretArn":  map[string]any{"Ref": "SigningSecret"},
+		"Region":            map[string]any{"Ref": "AWS::Region"},
+		"PythonFunctionArn": map[string]any{"Fn::GetAtt": []any{"PythonProviderFunction", "Arn"}},
+		"PythonFunctionUrl": map[string]any{"Fn::GetAtt": []any{"PythonProviderFunctionUrl", "FunctionUrl"}},
+		"NodeFunctionArn":   map[string]any{"Fn::GetAtt": []any{"NodeProviderFunction", "Arn"}},
+		"NodeFunctionUrl":   map[string]any{"Fn::GetAtt": []any{"NodeProviderFunctionUrl", "FunctionUrl"}},
+		// Where to look when an invoke goes wrong.
+		"FunctionLogGroup":       map[string]any{"Ref": "QuickstartLogGroup"},
+		"PythonFunctionLogGroup": map[string]any{"Ref": "PythonProviderLogGroup"},
+		"NodeFunctionLogGroup":   map[string]any{"Ref": "NodeProviderLogGroup"},
+		"FailedEventQueueUrl":    map[string]any{"Ref": "FailedEventQueue"},
 	} {
 		o, ok := out[name].(map[string]any)
 		if !ok {
@@ -194,6 +225,54 @@ func TestOutputsForEndpointRegistration(t *testing.T) {
 		}
 		if diff := cmp.Diff(want, o["Value"]); diff != "" {
 			t.Errorf("output %s (-want +got):\n%s", name, diff)
+		}
+	}
+}
+
+func TestFunctionRoleIsLeastPrivilege(t *testing.T) {
+	tpl := load(t)
+	role := resource(t, tpl, "ProviderFunctionRole", "AWS::IAM::Role")
+	for name, r := range tpl["Resources"].(map[string]any) {
+		if r.(map[string]any)["Type"] != "AWS::Serverless::Function" {
+			continue
+		}
+		want := map[string]any{"Fn::GetAtt": []any{"ProviderFunctionRole", "Arn"}}
+		if diff := cmp.Diff(want, function(t, tpl, name)["Role"]); diff != "" {
+			t.Errorf("%s: Role (-want +got):\n%s", name, diff)
+		}
+	}
+	// Each action on exactly these resources: the log groups, the failure
+	// queue, and "*" only for the X-Ray actions, which have no resource type.
+	groups := []any{
+		map[string]any{"Fn::GetAtt": []any{"QuickstartLogGroup", "Arn"}},
+		map[string]any{"Fn::GetAtt": []any{"PythonProviderLogGroup", "Arn"}},
+		map[string]any{"Fn::GetAtt": []any{"NodeProviderLogGroup", "Arn"}},
+	}
+	want := map[string][]any{
+		"logs:CreateLogStream":     groups,
+		"logs:PutLogEvents":        groups,
+		"xray:PutTraceSegments":    {"*"},
+		"xray:PutTelemetryRecords": {"*"},
+		"sqs:SendMessage":          {map[string]any{"Fn::GetAtt": []any{"FailedEventQueue", "Arn"}}},
+	}
+	got := map[string][]any{}
+	for _, p := range list(role["Policies"]) {
+		for _, st := range list(p.(map[string]any)["PolicyDocument"].(map[string]any)["Statement"]) {
+			st := st.(map[string]any)
+			if st["Effect"] != "Allow" || st["NotAction"] != nil || st["NotResource"] != nil {
+				t.Errorf("statement %v: only Allow with Action and Resource is expected", st)
+			}
+			for _, a := range list(st["Action"]) {
+				got[a.(string)] = append(got[a.(string)], list(st["Resource"])...)
+			}
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("function role's actions and resources (-want +got):\n%s", diff)
+	}
+	for _, k := range []string{"ManagedPolicyArns", "PermissionsBoundary"} {
+		if _, ok := role[k]; ok {
+			t.Errorf("function role has %s: its permissions must all be in the inline policy checked here", k)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package api
+package pgrun
 
 import (
 	"context"
@@ -12,9 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// TestDatabaseUnreachable pins the classification behind the API's 503:
-// by pgconn error type and SQLSTATE, never by message text.
-func TestDatabaseUnreachable(t *testing.T) {
+// TestUnreachable pins the classification behind the API's 503 and the
+// read pool's fallback: by pgconn error type and SQLSTATE, never by
+// message text.
+func TestUnreachable(t *testing.T) {
 	t.Parallel()
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	for _, tc := range []struct {
@@ -36,8 +37,8 @@ func TestDatabaseUnreachable(t *testing.T) {
 		{"deadline", context.DeadlineExceeded, false},
 		{"other", errors.New("database is down"), false},
 	} {
-		if got := databaseUnreachable(tc.err); got != tc.want {
-			t.Errorf("%s: databaseUnreachable = %v, want %v", tc.name, got, tc.want)
+		if got := Unreachable(tc.err); got != tc.want {
+			t.Errorf("%s: Unreachable = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
