@@ -13,6 +13,7 @@ import (
 	elbv2 "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 	"github.com/aws/aws-sdk-go-v2/service/rds"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -119,8 +120,8 @@ var checkers = map[string]checker{
 		return nil
 	},
 	// moto's CloudFormation model of a function drops Architectures (it
-	// reports x86_64 for every function): the CDK assertion tests and
-	// cfn-lint check the architecture instead.
+	// reports x86_64 for every function) and TracingConfig (PassThrough):
+	// the CDK assertion tests and check-sam's rules check those instead.
 	"AWS::Lambda::Function": func(ctx context.Context, c clients, r resource) error {
 		out, err := c.lambda.GetFunction(ctx, &lambda.GetFunctionInput{FunctionName: aws.String(r.physical)})
 		if err != nil {
@@ -148,6 +149,7 @@ var checkers = map[string]checker{
 			r.same("handler", r.props["Handler"], aws.ToString(fc.Handler)),
 			r.same("timeout", r.props["Timeout"], fmt.Sprint(aws.ToInt32(fc.Timeout))),
 			r.same("memory", r.props["MemorySize"], fmt.Sprint(aws.ToInt32(fc.MemorySize))),
+			r.same("reserved concurrency", r.props["ReservedConcurrentExecutions"], reserved(out.Concurrency)),
 		} {
 			if e != nil {
 				return e
@@ -255,6 +257,13 @@ var checkers = map[string]checker{
 		}
 		return fmt.Errorf("no subnet group described %q", r.props["DBSubnetGroupDescription"])
 	},
+}
+
+func reserved(c *lambdatypes.Concurrency) string {
+	if c == nil {
+		return ""
+	}
+	return fmt.Sprint(aws.ToInt32(c.ReservedConcurrentExecutions))
 }
 
 func list(v any) []any { l, _ := v.([]any); return l }
