@@ -266,15 +266,15 @@ test-infra: ## the CDK stack's assertion tests (slow to compile cold; not part o
 	cd infra && $(GO) test -count=1 -timeout 20m ./...
 
 # The deploy rehearsed offline (infra/rehearse): the CDK stack, synthesized
-# with this context plus a certificate moto issues, and template.yaml through
+# with infra-synth's context but a certificate moto issues, and template.yaml through
 # scripts/sam-translate.py, created, updated and deleted in moto_server's
 # CloudFormation. Function packages from `make functions` when built,
 # placeholders otherwise. REHEARSE_REPORT gets the resource-type table.
 REHEARSE_REPORT ?= infra/rehearse-report.md
 
-rehearse-aws: ## deploy, update and delete the CDK and SAM stacks in moto_server's CloudFormation, checking each resource through its API (~1 min warm)
+rehearse-aws: ## deploy, update and delete the CDK and SAM stacks in moto_server's CloudFormation, checking each resource through its API (~20 s warm)
 	cd infra && REHEARSE_AWS=1 REHEARSE_REPORT="$(CURDIR)/$(REHEARSE_REPORT)" \
-	  REHEARSE_CDK_CONTEXT='{"domainName":"$(INFRA_DOMAIN)","placeholderProvider":"$(if $(wildcard $(PROVIDER_ZIP)),false,true)"}' \
+	  REHEARSE_CDK_CONTEXT='{"domainName":"$(INFRA_DOMAIN)","imageUri":"$(INFRA_IMAGE)","placeholderProvider":"$(if $(wildcard $(PROVIDER_ZIP)),false,true)"}' \
 	  $(GO) test -count=1 -timeout 15m -v -run '^TestRehearseAWS$$' ./rehearse/
 
 

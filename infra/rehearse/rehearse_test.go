@@ -153,7 +153,7 @@ func TestRehearseAWS(t *testing.T) {
 	if err := os.WriteFile(zipPath, newCode, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cdkContext["providerZip"], cdkContext["placeholderProvider"] = zipPath, "false"
+	cdkContext["providerZip"] = zipPath
 	cdk.template = publishAssets(t, s3c, synth(t, cdkContext), cdk.name)
 	cdk.deploy(t, cf, s3c, emulated, true)
 	check(t, c, cdk)
@@ -185,7 +185,8 @@ func synth(t *testing.T, ctxValues map[string]any) string {
 	j, _ := json.Marshal(ctxValues)
 	cmd := exec.Command("go", "run", ".")
 	cmd.Dir = cdkApp
-	cmd.Env = append(os.Environ(), "CDK_OUTDIR="+out, "CDK_CONTEXT_JSON="+string(j), "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1")
+	cmd.Env = append(os.Environ(), "CDK_OUTDIR="+out, "CDK_CONTEXT_JSON="+string(j), "CDK_DEFAULT_REGION="+region,
+		"JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("synthesize the CDK app with context %s: %v\n%s", j, err, b)
 	}
