@@ -273,7 +273,7 @@ test-infra: ## the CDK stack's assertion tests (slow to compile cold; not part o
 REHEARSE_REPORT ?= infra/rehearse-report.md
 
 rehearse-aws: ## deploy, update and delete the CDK and SAM stacks in moto_server's CloudFormation, checking each resource through its API (~20 s warm)
-	cd infra && REHEARSE_AWS=1 REHEARSE_REPORT="$(CURDIR)/$(REHEARSE_REPORT)" \
+	cd infra && REHEARSE_AWS=1 REHEARSE_REPORT="$(abspath $(REHEARSE_REPORT))" \
 	  REHEARSE_CDK_CONTEXT='{"domainName":"$(INFRA_DOMAIN)","imageUri":"$(INFRA_IMAGE)","placeholderProvider":"$(if $(wildcard $(PROVIDER_ZIP)),false,true)"}' \
 	  $(GO) test -count=1 -timeout 15m -v -run '^TestRehearseAWS$$' ./rehearse/
 

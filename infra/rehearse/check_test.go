@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 	"github.com/aws/aws-sdk-go-v2/service/rds"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
@@ -32,6 +33,7 @@ type clients struct {
 	elb    *elbv2.Client
 	ec2    *ec2.Client
 	rds    *rds.Client
+	s3     *s3.Client
 }
 
 // A resource under check: its physical ID, its properties as deployed, and
@@ -230,6 +232,17 @@ var checkers = map[string]checker{
 	},
 	"AWS::EC2::VPC": func(ctx context.Context, c clients, r resource) error {
 		_, err := c.ec2.DescribeVpcs(ctx, &ec2.DescribeVpcsInput{VpcIds: []string{r.physical}})
+		return err
+	},
+	"AWS::EC2::VPCEndpoint": func(ctx context.Context, c clients, r resource) error {
+		out, err := c.ec2.DescribeVpcEndpoints(ctx, &ec2.DescribeVpcEndpointsInput{VpcEndpointIds: []string{r.physical}})
+		if err == nil && len(out.VpcEndpoints) == 1 {
+			err = r.same("endpoint type", r.props["VpcEndpointType"], string(out.VpcEndpoints[0].VpcEndpointType))
+		}
+		return err
+	},
+	"AWS::S3::Bucket": func(ctx context.Context, c clients, r resource) error {
+		_, err := c.s3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(r.physical)})
 		return err
 	},
 	"AWS::EC2::Subnet": func(ctx context.Context, c clients, r resource) error {

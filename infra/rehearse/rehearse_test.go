@@ -68,7 +68,7 @@ func TestRehearseAWS(t *testing.T) {
 	c := clients{
 		iam: iam.NewFromConfig(cfg), lambda: lambda.NewFromConfig(cfg), logs: logs.NewFromConfig(cfg),
 		sns: sns.NewFromConfig(cfg), sqs: sqs.NewFromConfig(cfg), ecs: ecs.NewFromConfig(cfg),
-		elb: elbv2.NewFromConfig(cfg), ec2: ec2.NewFromConfig(cfg), rds: rds.NewFromConfig(cfg),
+		elb: elbv2.NewFromConfig(cfg), ec2: ec2.NewFromConfig(cfg), rds: rds.NewFromConfig(cfg), s3: s3c,
 	}
 
 	// What `cdk bootstrap` and the operator provide before a deploy: the
