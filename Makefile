@@ -265,11 +265,12 @@ infra-synth: ## synthesize the CDK stack into infra/cdk.out and cfn-lint it (INF
 test-infra: ## the CDK stack's assertion tests (slow to compile cold; not part of make test)
 	cd infra && $(GO) test -count=1 -timeout 20m ./...
 
-# The deploy rehearsed offline (infra/rehearse): the CDK stack, synthesized
-# with infra-synth's context but a certificate moto issues, and template.yaml through
-# scripts/sam-translate.py, created, updated and deleted in moto_server's
-# CloudFormation. Function packages from `make functions` when built,
-# placeholders otherwise. REHEARSE_REPORT gets the resource-type table.
+# The deploy rehearsed offline (infra/rehearse/README.md): the CDK stack,
+# synthesized by the test with infra-synth's context but a certificate moto
+# issues, and template.yaml through scripts/sam-translate.py, created,
+# updated and deleted in moto_server's CloudFormation. Function packages
+# from `make functions` when built, placeholders otherwise. REHEARSE_REPORT
+# gets the table of resource types moto did and did not create.
 REHEARSE_REPORT ?= infra/rehearse-report.md
 
 rehearse-aws: ## deploy, update and delete the CDK and SAM stacks in moto_server's CloudFormation, checking each resource through its API (~20 s warm)
