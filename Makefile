@@ -13,7 +13,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart demo-unhealthy demo-datadriven dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra image image-push test-image ui ui-types test-ui bench-ui chromium python-tools
+.PHONY: help demo demo-quickstart demo-unhealthy demo-datadriven dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra rehearse-aws image image-push test-image ui ui-types test-ui bench-ui chromium python-tools
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -301,6 +301,19 @@ infra-synth: ## synthesize the CDK stack into infra/cdk.out and cfn-lint it (INF
 
 test-infra: ## the CDK stack's assertion tests (slow to compile cold; not part of make test)
 	cd infra && $(GO) test -count=1 -timeout 20m ./...
+
+# The deploy rehearsed offline (infra/rehearse/README.md): the CDK stack,
+# synthesized by the test with infra-synth's context but a certificate moto
+# issues, and template.yaml through scripts/sam-translate.py, created,
+# updated and deleted in moto_server's CloudFormation. Function packages
+# from `make functions` when built, placeholders otherwise. REHEARSE_REPORT
+# gets the table of resource types moto did and did not create.
+REHEARSE_REPORT ?= infra/rehearse-report.md
+
+rehearse-aws: ## deploy, update and delete the CDK and SAM stacks in moto_server's CloudFormation, checking each resource through its API (~20 s warm)
+	cd infra && REHEARSE_AWS=1 REHEARSE_REPORT="$(abspath $(REHEARSE_REPORT))" \
+	  REHEARSE_CDK_CONTEXT='{"domainName":"$(INFRA_DOMAIN)","imageUri":"$(INFRA_IMAGE)","placeholderProvider":"$(if $(wildcard $(PROVIDER_ZIP)),false,true)"}' \
+	  $(GO) test -count=1 -timeout 15m -v -run '^TestRehearseAWS$$' ./rehearse/
 
 
 # Native Go fuzzing (issue #14): every target in scripts/fuzz.sh, one
