@@ -315,7 +315,6 @@ rehearse-aws: ## deploy, update and delete the CDK and SAM stacks in moto_server
 	  REHEARSE_CDK_CONTEXT='{"domainName":"$(INFRA_DOMAIN)","imageUri":"$(INFRA_IMAGE)","placeholderProvider":"$(if $(wildcard $(PROVIDER_ZIP)),false,true)"}' \
 	  $(GO) test -count=1 -timeout 15m -v -run '^TestRehearseAWS$$' ./rehearse/
 
-
 # Native Go fuzzing (issue #14): every target in scripts/fuzz.sh, one
 # `go test -fuzz` each, FUZZTIME each (17 targets: about 4 minutes at 10s).
 FUZZTIME ?= 10s
