@@ -3,7 +3,6 @@ package keyrotation_test
 import (
 	"context"
 	"encoding/base64"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,13 +10,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 
 	"github.com/convergeplane/converge/internal/keyrotation"
+	krt "github.com/convergeplane/converge/internal/keyrotation/keyrotationtest"
 	"github.com/convergeplane/converge/internal/testkit/awstest"
 )
-
-var steps = []string{"createSecret", "setSecret", "testSecret", "finishSecret"}
 
 // TestRotation rotates both keys through the four steps against
 // moto_server, each step run twice (Secrets Manager retries steps), and
@@ -51,21 +48,21 @@ func TestRotation(t *testing.T) {
 	}{{secretKey, keyrotation.SecretKeyBytes}, {callbackKey, keyrotation.CallbackKeyBytes}} {
 		var values []string // AWSCURRENT after each rotation
 		for rotation := range 2 {
-			before := value(ctx, t, sm, s.arn, keyrotation.StageCurrent)
-			token := startRotation(ctx, t, sm, s.arn)
-			for _, step := range steps {
+			before := krt.Value(ctx, t, sm, s.arn, keyrotation.StageCurrent)
+			token := krt.Start(ctx, t, sm, s.arn)
+			for _, step := range krt.Steps {
 				for run := range 2 {
 					if err := r.Handle(ctx, keyrotation.Event{SecretID: s.arn, ClientRequestToken: token, Step: step}); err != nil {
 						t.Fatalf("rotation %d, %s run %d: %v", rotation, step, run, err)
 					}
 				}
 				if step == "createSecret" {
-					if cur := value(ctx, t, sm, s.arn, keyrotation.StageCurrent); cur != before {
+					if cur := krt.Value(ctx, t, sm, s.arn, keyrotation.StageCurrent); cur != before {
 						t.Fatalf("createSecret changed AWSCURRENT")
 					}
 				}
 			}
-			cur, prev := value(ctx, t, sm, s.arn, keyrotation.StageCurrent), value(ctx, t, sm, s.arn, keyrotation.StagePrevious)
+			cur, prev := krt.Value(ctx, t, sm, s.arn, keyrotation.StageCurrent), krt.Value(ctx, t, sm, s.arn, keyrotation.StagePrevious)
 			if prev != before || cur == before {
 				t.Fatalf("rotation %d: AWSCURRENT %q, AWSPREVIOUS %q; want a new current and %q previous", rotation, cur, prev, before)
 			}
@@ -80,7 +77,7 @@ func TestRotation(t *testing.T) {
 	}
 
 	t.Run("refused", func(t *testing.T) {
-		token := startRotation(ctx, t, sm, secretKey)
+		token := krt.Start(ctx, t, sm, secretKey)
 		for _, c := range []struct {
 			name string
 			ev   keyrotation.Event
@@ -96,7 +93,7 @@ func TestRotation(t *testing.T) {
 			}
 		}
 		// The token of a version that is only AWSPREVIOUS.
-		prev := versionOf(ctx, t, sm, secretKey, keyrotation.StagePrevious)
+		prev := krt.VersionOf(ctx, t, sm, secretKey, keyrotation.StagePrevious)
 		if err := r.Handle(ctx, keyrotation.Event{SecretID: secretKey, ClientRequestToken: prev, Step: "finishSecret"}); err == nil || !strings.Contains(err.Error(), "is not staged AWSPENDING") {
 			t.Errorf("an AWSPREVIOUS version: err = %v", err)
 		}
@@ -112,12 +109,12 @@ func TestRotation(t *testing.T) {
 
 	t.Run("minimum key age", func(t *testing.T) {
 		young := keyrotation.New(sm, keyrotation.Config{KeyBytes: map[string]int{callbackKey: keyrotation.CallbackKeyBytes}})
-		token := startRotation(ctx, t, sm, callbackKey)
+		token := krt.Start(ctx, t, sm, callbackKey)
 		err := young.Handle(ctx, keyrotation.Event{SecretID: callbackKey, ClientRequestToken: token, Step: "createSecret"})
 		if err == nil || !strings.Contains(err.Error(), "under the minimum of 48h0m0s") {
 			t.Errorf("err = %v, want the minimum age refused", err)
 		}
-		if got := versionOf(ctx, t, sm, callbackKey, keyrotation.StagePending); got != token {
+		if got := krt.VersionOf(ctx, t, sm, callbackKey, keyrotation.StagePending); got != token {
 			t.Fatalf("pending version %s, want %s", got, token)
 		}
 		if _, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(callbackKey), VersionStage: aws.String(keyrotation.StagePending)}); err == nil {
@@ -128,7 +125,7 @@ func TestRotation(t *testing.T) {
 
 	t.Run("setSecret waits for propagation", func(t *testing.T) {
 		slow := keyrotation.New(sm, keyrotation.Config{KeyBytes: map[string]int{secretKey: keyrotation.SecretKeyBytes}, Propagation: time.Hour, MinKeyAge: -1})
-		token := startRotation(ctx, t, sm, secretKey)
+		token := krt.Start(ctx, t, sm, secretKey)
 		if err := slow.Handle(ctx, keyrotation.Event{SecretID: secretKey, ClientRequestToken: token, Step: "createSecret"}); err != nil {
 			t.Fatal(err)
 		}
@@ -143,70 +140,4 @@ func TestRotation(t *testing.T) {
 			t.Errorf("an hour later: %v", err)
 		}
 	})
-}
-
-// startRotation stages a new version AWSPENDING without a value, as
-// RotateSecret does before it calls the function, and returns its token.
-// moto_server, given no function to call, makes that version AWSCURRENT at
-// once; the stages are put back as AWS leaves them.
-func startRotation(ctx context.Context, t *testing.T, sm *secretsmanager.Client, arn string) string {
-	t.Helper()
-	current, previous := versionOf(ctx, t, sm, arn, keyrotation.StageCurrent), stageVersion(ctx, t, sm, arn, keyrotation.StagePrevious)
-	out, err := sm.RotateSecret(ctx, &secretsmanager.RotateSecretInput{SecretId: aws.String(arn),
-		RotationRules: &smtypes.RotationRulesType{AutomaticallyAfterDays: aws.Int64(30)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := *out.VersionId
-	for _, u := range []secretsmanager.UpdateSecretVersionStageInput{
-		{VersionStage: aws.String(keyrotation.StageCurrent), MoveToVersionId: aws.String(current), RemoveFromVersionId: aws.String(token)},
-		{VersionStage: aws.String(keyrotation.StagePrevious), RemoveFromVersionId: aws.String(token), MoveToVersionId: nilIfEmpty(previous)},
-		{VersionStage: aws.String(keyrotation.StagePending), MoveToVersionId: aws.String(token)},
-	} {
-		u.SecretId = aws.String(arn)
-		if _, err := sm.UpdateSecretVersionStage(ctx, &u); err != nil {
-			t.Fatalf("put the stages back: %v", err)
-		}
-	}
-	return token
-}
-
-func nilIfEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func value(ctx context.Context, t *testing.T, sm *secretsmanager.Client, arn, stage string) string {
-	t.Helper()
-	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn), VersionStage: aws.String(stage)})
-	if err != nil {
-		t.Fatalf("read %s: %v", stage, err)
-	}
-	return aws.ToString(out.SecretString)
-}
-
-func versionOf(ctx context.Context, t *testing.T, sm *secretsmanager.Client, arn, stage string) string {
-	t.Helper()
-	id := stageVersion(ctx, t, sm, arn, stage)
-	if id == "" {
-		t.Fatalf("no version is %s", stage)
-	}
-	return id
-}
-
-// stageVersion is the version stage is on, "" if none.
-func stageVersion(ctx context.Context, t *testing.T, sm *secretsmanager.Client, arn, stage string) string {
-	t.Helper()
-	out, err := sm.DescribeSecret(ctx, &secretsmanager.DescribeSecretInput{SecretId: aws.String(arn)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for id, st := range out.VersionIdsToStages {
-		if slices.Contains(st, stage) {
-			return id
-		}
-	}
-	return ""
 }

@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/convergeplane/converge/control/store"
+	"github.com/convergeplane/converge/dispatch/callback"
+	"github.com/convergeplane/converge/internal/keyrotation"
+	krt "github.com/convergeplane/converge/internal/keyrotation/keyrotationtest"
+	"github.com/convergeplane/converge/internal/testkit/awstest"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
+)
+
+// TestKeyRotation rotates both keys twice with the rotation function
+// against moto_server while a pod's key refresher re-reads them, step by
+// step, as the pods do every KEY_REFRESH_INTERVAL:
+//   - once the new key is pending the pod verifies tokens and opens rows of
+//     it, but still mints and seals with the old one;
+//   - once it is current the pod mints and seals with it, still accepts
+//     the old one, and has re-sealed the rows the old key sealed;
+//   - fetchKeys, as a pod starting then, reads current and previous;
+//   - after the second rotation an endpoint created under the first key
+//     opens with the third alone: nothing was lost.
+func TestKeyRotation(t *testing.T) {
+	awstest.Start(t)
+	ctx := t.Context()
+	awsCfg, err := loadAWS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm := secretsmanager.NewFromConfig(awsCfg)
+	create := func(name string, n int) (string, []byte) {
+		key := bytes.Repeat([]byte{byte(n)}, n)
+		out, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(base64.StdEncoding.EncodeToString(key))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *out.ARN, key
+	}
+	secretARN, secretA := create("converge/secret-key", keyrotation.SecretKeyBytes)
+	callbackARN, callbackA := create("converge/callback-key", keyrotation.CallbackKeyBytes)
+	rotator := keyrotation.New(sm, keyrotation.Config{KeyBytes: map[string]int{secretARN: keyrotation.SecretKeyBytes, callbackARN: keyrotation.CallbackKeyBytes},
+		Propagation: -1, MinKeyAge: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+
+	cfg := Config{SecretKeyARN: secretARN, CallbackKeyARN: callbackARN}
+	src, err := cfg.fetchKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(cfg.SecretKey, secretA) || !bytes.Equal(cfg.CallbackKey, callbackA) || cfg.PreviousSecretKeys != nil || cfg.PreviousCallbackKeys != nil {
+		t.Fatalf("before a rotation: keys %x, %x, previous %x, %x", cfg.SecretKey, cfg.CallbackKey, cfg.PreviousSecretKeys, cfg.PreviousCallbackKeys)
+	}
+
+	// The pod: a box, the dispatcher's tokens, a control pod's store.
+	db := pgtest.New(t)
+	st := store.New(db.Pool, store.Config{})
+	box, err := store.NewSecretBox(cfg.SecretKey, cfg.PreviousSecretKeys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := callback.NewTokens(cfg.CallbackKey, cfg.PreviousCallbackKeys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &keyRefresher{src: src, interval: time.Minute, box: box, setTokenKeys: tokens.SetKeys, store: st,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), last: src.initial}
+	_, endpointSecret, err := st.CreateEndpoint(ctx, box, store.PutEndpointParams{Name: "net", Kinds: []store.EndpointKind{{Kind: "vpc", KindVersion: 1}},
+		Target: store.EndpointTarget{Type: store.TargetHTTPS, URL: "https://net.example.com/converge"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := callback.Claim{TaskID: "0195a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", Expires: time.Now().Add(time.Hour)}
+	tokenA, err := tokens.Mint(claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// sealedWith reports whether the endpoint's stored secret opens with
+	// key alone.
+	sealedWith := func(key []byte) bool {
+		t.Helper()
+		only, err := store.NewSecretBox(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, err := st.DispatchEndpoints(ctx, only)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("dispatch endpoints: %v, %v", ds, err)
+		}
+		if ds[0].SecretErr != nil {
+			return false
+		}
+		if got := ds[0].Secrets[0].Secret.Reveal(); got != endpointSecret.Reveal() {
+			t.Fatalf("the endpoint's secret changed: %q", got)
+		}
+		return true
+	}
+	// mintedWith reports whether the pod's tokens mint with key.
+	mintedWith := func(key []byte) bool {
+		t.Helper()
+		tok, err := tokens.Mint(claim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		only, _ := callback.NewTokens(key)
+		_, err = only.Verify(tok, time.Now())
+		return err == nil
+	}
+	decode := func(stage, arn string) []byte {
+		t.Helper()
+		k, err := base64.StdEncoding.DecodeString(krt.Value(ctx, t, sm, arn, stage))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+
+	keysSecret, keysCallback := [][]byte{secretA}, [][]byte{callbackA}
+	for rotation := 1; rotation <= 2; rotation++ {
+		tokSecret, tokCallback := krt.Start(ctx, t, sm, secretARN), krt.Start(ctx, t, sm, callbackARN)
+		krt.Step(ctx, t, rotator, secretARN, tokSecret, "createSecret")
+		krt.Step(ctx, t, rotator, callbackARN, tokCallback, "createSecret")
+		r.refresh(ctx)
+		newSecret, newCallback := decode(keyrotation.StagePending, secretARN), decode(keyrotation.StagePending, callbackARN)
+		oldSecret, oldCallback := keysSecret[len(keysSecret)-1], keysCallback[len(keysCallback)-1]
+
+		// Pending: the new keys are accepted, the old ones still used.
+		blob, err := mustBox(t, newSecret).Seal([]byte("x"), []byte("aad"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := box.Open(blob, []byte("aad")); err != nil {
+			t.Errorf("rotation %d, pending: a row sealed with the new key does not open: %v", rotation, err)
+		}
+		newOnly, _ := callback.NewTokens(newCallback)
+		tokNew, _ := newOnly.Mint(claim)
+		if _, err := tokens.Verify(tokNew, time.Now()); err != nil {
+			t.Errorf("rotation %d, pending: a token of the new key is refused: %v", rotation, err)
+		}
+		if !mintedWith(oldCallback) || !sealedWith(oldSecret) {
+			t.Errorf("rotation %d, pending: the pod already mints or seals with the new key", rotation)
+		}
+
+		for _, step := range krt.Steps[1:] {
+			krt.Step(ctx, t, rotator, secretARN, tokSecret, step)
+			krt.Step(ctx, t, rotator, callbackARN, tokCallback, step)
+		}
+		r.refresh(ctx)
+		// Current: the new keys are used, the old ones still accepted, and
+		// the endpoint re-sealed under the new key.
+		if !mintedWith(newCallback) {
+			t.Errorf("rotation %d: the pod does not mint with the new key", rotation)
+		}
+		oldOnly, _ := callback.NewTokens(oldCallback)
+		tokOld, _ := oldOnly.Mint(claim)
+		if _, err := tokens.Verify(tokOld, time.Now()); err != nil {
+			t.Errorf("rotation %d: a token of the previous key is refused: %v", rotation, err)
+		}
+		if !sealedWith(newSecret) {
+			t.Errorf("rotation %d: the endpoint was not re-sealed under the new key", rotation)
+		}
+
+		// A pod starting now reads current and previous.
+		c := Config{SecretKeyARN: secretARN, CallbackKeyARN: callbackARN}
+		if _, err := c.fetchKeys(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(c.SecretKey, newSecret) || len(c.PreviousSecretKeys) != 1 || !bytes.Equal(c.PreviousSecretKeys[0], oldSecret) ||
+			!bytes.Equal(c.CallbackKey, newCallback) || len(c.PreviousCallbackKeys) != 1 || !bytes.Equal(c.PreviousCallbackKeys[0], oldCallback) {
+			t.Errorf("rotation %d: fetchKeys read %x (previous %x), %x (previous %x)", rotation, c.SecretKey, c.PreviousSecretKeys, c.CallbackKey, c.PreviousCallbackKeys)
+		}
+		keysSecret, keysCallback = append(keysSecret, newSecret), append(keysCallback, newCallback)
+	}
+
+	// Two rotations on, the first keys are gone: their token is refused,
+	// and nothing needs the first secret key.
+	if _, err := tokens.Verify(tokenA, time.Now()); !errors.Is(err, callback.ErrBadToken) {
+		t.Errorf("a token of the key two rotations ago: %v, want ErrBadToken", err)
+	}
+	if !sealedWith(keysSecret[2]) {
+		t.Error("the endpoint created under the first key does not open with the third alone")
+	}
+}
+
+func mustBox(t *testing.T, key []byte) *store.SecretBox {
+	t.Helper()
+	b, err := store.NewSecretBox(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
