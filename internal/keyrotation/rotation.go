@@ -9,7 +9,8 @@
 //
 //   - createSecret stages a new random key as AWSPENDING under the token,
 //     unless that version already has a value; it refuses while AWSCURRENT
-//     is younger than MinKeyAge.
+//     is younger than MinKeyAge, and unlabels the empty pending version so
+//     the next rotation starts afresh.
 //   - setSecret has nothing to write elsewhere: the converge pods pull the
 //     keys themselves, re-reading AWSCURRENT, AWSPREVIOUS and AWSPENDING every
 //     KEY_REFRESH_INTERVAL. It waits until the pending version is Propagation
@@ -170,8 +171,15 @@ func (r *Rotator) create(ctx context.Context, log *slog.Logger, arn, token strin
 		return fmt.Errorf("read %s of %s: %w", StageCurrent, arn, err)
 	}
 	if age := r.cfg.Now().Sub(aws.ToTime(cur.CreatedDate)); r.cfg.MinKeyAge > 0 && age < r.cfg.MinKeyAge {
-		return fmt.Errorf("secret %s: the current key is %s old, under the minimum of %s: the key it replaced would stop being accepted while tokens it signed or rows it sealed may remain",
+		refused := fmt.Errorf("secret %s: the current key is %s old, under the minimum of %s: the key it replaced would stop being accepted while tokens it signed or rows it sealed may remain",
 			arn, age.Round(time.Second), r.cfg.MinKeyAge)
+		// Unlabel the empty version, or the secret would look mid-rotation
+		// and the next rotation could not start.
+		if _, err := r.sm.UpdateSecretVersionStage(ctx, &secretsmanager.UpdateSecretVersionStageInput{SecretId: aws.String(arn),
+			VersionStage: aws.String(StagePending), RemoveFromVersionId: aws.String(token)}); err != nil {
+			return errors.Join(refused, fmt.Errorf("unlabel %s of %s: %w", StagePending, arn, err))
+		}
+		return refused
 	}
 	key := make([]byte, n)
 	if _, err := rand.Read(key); err != nil {
