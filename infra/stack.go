@@ -146,6 +146,9 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 	})
 
 	bootstrap := newBootstrap(stack, db, secretKey, callbackKey, metricsSecret)
+	if err := addKeyRotation(stack, cfg, key, secretKey, callbackKey, bootstrap); err != nil {
+		return nil, err
+	}
 
 	// The quickstart provider on Lambda, behind an AWS_IAM Function URL.
 	providerLogs := awslogs.NewLogGroup(stack, jsii.String("ProviderLogs"), &awslogs.LogGroupProps{
