@@ -240,14 +240,16 @@ func (r *keyRefresher) refresh(ctx context.Context) {
 }
 
 // reseal re-seals under the current secret key what its AWSPREVIOUS version
-// sealed, logging how many rows it rewrote.
+// sealed, logging how many rows it rewrote (at debug level when none).
 func reseal(ctx context.Context, st *store.Store, box *store.SecretBox, k *keyVersions, log *slog.Logger) error {
 	if k.previous == nil {
 		return nil
 	}
 	n, err := st.ResealSecrets(ctx, box, k.previous)
-	if n > 0 || err == nil {
-		log.Info("keys: re-sealed stored secrets under the current "+secretKeyVar, "rows", n, "versions", k.staged)
+	level := slog.LevelInfo
+	if n == 0 {
+		level = slog.LevelDebug
 	}
+	log.Log(ctx, level, "keys: re-sealed stored secrets under the current "+secretKeyVar, "rows", n, "versions", k.staged)
 	return err
 }

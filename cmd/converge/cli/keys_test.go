@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,4 +200,136 @@ func mustBox(t *testing.T, key []byte) *store.SecretBox {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestKeyRotationOnAServer: a running server (ROLE=all) with both keys by
+// ARN takes up two rotations of each with no restart, over HTTP: after
+// each, a callback token of the new key is accepted and one of the key
+// before it still is, and the endpoint registered under the first key has
+// been re-sealed under the new one; after the second, a token of the first
+// key is refused.
+func TestKeyRotationOnAServer(t *testing.T) {
+	awstest.Start(t)
+	ctx := t.Context()
+	awsCfg, err := loadAWS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm := secretsmanager.NewFromConfig(awsCfg)
+	create := func(name string, n int) (string, []byte) {
+		key := bytes.Repeat([]byte{byte(n)}, n)
+		out, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(base64.StdEncoding.EncodeToString(key))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *out.ARN, key
+	}
+	secretARN, _ := create("converge/secret-key", keyrotation.SecretKeyBytes)
+	callbackARN, callbackA := create("converge/callback-key", keyrotation.CallbackKeyBytes)
+	rotator := keyrotation.New(sm, keyrotation.Config{KeyBytes: map[string]int{secretARN: keyrotation.SecretKeyBytes, callbackARN: keyrotation.CallbackKeyBytes},
+		Propagation: -1, MinKeyAge: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+
+	db := pgtest.New(t)
+	cfg, err := LoadConfig(env(map[string]string{"DATABASE_URL": db.DSN, "LISTEN_ADDR": "127.0.0.1:0", "HEALTH_ADDR": "127.0.0.1:0",
+		"CONVERGE_SECRET_KEY_SECRET_ARN": secretARN, "CONVERGE_CALLBACK_KEY_SECRET_ARN": callbackARN, "KEY_REFRESH_INTERVAL": "50ms"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Dev = true // a loopback endpoint
+	srv, err := Start(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	base := "http://" + srv.Addr()
+	req := func(method, path, token, body string) int {
+		t.Helper()
+		r, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := req("POST", "/api/v1/endpoints", "", `{"name":"net","kinds":[{"kind":"vpc","kind_version":1}],"target":{"type":"https","url":"http://127.0.0.1:9/hook"}}`); code != http.StatusCreated {
+		t.Fatalf("register an endpoint: %d", code)
+	}
+	const taskID = "0195a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+	tokenOf := func(key []byte) string {
+		tk, err := callback.NewTokens(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := tk.Mint(callback.Claim{TaskID: taskID, Expires: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	// accepted: the callback route takes the token (the task is unknown,
+	// which answers something other than 401).
+	accepted := func(key []byte) bool {
+		return req("GET", "/v1/tasks/"+taskID, tokenOf(key), "") != http.StatusUnauthorized
+	}
+	st := store.New(db.Pool, store.Config{})
+	opensWith := func(key []byte) bool {
+		ds, err := st.DispatchEndpoints(ctx, mustBox(t, key))
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("dispatch endpoints: %v, %v", ds, err)
+		}
+		return ds[0].SecretErr == nil
+	}
+	if !accepted(callbackA) {
+		t.Fatal("a token of the callback key is refused before any rotation")
+	}
+
+	callbackKeys := [][]byte{callbackA}
+	for rotation := 1; rotation <= 2; rotation++ {
+		for _, arn := range []string{secretARN, callbackARN} {
+			token := krt.Start(ctx, t, sm, arn)
+			for _, step := range krt.Steps {
+				krt.Step(ctx, t, rotator, arn, token, step)
+			}
+		}
+		newSecret := decodeKey(t, krt.Value(ctx, t, sm, secretARN, keyrotation.StageCurrent))
+		newCallback := decodeKey(t, krt.Value(ctx, t, sm, callbackARN, keyrotation.StageCurrent))
+		// Taken up: the new keys work, and the key two rotations back,
+		// which no stage holds any more, is refused.
+		takenUp := func() bool {
+			return accepted(newCallback) && opensWith(newSecret) && (rotation < 2 || !accepted(callbackKeys[rotation-2]))
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for !takenUp() {
+			if time.Now().After(deadline) {
+				t.Fatalf("rotation %d: not taken up within 30s: new token accepted %v, endpoint re-sealed %v, oldest token accepted %v",
+					rotation, accepted(newCallback), opensWith(newSecret), accepted(callbackA))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if prev := callbackKeys[rotation-1]; !accepted(prev) {
+			t.Errorf("rotation %d: a token of the previous key is refused", rotation)
+		}
+		callbackKeys = append(callbackKeys, newCallback)
+	}
+}
+
+func decodeKey(t *testing.T, s string) []byte {
+	t.Helper()
+	k, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
