@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
@@ -26,16 +27,20 @@ import (
 
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	r, err := rotator(context.Background(), os.Getenv, log)
-	if err != nil {
-		log.Error("keyrotation function misconfigured", "err", err)
-		os.Exit(1)
+	cfg, err := config(os.Getenv, log)
+	if err == nil {
+		var awsCfg aws.Config
+		if awsCfg, err = awsconfig.LoadDefaultConfig(context.Background()); err == nil {
+			lambda.Start(keyrotation.New(secretsmanager.NewFromConfig(awsCfg), cfg).Handle)
+			return
+		}
 	}
-	lambda.Start(r.Handle)
+	log.Error("keyrotation function misconfigured", "err", err)
+	os.Exit(1)
 }
 
-// rotator builds the Rotator from the environment.
-func rotator(ctx context.Context, getenv func(string) string, log *slog.Logger) (*keyrotation.Rotator, error) {
+// config reads the rotation's configuration from the environment.
+func config(getenv func(string) string, log *slog.Logger) (keyrotation.Config, error) {
 	cfg := keyrotation.Config{KeyBytes: map[string]int{}, Logger: log}
 	var errs []error
 	for _, s := range []struct {
@@ -60,12 +65,5 @@ func rotator(ctx context.Context, getenv func(string) string, log *slog.Logger) 
 			}
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("load the AWS configuration: %w", err)
-	}
-	return keyrotation.New(secretsmanager.NewFromConfig(awsCfg), cfg), nil
+	return cfg, errors.Join(errs...)
 }

@@ -157,6 +157,10 @@ func (src *keySource) read(ctx context.Context) (keySet, error) {
 	return ks, errors.Join(errs...)
 }
 
+// refreshTimeoutMin bounds one refresh (the reads and a re-seal) from
+// below, whatever the interval: a short interval skips ticks instead.
+const refreshTimeoutMin = 30 * time.Second
+
 // resealTicks is how many refreshes re-seal after the secret key changed:
 // the one that saw it and two more, so a pass starts at least one interval
 // after this pod took up the change, when every control pod has (they all
@@ -207,7 +211,7 @@ func (r *keyRefresher) run(ctx context.Context) {
 
 // refresh re-reads the secrets once and takes up what changed.
 func (r *keyRefresher) refresh(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, r.interval)
+	ctx, cancel := context.WithTimeout(ctx, max(r.interval, refreshTimeoutMin))
 	defer cancel()
 	ks, err := r.src.read(ctx)
 	if err != nil {
