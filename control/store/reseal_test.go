@@ -67,6 +67,16 @@ func TestResealSecrets(t *testing.T) {
 		}
 	})
 
+	versions := func(box *store.SecretBox) map[string]int64 {
+		t.Helper()
+		out := map[string]int64{}
+		for _, d := range dispatchEndpoints(t, b, box) {
+			out[d.Name] = d.ResourceVersion
+		}
+		return out
+	}
+	wantVersions := versions(boxA)
+
 	// Rotation 1: B seals, A still opens; re-seal what A sealed.
 	boxB := mustBox(keyB, keyA)
 	n, err := b.st.ResealSecrets(b.ctx, boxB, keyA)
@@ -85,6 +95,10 @@ func TestResealSecrets(t *testing.T) {
 	onlyC := mustBox(keyC)
 	if diff := cmp.Diff(want, secretsOf(t, b, onlyC)); diff != "" {
 		t.Errorf("secrets after two rotations (-want +got):\n%s", diff)
+	}
+	// A re-seal is no write of the user's: If-Match versions still hold.
+	if diff := cmp.Diff(wantVersions, versions(onlyC)); diff != "" {
+		t.Errorf("resource versions after two re-seals (-want +got):\n%s", diff)
 	}
 	idem.Box = onlyC
 	got, err := b.st.IdempotencyTake(b.ctx, idem)
