@@ -13,8 +13,8 @@
 //     the next rotation starts afresh.
 //   - setSecret has nothing to write elsewhere: the converge pods pull the
 //     keys themselves, re-reading AWSCURRENT, AWSPREVIOUS and AWSPENDING every
-//     KEY_REFRESH_INTERVAL. It waits until the pending version is Propagation
-//     old, so every pod accepts the new key before any pod uses it.
+//     KEY_REFRESH_INTERVAL. It waits Propagation, so every pod accepts the
+//     new key before any pod uses it.
 //   - testSecret checks the pending value decodes to the right length.
 //   - finishSecret moves AWSCURRENT to the new version (Secrets Manager
 //     moves AWSPREVIOUS to the version it left) and drops its AWSPENDING.
@@ -82,8 +82,8 @@ type Config struct {
 	// KeyBytes maps the ARN of each secret the function may rotate to the
 	// length of its key. A secret not listed is refused.
 	KeyBytes map[string]int
-	// Propagation is how old the pending version must be before setSecret
-	// returns. Defaults to PropagationDefault; negative: no wait.
+	// Propagation is how long setSecret waits once the pending key exists.
+	// Defaults to PropagationDefault; negative: no wait.
 	Propagation time.Duration
 	// MinKeyAge is how old AWSCURRENT must be before createSecret replaces
 	// it. Defaults to MinKeyAgeDefault; negative: no minimum.
@@ -148,7 +148,7 @@ func (r *Rotator) Handle(ctx context.Context, ev Event) error {
 	case "createSecret":
 		return r.create(ctx, log, arn, ev.ClientRequestToken, n)
 	case "setSecret":
-		return r.set(ctx, log, arn, ev.ClientRequestToken)
+		return r.set(ctx, log, arn, ev.ClientRequestToken, n)
 	case "testSecret":
 		_, err := r.pending(ctx, arn, ev.ClientRequestToken, n)
 		return err
@@ -193,19 +193,20 @@ func (r *Rotator) create(ctx context.Context, log *slog.Logger, arn, token strin
 	return nil
 }
 
-// set waits until the pending version is Propagation old: by then every
-// pod has re-read the secret and accepts the new key.
-func (r *Rotator) set(ctx context.Context, log *slog.Logger, arn, token string) error {
-	out, err := r.sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn), VersionId: aws.String(token), VersionStage: aws.String(StagePending)})
-	if err != nil {
-		return fmt.Errorf("read %s of %s: %w", StagePending, arn, err)
+// set checks the pending key exists, then waits Propagation: every pod
+// re-reads the secret within KEY_REFRESH_INTERVAL of the key's staging,
+// which came before this call, so by then every pod accepts it. The wait
+// is counted from here, not from the version's creation date, which may
+// be that of the empty version RotateSecret made before createSecret ran.
+func (r *Rotator) set(ctx context.Context, log *slog.Logger, arn, token string, n int) error {
+	if _, err := r.pending(ctx, arn, token, n); err != nil {
+		return err
 	}
-	wait := aws.ToTime(out.CreatedDate).Add(r.cfg.Propagation).Sub(r.cfg.Now())
-	if wait <= 0 {
+	if r.cfg.Propagation <= 0 {
 		return nil
 	}
-	log.Info("waiting for every pod to accept the new key", "wait", wait.Round(time.Second))
-	t := time.NewTimer(wait)
+	log.Info("waiting for every pod to accept the new key", "wait", r.cfg.Propagation)
+	t := time.NewTimer(r.cfg.Propagation)
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -42,7 +42,7 @@ type keyVersions struct {
 	current  []byte
 	previous []byte // AWSPREVIOUS, nil if none: what a re-seal retires
 	pending  []byte // AWSPENDING during a rotation, nil otherwise
-	staged   string // the three stages' version ids: any change is a rotation step
+	staged   string // the ids of the versions loaded per stage: any change is a rotation step
 }
 
 // versions is k's staged version ids, "" for nil.
@@ -65,8 +65,10 @@ func (k *keyVersions) accepted() [][]byte {
 }
 
 // read returns the key's staged versions, fetching only the versions it
-// has not seen. A pending value that does not parse is left out: the
-// rotation's testSecret step refuses it, so it never becomes current.
+// has not seen. A pending version without a value (RotateSecret makes it
+// empty; createSecret fills it) or whose value does not parse is left out,
+// and out of staged, so the value it gets later is a change: the rotation's
+// testSecret step refuses a bad one, so it never becomes current.
 func (s *keySecret) read(ctx context.Context, sm *secretsmanager.Client) (*keyVersions, error) {
 	desc, err := sm.DescribeSecret(ctx, &secretsmanager.DescribeSecretInput{SecretId: aws.String(s.arn)})
 	if err != nil {
@@ -84,7 +86,7 @@ func (s *keySecret) read(ctx context.Context, sm *secretsmanager.Client) (*keyVe
 	if ids[stagePending] == ids[stageCurrent] {
 		ids[stagePending] = ""
 	}
-	k := &keyVersions{staged: ids[stageCurrent] + "/" + ids[stagePrevious] + "/" + ids[stagePending]}
+	k := &keyVersions{}
 	seen := map[string][]byte{}
 	for _, v := range []struct {
 		stage string
@@ -96,6 +98,7 @@ func (s *keySecret) read(ctx context.Context, sm *secretsmanager.Client) (*keyVe
 		}
 		key, err := s.value(ctx, sm, id)
 		if err != nil && v.stage == stagePending {
+			ids[stagePending] = "" // not loaded: its value, once there, is a change
 			continue
 		}
 		if err != nil {
@@ -103,6 +106,7 @@ func (s *keySecret) read(ctx context.Context, sm *secretsmanager.Client) (*keyVe
 		}
 		*v.dst, seen[id] = key, key
 	}
+	k.staged = ids[stageCurrent] + "/" + ids[stagePrevious] + "/" + ids[stagePending]
 	s.values = seen
 	return k, nil
 }

@@ -129,6 +129,7 @@ func TestKeyRotation(t *testing.T) {
 	keysSecret, keysCallback := [][]byte{secretA}, [][]byte{callbackA}
 	for rotation := 1; rotation <= 2; rotation++ {
 		tokSecret, tokCallback := krt.Start(ctx, t, sm, secretARN), krt.Start(ctx, t, sm, callbackARN)
+		r.refresh(ctx) // the new versions are staged, still without a value
 		krt.Step(ctx, t, rotator, secretARN, tokSecret, "createSecret")
 		krt.Step(ctx, t, rotator, callbackARN, tokCallback, "createSecret")
 		r.refresh(ctx)
