@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/startstop"
@@ -186,15 +187,24 @@ type keyRefresher struct {
 	// on a pod that does not dispatch.
 	setTokenKeys func(key []byte, previous ...[]byte) error
 	store        *store.Store // set on a control pod: it re-seals
-	log          *slog.Logger
-	last         keySet
-	reseals      int // refreshes left that re-seal
+	// errors counts failed refreshes and re-seals
+	// (converge_key_refresh_errors_total).
+	errors  prometheus.Counter
+	log     *slog.Logger
+	last    keySet
+	reseals int // refreshes left that re-seal
 }
 
 // Start re-reads the secrets every interval until Stop.
 func (r *keyRefresher) Start(ctx context.Context) error {
 	r.loop.Start(ctx, r.run)
 	return nil
+}
+
+// newKeyRefreshErrors is converge_key_refresh_errors_total.
+func newKeyRefreshErrors() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: "converge_key_refresh_errors_total",
+		Help: "Re-reads of the keys' secrets, and re-seals, that failed; the keys in use stay."})
 }
 
 // Stop stops re-reading; the keys in use stay.
@@ -219,11 +229,13 @@ func (r *keyRefresher) refresh(ctx context.Context) {
 	defer cancel()
 	ks, err := r.src.read(ctx)
 	if err != nil {
+		r.errors.Inc()
 		r.log.Error("keys: cannot re-read the keys' secrets; the keys in use stay", "err", err)
 		return
 	}
 	if k := ks.secret; k != nil && r.box != nil && k.staged != r.last.secret.versions() {
 		if err := r.box.SetKeys(k.current, k.accepted()...); err != nil {
+			r.errors.Inc()
 			r.log.Error("keys: the secret key's new versions do not load; the keys in use stay", "err", err)
 			return
 		}
@@ -232,6 +244,7 @@ func (r *keyRefresher) refresh(ctx context.Context) {
 	}
 	if k := ks.callback; k != nil && r.setTokenKeys != nil && k.staged != r.last.callback.versions() {
 		if err := r.setTokenKeys(k.current, k.accepted()...); err != nil {
+			r.errors.Inc()
 			r.log.Error("keys: the callback key's new versions do not load; the keys in use stay", "err", err)
 			return
 		}
@@ -241,6 +254,7 @@ func (r *keyRefresher) refresh(ctx context.Context) {
 	if r.store != nil && r.reseals > 0 && r.last.secret != nil {
 		r.reseals--
 		if err := reseal(ctx, r.store, r.box, r.last.secret, r.log); err != nil {
+			r.errors.Inc()
 			r.log.Error("keys: cannot re-seal under the current secret key; trying again next refresh", "err", err)
 			r.reseals = max(r.reseals, 1)
 		}

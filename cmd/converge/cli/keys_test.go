@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/callback"
@@ -74,7 +75,7 @@ func TestKeyRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &keyRefresher{src: src, interval: time.Minute, box: box, setTokenKeys: tokens.SetKeys, store: st,
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)), last: src.initial}
+		errors: newKeyRefreshErrors(), log: slog.New(slog.NewTextHandler(io.Discard, nil)), last: src.initial}
 	_, endpointSecret, err := st.CreateEndpoint(ctx, box, store.PutEndpointParams{Name: "net", Kinds: []store.EndpointKind{{Kind: "vpc", KindVersion: 1}},
 		Target: store.EndpointTarget{Type: store.TargetHTTPS, URL: "https://net.example.com/converge"}})
 	if err != nil {
@@ -182,6 +183,19 @@ func TestKeyRotation(t *testing.T) {
 			t.Errorf("rotation %d: fetchKeys read %x (previous %x), %x (previous %x)", rotation, c.SecretKey, c.PreviousSecretKeys, c.CallbackKey, c.PreviousCallbackKeys)
 		}
 		keysSecret, keysCallback = append(keysSecret, newSecret), append(keysCallback, newCallback)
+	}
+
+	if n := testutil.ToFloat64(r.errors); n != 0 {
+		t.Errorf("%v refresh errors in two rotations", n)
+	}
+	// A re-read that fails counts, and keeps the keys in use.
+	r.src.secret.arn = "converge/deleted"
+	r.refresh(ctx)
+	if n := testutil.ToFloat64(r.errors); n != 1 {
+		t.Errorf("converge_key_refresh_errors_total = %v after a failed re-read, want 1", n)
+	}
+	if !sealedWith(keysSecret[2]) || !mintedWith(keysCallback[2]) {
+		t.Error("a failed re-read changed the keys in use")
 	}
 
 	// Two rotations on, the first keys are gone: their token is refused,

@@ -482,13 +482,17 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 // re-seals what the secret key's AWSPREVIOUS version sealed, then every pod
 // re-reads the keys' secrets every KEY_REFRESH_INTERVAL.
 func (s *Server) startKeyRefresh(ctx context.Context, src *keySource, box *store.SecretBox, d *dispatch.Dispatcher, control bool) error {
-	r := &keyRefresher{src: src, interval: s.cfg.KeyRefreshInterval, box: box, log: s.log, last: src.initial}
+	r := &keyRefresher{src: src, interval: s.cfg.KeyRefreshInterval, box: box, errors: newKeyRefreshErrors(), log: s.log, last: src.initial}
+	if err := s.metrics.Register(r.errors); err != nil {
+		return err
+	}
 	if d != nil {
 		r.setTokenKeys = d.SetTokenKeys
 	}
 	if control && box != nil && src.initial.secret != nil {
 		r.store, r.reseals = s.store, resealTicks-1
 		if err := reseal(ctx, s.store, box, src.initial.secret, s.log); err != nil {
+			r.errors.Inc()
 			s.log.Error("keys: cannot re-seal under the current secret key; trying again next refresh", "err", err)
 		}
 	}
