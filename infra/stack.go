@@ -231,6 +231,9 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 
 	suppress(db.Node().FindChild(jsii.String("Secret")), "AwsSolutions-SMG4", "The master user's password is used once, by the bootstrap through the Data API, to create the IAM-authenticated converge role; converge itself never uses a password (DB_IAM_AUTH). Rotation would add a rotation function inside the isolated database subnets for a credential otherwise unused.")
 	bootstrap := newBootstrap(stack, db, secretKey, callbackKey, metricsSecret)
+	if err := addKeyRotation(stack, cfg, key, secretKey, callbackKey, bootstrap); err != nil {
+		return nil, err
+	}
 
 	// The quickstart provider on Lambda, behind an AWS_IAM Function URL.
 	providerLogs := awslogs.NewLogGroup(stack, jsii.String("ProviderLogs"), &awslogs.LogGroupProps{
