@@ -182,11 +182,6 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 			PasswordLength: jsii.Number(64), ExcludePunctuation: jsii.Bool(true), IncludeSpace: jsii.Bool(false),
 		},
 	})
-	// Secrets Manager rotation of these two is wired by infra/rotation.go
-	// (the server accepts the current and the previous key); until then:
-	for _, k := range []awssecretsmanager.Secret{secretKey, callbackKey} {
-		suppress(k, "AwsSolutions-SMG4", "Rotating this key needs the server to accept both the current and the previous key (AWSCURRENT and AWSPREVIOUS), which the key-rotation change brings with its rotation schedule.")
-	}
 	suppress(metricsSecret, "AwsSolutions-SMG4", "The read token (CONVERGE_READ_TOKENS) and the scrape configuration embedding it: ECS injects both into the tasks at start, so a scheduled rotation would leave running tasks and the agent on the old token until a redeploy. Operators rotate it with put-secret-value and a forced new deployment.")
 	suppress(adminToken, "AwsSolutions-SMG4", "The operators' admin bearer token (conctl), injected by ECS at task start: an unattended rotation would change it under operators without reaching running tasks. Operators rotate it with put-secret-value and a forced new deployment.")
 	suppress(signingSecret, "AwsSolutions-SMG4", "The quickstart provider endpoint's signing secret, whose authoritative copy converge keeps in its database: it changes through POST /api/v1/endpoints/{name}/rotate-secret (the old secret stays valid 24 h) and then the function's PROVIDER_SECRETS, an order a Secrets Manager rotation function cannot drive.")
