@@ -13,7 +13,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart demo-unhealthy demo-datadriven dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra ui ui-types test-ui bench-ui chromium python-tools
+.PHONY: help demo demo-quickstart demo-unhealthy demo-datadriven dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra rehearse-aws image image-push test-image ui ui-types test-ui bench-ui chromium python-tools
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -111,6 +111,39 @@ build: $(if $(NPM),ui) ## build converge (with the console when npm is present),
 	@mkdir -p bin
 	@$(if $(NPM),,echo "build: npm is missing: converge will serve a page saying how to build the console (make ui)")
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/converge ./cmd/conctl ./cmd/stdprovider ./examples/...
+
+# The converge OCI image, built without Docker by internal/image (go-containerregistry):
+# for each of IMAGE_PLATFORMS a static converge (CGO_ENABLED=0, the console embedded,
+# Go's time zone data in it through -tags timetzdata) on an empty base with Mozilla's
+# CA roots, the nonroot user (65532) and no shell, into the OCI layout bin/image/oci
+# (one image index). Its dates are SOURCE_DATE_EPOCH, else the commit's time, and the
+# binaries carry no VCS stamp (-buildvcs=false; the revision is the image's label), so
+# one commit builds the same bytes wherever it is checked out.
+# RDS_CA_BUNDLE (a file or an https URL) goes in at /etc/ssl/certs/rds-global-bundle.pem,
+# infra/'s sslrootcert; where it cannot be had the image is built without it, with a
+# warning, and image-push refuses it unless IMAGE_ALLOW_NO_RDS_CA=1.
+IMAGE_PLATFORMS ?= linux/arm64 linux/amd64
+IMAGE_SOURCE ?= https://github.com/convergeplane/converge
+RDS_CA_BUNDLE ?= https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE ?=
+IMAGE_ALLOW_NO_RDS_CA ?=
+
+image: ui ## build the converge OCI image (linux/arm64 and linux/amd64, no Docker) into bin/image/oci (RDS_CA_BUNDLE=file or URL, SOURCE_DATE_EPOCH)
+	@set -e; rm -rf bin/image; mkdir -p bin/image; bins=; for p in $(IMAGE_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; out=bin/image/converge-$$os-$$arch; echo "image: $$out"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -buildvcs=false -tags timetzdata -ldflags "-s -w $(LDFLAGS)" -o $$out ./cmd/converge; \
+	  bins="$$bins -binary $$p=$$out"; done; \
+	$(GO) run ./internal/image build -out bin/image/oci $$bins -version "$(VERSION)" -source "$(IMAGE_SOURCE)" \
+	  -revision "$(IMAGE_REVISION)" -created "$(SOURCE_DATE_EPOCH)" -rds-ca "$(RDS_CA_BUNDLE)"
+
+image-push: ## push the image make image wrote to IMAGE=<registry>/<repo>:<tag> (IMAGE_PASSWORD, e.g. from aws ecr get-login-password, else the docker keychain)
+	@[ -n "$(IMAGE)" ] || { echo "image-push: IMAGE=<registry>/<repo>:<tag> is required" >&2; exit 1; }
+	$(GO) run ./internal/image push -layout bin/image/oci -image "$(IMAGE)" $(if $(IMAGE_ALLOW_NO_RDS_CA),-allow-no-rds-ca)
+
+test-image: postgres image ## make image, then its test: the config, the files, no shell, a static binary, and the amd64 binary run from it (converge version, converge dev to /readyz)
+	IMAGE_LAYOUT="$(CURDIR)/bin/image/oci" $(GO) test -count=1 -timeout 15m -run '^TestImage$$' -v ./internal/image/
 
 # The Lambda functions in functions/: one zip per function and architecture for the
 # provided.al2023 runtime, the executable named bootstrap inside. lambda.norpc drops
@@ -248,16 +281,20 @@ check-sam: ## cfn-lint template.yaml and its aws-sam-translator translation (bin
 # Synthesis here needs no cdk CLI: the app writes the cloud assembly itself.
 INFRA_CERT ?= arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000000
 INFRA_DOMAIN ?= converge.example.com
+# A stand-in ECR image URI: synthesis and cfn-lint never pull it (deploy with
+# -c imageUri=… of the image make image built and you pushed).
+INFRA_IMAGE ?= 123456789012.dkr.ecr.us-east-1.amazonaws.com/converge:synth
+INFRA_REGION ?= us-east-1
 PROVIDER_ZIP := bin/functions/quickstart-arm64.zip
 # jsii prints a banner on every run that Node 20, this machine's, is past its
 # end of life; it works, and the banner buried each CI log's real output.
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-infra-synth: ## synthesize the CDK stack into infra/cdk.out and cfn-lint it (INFRA_CERT, INFRA_DOMAIN)
+infra-synth: ## synthesize the CDK stack into infra/cdk.out and cfn-lint it (INFRA_CERT, INFRA_DOMAIN, INFRA_IMAGE, INFRA_REGION)
 	@placeholder=false; if [ ! -f $(PROVIDER_ZIP) ]; then placeholder=true; \
 	  echo "infra-synth: $(PROVIDER_ZIP) is absent (make functions builds it): synthesizing with the placeholder provider"; fi; \
-	cd infra && rm -rf cdk.out && CDK_OUTDIR=cdk.out \
-	  CDK_CONTEXT_JSON="{\"certificateArn\":\"$(INFRA_CERT)\",\"domainName\":\"$(INFRA_DOMAIN)\",\"placeholderProvider\":\"$$placeholder\"}" \
+	cd infra && rm -rf cdk.out && CDK_OUTDIR=cdk.out CDK_DEFAULT_REGION=$(INFRA_REGION) \
+	  CDK_CONTEXT_JSON="{\"certificateArn\":\"$(INFRA_CERT)\",\"domainName\":\"$(INFRA_DOMAIN)\",\"imageUri\":\"$(INFRA_IMAGE)\",\"placeholderProvider\":\"$$placeholder\"}" \
 	  $(GO) run .
 	@if command -v cfn-lint >/dev/null; then cfn-lint --non-zero-exit-code error infra/cdk.out/Converge.template.json && echo "infra-synth: infra/cdk.out/Converge.template.json passes cfn-lint"; \
 	else echo "infra-synth: cfn-lint SKIPPED (not installed)"; fi
@@ -265,6 +302,18 @@ infra-synth: ## synthesize the CDK stack into infra/cdk.out and cfn-lint it (INF
 test-infra: ## the CDK stack's assertion tests (slow to compile cold; not part of make test)
 	cd infra && $(GO) test -count=1 -timeout 20m ./...
 
+# The deploy rehearsed offline (infra/rehearse/README.md): the CDK stack,
+# synthesized by the test with infra-synth's context but a certificate moto
+# issues, and template.yaml through scripts/sam-translate.py, created,
+# updated and deleted in moto_server's CloudFormation. Function packages
+# from `make functions` when built, placeholders otherwise. REHEARSE_REPORT
+# gets the table of resource types moto did and did not create.
+REHEARSE_REPORT ?= infra/rehearse-report.md
+
+rehearse-aws: ## deploy, update and delete the CDK and SAM stacks in moto_server's CloudFormation, checking each resource through its API (~20 s warm)
+	cd infra && REHEARSE_AWS=1 REHEARSE_REPORT="$(abspath $(REHEARSE_REPORT))" \
+	  REHEARSE_CDK_CONTEXT='{"domainName":"$(INFRA_DOMAIN)","imageUri":"$(INFRA_IMAGE)","placeholderProvider":"$(if $(wildcard $(PROVIDER_ZIP)),false,true)"}' \
+	  $(GO) test -count=1 -timeout 15m -v -run '^TestRehearseAWS$$' ./rehearse/
 
 # Native Go fuzzing (issue #14): every target in scripts/fuzz.sh, one
 # `go test -fuzz` each, FUZZTIME each (17 targets: about 4 minutes at 10s).

@@ -310,6 +310,13 @@ func New(cfg Config, eng *engine.Engine, st *store.Store, wake Wakeups) (*Dispat
 // too.
 func (d *Dispatcher) Callbacks() http.Handler { return d.cb }
 
+// SetTokenKeys makes key the key callback tokens are minted with, and key
+// and previous the keys they are verified with, on this dispatcher and its
+// callback receiver at once (a key rotation taken up while running).
+func (d *Dispatcher) SetTokenKeys(key []byte, previous ...[]byte) error {
+	return d.tokens.SetKeys(key, previous...)
+}
+
 // Registry returns the live endpoint registry: PairStatus for why a kind
 // parks, Status for the endpoint detail (health, breaker, in-flight).
 func (d *Dispatcher) Registry() *registry.Registry { return d.reg }

@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsecrassets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsecs"
 	elbv2 "github.com/aws/aws-cdk-go/awscdk/v2/awselasticloadbalancingv2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
@@ -26,13 +25,19 @@ import (
 
 // Config is what the stack reads from CDK context (cdk.json or -c key=value).
 type Config struct {
-	// CertificateArn is the ACM certificate of the HTTPS listener.
+	// ImageURI is the converge image both services run (make image, pushed
+	// to a registry): an ECR URI with a tag or digest, or any registry's.
+	ImageURI string
+	// CertificateArn is the ACM certificate of the HTTPS listener; without
+	// it, a hosted zone must be given and the stack issues one.
 	CertificateArn string
 	// DomainName is the name that certificate covers, pointed (CNAME/alias)
 	// at the load balancer: providers call back to https://DomainName.
 	DomainName string
-	// RepoRoot holds the Dockerfile the converge image is built from.
-	RepoRoot string
+	// HostedZoneID and HostedZoneName name a Route 53 public zone holding
+	// DomainName: the stack then writes the alias record to the load
+	// balancer and, without CertificateArn, a DNS-validated certificate.
+	HostedZoneID, HostedZoneName string
 	// ProviderZip is the quickstart provider's Lambda package (make functions).
 	ProviderZip string
 	// PlaceholderProvider deploys a stand-in function when ProviderZip is
@@ -42,8 +47,56 @@ type Config struct {
 	CloudWatchAgentImage string
 	// DeletionProtection guards the database against `cdk destroy`.
 	DeletionProtection bool
+	// VPCEndpoints adds the VPC endpoints (addEndpoints); without them
+	// the tasks reach the same AWS APIs through the internet gateway.
+	VPCEndpoints bool
+	// ReaderCount is the number of Aurora readers beside the writer.
+	ReaderCount int
+	// BackupRetentionDays (1 to 35) and BackupWindow (hh:mm-hh:mm UTC, at
+	// least 30 minutes) are the database's automated backups.
+	BackupRetentionDays int
+	BackupWindow        string
+	// AccessLogRetentionDays is how long the load balancer's access logs are kept.
+	AccessLogRetentionDays int
+	// Control and Dispatch bound each service's autoscaling.
+	Control, Dispatch TaskRange
+	// QueueScaleOutDepth is the number of queued tasks above which the
+	// dispatcher scales out (twice and four times it, faster).
+	QueueScaleOutDepth float64
 	// Alarm thresholds: failed deliveries per 5 minutes, and queued tasks.
 	FailedDeliveriesThreshold, QueueDepthThreshold float64
+}
+
+// TaskRange is the least and the most tasks autoscaling keeps a service at.
+type TaskRange struct{ Min, Max int }
+
+// validate reports the first setting the stack cannot be built from.
+func (c Config) validate() error {
+	switch {
+	case c.ImageURI == "":
+		return fmt.Errorf("context imageUri is required: the converge image the services run (make image, then push it to ECR)")
+	case strings.Contains(c.ImageURI, ".dkr.ecr.") && !ecrImage.MatchString(c.ImageURI):
+		return fmt.Errorf("context imageUri %s: want ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPOSITORY:TAG or @sha256:DIGEST", c.ImageURI)
+	case c.DomainName == "":
+		return fmt.Errorf("context domainName is required: the name providers call back to and the certificate covers")
+	case (c.HostedZoneID == "") != (c.HostedZoneName == ""):
+		return fmt.Errorf("context hostedZoneId and hostedZoneName go together")
+	case c.CertificateArn == "" && c.HostedZoneID == "":
+		return fmt.Errorf("context certificateArn, or hostedZoneId and hostedZoneName (to issue one), is required for the HTTPS listener")
+	case c.HostedZoneName != "" && c.DomainName != c.HostedZoneName && !strings.HasSuffix(c.DomainName, "."+c.HostedZoneName):
+		return fmt.Errorf("context domainName %s is not in hosted zone %s", c.DomainName, c.HostedZoneName)
+	case c.BackupRetentionDays < 1 || c.BackupRetentionDays > 35:
+		return fmt.Errorf("context backupRetentionDays: want 1 to 35, got %d", c.BackupRetentionDays)
+	case c.AccessLogRetentionDays < 1:
+		return fmt.Errorf("context accessLogRetentionDays: want at least 1")
+	case c.Control.Min < 1 || c.Control.Max < c.Control.Min:
+		return fmt.Errorf("context controlMinTasks/controlMaxTasks: want 1 <= min <= max, got %d and %d", c.Control.Min, c.Control.Max)
+	case c.Dispatch.Min < 1 || c.Dispatch.Max < c.Dispatch.Min:
+		return fmt.Errorf("context dispatchMinTasks/dispatchMaxTasks: want 1 <= min <= max, got %d and %d", c.Dispatch.Min, c.Dispatch.Max)
+	case c.QueueScaleOutDepth <= 0:
+		return fmt.Errorf("context queueScaleOutDepth: want a positive number")
+	}
+	return nil
 }
 
 // The ports converge listens on (LISTEN_ADDR, HEALTH_ADDR).
@@ -65,8 +118,8 @@ const (
 // converge roles behind an HTTPS load balancer, the Lambda-hosted quickstart
 // provider, keys and alarms.
 func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *awscdk.StackProps) (awscdk.Stack, error) {
-	if cfg.CertificateArn == "" || cfg.DomainName == "" {
-		return nil, fmt.Errorf("context certificateArn and domainName are required (the HTTPS listener's ACM certificate and the name it covers)")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	code, err := providerCode(cfg)
 	if err != nil {
@@ -77,7 +130,10 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 	// Public subnets for the load balancer and the tasks, isolated ones for the
 	// database, and no NAT gateway: the dispatcher must reach providers on the
 	// internet anyway, so the tasks get public IPs and a security group that
-	// only admits the load balancer.
+	// only admits the load balancer. The VPC endpoints (addEndpoints) keep
+	// the tasks' AWS API calls, the image pull and the logs inside the VPC;
+	// only calls to providers and Lambda Function URLs leave through the
+	// internet gateway.
 	vpc := awsec2.NewVpc(stack, jsii.String("Vpc"), &awsec2.VpcProps{
 		MaxAzs:      jsii.Number(2),
 		NatGateways: jsii.Number(0),
@@ -85,6 +141,12 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 			{Name: jsii.String("public"), SubnetType: awsec2.SubnetType_PUBLIC, CidrMask: jsii.Number(24)},
 			{Name: jsii.String("db"), SubnetType: awsec2.SubnetType_PRIVATE_ISOLATED, CidrMask: jsii.Number(24)},
 		},
+	})
+	vpc.AddFlowLog(jsii.String("FlowLog"), &awsec2.FlowLogOptions{
+		Destination: awsec2.FlowLogDestination_ToCloudWatchLogs(awslogs.NewLogGroup(stack, jsii.String("FlowLogs"), &awslogs.LogGroupProps{
+			Retention: awslogs.RetentionDays_ONE_MONTH, RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
+		}), nil),
+		TrafficType: awsec2.FlowLogTrafficType_ALL,
 	})
 
 	// One customer-managed key for every secret and the database storage.
@@ -120,15 +182,32 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 			PasswordLength: jsii.Number(64), ExcludePunctuation: jsii.Bool(true), IncludeSpace: jsii.Bool(false),
 		},
 	})
+	suppress(metricsSecret, "AwsSolutions-SMG4", "The read token (CONVERGE_READ_TOKENS) and the scrape configuration embedding it: ECS injects both into the tasks at start, so a scheduled rotation would leave running tasks and the agent on the old token until a redeploy. Operators rotate it with put-secret-value and a forced new deployment.")
+	suppress(adminToken, "AwsSolutions-SMG4", "The operators' admin bearer token (conctl), injected by ECS at task start: an unattended rotation would change it under operators without reaching running tasks. Operators rotate it with put-secret-value and a forced new deployment.")
+	suppress(signingSecret, "AwsSolutions-SMG4", "The quickstart provider endpoint's signing secret, whose authoritative copy converge keeps in its database: it changes through POST /api/v1/endpoints/{name}/rotate-secret (the old secret stays valid 24 h) and then the function's PROVIDER_SECRETS, an order a Secrets Manager rotation function cannot drive.")
 
 	// Aurora PostgreSQL Serverless v2. 0.5 ACU is the floor that matters:
 	// every converge process heartbeats every 10 s, so the cluster never
 	// idles long enough to pause at 0.
+	// The readers serve the API's GET routes (DATABASE_READ_URL). The first
+	// scales with the writer: it is the failover target, so it must be able
+	// to carry the writer's load the moment it is promoted.
+	readers := []awsrds.IClusterInstance{}
+	for i := range cfg.ReaderCount {
+		readers = append(readers, awsrds.ClusterInstance_ServerlessV2(jsii.String(fmt.Sprintf("reader%d", i+1)), &awsrds.ServerlessV2ClusterInstanceProps{
+			ScaleWithWriter: jsii.Bool(i == 0),
+		}))
+	}
 	db := awsrds.NewDatabaseCluster(stack, jsii.String("Db"), &awsrds.DatabaseClusterProps{
 		Engine: awsrds.DatabaseClusterEngine_AuroraPostgres(&awsrds.AuroraPostgresClusterEngineProps{
 			Version: awsrds.AuroraPostgresEngineVersion_VER_17_5(),
 		}),
-		Writer:                  awsrds.ClusterInstance_ServerlessV2(jsii.String("writer"), nil),
+		Writer:  awsrds.ClusterInstance_ServerlessV2(jsii.String("writer"), nil),
+		Readers: &readers,
+		Backup: &awsrds.BackupProps{
+			Retention:       awscdk.Duration_Days(jsii.Number(float64(cfg.BackupRetentionDays))),
+			PreferredWindow: jsii.String(cfg.BackupWindow),
+		},
 		ServerlessV2MinCapacity: jsii.Number(0.5),
 		ServerlessV2MaxCapacity: jsii.Number(4),
 		Vpc:                     vpc,
@@ -145,7 +224,11 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 		RemovalPolicy:        awscdk.RemovalPolicy_SNAPSHOT,
 	})
 
+	suppress(db.Node().FindChild(jsii.String("Secret")), "AwsSolutions-SMG4", "The master user's password is used once, by the bootstrap through the Data API, to create the IAM-authenticated converge role; converge itself never uses a password (DB_IAM_AUTH). Rotation would add a rotation function inside the isolated database subnets for a credential otherwise unused.")
 	bootstrap := newBootstrap(stack, db, secretKey, callbackKey, metricsSecret)
+	if err := addKeyRotation(stack, cfg, key, secretKey, callbackKey, bootstrap); err != nil {
+		return nil, err
+	}
 
 	// The quickstart provider on Lambda, behind an AWS_IAM Function URL.
 	providerLogs := awslogs.NewLogGroup(stack, jsii.String("ProviderLogs"), &awslogs.LogGroupProps{
@@ -168,25 +251,31 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 	})
 	providerURL := provider.AddFunctionUrl(&awslambda.FunctionUrlOptions{AuthType: awslambda.FunctionUrlAuthType_AWS_IAM})
 
-	// The converge image and the ECS cluster both roles run on (Graviton).
-	image := awsecs.ContainerImage_FromAsset(jsii.String(cfg.RepoRoot), &awsecs.AssetImageProps{
-		Platform: awsecrassets.Platform_LINUX_ARM64(),
+	// The converge image (linux/arm64) and the ECS cluster both roles run on (Graviton).
+	image, imageRepo := containerImage(stack, cfg.ImageURI)
+	cluster := awsecs.NewCluster(stack, jsii.String("Cluster"), &awsecs.ClusterProps{
+		Vpc: vpc, ContainerInsightsV2: awsecs.ContainerInsights_ENABLED,
 	})
-	cluster := awsecs.NewCluster(stack, jsii.String("Cluster"), &awsecs.ClusterProps{Vpc: vpc})
 	albSG := awsec2.NewSecurityGroup(stack, jsii.String("AlbSg"), &awsec2.SecurityGroupProps{
 		Vpc: vpc, AllowAllOutbound: jsii.Bool(false), Description: jsii.String("Converge load balancer"),
 	})
 	albSG.AddIngressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(443)), jsii.String("HTTPS"), nil)
+	suppress(albSG, "AwsSolutions-EC23", "The load balancer is the public API and the callback address of providers anywhere on the internet: HTTPS from any IPv4 address is its purpose. AWS WAF filters it (addWAF).")
 	alb := elbv2.NewApplicationLoadBalancer(stack, jsii.String("Alb"), &elbv2.ApplicationLoadBalancerProps{
 		Vpc: vpc, InternetFacing: jsii.Bool(true), SecurityGroup: albSG,
-		VpcSubnets: &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PUBLIC},
+		VpcSubnets:              &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PUBLIC},
+		DropInvalidHeaderFields: jsii.Bool(true),
 	})
+	logAccess(stack, cfg, alb)
+	addWAF(stack, alb)
 	callbackBase := "https://" + cfg.DomainName
-	dbURL := awscdk.Fn_Join(jsii.String(""), &[]*string{
-		jsii.String("postgres://" + dbUser + "@"), db.ClusterEndpoint().Hostname(),
-		jsii.String(":"), awscdk.Token_AsString(db.ClusterEndpoint().Port(), nil),
-		jsii.String("/" + dbName + "?sslmode=verify-full&sslrootcert=/etc/ssl/certs/rds-global-bundle.pem"),
-	})
+	dbURL := func(e awsrds.Endpoint) *string {
+		return awscdk.Fn_Join(jsii.String(""), &[]*string{
+			jsii.String("postgres://" + dbUser + "@"), e.Hostname(),
+			jsii.String(":"), awscdk.Token_AsString(e.Port(), nil),
+			jsii.String("/" + dbName + "?sslmode=verify-full&sslrootcert=/etc/ssl/certs/rds-global-bundle.pem"),
+		})
+	}
 
 	type role struct {
 		name, role      string
@@ -194,10 +283,12 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 		keys            []awssecretsmanager.Secret
 		scrapeMetrics   bool
 		healthCheckPort int
+		// readsFromReaders: the API's GET routes go to the Aurora readers.
+		readsFromReaders bool
 	}
 	services := map[string]awsecs.FargateService{}
 	for _, r := range []role{
-		{name: "Control", role: "control", cpu: 256, mem: 512, keys: []awssecretsmanager.Secret{secretKey}, healthCheckPort: apiPort},
+		{name: "Control", role: "control", cpu: 256, mem: 512, keys: []awssecretsmanager.Secret{secretKey}, healthCheckPort: apiPort, readsFromReaders: true},
 		{name: "Dispatch", role: "dispatch", cpu: 256, mem: 1024, keys: []awssecretsmanager.Secret{secretKey, callbackKey}, scrapeMetrics: true, healthCheckPort: healthPort},
 	} {
 		logs := awslogs.NewLogGroup(stack, jsii.String(r.name+"Logs"), &awslogs.LogGroupProps{
@@ -211,13 +302,17 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 		})
 		env := map[string]*string{
 			"ROLE":              jsii.String(r.role),
-			"DATABASE_URL":      dbURL,
+			"DATABASE_URL":      dbURL(db.ClusterEndpoint()),
 			"DB_IAM_AUTH":       jsii.String("true"),
 			"AWS_REGION":        stack.Region(),
 			"LISTEN_ADDR":       jsii.String(fmt.Sprintf(":%d", apiPort)),
 			"HEALTH_ADDR":       jsii.String(fmt.Sprintf(":%d", healthPort)),
 			"LOG_FORMAT":        jsii.String("json"),
 			"CALLBACK_BASE_URL": jsii.String(callbackBase),
+		}
+		if r.readsFromReaders {
+			// The API's GET routes; DB_IAM_AUTH applies to this pool too.
+			env["DATABASE_READ_URL"] = dbURL(db.ClusterReadEndpoint())
 		}
 		for _, k := range r.keys {
 			name := "CONVERGE_SECRET_KEY_SECRET_ARN"
@@ -228,6 +323,12 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 			k.GrantRead(td.TaskRole(), nil)
 		}
 		db.GrantConnect(td.TaskRole(), jsii.String(dbUser))
+		if imageRepo != nil {
+			imageRepo.GrantPull(td.ObtainExecutionRole())
+			// GrantPull wrote the role's default policy.
+			suppress(td.ObtainExecutionRole().Node().FindChild(jsii.String("DefaultPolicy")), "AwsSolutions-IAM5", "ecr:GetAuthorizationToken has no resource type: ECR only authorizes it on \"*\". The pull itself is scoped to the image's repository.", "Resource::*")
+		}
+		suppress(td, "AwsSolutions-ECS2", "The environment holds configuration only (role, ports, database URLs without credentials, log format, callback URL, secret ARNs); every secret comes from Secrets Manager through ECS secrets or the task role.")
 		td.AddContainer(jsii.String("converge"), &awsecs.ContainerDefinitionOptions{
 			Image:       image,
 			Essential:   jsii.Bool(true),
@@ -246,8 +347,10 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 		sg := awsec2.NewSecurityGroup(stack, jsii.String(r.name+"Sg"), &awsec2.SecurityGroupProps{
 			Vpc: vpc, Description: jsii.String("Converge " + r.role + " tasks"),
 		})
+		// No DesiredCount: autoscaling owns it (addScaling), and a deploy
+		// must not reset a scaled-out service to a fixed count.
 		svc := awsecs.NewFargateService(stack, jsii.String(r.name), &awsecs.FargateServiceProps{
-			Cluster: cluster, TaskDefinition: td, DesiredCount: jsii.Number(1),
+			Cluster: cluster, TaskDefinition: td,
 			AssignPublicIp: jsii.Bool(true), SecurityGroups: &[]awsec2.ISecurityGroup{sg},
 			VpcSubnets:        &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PUBLIC},
 			CircuitBreaker:    &awsecs.DeploymentCircuitBreaker{Rollback: jsii.Bool(true)},
@@ -272,10 +375,10 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 		Port:         jsii.Number(443),
 		Protocol:     elbv2.ApplicationProtocol_HTTPS,
 		SslPolicy:    elbv2.SslPolicy_RECOMMENDED_TLS,
-		Certificates: &[]elbv2.IListenerCertificate{elbv2.ListenerCertificate_FromArn(jsii.String(cfg.CertificateArn))},
+		Certificates: &[]elbv2.IListenerCertificate{elbv2.ListenerCertificate_FromCertificateManager(certificate(stack, cfg, alb))},
 		Open:         jsii.Bool(false),
 	})
-	listener.AddTargets(jsii.String("Control"), &elbv2.AddApplicationTargetsProps{
+	controlTargets := listener.AddTargets(jsii.String("Control"), &elbv2.AddApplicationTargetsProps{
 		Port: jsii.Number(apiPort), Protocol: elbv2.ApplicationProtocol_HTTP,
 		Targets: &[]elbv2.IApplicationLoadBalancerTarget{services["Control"]},
 		// /livez never touches the database: a Postgres blip must not drain every task.
@@ -291,7 +394,11 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 		HealthCheck: &elbv2.HealthCheck{Path: jsii.String("/livez"), Port: jsii.String(fmt.Sprint(healthPort))},
 	})
 
-	addAlarms(stack, cfg)
+	addScaling(cfg, services["Control"], services["Dispatch"], controlTargets)
+	if cfg.VPCEndpoints {
+		addEndpoints(stack, vpc, services["Control"], services["Dispatch"])
+	}
+	addAlarms(stack, cfg, key)
 
 	out := func(id, desc string, v *string) {
 		awscdk.NewCfnOutput(stack, jsii.String(id), &awscdk.CfnOutputProps{Value: v, Description: jsii.String(desc)})
@@ -303,6 +410,7 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 	out("ProviderFunctionUrl", "target.url of a lambda_url endpoint", providerURL.Url())
 	out("ProviderSigningSecretArn", "The endpoint's secret is whsec_ + this secret's value", signingSecret.SecretArn())
 	out("DbClusterEndpoint", "Aurora writer endpoint", db.ClusterEndpoint().Hostname())
+	out("DbReaderEndpoint", "Aurora reader endpoint (the API's GET routes)", db.ClusterReadEndpoint().Hostname())
 	return stack, nil
 }
 
@@ -388,13 +496,16 @@ func newBootstrap(stack awscdk.Stack, db awsrds.DatabaseCluster, secretKey, call
 	db.Secret().GrantRead(role, nil)
 	db.GrantDataApiAccess(role)
 	fn := awslambda.NewFunction(stack, jsii.String("Bootstrap"), &awslambda.FunctionProps{
-		Runtime:  awslambda.Runtime_PYTHON_3_13(),
+		// python3.14, not the newest runtime the CDK lists (python3.15):
+		// cfn-lint's CloudFormation schema (make infra-synth) rejects 3.15.
+		Runtime:  awslambda.Runtime_PYTHON_3_14(),
 		Handler:  jsii.String("index.handler"),
 		Code:     awslambda.Code_FromInline(jsii.String(bootstrapCode)),
 		Timeout:  awscdk.Duration_Minutes(jsii.Number(2)),
 		Role:     role,
 		LogGroup: logs,
 	})
+	suppress(fn, "AwsSolutions-L1", "python3.14 is a supported Lambda runtime; python3.15, the newest the CDK lists, is not yet in the CloudFormation resource schema cfn-lint validates against in CI (make infra-synth).")
 	cr := awscdk.NewCustomResource(stack, jsii.String("BootstrapRun"), &awscdk.CustomResourceProps{
 		ServiceToken: fn.FunctionArn(),
 		Properties: &map[string]any{
@@ -466,18 +577,23 @@ func addMetricsAgent(stack awscdk.Stack, td awsecs.FargateTaskDefinition, image 
 
 // addAlarms raises an alarm (to an SNS topic the operator subscribes to) on
 // failed deliveries and on the queue's depth, from the agent's metrics.
-func addAlarms(stack awscdk.Stack, cfg Config) {
-	topic := awssns.NewTopic(stack, jsii.String("Alarms"), &awssns.TopicProps{DisplayName: jsii.String("Converge alarms")})
+// The topic is encrypted with the stack's key, which CloudWatch may use to
+// publish to it, and refuses publishing without TLS.
+func addAlarms(stack awscdk.Stack, cfg Config, key awskms.Key) {
+	topic := awssns.NewTopic(stack, jsii.String("Alarms"), &awssns.TopicProps{
+		DisplayName: jsii.String("Converge alarms"), MasterKey: key, EnforceSSL: jsii.Bool(true),
+	})
+	key.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil)},
+		Actions:    jsii.Strings("kms:Decrypt", "kms:GenerateDataKey*"),
+		Resources:  jsii.Strings("*"),
+	}), nil)
 	dims := &map[string]*string{"job": jsii.String(metricsJob)}
 	failed := awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 		Namespace: jsii.String(metricsNamespace), MetricName: jsii.String("converge_dispatch_deliveries_total"),
 		DimensionsMap: dims, Statistic: jsii.String("Sum"), Period: awscdk.Duration_Minutes(jsii.Number(5)),
 	})
-	pending := awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-		Namespace: jsii.String(metricsNamespace), MetricName: jsii.String("converge_dispatch_pending_tasks"),
-		// One scrape a minute: the per-minute sum adds every pod's shard range and kind.
-		DimensionsMap: dims, Statistic: jsii.String("Sum"), Period: awscdk.Duration_Minutes(jsii.Number(1)),
-	})
+	pending := pendingTasksMetric()
 	for _, a := range []struct {
 		id, desc  string
 		metric    awscloudwatch.Metric

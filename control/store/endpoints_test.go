@@ -296,6 +296,25 @@ func TestEndpointSecretBox(t *testing.T) {
 	if _, err := store.NewSecretBox(make([]byte, 16)); err == nil {
 		t.Error("a 16-byte key was accepted")
 	}
+	// SetKeys on the box in use: the new key seals, the old one opens; a
+	// bad key set is refused and the keys stay.
+	if err := oldBox.SetKeys(newKey, oldKey); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := oldBox.Seal([]byte("plain"), []byte("row"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	onlyNew, _ := store.NewSecretBox(newKey)
+	if pt, err := onlyNew.Open(fresh, []byte("row")); err != nil || string(pt) != "plain" {
+		t.Errorf("after SetKeys the box sealed with another key: %q, %v", pt, err)
+	}
+	if err := oldBox.SetKeys(newKey, make([]byte, 16)); err == nil {
+		t.Error("SetKeys took a 16-byte key")
+	}
+	if _, err := oldBox.Open(blob, []byte("row")); err != nil {
+		t.Errorf("after a refused SetKeys the old key no longer opens: %v", err)
+	}
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawURLEncoding} {
 		k, err := store.ParseSecretKey(enc.EncodeToString(newKey))
 		if err != nil || !bytes.Equal(k, newKey) {

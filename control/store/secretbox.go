@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 )
 
 // SecretKeyBytes is the size of a SecretBox key: AES-256.
@@ -30,8 +31,11 @@ var ErrSecretUndecryptable = errors.New("stored secret cannot be decrypted with 
 // previous ones (a key rotation) open old rows without trial decryption, and
 // the additional data binds each blob to its row, so a ciphertext copied into
 // another endpoint's row does not open.
+//
+// SetKeys swaps the keys of a box in use (a rotation picked up while
+// running); each Seal or Open sees one set whole.
 type SecretBox struct {
-	keys []boxKey // keys[0] seals; all open
+	keys atomic.Pointer[[]boxKey] // [0] seals; all open
 }
 
 type boxKey struct {
@@ -45,21 +49,32 @@ const sealVersion = 1
 // previous. Every key must be SecretKeyBytes long.
 func NewSecretBox(key []byte, previous ...[]byte) (*SecretBox, error) {
 	b := &SecretBox{}
+	if err := b.SetKeys(key, previous...); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// SetKeys makes key the box's sealing key and key and previous the keys it
+// opens with. On an error the box keeps its keys.
+func (b *SecretBox) SetKeys(key []byte, previous ...[]byte) error {
+	var keys []boxKey
 	for i, k := range append([][]byte{key}, previous...) {
 		if len(k) != SecretKeyBytes {
-			return nil, fmt.Errorf("secret box: key %d is %d bytes, want %d", i, len(k), SecretKeyBytes)
+			return fmt.Errorf("secret box: key %d is %d bytes, want %d", i, len(k), SecretKeyBytes)
 		}
 		block, err := aes.NewCipher(k)
 		if err != nil {
-			return nil, fmt.Errorf("secret box: %w", err)
+			return fmt.Errorf("secret box: %w", err)
 		}
 		aead, err := cipher.NewGCM(block)
 		if err != nil {
-			return nil, fmt.Errorf("secret box: %w", err)
+			return fmt.Errorf("secret box: %w", err)
 		}
-		b.keys = append(b.keys, boxKey{id: keyID(k), aead: aead})
+		keys = append(keys, boxKey{id: keyID(k), aead: aead})
 	}
-	return b, nil
+	b.keys.Store(&keys)
+	return nil
 }
 
 // ParseSecretKey decodes a base64 (standard or URL alphabet, padded or not)
@@ -78,6 +93,13 @@ func ParseSecretKey(s string) ([]byte, error) {
 	return nil, errors.New("secret key is not valid base64")
 }
 
+// sealedKeyID is the id of the key blob was sealed with, as SQL reads it:
+// substring(blob from 2 for 4).
+func sealedKeyID(k []byte) []byte {
+	id := keyID(k)
+	return id[:]
+}
+
 func keyID(k []byte) [4]byte {
 	h := sha256.Sum256(append([]byte("converge secretbox key id\x00"), k...))
 	return [4]byte(h[:4])
@@ -85,7 +107,7 @@ func keyID(k []byte) [4]byte {
 
 // Seal encrypts plaintext bound to aad (the owning row's identity).
 func (b *SecretBox) Seal(plaintext, aad []byte) ([]byte, error) {
-	k := b.keys[0]
+	k := (*b.keys.Load())[0]
 	out := make([]byte, 0, 1+4+k.aead.NonceSize()+len(plaintext)+k.aead.Overhead())
 	out = append(out, sealVersion)
 	out = append(out, k.id[:]...)
@@ -104,7 +126,7 @@ func (b *SecretBox) Open(blob, aad []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: unknown format", ErrSecretUndecryptable)
 	}
 	id := [4]byte(blob[1:5])
-	for _, k := range b.keys {
+	for _, k := range *b.keys.Load() {
 		if k.id != id {
 			continue
 		}

@@ -368,6 +368,55 @@ func TestHeartbeat(t *testing.T) {
 	})
 }
 
+// TestTokensSetKeys walks a rotation from key A to B on one Tokens in use:
+// first B only verifies (pending), then B mints and A still verifies; a
+// key too short is refused and the keys in use stay.
+func TestTokensSetKeys(t *testing.T) {
+	t.Parallel()
+	keyA, keyB := bytes.Repeat([]byte("a"), 32), bytes.Repeat([]byte("b"), 48)
+	onlyA, _ := callback.NewTokens(keyA)
+	onlyB, _ := callback.NewTokens(keyB)
+	now := time.Now()
+	c := callback.Claim{TaskID: "0195a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", Expires: now.Add(time.Hour)}
+	mint := func(tk *callback.Tokens) string {
+		t.Helper()
+		tok, err := tk.Mint(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	tokA, tokB := mint(onlyA), mint(onlyB)
+	tk, err := callback.NewTokens(keyA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.SetKeys(keyA, keyB); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := onlyA.Verify(mint(tk), now); err != nil {
+		t.Errorf("B pending: the token minted is not A's: %v", err)
+	}
+	if _, err := tk.Verify(tokB, now); err != nil {
+		t.Errorf("B pending: B's token: %v", err)
+	}
+	if err := tk.SetKeys(keyB, keyA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := onlyB.Verify(mint(tk), now); err != nil {
+		t.Errorf("B current: the token minted is not B's: %v", err)
+	}
+	if _, err := tk.Verify(tokA, now); err != nil {
+		t.Errorf("B current: A's token: %v", err)
+	}
+	if err := tk.SetKeys(keyB, []byte("short")); err == nil {
+		t.Error("a 5-byte previous key was taken")
+	}
+	if _, err := tk.Verify(tokA, now); err != nil {
+		t.Errorf("after a refused SetKeys: A's token: %v", err)
+	}
+}
+
 func TestTokens(t *testing.T) {
 	t.Parallel()
 	old := bytes.Repeat([]byte("o"), 32)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/convergeplane/converge/control/model"
@@ -65,9 +66,10 @@ func (c Claim) Task() model.Task {
 //	           HMAC-SHA256(key, all of the above) (32) )
 //
 // Opaque to providers; only the HMAC makes it unforgeable. Keys rotate by
-// minting with the new key while still verifying with the previous ones.
+// minting with the new key while still verifying with the previous ones;
+// SetKeys swaps them in use, each Mint or Verify seeing one set whole.
 type Tokens struct {
-	keys []*macPool // keys[0] mints
+	keys atomic.Pointer[[]*macPool] // [0] mints
 }
 
 type macPool struct{ p sync.Pool }
@@ -98,13 +100,24 @@ const (
 // previous keys. Keys must be at least TokenKeyMinBytes long.
 func NewTokens(key []byte, previous ...[]byte) (*Tokens, error) {
 	t := &Tokens{}
-	for i, k := range append([][]byte{key}, previous...) {
-		if len(k) < TokenKeyMinBytes {
-			return nil, fmt.Errorf("callback token key %d is %d bytes, want at least %d", i, len(k), TokenKeyMinBytes)
-		}
-		t.keys = append(t.keys, newMacPool(k))
+	if err := t.SetKeys(key, previous...); err != nil {
+		return nil, err
 	}
 	return t, nil
+}
+
+// SetKeys makes key the key t mints with, and key and previous the keys it
+// verifies with. On an error t keeps its keys.
+func (t *Tokens) SetKeys(key []byte, previous ...[]byte) error {
+	var keys []*macPool
+	for i, k := range append([][]byte{key}, previous...) {
+		if len(k) < TokenKeyMinBytes {
+			return fmt.Errorf("callback token key %d is %d bytes, want at least %d", i, len(k), TokenKeyMinBytes)
+		}
+		keys = append(keys, newMacPool(k))
+	}
+	t.keys.Store(&keys)
+	return nil
 }
 
 // Mint returns the token for c. c.TaskID must be a UUID.
@@ -138,7 +151,7 @@ func (t *Tokens) Mint(c Claim) (string, error) {
 	binary.BigEndian.PutUint16(b[o+35:o+37], uint16(min(max(c.Attempt, 0), 65535)))
 	b[o+37] = byte(len(c.Endpoint))
 	copy(b[tokenFixed:body], c.Endpoint)
-	t.keys[0].sum(b[:body], b[:body])
+	(*t.keys.Load())[0].sum(b[:body], b[:body])
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
@@ -163,7 +176,7 @@ func (t *Tokens) Verify(tok string, now time.Time) (Claim, error) {
 	}
 	var want [sha256.Size]byte
 	ok := 0
-	for _, k := range t.keys {
+	for _, k := range *t.keys.Load() {
 		ok |= subtle.ConstantTimeCompare(k.sum(want[:0], b[:body]), b[body:])
 	}
 	if ok != 1 {

@@ -7,8 +7,9 @@
 -- resources take theirs in resources_before_update (engine/resources.sql),
 -- which fires only on the columns a user owns: the engine's status writes
 -- leave the version alone. The tables below are written only by the API (and
--- a composer's emitted provider configs, and a 410 disabling an endpoint),
--- so any change of a row is a new version.
+-- a composer's emitted provider configs, a 410 disabling an endpoint, and a
+-- key rotation re-sealing an endpoint's secrets, see below), so any other
+-- change of a row is a new version.
 
 CREATE OR REPLACE FUNCTION bump_resource_version() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -26,8 +27,13 @@ CREATE OR REPLACE TRIGGER providerconfigs_version BEFORE UPDATE ON providerconfi
     FOR EACH ROW WHEN (OLD.* IS DISTINCT FROM NEW.*) EXECUTE FUNCTION bump_resource_version();
 CREATE OR REPLACE TRIGGER reactor_bindings_version BEFORE UPDATE ON reactor_bindings
     FOR EACH ROW WHEN (OLD.* IS DISTINCT FROM NEW.*) EXECUTE FUNCTION bump_resource_version();
+-- An endpoint's change of its sealed secrets alone is the re-seal under a
+-- rotated CONVERGE_SECRET_KEY (store.ResealSecrets): the same secrets under
+-- another key, no write of the user's, so no new version (a rotate-secret
+-- also moves prev_secret_expires and updated_at).
 CREATE OR REPLACE TRIGGER endpoints_version BEFORE UPDATE ON endpoints
-    FOR EACH ROW WHEN (OLD.* IS DISTINCT FROM NEW.*) EXECUTE FUNCTION bump_resource_version();
+    FOR EACH ROW WHEN (to_jsonb(OLD) - 'secret_enc' - 'prev_secret_enc' IS DISTINCT FROM to_jsonb(NEW) - 'secret_enc' - 'prev_secret_enc')
+    EXECUTE FUNCTION bump_resource_version();
 
 -- require_version is a conditional write's precondition: p_current is the
 -- object's version, read by the caller with FOR UPDATE in the write's own

@@ -60,45 +60,37 @@ func requireTLS(cc *pgx.ConnConfig) error {
 }
 
 // fetchKeys reads the keys configured by ARN (CONVERGE_SECRET_KEY_SECRET_ARN,
-// CONVERGE_CALLBACK_KEY_SECRET_ARN) from Secrets Manager, once at start.
-// Each secret's SecretString holds the value the plain variable would: the
-// base64 key. Every error names the variable.
-func (c *Config) fetchKeys(ctx context.Context) error {
+// CONVERGE_CALLBACK_KEY_SECRET_ARN) from Secrets Manager: each secret's
+// AWSCURRENT version becomes the key, its AWSPREVIOUS and AWSPENDING
+// versions the previous keys that still open and verify. Each version's
+// SecretString holds the value the plain variable would: the base64 key.
+// Every error names the variable. It returns the source the pod re-reads
+// the keys from (nil when neither is set by ARN).
+func (c *Config) fetchKeys(ctx context.Context) (*keySource, error) {
 	if c.SecretKeyARN == "" && c.CallbackKeyARN == "" {
-		return nil
+		return nil, nil
 	}
 	awsCfg, err := loadAWS(ctx)
 	if err != nil {
-		return fmt.Errorf("*_SECRET_ARN: %w", err)
+		return nil, fmt.Errorf("*_SECRET_ARN: %w", err)
 	}
-	sm := secretsmanager.NewFromConfig(awsCfg)
-	var errs []error
-	for _, k := range []struct {
-		name, arn      string
-		dst            *[]byte
-		minLen, maxLen int
-	}{
-		{secretKeyVar + "_SECRET_ARN", c.SecretKeyARN, &c.SecretKey, 32, 32},
-		{callbackKeyVar + "_SECRET_ARN", c.CallbackKeyARN, &c.CallbackKey, 32, 1024},
-	} {
-		if k.arn == "" {
-			continue
-		}
-		out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(k.arn)})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: cannot read the secret: %w", k.name, k.arn, err))
-			continue
-		}
-		if out.SecretString == nil {
-			errs = append(errs, fmt.Errorf("%s=%q: the secret has no string value; store the base64 key as SecretString", k.name, k.arn))
-			continue
-		}
-		key, why := parseKey(*out.SecretString, k.minLen, k.maxLen)
-		if why != "" {
-			errs = append(errs, fmt.Errorf("%s=%q: the secret's value %s", k.name, k.arn, why))
-			continue
-		}
-		*k.dst = key
+	src := &keySource{sm: secretsmanager.NewFromConfig(awsCfg)}
+	if c.SecretKeyARN != "" {
+		src.secret = &keySecret{setting: secretKeyVar + "_SECRET_ARN", arn: c.SecretKeyARN, minLen: 32, maxLen: 32}
 	}
-	return errors.Join(errs...)
+	if c.CallbackKeyARN != "" {
+		src.callback = &keySecret{setting: callbackKeyVar + "_SECRET_ARN", arn: c.CallbackKeyARN, minLen: 32, maxLen: 1024}
+	}
+	ks, err := src.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	src.initial = ks
+	if ks.secret != nil {
+		c.SecretKey, c.PreviousSecretKeys = ks.secret.current, ks.secret.accepted()
+	}
+	if ks.callback != nil {
+		c.CallbackKey, c.PreviousCallbackKeys = ks.callback.current, ks.callback.accepted()
+	}
+	return src, nil
 }

@@ -127,7 +127,7 @@ func TestKeysFromSecretsManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.fetchKeys(ctx); err != nil {
+	if _, err := c.fetchKeys(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if string(c.SecretKey) != string(secretKey) || string(c.CallbackKey) != string(callbackKey) {
@@ -136,7 +136,7 @@ func TestKeysFromSecretsManager(t *testing.T) {
 
 	bad := Config{SecretKeyARN: create("converge/short", base64.StdEncoding.EncodeToString([]byte("short"))),
 		CallbackKeyARN: "arn:aws:secretsmanager:us-east-1:123456789012:secret:converge/missing-AbCdEf"}
-	err = bad.fetchKeys(ctx)
+	_, err = bad.fetchKeys(ctx)
 	if err == nil {
 		t.Fatal("want errors")
 	}

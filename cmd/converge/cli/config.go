@@ -100,10 +100,18 @@ type Config struct {
 	// CallbackKey signs callback tokens, shared by all dispatch pods
 	// (CONVERGE_CALLBACK_KEY). Required for dispatch.
 	CallbackKey []byte
+	// PreviousSecretKeys and PreviousCallbackKeys still open what earlier
+	// keys sealed and verify what they signed: a key rotation's previous
+	// and pending keys, read from Secrets Manager with the keys.
+	PreviousSecretKeys, PreviousCallbackKeys [][]byte
 	// SecretKeyARN and CallbackKeyARN name Secrets Manager secrets holding
 	// SecretKey and CallbackKey instead (CONVERGE_SECRET_KEY_SECRET_ARN,
-	// CONVERGE_CALLBACK_KEY_SECRET_ARN), read once at start.
+	// CONVERGE_CALLBACK_KEY_SECRET_ARN), read at start and re-read every
+	// KeyRefreshInterval.
 	SecretKeyARN, CallbackKeyARN string
+	// KeyRefreshInterval is how often those secrets are re-read
+	// (KEY_REFRESH_INTERVAL).
+	KeyRefreshInterval time.Duration
 	// DBIAMAuth authenticates to the database with an RDS IAM token minted
 	// per connection (DB_IAM_AUTH); DATABASE_URL then has no password and
 	// must require TLS.

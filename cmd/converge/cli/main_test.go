@@ -3,14 +3,11 @@ package cli
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
-// TestMain fails the package if a test leaks a goroutine. As in pgtest.Main,
-// fasthttp (under Fiber) keeps a process-wide clock goroutine, and its worker
-// pool's cleaner only notices a stopped server when its 10 s sleep ends.
+// TestMain stops the test PostgreSQL server if a test started one
+// (pgtest.New) and fails the package if a test leaks a goroutine.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"))
+	pgtest.Main(m)
 }

@@ -104,7 +104,8 @@ type Server struct {
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err error) {
 	control := cfg.Role == RoleAll || cfg.Role == RoleControl
 	dispatching := cfg.Role == RoleAll || cfg.Role == RoleDispatch
-	if err := cfg.fetchKeys(ctx); err != nil {
+	keys, err := cfg.fetchKeys(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if dispatching && (cfg.SecretKey == nil || cfg.CallbackKey == nil) {
@@ -142,7 +143,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}
 	var box *store.SecretBox
 	if cfg.SecretKey != nil {
-		if box, err = store.NewSecretBox(cfg.SecretKey); err != nil {
+		if box, err = store.NewSecretBox(cfg.SecretKey, cfg.PreviousSecretKeys...); err != nil {
 			return nil, fmt.Errorf("CONVERGE_SECRET_KEY: %w", err)
 		}
 	}
@@ -163,6 +164,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 			return nil, err
 		}
 		if d, err = s.startDispatch(ctx, lis, member, box, callbackBase); err != nil {
+			return nil, err
+		}
+	}
+	if keys != nil {
+		if err := s.startKeyRefresh(ctx, keys, box, d, control); err != nil {
 			return nil, err
 		}
 	}
@@ -462,7 +468,7 @@ func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *
 func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member *cluster.Member, box *store.SecretBox,
 	callbackBase string) (*dispatch.Dispatcher, error) {
 	dcfg := dispatch.Config{Claimer: member.ID(), Range: member.Range,
-		CallbackBaseURL: callbackBase, TokenKey: s.cfg.CallbackKey, SecretBox: box,
+		CallbackBaseURL: callbackBase, TokenKey: s.cfg.CallbackKey, PreviousTokenKeys: s.cfg.PreviousCallbackKeys, SecretBox: box,
 		DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs, AWS: s.cfg.AWS, Version: version.Version, Metrics: s.metrics, Logger: s.log,
 		DrainTimeout: s.shutdownTimeout()}
 	if s.tracing != nil {
@@ -478,6 +484,27 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 	s.dispatcher.Store(d)
 	s.duties = append(s.duties, namedDuty{"dispatcher", d.Running})
 	return d, nil
+}
+
+// startKeyRefresh takes up key rotations on this pod: a control pod first
+// re-seals what the secret key's AWSPREVIOUS version sealed, then every pod
+// re-reads the keys' secrets every KEY_REFRESH_INTERVAL.
+func (s *Server) startKeyRefresh(ctx context.Context, src *keySource, box *store.SecretBox, d *dispatch.Dispatcher, control bool) error {
+	r := &keyRefresher{src: src, interval: s.cfg.KeyRefreshInterval, box: box, errors: newKeyRefreshErrors(), log: s.log, last: src.initial}
+	if err := s.metrics.Register(r.errors); err != nil {
+		return err
+	}
+	if d != nil {
+		r.setTokenKeys = d.SetTokenKeys
+	}
+	if control && box != nil && src.initial.secret != nil {
+		r.store, r.reseals = s.store, resealTicks-1
+		if err := reseal(ctx, s.store, box, src.initial.secret, s.log); err != nil {
+			r.errors.Inc()
+			s.log.Error("keys: cannot re-seal under the current secret key; trying again next refresh", "err", err)
+		}
+	}
+	return s.startService(ctx, r)
 }
 
 // serveControl serves the API (and the UI's routes) on the main listener,

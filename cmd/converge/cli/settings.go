@@ -121,6 +121,8 @@ func settings() []setting {
 			"base64 of ≥ 32 bytes, the same on every dispatch pod; signs callback tokens"),
 		keyARN(secretKeyVar, func(c *Config) *string { return &c.SecretKeyARN }),
 		keyARN(callbackKeyVar, func(c *Config) *string { return &c.CallbackKeyARN }),
+		duration("KEY_REFRESH_INTERVAL", KeyRefreshIntervalDefault, func(c *Config) *time.Duration { return &c.KeyRefreshInterval },
+			"how often the `*_SECRET_ARN` secrets are re-read, so a rotation is taken up without a restart ([key rotation](#key-rotation)); the rotation function waits this plus a minute between staging a key and making it current, so keep them together"),
 		{name: "DB_IAM_AUTH", def: "`false`",
 			doc: "`true`: authenticate to Postgres (RDS, Aurora) with an IAM auth token minted for each new connection instead of a password; `DATABASE_URL` names the user and must set `sslmode=require` or `verify-full` (see AWS below)",
 			read: func(c *Config, v string, _ func(string) string) error {
@@ -355,7 +357,7 @@ func key(name string, minLen, maxLen int, field func(*Config) *[]byte, doc strin
 // keyVar names, which must not be set too.
 func keyARN(keyVar string, field func(*Config) *string) setting {
 	return setting{name: keyVar + "_SECRET_ARN",
-		doc: "instead of `" + keyVar + "`, the ARN (or name) of a Secrets Manager secret whose `SecretString` is that base64 key; read once at start (see AWS below). Setting both is refused",
+		doc: "instead of `" + keyVar + "`, the ARN (or name) of a Secrets Manager secret whose `SecretString` is that base64 key. Its `AWSCURRENT` version is the key, its `AWSPREVIOUS` and `AWSPENDING` versions still open and verify ([key rotation](#key-rotation)); read at start and every `KEY_REFRESH_INTERVAL`. Setting both is refused",
 		read: func(c *Config, v string, getenv func(string) string) error {
 			*field(c) = v
 			if v != "" && getenv(keyVar) != "" {
