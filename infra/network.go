@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsecs"
@@ -45,4 +47,19 @@ func addEndpoints(stack awscdk.Stack, vpc awsec2.Vpc, tasks ...awsecs.FargateSer
 	vpc.AddGatewayEndpoint(jsii.String("S3"), &awsec2.GatewayVpcEndpointOptions{
 		Service: awsec2.GatewayVpcEndpointAwsService_S3(), Subnets: &[]*awsec2.SubnetSelection{subnets},
 	})
+}
+
+// endpointCIDRs are the ranges of the subnets the interface endpoints live
+// in, for the dispatcher's DISPATCH_ALLOW_CIDRS. With private DNS, Lambda's
+// and STS's regional names resolve to the endpoints' addresses there, which
+// the dispatcher's egress guard refuses unless allowed: without this, every
+// Invoke and every AssumeRole of a role_arn endpoint is blocked. What else
+// those subnets hold cannot be reached through it: the tasks' groups admit
+// only the load balancer, whose HTTPS listener is public anyway.
+func endpointCIDRs(vpc awsec2.Vpc) string {
+	var cidrs []string
+	for _, s := range *vpc.PublicSubnets() {
+		cidrs = append(cidrs, *s.Ipv4CidrBlock())
+	}
+	return strings.Join(cidrs, ",")
 }

@@ -314,6 +314,9 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 			// The API's GET routes; DB_IAM_AUTH applies to this pool too.
 			env["DATABASE_READ_URL"] = dbURL(db.ClusterReadEndpoint())
 		}
+		if r.role == "dispatch" && cfg.VPCEndpoints {
+			env["DISPATCH_ALLOW_CIDRS"] = jsii.String(endpointCIDRs(vpc))
+		}
 		for _, k := range r.keys {
 			name := "CONVERGE_SECRET_KEY_SECRET_ARN"
 			if k == callbackKey {

@@ -596,8 +596,34 @@ func TestVPCEndpoints(t *testing.T) {
 	if want := []string{`{"Fn::GetAtt":["ControlSgBD859011","GroupId"]}`, `{"Fn::GetAtt":["DispatchSg4F36FF75","GroupId"]}`}; !slices.Equal(sources, want) {
 		t.Errorf("endpoint ingress from %v, want the task groups %v", sources, want)
 	}
-	v, _ := variant(t)
+	v, vres := variant(t)
 	v.ResourceCountIs(jsii.String("AWS::EC2::VPCEndpoint"), jsii.Number(0))
+
+	// With private DNS, Lambda's and STS's names resolve to the endpoints'
+	// addresses in the public subnets: the dispatcher's egress guard must
+	// allow those subnets (DISPATCH_ALLOW_CIDRS), or it refuses every Invoke.
+	var public []string
+	for id, r := range res {
+		if r["Type"] == "AWS::EC2::Subnet" && strings.HasPrefix(id, "VpcpublicSubnet") {
+			public = append(public, r["Properties"].(map[string]any)["CidrBlock"].(string))
+		}
+	}
+	slices.Sort(public)
+	env := func(res map[string]map[string]any, role string) map[string]any {
+		return convergeContainers(t, res)[role]["env"].(map[string]any)
+	}
+	allowed, _ := env(res, "dispatch")["DISPATCH_ALLOW_CIDRS"].(string)
+	got := strings.Split(allowed, ",")
+	slices.Sort(got)
+	if len(public) != 2 || !slices.Equal(got, public) {
+		t.Errorf("dispatch DISPATCH_ALLOW_CIDRS %q, want the endpoints' subnets %v", allowed, public)
+	}
+	if v, ok := env(res, "control")["DISPATCH_ALLOW_CIDRS"]; ok {
+		t.Errorf("control DISPATCH_ALLOW_CIDRS %v: it dispatches nothing", v)
+	}
+	if v, ok := env(vres, "dispatch")["DISPATCH_ALLOW_CIDRS"]; ok {
+		t.Errorf("DISPATCH_ALLOW_CIDRS %v without VPC endpoints: nothing private to reach", v)
+	}
 }
 
 // TestImage: an ECR image is pulled with the execution roles, allowed on
