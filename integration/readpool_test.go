@@ -144,8 +144,8 @@ func TestReadURLServesTheReadRoutes(t *testing.T) {
 // TestReadURLConsistentRead: a GET with Consistent-Read: true reads from
 // DATABASE_URL although DATABASE_READ_URL is set (here a database whose data
 // differs), one with false or none from the read URL, and a value that is
-// not a boolean is refused; conctl's waits send it, so a wait right after a
-// write sees the write.
+// not a boolean is refused; conctl's waits and watch send it, so they see a
+// write made right before them.
 func TestReadURLConsistentRead(t *testing.T) {
 	t.Parallel()
 	replica := pgtest.New(t)
@@ -179,6 +179,10 @@ func TestReadURLConsistentRead(t *testing.T) {
 	code, out, errs := s.conctl("wait", "resource", "widget/written", "--for=ready", "--timeout", "30s")
 	if code != 0 || !strings.Contains(out, "widget/written ready") {
 		t.Errorf("conctl wait on a resource the read URL lacks: exit %d\nstdout: %s\nstderr: %s\nwant it ready, read from the primary", code, out, errs)
+	}
+	code, out, errs = s.conctl("watch", "resource", "widget/written", "--timeout", "30s")
+	if code != 0 {
+		t.Errorf("conctl watch of a resource the read URL lacks: exit %d\nstdout: %s\nstderr: %s\nwant it ready, read from the primary", code, out, errs)
 	}
 }
 

@@ -59,7 +59,9 @@ It exits 0 once the resource is Ready (--follow keeps watching), 1 if
 			}
 			src := watchview.Source{Kind: kind, Name: name, Now: a.now,
 				Get: func(ctx context.Context, path string) ([]byte, error) { return c.Get(ctx, path, nil) }}
-			_, err = watchview.Watch(cmd.Context(), src.Snapshot, watchview.Options{
+			// Consistent: it exits once the resource is Ready, which a
+			// replica could still report of the previous generation.
+			_, err = watchview.Watch(consistent(cmd.Context()), src.Snapshot, watchview.Options{
 				Out: a.stdout, TTY: watchview.IsTerminal(a.stdout), Width: width,
 				Interval: watchInterval, Timeout: timeout, Follow: follow, Laggards: laggards, Attempt: src.Attempt,
 			})
