@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
@@ -104,7 +105,11 @@ const (
 	apiPort    = 8080
 	healthPort = 8081
 	dbUser     = "converge"
-	dbName     = "converge"
+	// The drain budget a stopping task gets (SHUTDOWN_TIMEOUT), and what
+	// ECS waits beyond it before SIGKILL (StopTimeout = the sum, at most 120 s).
+	shutdownTimeout = 30 * time.Second
+	stopMargin      = 15 * time.Second
+	dbName          = "converge"
 	// The CloudWatch namespace and scrape job of the dispatcher's metrics.
 	metricsNamespace = "Converge"
 	metricsJob       = "converge-dispatch"
@@ -309,6 +314,7 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 			"HEALTH_ADDR":       jsii.String(fmt.Sprintf(":%d", healthPort)),
 			"LOG_FORMAT":        jsii.String("json"),
 			"CALLBACK_BASE_URL": jsii.String(callbackBase),
+			"SHUTDOWN_TIMEOUT":  jsii.String(shutdownTimeout.String()),
 		}
 		if r.readsFromReaders {
 			// The API's GET routes; DB_IAM_AUTH applies to this pool too.
@@ -333,8 +339,13 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 		}
 		suppress(td, "AwsSolutions-ECS2", "The environment holds configuration only (role, ports, database URLs without credentials, log format, callback URL, secret ARNs); every secret comes from Secrets Manager through ECS secrets or the task role.")
 		td.AddContainer(jsii.String("converge"), &awsecs.ContainerDefinitionOptions{
-			Image:       image,
-			Essential:   jsii.Bool(true),
+			Image:     image,
+			Essential: jsii.Bool(true),
+			// ECS kills the container StopTimeout after SIGTERM (30 s by
+			// default, SHUTDOWN_TIMEOUT's own default): a dispatcher killed
+			// mid-drain leaves its claims to the 60 s lease instead of
+			// releasing them, so the shutdown gets its budget plus a margin.
+			StopTimeout: awscdk.Duration_Seconds(jsii.Number(shutdownTimeout.Seconds() + stopMargin.Seconds())),
 			Environment: &env,
 			// ECS injects the API tokens; converge reads them from its environment.
 			Secrets: &map[string]awsecs.Secret{

@@ -2,12 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
@@ -184,6 +186,11 @@ func TestServicesConfiguration(t *testing.T) {
 		roles[role] = env
 		if env["CALLBACK_BASE_URL"] != "https://"+testDomain || env["DB_IAM_AUTH"] != "true" || env["CONVERGE_SECRET_KEY_SECRET_ARN"] == nil {
 			t.Errorf("%s environment: %v", role, env)
+		}
+		// ECS waits longer than the server's drain before SIGKILL.
+		shutdown, err := time.ParseDuration(fmt.Sprint(env["SHUTDOWN_TIMEOUT"]))
+		if stop, ok := c["StopTimeout"].(float64); err != nil || !ok || time.Duration(stop)*time.Second <= shutdown {
+			t.Errorf("%s StopTimeout %v, SHUTDOWN_TIMEOUT %v: want a stop timeout beyond the drain", role, c["StopTimeout"], env["SHUTDOWN_TIMEOUT"])
 		}
 		// The image comes from context imageUri, not a Dockerfile asset.
 		if c["Image"] != testImage {
