@@ -392,11 +392,16 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 		Certificates: &[]elbv2.IListenerCertificate{elbv2.ListenerCertificate_FromCertificateManager(certificate(stack, cfg, alb))},
 		Open:         jsii.Bool(false),
 	})
+	// A task leaving the load balancer gets 30 s (not the default 300) for
+	// the requests it is answering: API calls and callbacks are short, and
+	// ECS only sends SIGTERM once the deregistration is over.
+	deregistrationDelay := awscdk.Duration_Seconds(jsii.Number(30))
 	controlTargets := listener.AddTargets(jsii.String("Control"), &elbv2.AddApplicationTargetsProps{
 		Port: jsii.Number(apiPort), Protocol: elbv2.ApplicationProtocol_HTTP,
 		Targets: &[]elbv2.IApplicationLoadBalancerTarget{services["Control"]},
 		// /livez never touches the database: a Postgres blip must not drain every task.
-		HealthCheck: &elbv2.HealthCheck{Path: jsii.String("/livez")},
+		HealthCheck:         &elbv2.HealthCheck{Path: jsii.String("/livez")},
+		DeregistrationDelay: deregistrationDelay,
 	})
 	listener.AddTargets(jsii.String("Dispatch"), &elbv2.AddApplicationTargetsProps{
 		Priority:   jsii.Number(10),
@@ -405,7 +410,8 @@ func NewConvergeStack(scope constructs.Construct, id string, cfg Config, props *
 		Targets: &[]elbv2.IApplicationLoadBalancerTarget{services["Dispatch"].LoadBalancerTarget(&awsecs.LoadBalancerTargetOptions{
 			ContainerName: jsii.String("converge"), ContainerPort: jsii.Number(apiPort),
 		})},
-		HealthCheck: &elbv2.HealthCheck{Path: jsii.String("/livez"), Port: jsii.String(fmt.Sprint(healthPort))},
+		HealthCheck:         &elbv2.HealthCheck{Path: jsii.String("/livez"), Port: jsii.String(fmt.Sprint(healthPort))},
+		DeregistrationDelay: deregistrationDelay,
 	})
 
 	addScaling(cfg, services["Control"], services["Dispatch"], controlTargets)

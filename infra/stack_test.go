@@ -212,6 +212,26 @@ func TestServicesConfiguration(t *testing.T) {
 	}
 }
 
+// TestDeregistrationDelay: both target groups let a leaving task finish its
+// requests for 30 s, not the default 300 s that slows every deploy.
+func TestDeregistrationDelay(t *testing.T) {
+	_, res := template(t)
+	n := 0
+	for id, r := range res {
+		if r["Type"] != "AWS::ElasticLoadBalancingV2::TargetGroup" {
+			continue
+		}
+		n++
+		attrs, _ := json.Marshal(r["Properties"].(map[string]any)["TargetGroupAttributes"])
+		if !strings.Contains(string(attrs), `{"Key":"deregistration_delay.timeout_seconds","Value":"30"}`) {
+			t.Errorf("target group %s attributes %s, want deregistration_delay.timeout_seconds 30", id, attrs)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d target groups, want 2 (control, dispatch)", n)
+	}
+}
+
 // scopeExceptions are the actions AWS only authorizes on "*".
 var scopeExceptions = map[string]string{
 	"ecr:GetAuthorizationToken": "ECR issues registry-wide tokens; the action has no resource type (the ECS execution role pulls the image with it)",
