@@ -56,7 +56,7 @@ type AlertEvent struct {
 // EventBridge bus, an SNS topic or an SQS queue.
 type AlertSink struct {
 	Name       string    `json:"name" db:"name" doc:"Unique, operator-chosen handle."`
-	Type       string    `json:"type" db:"type" enum:"webhook,eventbridge,sns,sqs"`
+	Type       string    `json:"sink_type" db:"type" enum:"webhook,eventbridge,sns,sqs" doc:"Where the alerts go. (Not \"type\": conctl reads a document's type field as the object's type.)"`
 	Target     string    `json:"target" db:"target" doc:"webhook: the https URL; eventbridge: the event bus name or ARN; sns: the topic ARN; sqs: the queue URL."`
 	EventTypes []string  `json:"event_types" db:"event_types" doc:"The alert event types delivered."`
 	Kinds      []string  `json:"kinds" db:"kinds" doc:"Only events of these kinds (events naming no kind never match a non-empty list); [] = every kind."`
@@ -87,7 +87,7 @@ func validateSinkParams(p PutAlertSinkParams) error {
 	case !endpointNameRE.MatchString(p.Name):
 		return &InvalidError{Location: "name", Message: "must be 1-63 letters, digits, '.', '_' or '-', starting and ending with a letter or digit"}
 	case !slices.Contains(SinkTypes, p.Type):
-		return &InvalidError{Location: "type", Message: fmt.Sprintf("%q is not one of %s", p.Type, strings.Join(SinkTypes, ", "))}
+		return &InvalidError{Location: "sink_type", Message: fmt.Sprintf("%q is not one of %s", p.Type, strings.Join(SinkTypes, ", "))}
 	case p.Target == "":
 		return &InvalidError{Location: "target", Message: "is required"}
 	case len(p.EventTypes) == 0:

@@ -70,6 +70,7 @@ is removed before the object is sent. Types and their aliases:
   endpoint        ep, endpoints
   kindconfig      config, configs (per-version operational config; the
                   object names its kind and kind_version)
+  alertsink       sink, sinks, alertsinks
 
 Several resources in a row (a JSON array, a JSON or NDJSON stream, YAML
 documents) are sent together through POST /api/v1/resources:batch, 1,000 per
@@ -221,6 +222,8 @@ func (a *app) applyDocument(ctx context.Context, c *Client, t *objectType, d doc
 		id, path = t.name+"/"+name, "/reactor-bindings"
 	case typeEndpoint:
 		id, path = t.name+"/"+name, "/endpoints"
+	case typeAlertSink:
+		id, path = t.name+"/"+name, "/alert-sinks"
 	}
 	body, err := json.Marshal(d.fields)
 	if err != nil {

@@ -119,7 +119,7 @@ with -o json or -o yaml.`)
 		cmd.AddCommand(c)
 	}
 	// by name
-	for _, t := range []*objectType{typeProviderConfig, typeReactorBinding, typeEndpoint} {
+	for _, t := range []*objectType{typeProviderConfig, typeReactorBinding, typeEndpoint, typeAlertSink} {
 		cmd.AddCommand(&cobra.Command{
 			Use:     t.name + " NAME",
 			Aliases: t.aliases,
@@ -146,6 +146,8 @@ func collectionPath(t *objectType) string {
 		return "/reactor-bindings"
 	case typeEndpoint:
 		return "/endpoints"
+	case typeAlertSink:
+		return "/alert-sinks"
 	case typeKinds:
 		return "/kinds"
 	case typeClusterMember:

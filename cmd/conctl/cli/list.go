@@ -184,7 +184,7 @@ default, or as the server returned them with -o json or -o yaml
 		cmd.AddCommand(c)
 	}
 	// the rest take no filters
-	for _, t := range []*objectType{typeReactorBinding, typeEndpoint, typeKinds, typeClusterMember} {
+	for _, t := range []*objectType{typeReactorBinding, typeEndpoint, typeKinds, typeClusterMember, typeAlertSink} {
 		short := "List " + t.plural
 		switch t {
 		case typeKinds:
