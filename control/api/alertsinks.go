@@ -84,6 +84,9 @@ func (s *Server) registerAlertSinks() {
 func (s *Server) sinkTargetProblem(typ, target string) string {
 	switch typ {
 	case store.SinkWebhook:
+		if u, err := url.Parse(target); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return "must be an https URL"
+		}
 		if err := s.cfg.Endpoints.ValidateURL(target); err != nil {
 			return err.Error()
 		}
