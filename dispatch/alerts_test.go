@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ type alertReceiver struct {
 	mu     sync.Mutex
 	tries  map[string][]string // webhook-id -> event types, one per request
 	events []store.AlertEvent  // accepted
+	paths  []string            // every request's path
 }
 
 func (a *alertReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -46,6 +48,7 @@ func (a *alertReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.paths = append(a.paths, r.URL.Path)
 	a.tries[id] = append(a.tries[id], ev.Type)
 	if len(a.tries[id]) == 1 {
 		http.Error(w, "try again", http.StatusServiceUnavailable)
@@ -71,16 +74,18 @@ func (a *alertReceiver) accepted(typ string) []store.AlertEvent {
 
 // TestAlertsReachAWebhookSink triggers every alert type for real — an
 // endpoint answering 410 is disabled, a failing endpoint opens its breaker
-// and a trial closes it, a terminal task error fails a resource, a health
-// probe reporting its kind not ready parks the kind — and reads each at a
-// signed webhook sink, redelivered with the same webhook-id after the sink
-// refused it once.
+// and a trial closes it, a terminal task error fails a resource and so do
+// exhausted transient retries, a health probe reporting its kind not ready
+// parks the kind — and reads each at a signed webhook sink, redelivered
+// with the same webhook-id after the sink refused it once. A sink selecting
+// another kind gets none of them.
 func TestAlertsReachAWebhookSink(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	for _, k := range []string{"gone", "flaky", "doomed", "parked"} {
+	for _, k := range []string{"gone", "flaky", "doomed", "exhausted", "parked"} {
 		e.kind(k, model.Policy{})
 	}
+	e.exec(`UPDATE kind_config SET max_transient_attempts = 2 WHERE kind = 'exhausted'`)
 	secret, err := webhooksdk.GenerateSecret()
 	must(t, err)
 	parsed, err := webhooksdk.ParseSecret(secret)
@@ -123,6 +128,13 @@ func TestAlertsReachAWebhookSink(t *testing.T) {
 			Error: &webhooksdk.Error{Message: "cidr overlaps an existing vpc", Terminal: true}})
 		_, _ = w.Write(b)
 	}))
+	exhausted := e.endpoint("exhausted", endpointOpts{kinds: []string{"exhausted"}})
+	exhausted.set(verified(exhausted.secret, func(w http.ResponseWriter, r *http.Request) {
+		env := decodeEnvelope(r)
+		b, _ := json.Marshal(webhooksdk.Result{TaskID: env.TaskID, ClaimEpoch: env.ClaimEpoch,
+			Error: &webhooksdk.Error{Message: "quota exceeded, try later"}})
+		_, _ = w.Write(b)
+	}))
 	parked := e.endpoint("parked", endpointOpts{kinds: []string{"parked"}, health: true, interval: 1})
 	parked.set(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte(`{"kinds":[{"kind":"parked","kind_version":1,"ready":false}]}`))
@@ -133,6 +145,7 @@ func TestAlertsReachAWebhookSink(t *testing.T) {
 	e.apply("gone", "a", map[string]any{})
 	e.apply("flaky", "a", map[string]any{})
 	e.apply("doomed", "a", map[string]any{})
+	e.apply("exhausted", "a", map[string]any{})
 	e.apply("parked", "a", map[string]any{})
 
 	waitFor(t, 30*time.Second, "breaker.opened at the sink", func() bool { return len(rcv.accepted(store.AlertBreakerOpened)) > 0 })
@@ -142,11 +155,18 @@ func TestAlertsReachAWebhookSink(t *testing.T) {
 	for _, typ := range store.AlertTypes {
 		waitFor(t, 30*time.Second, typ+" at the sink", func() bool { return len(rcv.accepted(typ)) > 0 })
 	}
+	waitFor(t, 30*time.Second, "both resource.failed at the sink", func() bool { return len(rcv.accepted(store.AlertResourceFailed)) == 2 })
+	failed := map[string]string{}
+	for _, ev := range rcv.accepted(store.AlertResourceFailed) {
+		failed[ev.Kind] = ev.Message
+	}
+	if !strings.Contains(failed["doomed"], "cidr overlaps") || !strings.Contains(failed["exhausted"], "gave up after 2 transient attempts") {
+		t.Errorf("resource.failed messages %q, want the terminal error and the retries given up", failed)
+	}
 	want := map[string]store.AlertEvent{
 		store.AlertEndpointDisabled: {Endpoint: "gone"},
 		store.AlertBreakerOpened:    {Endpoint: "flaky", Source: "pod-a"},
 		store.AlertBreakerClosed:    {Endpoint: "flaky", Source: "pod-a"},
-		store.AlertResourceFailed:   {Kind: "doomed", KindVersion: 1, ResourceName: "a"},
 		store.AlertKindParked:       {Endpoint: "parked", Kind: "parked", KindVersion: 1, Source: "pod-a"},
 	}
 	for typ, w := range want {
@@ -162,6 +182,9 @@ func TestAlertsReachAWebhookSink(t *testing.T) {
 		}
 	}
 	rcv.mu.Lock()
+	if slices.Contains(rcv.paths, "/other") {
+		t.Error("the sink selecting another kind got an alert")
+	}
 	for id, types := range rcv.tries {
 		if len(types) < 2 || slices.ContainsFunc(types, func(s string) bool { return s != types[0] }) {
 			t.Errorf("webhook-id %s: requests %v, want one refused then the same event redelivered", id, types)
@@ -169,7 +192,4 @@ func TestAlertsReachAWebhookSink(t *testing.T) {
 	}
 	rcv.mu.Unlock()
 	waitFor(t, 10*time.Second, "the outbox to empty", func() bool { return e.count(`SELECT count(*) FROM alert_outbox`) == 0 })
-	if n := e.count(`SELECT count(*) FROM alert_events WHERE kind = 'unrelated'`); n != 0 {
-		t.Errorf("%d unrelated events", n)
-	}
 }
