@@ -200,3 +200,39 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestLeaseLapseRedelivers: an alert claimed by a pod that never reports
+// back (it died mid-delivery) is not claimed by another while the lease
+// holds, and is claimed again, the same event, once it lapses.
+func TestLeaseLapseRedelivers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t)
+	st := store.New(db.Pool, store.Config{})
+	_, _, _, err := st.PutAlertSink(ctx, nil, store.PutAlertSinkParams{Name: "q", Type: store.SinkSQS,
+		Target: "https://sqs.eu-west-1.amazonaws.com/123456789012/alerts", EventTypes: []string{store.AlertBreakerOpened}, Enabled: true})
+	must(t, err)
+	id, err := st.EmitAlert(ctx, store.AlertEvent{Type: store.AlertBreakerOpened, Endpoint: "ep", Source: "pod-a", Message: "opened"})
+	must(t, err)
+	const lease = 300 * time.Millisecond
+	claimedAt := time.Now() // before: the lease runs from the claim's own clock, a moment later
+	first, err := st.ClaimAlertDeliveries(ctx, nil, 10, lease)
+	must(t, err)
+	if len(first) != 1 || first[0].Event.ID != id || first[0].Sink.Name != "q" {
+		t.Fatalf("first claim = %+v, want the event %s for q", first, id)
+	}
+	var again []store.AlertDelivery
+	for len(again) == 0 {
+		again, err = st.ClaimAlertDeliveries(ctx, nil, 10, lease)
+		must(t, err)
+		if len(again) == 0 && time.Since(claimedAt) > 30*time.Second {
+			t.Fatal("the lapsed alert was never claimed again")
+		}
+	}
+	if elapsed := time.Since(claimedAt); elapsed < lease {
+		t.Errorf("claimed again after %s, inside its %s lease", elapsed, lease)
+	}
+	if again[0].Event.ID != id {
+		t.Errorf("claimed again %+v, want the same event %s", again, id)
+	}
+}
