@@ -20,7 +20,7 @@ type AlertSinkApply struct {
 	EventTypes []string `json:"event_types" doc:"The alert event types to deliver: endpoint.disabled, breaker.opened, breaker.closed, resource.failed, kind.parked."`
 	Kinds      []string `json:"kinds,omitempty" doc:"Only events of these kinds; omitted = every kind."`
 	Endpoints  []string `json:"endpoints,omitempty" doc:"Only events of these endpoints; omitted = every endpoint."`
-	Enabled    *bool    `json:"enabled,omitempty" doc:"A disabled sink gets no alerts. Default true."`
+	Enabled    *bool    `json:"enabled,omitempty" doc:"A disabled sink gets no new alerts, and those already queued for it wait until it is enabled again. Default true."`
 	Secret     string   `json:"secret,omitempty" writeOnly:"true" doc:"webhook only: the signing secret, whsec_ followed by the standard base64 of 24 to 64 bytes. Never echoed back. Omitted = kept, or generated for a new webhook sink and returned once."`
 }
 

@@ -61,7 +61,7 @@ type AlertSink struct {
 	EventTypes []string  `json:"event_types" db:"event_types" doc:"The alert event types delivered."`
 	Kinds      []string  `json:"kinds" db:"kinds" doc:"Only events of these kinds (events naming no kind never match a non-empty list); [] = every kind."`
 	Endpoints  []string  `json:"endpoints" db:"endpoints" doc:"Only events of these endpoints (events naming no endpoint never match a non-empty list); [] = every endpoint."`
-	Enabled    bool      `json:"enabled" db:"enabled" doc:"A disabled sink is skipped when an event is logged."`
+	Enabled    bool      `json:"enabled" db:"enabled" doc:"A disabled sink gets no new alerts, and those already queued for it wait until it is enabled again."`
 	CreatedAt  time.Time `json:"created_at" db:"created_at" readOnly:"true"`
 	UpdatedAt  time.Time `json:"updated_at" db:"updated_at" readOnly:"true"`
 }
@@ -263,12 +263,13 @@ type alertDeliveryRow struct {
 
 // ClaimAlertDeliveries leases up to limit due (event, sink) rows for lease
 // and returns them, oldest event first. Rows another pod holds are skipped;
-// a row whose lease lapsed (its pod died mid-delivery) is claimed again.
+// a row whose lease lapsed (its pod died mid-delivery) is claimed again; the
+// rows of a disabled sink wait until it is enabled again.
 func (s *Store) ClaimAlertDeliveries(ctx context.Context, box *SecretBox, limit int, lease time.Duration) ([]AlertDelivery, error) {
 	rows, err := pgrun.Collect(ctx, s.pool, pgx.RowToStructByName[alertDeliveryRow], `WITH c AS (
-    SELECT o.event_id, o.sink_name FROM alert_outbox o
+    SELECT o.event_id, o.sink_name FROM alert_outbox o JOIN alert_sinks s ON s.name = o.sink_name AND s.enabled
      WHERE o.not_before <= now() AND (o.lease_until IS NULL OR o.lease_until < now())
-     ORDER BY o.not_before LIMIT $1 FOR UPDATE SKIP LOCKED
+     ORDER BY o.not_before LIMIT $1 FOR UPDATE OF o SKIP LOCKED
 ), up AS (
     UPDATE alert_outbox o SET lease_until = now() + $2::interval FROM c
      WHERE o.event_id = c.event_id AND o.sink_name = c.sink_name

@@ -203,7 +203,8 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // TestLeaseLapseRedelivers: an alert claimed by a pod that never reports
 // back (it died mid-delivery) is not claimed by another while the lease
-// holds, and is claimed again, the same event, once it lapses.
+// holds, and is claimed again, the same event, once it lapses; not while
+// its sink is disabled.
 func TestLeaseLapseRedelivers(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -234,5 +235,14 @@ func TestLeaseLapseRedelivers(t *testing.T) {
 	}
 	if again[0].Event.ID != id {
 		t.Errorf("claimed again %+v, want the same event %s", again, id)
+	}
+
+	// A disabled sink's alerts wait for it.
+	_, _, _, err = st.PutAlertSink(ctx, nil, store.PutAlertSinkParams{Name: "q", Type: store.SinkSQS,
+		Target: "https://sqs.eu-west-1.amazonaws.com/123456789012/alerts", EventTypes: []string{store.AlertBreakerOpened}, Enabled: false})
+	must(t, err)
+	must(t, st.FailAlertDelivery(ctx, id, "q", "test", time.Now()))
+	if got, err := st.ClaimAlertDeliveries(ctx, nil, 10, lease); err != nil || len(got) != 0 {
+		t.Errorf("claim with the sink disabled = %+v, %v; want nothing", got, err)
 	}
 }

@@ -803,7 +803,7 @@ export interface components {
         AlertSink: {
             /** Format: date-time */
             readonly created_at: string;
-            /** @description A disabled sink is skipped when an event is logged. */
+            /** @description A disabled sink gets no new alerts, and those already queued for it wait until it is enabled again. */
             enabled: boolean;
             /** @description Only events of these endpoints (events naming no endpoint never match a non-empty list); [] = every endpoint. */
             endpoints: string[] | null;
@@ -824,7 +824,7 @@ export interface components {
             readonly updated_at: string;
         };
         AlertSinkApply: {
-            /** @description A disabled sink gets no alerts. Default true. */
+            /** @description A disabled sink gets no new alerts, and those already queued for it wait until it is enabled again. Default true. */
             enabled?: boolean;
             /** @description Only events of these endpoints; omitted = every endpoint. */
             endpoints?: string[] | null;
@@ -853,7 +853,7 @@ export interface components {
         AlertSinkView: {
             /** Format: date-time */
             readonly created_at: string;
-            /** @description A disabled sink is skipped when an event is logged. */
+            /** @description A disabled sink gets no new alerts, and those already queued for it wait until it is enabled again. */
             enabled: boolean;
             /** @description Only events of these endpoints (events naming no endpoint never match a non-empty list); [] = every endpoint. */
             endpoints: string[] | null;
