@@ -100,8 +100,9 @@ func TestAlertsReachAWebhookSink(t *testing.T) {
 	_, _, _, err = e.st.PutAlertSink(e.ctx, e.box, store.PutAlertSinkParams{Name: "other-team", Type: store.SinkWebhook, Target: hook.URL + "/other",
 		EventTypes: store.AlertTypes, Kinds: []string{"unrelated"}, Enabled: true})
 	must(t, err)
-	sd := sinks.New(sinks.Config{Box: e.box, Interval: 20 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond,
+	sd, err := sinks.New(sinks.Config{Box: e.box, Interval: 20 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond,
 		Logger: e.log}, e.st)
+	must(t, err)
 	must(t, sd.Start(e.ctx))
 	t.Cleanup(sd.Stop)
 

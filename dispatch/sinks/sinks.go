@@ -39,6 +39,7 @@ import (
 	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/startstop"
@@ -74,6 +75,9 @@ type Config struct {
 	UserAgent string
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
+	// Metrics registers converge_alert_deliveries_total; nil registers
+	// nothing.
+	Metrics prometheus.Registerer
 }
 
 // Defaults for Config.
@@ -110,15 +114,27 @@ func (c Config) withDefaults() Config {
 
 // Deliverer is the loop that delivers alert events to their sinks.
 type Deliverer struct {
-	cfg  Config
-	st   *store.Store
-	loop startstop.Loop
-	aws  *aws.Config // loaded with the first AWS sink
+	cfg        Config
+	st         *store.Store
+	loop       startstop.Loop
+	aws        *aws.Config // loaded with the first AWS sink
+	deliveries *prometheus.CounterVec
 }
 
-// New returns a Deliverer reading the outbox through st.
-func New(cfg Config, st *store.Store) *Deliverer {
-	return &Deliverer{cfg: cfg.withDefaults(), st: st}
+// New returns a Deliverer reading the outbox through st, or an error when
+// its metric cannot be registered.
+func New(cfg Config, st *store.Store) (*Deliverer, error) {
+	d := &Deliverer{cfg: cfg.withDefaults(), st: st,
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "converge", Subsystem: "alert", Name: "deliveries_total",
+			Help: "Alert deliveries to sinks by sink and result (ok, error); an error is retried with back-off.",
+		}, []string{"sink", "result"})}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(d.deliveries); err != nil {
+			return nil, fmt.Errorf("sinks: register metrics: %w", err)
+		}
+	}
+	return d, nil
 }
 
 // Start runs the loop until Stop.
@@ -173,8 +189,10 @@ func (d *Deliverer) Pass(ctx context.Context) int {
 		cancel()
 		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		if err == nil {
+			d.deliveries.WithLabelValues(a.Sink.Name, "ok").Inc()
 			err = d.st.AckAlertDelivery(wctx, a.Event.ID, a.Sink.Name)
 		} else {
+			d.deliveries.WithLabelValues(a.Sink.Name, "error").Inc()
 			d.cfg.Logger.Warn("alert delivery failed", "sink", a.Sink.Name, "event", a.Event.ID, "type", a.Event.Type,
 				"attempt", a.Attempts+1, "err", err)
 			err = d.st.FailAlertDelivery(wctx, a.Event.ID, a.Sink.Name, err.Error(), time.Now().Add(d.backoff(a.Attempts)))

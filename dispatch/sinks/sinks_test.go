@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch/sinks"
@@ -128,8 +129,10 @@ func TestAWSSinks(t *testing.T) {
 	}
 	id := events[0].ID
 
-	d := sinks.New(sinks.Config{Box: box, Interval: 20 * time.Millisecond, RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))}, st)
+	metrics := prometheus.NewRegistry()
+	d, err := sinks.New(sinks.Config{Box: box, Interval: 20 * time.Millisecond, RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), Metrics: metrics}, st)
+	must(t, err)
 	must(t, d.Start(ctx))
 	t.Cleanup(d.Stop)
 
@@ -191,6 +194,24 @@ func TestAWSSinks(t *testing.T) {
 	}
 	if n != 0 {
 		t.Errorf("%d alerts still queued after every sink took its own", n)
+	}
+	got := map[string]float64{}
+	families, err := metrics.Gather()
+	must(t, err)
+	for _, f := range families {
+		if f.GetName() != "converge_alert_deliveries_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			got[l["sink"]+"/"+l["result"]] = m.GetCounter().GetValue()
+		}
+	}
+	if got["sqs/ok"] != 1 || got["late/ok"] != 1 || got["late/error"] < 2 || got["sns/ok"] != 1 {
+		t.Errorf("converge_alert_deliveries_total = %v, want one ok per sink and the late sink's errors", got)
 	}
 }
 

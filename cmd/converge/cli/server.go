@@ -498,8 +498,12 @@ func (s *Server) startAlerts(ctx context.Context, box *store.SecretBox) error {
 		return fmt.Errorf("alert sinks: %w", err)
 	}
 	client.Timeout = sinks.TimeoutDefault
-	return s.startDuty(ctx, "alerts", sinks.New(sinks.Config{Box: box, HTTP: client, AWS: s.cfg.AWS,
-		UserAgent: "converge-alerts/" + version.Version, Logger: s.log}, s.store))
+	d, err := sinks.New(sinks.Config{Box: box, HTTP: client, AWS: s.cfg.AWS,
+		UserAgent: "converge-alerts/" + version.Version, Logger: s.log, Metrics: s.metrics}, s.store)
+	if err != nil {
+		return err
+	}
+	return s.startDuty(ctx, "alerts", d)
 }
 
 // startKeyRefresh takes up key rotations on this pod: a control pod first
