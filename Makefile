@@ -2,7 +2,9 @@
 SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/convergeplane/converge/internal/version.Version=$(VERSION)
+LDFLAGS += -X github.com/convergeplane/converge/internal/version.Revision=$(REVISION)
 # The default suite stays well under 15 minutes on 2 cores; RACE=1 runs it
 # under the race detector (slower: CI's one run of the suite).
 RACE ?=

@@ -261,7 +261,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err err
 func buildInfo() prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "converge_build_info",
 		Help:        "1, labelled with the build: version (git describe), revision (the VCS commit) and goversion.",
-		ConstLabels: prometheus.Labels{"version": version.Version, "revision": version.Revision(), "goversion": runtime.Version()}},
+		ConstLabels: prometheus.Labels{"version": version.Version, "revision": version.Commit(), "goversion": runtime.Version()}},
 		func() float64 { return 1 })
 }
 
