@@ -2,9 +2,12 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/engine/enginetest"
@@ -43,8 +46,11 @@ func TestResourceCountByPhase(t *testing.T) {
 	if _, err := lock.Exec(ctx, `LOCK TABLE resources IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.ResourceCountByPhase(ctx, 50*time.Millisecond); err == nil {
-		t.Fatal("a count blocked past its statement timeout returned no error")
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var pgErr *pgconn.PgError
+	if _, err := e.ResourceCountByPhase(wait, 50*time.Millisecond); !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+		t.Fatalf("a count blocked past its statement timeout: %v, want PostgreSQL's statement timeout (57014)", err)
 	}
 }
 
