@@ -2,7 +2,9 @@
 SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/convergeplane/converge/internal/version.Version=$(VERSION)
+LDFLAGS += -X github.com/convergeplane/converge/internal/version.Revision=$(REVISION)
 # The default suite stays well under 15 minutes on 2 cores; RACE=1 runs it
 # under the race detector (slower: CI's one run of the suite).
 RACE ?=
@@ -301,6 +303,16 @@ infra-synth: ## synthesize the CDK stack into infra/cdk.out and cfn-lint it (INF
 
 test-infra: ## the CDK stack's assertion tests (slow to compile cold; not part of make test)
 	cd infra && $(GO) test -count=1 -timeout 20m ./...
+
+# deploy/observability (its README): the Grafana dashboard and the
+# Prometheus rules, parsed with Prometheus' own rulefmt and PromQL parser in
+# a module of their own, which keeps prometheus/prometheus out of the
+# product's go.mod. It also checks metrics.txt lists every metric they name
+# (UPDATE=1 rewrites it); make test's TestObservabilityMetricsServed finds
+# each in a running converge's /metrics.
+.PHONY: test-observability
+test-observability: ## parse deploy/observability's rules and dashboard with Prometheus' parsers; metrics.txt lists the metrics they name (UPDATE=1 rewrites it)
+	cd deploy/observability && $(GO) test -count=1 $(if $(UPDATE),-run TestMetricsList -update) ./...
 
 # The deploy rehearsed offline (infra/rehearse/README.md): the CDK stack,
 # synthesized by the test with infra-synth's context but a certificate moto
