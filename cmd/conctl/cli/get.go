@@ -159,6 +159,7 @@ func collectionPath(t *objectType) string {
 // getOne fetches and prints one object. fill supplies table cells the server
 // may leave out (a kind config does not repeat its kind and version).
 func (a *app) getOne(cmd *cobra.Command, t *objectType, path string, fill map[string]string) error {
+	a.objectOutput = true
 	c, p, err := a.session()
 	if err != nil {
 		return err
@@ -167,7 +168,7 @@ func (a *app) getOne(cmd *cobra.Command, t *objectType, path string, fill map[st
 	if err != nil {
 		return err
 	}
-	if len(fill) > 0 && p.format == outputTable {
+	if len(fill) > 0 && p.tabular() {
 		body = withFields(body, fill)
 	}
 	return p.object(t, body)

@@ -206,11 +206,12 @@ default, or as the server returned them with -o json or -o yaml
 }
 
 func (a *app) list(cmd *cobra.Command, t *objectType, q url.Values, all bool) error {
+	a.objectOutput = true
 	c, p, err := a.session()
 	if err != nil {
 		return err
 	}
-	if t == typeResource && p.format == outputTable {
+	if t == typeResource && p.tabular() {
 		// The table shows neither: left out, they are not even read, and a
 		// page holds --limit resources however large their documents are.
 		q.Set("fields", "-spec,-status")
@@ -235,7 +236,7 @@ func (a *app) printList(ctx context.Context, c *Client, p *printer, t *objectTyp
 			return err
 		}
 	}
-	if p.format != outputTable {
+	if !p.tabular() {
 		return p.list(t, page.Items, body)
 	}
 	if len(page.Items) == 0 {
