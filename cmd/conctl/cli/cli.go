@@ -191,6 +191,7 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		a.genTypesCommand(),
 		a.versionCommand(),
 		a.configCommand(),
+		a.describeCommand(),
 	)
 	root.AddCommand(a.quarantineCommands()...)
 	return root
