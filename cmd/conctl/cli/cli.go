@@ -114,8 +114,10 @@ type app struct {
 	// objectOutput: the command prints objects in any of objectFormats
 	// (get, list), not only in outputFormats.
 	objectOutput bool
-	timeout      time.Duration
-	retries      int
+	// watch is get's and list's --watch.
+	watch   bool
+	timeout time.Duration
+	retries int
 
 	client *Client // built on first use by api()
 }

@@ -130,6 +130,7 @@ with -o json or -o yaml.`)
 			},
 		})
 	}
+	a.addWatchFlag(cmd)
 	return cmd
 }
 
@@ -164,14 +165,21 @@ func (a *app) getOne(cmd *cobra.Command, t *objectType, path string, fill map[st
 	if err != nil {
 		return err
 	}
+	if _, ok := changeTopics[t]; a.watch && !ok {
+		return usagef("--watch: the server announces no changes of %s", t.plural)
+	}
 	body, err := c.Get(cmd.Context(), path, nil)
 	if err != nil {
 		return err
 	}
+	shown := body
 	if len(fill) > 0 && p.tabular() {
-		body = withFields(body, fill)
+		shown = withFields(body, fill)
 	}
-	return p.object(t, body)
+	if err := p.object(t, shown); err != nil || !a.watch {
+		return err
+	}
+	return a.watchOne(cmd, c, p, t, path, body, fill)
 }
 
 // withFields adds fields missing from a JSON object.
