@@ -170,7 +170,7 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 	f.StringVar(&a.contextName, "context", "", "the config file's context to use (default its current-context; see conctl config)")
 	f.StringVar(&a.caFile, "certificate-authority", "", "a PEM file of the CAs to trust for an https server (default the context's, else the system's)")
 	f.StringVarP(&a.output, "output", "o", outputTable, "output format: "+strings.Join(outputFormats, "|")+
-		"; get, list, describe and deliveries also take "+strings.Join(objectFormats[len(outputFormats):], "|"))
+		"; get, list, describe and deliveries also take wide|name|jsonpath=TEMPLATE|go-template=TEMPLATE")
 	f.DurationVar(&a.timeout, "timeout", TimeoutDefault, "timeout of each HTTP request (0 for none)")
 	f.IntVar(&a.retries, "retries", RetriesDefault, "how many times a request that failed in transit or got 429/502/503/504 is sent again "+
 		"(a POST's retries reuse its Idempotency-Key, so it never runs twice)")
@@ -196,6 +196,7 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		a.describeCommand(),
 	)
 	root.AddCommand(a.quarantineCommands()...)
+	a.addCompletions(root)
 	return root
 }
 
