@@ -66,12 +66,15 @@ func resourceRef(kindFlag, arg string) (kind, name string, err error) {
 func (a *app) getCommand() *cobra.Command {
 	cmd := typeGroup("get", "Show one object",
 		`Get shows one object: as a table by default, or as the server returned it
-with -o json or -o yaml.`)
+with -o json or -o yaml; -o wide, name, jsonpath=… and go-template=… too.
+With --watch it then prints the object again each time it changes.`)
 	cmd.Example = `  conctl get resource vpc/sample-vpc
   conctl get resource --kind vpc sample-vpc -o yaml
   conctl get manifest vpc --kind-version 2
   conctl get providerconfig vpc-v1-payments
-  conctl get config vpc --kind-version 2`
+  conctl get config vpc --kind-version 2
+  conctl get res vpc/sample-vpc -o jsonpath='{.spec.cidr}'
+  conctl get res vpc/sample-vpc --watch`
 
 	// resource
 	{

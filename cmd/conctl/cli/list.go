@@ -88,7 +88,9 @@ func (a *app) listCommand() *cobra.Command {
 	cmd := typeGroup("list", "List objects",
 		`List shows the objects of one type, filtered by flags: as a table by
 default, or as the server returned them with -o json or -o yaml
-({"items": [...]}, plus "next_cursor" when more pages remain).`)
+({"items": [...]}, plus "next_cursor" when more pages remain); -o wide, name,
+jsonpath=… and go-template=… too. With --watch it then prints the items
+that change.`)
 	cmd.Aliases = []string{"ls"}
 	cmd.Example = `  conctl list resources
   conctl list res --kind vpc --kind-version 2 --phase Failed --phase Degraded
@@ -96,7 +98,9 @@ default, or as the server returned them with -o json or -o yaml
   conctl list manifests --kind vpc
   conctl list pc --kind vpc --kind-version 1 --default
   conctl list kinds
-  conctl list cluster`
+  conctl list cluster
+  conctl list res -o jsonpath='{range .items[*]}{.kind}/{.name}{"\n"}{end}'
+  conctl list res --kind vpc --watch`
 
 	// resources
 	{
