@@ -1,6 +1,10 @@
 package cli
 
 import (
+	"encoding/pem"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,4 +198,33 @@ func TestContextFileXDGPath(t *testing.T) {
 		}
 		wantOutput(t, string(data), "contexts:\n    - name: x\n      server: http://example.test\n")
 	}
+}
+
+// TestContextCertificateAuthority: a context's certificate-authority is
+// the CA an https server is checked against (here a TLS front of the API
+// with its own self-signed certificate, which the system does not trust).
+func TestContextCertificateAuthority(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target, err := url.Parse(b.api.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewTLSServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }})
+	t.Cleanup(front.Close)
+	ca := b.file(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: front.Certificate().Raw})))
+	b.env = map[string]string{EnvConfig: filepath.Join(b.dir, "config.yaml")}
+
+	wantCode(t, b.run(t, "", "config", "set-context", "tls", "--server", front.URL, "--current"), ExitOK)
+	r := b.run(t, "", "list", "kinds", "--retries", "0")
+	wantCode(t, r, ExitFailure)
+	if !strings.Contains(r.stderr, "certificate") {
+		t.Errorf("stderr = %q, want the unknown certificate refused", r.stderr)
+	}
+	wantCode(t, b.run(t, "", "config", "set-context", "tls", "--certificate-authority", ca), ExitOK)
+	wantCode(t, b.run(t, "", "list", "kinds"), ExitOK)
+	// The flag wins over the context.
+	r = b.run(t, "", "list", "kinds", "--certificate-authority", filepath.Join(b.dir, "none.pem"))
+	wantCode(t, r, ExitFailure)
+	wantOutput(t, r.stderr, "Error: --certificate-authority: open "+filepath.Join(b.dir, "none.pem")+": no such file or directory\n")
 }
