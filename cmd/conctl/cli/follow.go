@@ -17,11 +17,11 @@ import (
 
 // changeTopics maps a type to the topic of the API's change stream
 // (GET /events/stream) that announces its changes. A type missing here
-// has none, and cannot be watched.
+// has none (reactor bindings; kind configs, whose writes notify nothing),
+// and cannot be watched.
 var changeTopics = map[*objectType]string{
 	typeResource:       "resources",
 	typeManifest:       "kinds",
-	typeKindConfig:     "kinds",
 	typeKinds:          "kinds",
 	typeProviderConfig: "providerconfigs",
 	typeEndpoint:       "endpoints",
