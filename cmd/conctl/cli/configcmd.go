@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -159,7 +160,7 @@ func (a *app) deleteContextCommand() *cobra.Command {
 			if _, ok := f.find(args[0]); !ok {
 				return fmt.Errorf("no context %q in %s", args[0], f.path)
 			}
-			f.cfg.Contexts = deleteContext(f.cfg.Contexts, args[0])
+			f.cfg.Contexts = slices.DeleteFunc(f.cfg.Contexts, func(c Context) bool { return c.Name == args[0] })
 			if f.cfg.CurrentContext == args[0] {
 				f.cfg.CurrentContext = ""
 			}
@@ -170,16 +171,6 @@ func (a *app) deleteContextCommand() *cobra.Command {
 			return nil
 		},
 	}
-}
-
-func deleteContext(cs []Context, name string) []Context {
-	out := cs[:0]
-	for _, c := range cs {
-		if c.Name != name {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // contextView is a context as get-contexts shows it: never its token.

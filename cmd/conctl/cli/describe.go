@@ -103,10 +103,10 @@ func (a *app) describe(ctx context.Context, t *objectType, path string, parts ma
 			return err
 		}
 	}
-	if !p.tabular() || p.format == outputName {
-		if p.format == outputName {
-			return p.names(t, []json.RawMessage{object})
-		}
+	switch p.format {
+	case outputName:
+		return p.names(t, []json.RawMessage{object})
+	case outputJSON, outputYAML, outputJSONPath, outputGoTemplate:
 		body, err := json.Marshal(doc)
 		if err != nil {
 			return err
