@@ -123,8 +123,10 @@ func TestWatchGetAndList(t *testing.T) {
 	})
 
 	t.Run("NoTopic", func(t *testing.T) {
-		r := b.run(t, "", "list", "rb", "--watch")
+		b.api.forget()
+		r := b.run(t, "", "get", "kindconfig", "box", "--kind-version", "1", "--watch")
 		wantCode(t, r, ExitUsage)
-		wantOutput(t, r.stderr, "Error: --watch: the server announces no changes of reactor bindings\nRun 'conctl list reactorbinding --help' for usage.\n")
+		wantOutput(t, r.stderr, "Error: --watch: the server announces no changes of kind configs\nRun 'conctl get kindconfig --help' for usage.\n")
+		wantRequests(t, b)
 	})
 }
