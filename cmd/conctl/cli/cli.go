@@ -149,7 +149,9 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
   conctl get manifest vpc --kind-version 2
   conctl list resources --kind vpc --phase Failed --phase Degraded
   conctl delete resource vpc/sample-vpc --timeout 5m
-  conctl op vpc/sample-vpc snapshot --input '{"label": "nightly"}' --wait`,
+  conctl op vpc/sample-vpc snapshot --input '{"label": "nightly"}' --wait
+  conctl describe resource vpc/sample-vpc
+  conctl config set-context prod --server https://converge.example.com --token-command 'pass show converge/prod' --current`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          cobra.ArbitraryArgs,
