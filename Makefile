@@ -13,7 +13,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart demo-unhealthy demo-datadriven dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra rehearse-aws image image-push test-image ui ui-types test-ui bench-ui chromium python-tools docs-viewer
+.PHONY: help demo demo-quickstart demo-unhealthy demo-datadriven dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra rehearse-aws image image-push test-image ui ui-types test-ui bench-ui chromium python-tools docs-viewer lint-openapi
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -110,6 +110,15 @@ $(APIDOCS_DIST): ui/apidocs/node_modules/.package-lock.json $(wildcard ui/apidoc
 	rm -rf ui/apidocs/site/dist && mkdir -p ui/apidocs/site/dist
 	cd ui/apidocs/node_modules/swagger-ui-dist && cp swagger-ui-bundle.js swagger-ui.css LICENSE NOTICE ../../site/dist/
 	cp ui/apidocs/src/docs.js ui/apidocs/src/index.html ui/apidocs/site/dist/
+
+# redocly lint (npm @redocly/cli, pinned in tools/redocly) of ui/openapi.json, the
+# document the code builds without kinds (TestStaticOpenAPI keeps it current), with
+# Redocly's recommended rules as redocly.yaml adjusts them. An error fails.
+lint-openapi: tools/redocly/node_modules/.package-lock.json ## redocly lint of the OpenAPI document (ui/openapi.json) with the recommended rules and redocly.yaml (installs Redocly CLI into tools/redocly)
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true tools/redocly/node_modules/.bin/redocly lint --config redocly.yaml ui/openapi.json
+
+tools/redocly/node_modules/.package-lock.json: tools/redocly/package-lock.json
+	cd tools/redocly && npm ci --ignore-scripts --no-audit --no-fund
 
 # The console's API types: control/api's TestStaticOpenAPI writes the API's
 # OpenAPI document without kinds to ui/openapi.json (and, in make test,
