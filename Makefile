@@ -243,7 +243,7 @@ chromium:
 
 test-ui: postgres ui chromium ## the console's tests: its API types are current, its server parts, then end to end in a real headless Chromium (builds the console, installs chromium)
 	cd ui && npm run --silent check-types
-	$(GO) test -count=1 -timeout 10m -run 'Console|EventStream|IdleStream|Topology|FilesAlwaysHaveAnIndex' ./ui/ ./control/api/ ./integration/
+	$(GO) test -count=1 -timeout 10m -run 'Console|EventStream|IdleStream|Topology|FilesAlwaysHaveAnIndex|DocsViewer' ./ui/ ./control/api/ ./integration/
 
 # Outside `make test-ui`: 100,000 resources and the large BOM take minutes.
 bench-ui: postgres ui chromium ## the console's performance figures in a real Chromium (100k resources, the 5,400-node graph, idle cost)
