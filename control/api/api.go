@@ -297,6 +297,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	// Each operation's security and 401/403 answers follow from its path
 	// and method as the auth middleware decides (see operationAccess).
 	hc.Components.SecuritySchemes = securitySchemes()
+	hc.Tags = documentTags()
 	hc.Servers = []*huma.Server{{URL: "/", Description: "The server that serves this document; every path carries its prefix (" + Prefix + ")."}}
 	// huma's own docs page loads its viewer from a CDN; registerDocs serves
 	// one from the binary.
