@@ -280,13 +280,15 @@ const (
 )
 
 func securitySchemes() map[string]*huma.SecurityScheme {
-	const open = " A server started with neither CONVERGE_READ_TOKENS nor CONVERGE_ADMIN_TOKENS takes no token at all (development only)."
+	// The descriptions are CommonMark: code spans keep <token> from being
+	// read as HTML.
+	const open = " A server started with neither `CONVERGE_READ_TOKENS` nor `CONVERGE_ADMIN_TOKENS` takes no token at all (development only)."
 	return map[string]*huma.SecurityScheme{
-		readTokenScheme: {Type: "http", Scheme: "bearer", Description: "A read token (CONVERGE_READ_TOKENS), sent as " +
-			"Authorization: Bearer <token>. It may call the GET and HEAD routes under " + Prefix + " (and /metrics); " +
+		readTokenScheme: {Type: "http", Scheme: "bearer", Description: "A read token (`CONVERGE_READ_TOKENS`), sent as " +
+			"`Authorization: Bearer <token>`. It may call the GET and HEAD routes under `" + Prefix + "` (and `/metrics`); " +
 			"any other method with it is refused 403." + open},
-		adminTokenScheme: {Type: "http", Scheme: "bearer", Description: "An admin token (CONVERGE_ADMIN_TOKENS), sent as " +
-			"Authorization: Bearer <token>. It may call every route." + open},
+		adminTokenScheme: {Type: "http", Scheme: "bearer", Description: "An admin token (`CONVERGE_ADMIN_TOKENS`), sent as " +
+			"`Authorization: Bearer <token>`. It may call every route." + open},
 	}
 }
 
