@@ -15,7 +15,8 @@ import (
 
 // TestDocsViewerOffline opens /docs in a real headless Chromium that can
 // resolve no host name (as without internet) and sees Swagger UI render
-// every operation of the document and offer both token schemes, with no
+// every operation of the document and offer both token schemes, and runs
+// one operation with a read token (Try it out), with no
 // request to another host and nothing logged as an error (a CSP violation
 // included). make test-ui runs it; it skips without Chromium or a built
 // viewer (make docs-viewer).
@@ -44,5 +45,22 @@ func TestDocsViewerOffline(t *testing.T) {
 	br.Do("open the Authorize dialog", chromedp.Click(chromedp.CSS(".swagger-ui .auth-wrapper .authorize")))
 	br.WaitTrue("both token schemes offered", `(() => { const t = document.querySelector(".swagger-ui .dialog-ux")?.innerText ?? "";
 		return t.includes("readToken") && t.includes("adminToken"); })()`, 10*time.Second)
+
+	// Try it out with the read token: the call goes to this server, with it.
+	browsertest.Eval[bool](br, `(() => {
+		const box = [...document.querySelectorAll(".swagger-ui .dialog-ux .auth-container")].find(e => e.innerText.includes("readToken"));
+		const input = box.querySelector("input");
+		Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, "value").set.call(input, "reader-token");
+		input.dispatchEvent(new Event("input", {bubbles: true}));
+		[...box.querySelectorAll("button")].find(e => e.textContent.trim() === "Authorize").click();
+		return true;
+	})()`)
+	br.Do("close the dialog", chromedp.Click(chromedp.CSS(".swagger-ui .dialog-ux .close-modal")))
+	br.Do("open GET /api/v1/version", chromedp.Click(chromedp.CSS("#operations-Health-get-version .opblock-summary-control")))
+	br.Do("try it out", chromedp.Click(chromedp.CSS("#operations-Health-get-version .try-out__btn")))
+	br.Do("execute", chromedp.Click(chromedp.CSS("#operations-Health-get-version .execute")))
+	// The server has tokens configured: its 200 says the token went with the call.
+	br.WaitTrue("the server's answer", `(() => { const t = document.querySelector("#operations-Health-get-version")?.innerText ?? "";
+		return /Server response\s+Code\s+Details\s+200\b/.test(t) && t.includes('"version": "dev"'); })()`, 20*time.Second)
 	br.CheckClean()
 }
