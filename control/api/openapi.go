@@ -332,7 +332,7 @@ func operationAccess(doc map[string]json.RawMessage) error {
 	unauthorized := problem("Unauthorized: the server has tokens configured and the request sent none, or one it does not know.")
 	forbidden := problem("Forbidden: a read token on a route that needs an admin token.")
 	for p, item := range paths {
-		guarded := p == Prefix || strings.HasPrefix(p, Prefix+"/") || strings.HasPrefix(p, Prefix+":")
+		guarded := p == Prefix || strings.HasPrefix(p, Prefix+"/")
 		for method, raw := range item {
 			if !slices.Contains([]string{"get", "head", "put", "post", "patch", "delete", "options", "trace"}, method) {
 				continue // the path's parameters, summary or description
