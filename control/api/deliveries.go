@@ -21,18 +21,19 @@ type DeliveryList struct {
 // DeliveryQuery are the filters both delivery lists take (exported: huma
 // reads the parameters of an embedded struct only when its type is).
 type DeliveryQuery struct {
-	Kind           string    `query:"kind" doc:"With name: only this resource's attempts (by the name it had then)."`
-	Name           string    `query:"name" doc:"With kind: only this resource's attempts."`
+	Kind           string    `query:"kind" doc:"Only attempts for resources of this kind; with name, only this resource's (by the name it had then)."`
+	Name           string    `query:"name" doc:"Needs kind: only this resource's attempts."`
 	Classification string    `query:"classification" doc:"Only attempts so classified: ok, task_error, accepted, callback_ok, callback_error, or a failure class."`
 	Failed         bool      `query:"failed" doc:"Only failures: every classification but ok, accepted and callback_ok."`
 	Since          time.Time `query:"since" doc:"Only attempts at or after this RFC 3339 time."`
+	Until          time.Time `query:"until" doc:"Only attempts before this RFC 3339 time; after since when both are given."`
 	Limit          int       `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
 	Cursor         string    `query:"cursor" doc:"The next_cursor of the previous page."`
 }
 
 func (q DeliveryQuery) filter(endpoint string) store.DeliveryFilter {
 	return store.DeliveryFilter{Endpoint: endpoint, Kind: q.Kind, Name: q.Name, Classification: q.Classification,
-		Failed: q.Failed, Since: q.Since, Limit: q.Limit, Cursor: q.Cursor}
+		Failed: q.Failed, Since: q.Since, Until: q.Until, Limit: q.Limit, Cursor: q.Cursor}
 }
 
 // value echoes a filter's value in a problem.
@@ -46,6 +47,8 @@ func (q DeliveryQuery) value(f string) any {
 		return q.Classification
 	case "cursor":
 		return q.Cursor
+	case "until":
+		return q.Until
 	}
 	return nil
 }
@@ -75,8 +78,8 @@ func (s *Server) registerDeliveries() {
 		OperationID: "list-deliveries", Method: http.MethodGet, Path: "/deliveries", Tags: []string{"Deliveries"},
 		Summary: "List delivery attempts",
 		Description: "The delivery log, newest first with a keyset cursor: every attempt to deliver a task (success or failure, " +
-			"one per task of a batch), every 202 and the callback that followed it. Filters: endpoint, kind+name, classification, " +
-			"failed, since.",
+			"one per task of a batch), every 202 and the callback that followed it. Filters: endpoint, kind (with name: one resource), " +
+			"classification, failed, and the window since..until.",
 		Errors: []int{422},
 	}, nil, s.listDeliveries)
 	register(s, huma.Operation{
