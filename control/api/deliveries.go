@@ -73,6 +73,21 @@ type ReplayAccepted struct {
 	store.Replay
 }
 
+// EndpointTest is the round trip of a test delivery: POST
+// /endpoints/{name}/test-delivery.
+type EndpointTest struct {
+	Endpoint   string    `json:"endpoint"`
+	At         time.Time `json:"at" doc:"When the request was sent."`
+	HTTPStatus int       `json:"http_status" doc:"The answer's status; 0 when none came (network error, timeout)."`
+	LatencyMS  int       `json:"latency_ms" doc:"From sending to the answer, or to the failure."`
+	// Classification names the outcome as the delivery log names an
+	// attempt's.
+	Classification string          `json:"classification" doc:"ok for a healthy answer (200 with a readable body), else rate_limited, redirect, client_error, server_error, too_large, malformed, timeout, blocked, gone or network."`
+	Ready          map[string]bool `json:"ready,omitempty" doc:"The readiness the endpoint reported, per kind/kind_version (classification ok)."`
+	Excerpt        string          `json:"excerpt,omitempty" doc:"The answer body's first bytes (at most 200), or why no answer came."`
+	Error          string          `json:"error,omitempty" doc:"Why the answer is not a healthy one; absent when classification is ok."`
+}
+
 func (s *Server) registerDeliveries() {
 	register(s, huma.Operation{
 		OperationID: "list-deliveries", Method: http.MethodGet, Path: "/deliveries", Tags: []string{"Deliveries"},
@@ -102,6 +117,33 @@ func (s *Server) registerDeliveries() {
 		Description: "GET /deliveries?endpoint={name}, 404 for an unknown endpoint.",
 		Errors:      []int{404, 422},
 	}, nil, s.listEndpointDeliveries)
+	register(s, huma.Operation{
+		OperationID: "test-endpoint-delivery", Method: http.MethodPost, Path: "/endpoints/{name}/test-delivery", Tags: []string{"Endpoints"},
+		Summary: "Send an endpoint a test delivery",
+		Description: "Sends the endpoint, now, the signed health request of docs/protocol.md §10 ({\"type\":\"health\"} to its health " +
+			"target), which every SDK answers without doing any work, and returns the round trip: status, latency, classification, " +
+			"the readiness reported, an excerpt of the answer. It proves the URL, the network path and the signing secret. It is a look: " +
+			"it moves neither the endpoint's readiness nor its circuit breaker, works on a disabled endpoint, and is not recorded in " +
+			"the delivery log. A failed round trip is still 200, its classification saying why. 404 unknown endpoint; 409 when the " +
+			"endpoint has no health target (health type none); 503 when this server runs no dispatcher (role control).",
+		Errors: []int{404, 409, 503},
+	}, nil, s.testEndpointDelivery)
+}
+
+func (s *Server) testEndpointDelivery(ctx context.Context, in *namePath) (*bodyOutput[EndpointTest], error) {
+	if _, err := s.store.GetEndpoint(ctx, in.Name); err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	test := s.cfg.Endpoints.Test
+	if test == nil {
+		return nil, newProblem(http.StatusServiceUnavailable, typeUnavailable,
+			"this server runs no dispatcher (role control): send the test delivery through a server of role all")
+	}
+	res, err := test(ctx, in.Name)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return &bodyOutput[EndpointTest]{Body: res}, nil
 }
 
 func (s *Server) listDeliveries(ctx context.Context, in *listDeliveriesInput) (*pageOutput[DeliveryList], error) {
