@@ -9,7 +9,8 @@ import (
 
 // TestDeliveriesAuth: with tokens on, a read token lists the delivery log
 // but cannot replay; an admin token can (here: 404, no such delivery), and
-// a refused replay writes no event.
+// a refused replay writes no event. A test delivery, a POST, needs an
+// admin token too.
 func TestDeliveriesAuth(t *testing.T) {
 	t.Parallel()
 	b := setup(t, api.Config{ReadTokens: []string{"reader-token"}, AdminTokens: []string{"admin-token"},
@@ -25,6 +26,8 @@ func TestDeliveriesAuth(t *testing.T) {
 	b.do(http.MethodPost, "/api/v1/deliveries/1/replay", nil).wantProblem(t, http.StatusUnauthorized, "")
 	b.do(http.MethodPost, "/api/v1/deliveries/1/replay", nil, admin).wantProblem(t, http.StatusNotFound, "")
 	b.do(http.MethodPost, "/api/v1/deliveries/-3/replay", nil, admin).wantProblem(t, http.StatusUnprocessableEntity, "path.id")
+	b.do(http.MethodPost, "/api/v1/endpoints/nope/test-delivery", nil, read).wantProblem(t, http.StatusForbidden, "")
+	b.do(http.MethodPost, "/api/v1/endpoints/nope/test-delivery", nil, admin).wantProblem(t, http.StatusNotFound, "")
 	if n := b.count(`SELECT count(*) FROM resource_events`); n != 0 {
 		t.Errorf("refused replays wrote %d events", n)
 	}
