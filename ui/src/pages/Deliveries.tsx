@@ -117,7 +117,7 @@ export function DeliveryTable({ items, label }: { items: Delivery[]; label: stri
             <th scope="col">endpoint</th>
             <th scope="col">resource</th>
             <th scope="col">task</th>
-            <th scope="col">epoch / try</th>
+            <th scope="col">epoch / attempt</th>
             <th scope="col">HTTP status</th>
             <th scope="col">latency</th>
             <th scope="col">classification</th>
@@ -293,7 +293,7 @@ export function DeliveryDetail({ id }: { id: string }) {
                   ["task", <code>{v.task_id}</code>],
                   ["task type", `${v.task_type ?? ""}${v.action ? ` (${v.action})` : ""}`],
                   ["claim epoch", <span data-testid="claim-epoch">{v.claim_epoch}</span>],
-                  ["attempt of the claim", v.attempt],
+                  ["delivery attempt of the task", v.attempt],
                   ["at", <When at={v.at} />],
                 ]}
               />
