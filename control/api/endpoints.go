@@ -25,6 +25,10 @@ type EndpointsConfig struct {
 	// Status returns the dispatcher's live view of an endpoint (health,
 	// breaker, in-flight), or nil when no dispatcher runs in this process.
 	Status func(name string) any
+	// Test sends an endpoint a test delivery (a signed health request) and
+	// returns its round trip, or nil when no dispatcher runs in this
+	// process: POST /endpoints/{name}/test-delivery then answers 503.
+	Test func(ctx context.Context, name string) (EndpointTest, error)
 	// RotationGrace is how long the previous secret keeps signing after a
 	// rotation. Defaults to 24h.
 	RotationGrace time.Duration

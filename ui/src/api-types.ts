@@ -32,7 +32,7 @@ export interface paths {
         };
         /**
          * List delivery attempts
-         * @description The delivery log, newest first with a keyset cursor: every attempt to deliver a task (success or failure, one per task of a batch), every 202 and the callback that followed it. Filters: endpoint, kind+name, classification, failed, since.
+         * @description The delivery log, newest first with a keyset cursor: every attempt to deliver a task (success or failure, one per task of a batch), every 202 and the callback that followed it. Filters: endpoint, kind (with name: one resource), classification, failed, and the window since..until.
          */
         get: operations["list-deliveries"];
         put?: never;
@@ -153,6 +153,26 @@ export interface paths {
          * @description Returns the new secret once. Until previous_valid_until both secrets sign every delivery.
          */
         post: operations["rotate-endpoint-secret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/endpoints/{name}/test-delivery": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send an endpoint a test delivery
+         * @description Sends the endpoint, now, the signed health request of docs/protocol.md §10 ({"type":"health"} to its health target), which every SDK answers without doing any work, and returns the round trip: status, latency, classification, the readiness reported, an excerpt of the answer. It proves the URL, the network path and the signing secret. It is a look: it moves neither the endpoint's readiness nor its circuit breaker, works on a disabled endpoint, and is not recorded in the delivery log. A failed round trip is still 200, its classification saying why. 404 unknown endpoint; 409 when the endpoint has no health target (health type none); 503 when this server runs no dispatcher (role control).
+         */
+        post: operations["test-endpoint-delivery"];
         delete?: never;
         options?: never;
         head?: never;
@@ -907,6 +927,34 @@ export interface components {
             type: "https" | "lambda" | "lambda_url";
             /** @description https and lambda_url: the URL every task is POSTed to. */
             url?: string;
+        };
+        EndpointTest: {
+            /**
+             * Format: date-time
+             * @description When the request was sent.
+             */
+            at: string;
+            /** @description ok for a healthy answer (200 with a readable body), else rate_limited, redirect, client_error, server_error, too_large, malformed, timeout, blocked, gone or network. */
+            classification: string;
+            endpoint: string;
+            /** @description Why the answer is not a healthy one; absent when classification is ok. */
+            error?: string;
+            /** @description The answer body's first bytes (at most 200), or why no answer came. */
+            excerpt?: string;
+            /**
+             * Format: int64
+             * @description The answer's status; 0 when none came (network error, timeout).
+             */
+            http_status: number;
+            /**
+             * Format: int64
+             * @description From sending to the answer, or to the failure.
+             */
+            latency_ms: number;
+            /** @description The readiness the endpoint reported, per kind/kind_version (classification ok). */
+            ready?: {
+                [key: string]: boolean;
+            };
         };
         EndpointView: {
             /** Format: date-time */
@@ -1718,9 +1766,9 @@ export interface operations {
             query?: {
                 /** @description Only this endpoint's attempts. */
                 endpoint?: string;
-                /** @description With name: only this resource's attempts (by the name it had then). */
+                /** @description Only attempts for resources of this kind; with name, only this resource's (by the name it had then). */
                 kind?: string;
-                /** @description With kind: only this resource's attempts. */
+                /** @description Needs kind: only this resource's attempts. */
                 name?: string;
                 /** @description Only attempts so classified: ok, task_error, accepted, callback_ok, callback_error, or a failure class. */
                 classification?: string;
@@ -1728,6 +1776,8 @@ export interface operations {
                 failed?: boolean;
                 /** @description Only attempts at or after this RFC 3339 time. */
                 since?: string;
+                /** @description Only attempts before this RFC 3339 time; after since when both are given. */
+                until?: string;
                 /** @description Page size. */
                 limit?: number;
                 /** @description The next_cursor of the previous page. */
@@ -2202,9 +2252,9 @@ export interface operations {
     "list-endpoint-deliveries": {
         parameters: {
             query?: {
-                /** @description With name: only this resource's attempts (by the name it had then). */
+                /** @description Only attempts for resources of this kind; with name, only this resource's (by the name it had then). */
                 kind?: string;
-                /** @description With kind: only this resource's attempts. */
+                /** @description Needs kind: only this resource's attempts. */
                 name?: string;
                 /** @description Only attempts so classified: ok, task_error, accepted, callback_ok, callback_error, or a failure class. */
                 classification?: string;
@@ -2212,6 +2262,8 @@ export interface operations {
                 failed?: boolean;
                 /** @description Only attempts at or after this RFC 3339 time. */
                 since?: string;
+                /** @description Only attempts before this RFC 3339 time; after since when both are given. */
+                until?: string;
                 /** @description Page size. */
                 limit?: number;
                 /** @description The next_cursor of the previous page. */
@@ -2339,6 +2391,77 @@ export interface operations {
             };
             /** @description Internal Server Error */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "test-endpoint-delivery": {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description The object's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EndpointTest"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -547,6 +547,9 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 			}
 			return st
 		}
+		acfg.Endpoints.Test = func(ctx context.Context, name string) (api.EndpointTest, error) {
+			return testDelivery(ctx, d, name)
+		}
 	}
 	// The API's requests run on the API's pools; the kind cache, on the
 	// engine's, has installed its validator in s.store, which Over copies.
@@ -567,6 +570,26 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	go func() { s.served <- s.app.Listener(s.ln) }()
 	s.log.Info("serving the API", "addr", s.ln.Addr().String(), "tls", s.cfg.TLS, "role", s.cfg.Role, "callbacks", callbackBase)
 	return s.serveHealth()
+}
+
+// testDelivery sends endpoint name a test delivery through d, in the
+// API's terms.
+func testDelivery(ctx context.Context, d *dispatch.Dispatcher, name string) (api.EndpointTest, error) {
+	at := time.Now()
+	a, err := d.TestEndpoint(ctx, name)
+	if errors.Is(err, dispatch.ErrNoProbe) {
+		return api.EndpointTest{}, &store.ConflictError{Message: fmt.Sprintf(
+			"endpoint %s has no health target (health type none): a test delivery is its health request, so there is nothing to send", name)}
+	}
+	if err != nil {
+		return api.EndpointTest{}, err
+	}
+	t := api.EndpointTest{Endpoint: name, At: at.UTC(), HTTPStatus: a.Status, LatencyMS: int(a.Latency.Milliseconds()),
+		Classification: a.Class, Ready: a.Ready, Excerpt: a.Excerpt}
+	if a.Err != nil {
+		t.Error = a.Err.Error()
+	}
+	return t, nil
 }
 
 // detached serves h under a request context cut loose from fasthttp's: the
