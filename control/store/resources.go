@@ -239,6 +239,7 @@ func (s *Store) ApplyResource(ctx context.Context, p ApplyResourceParams) (model
 
 func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, labels map[string]string, ref any) (model.Resource, ApplyResult, error) {
 	b := &pgx.Batch{}
+	traced := queueTraceContext(ctx, b)
 	if p.Precondition.set() {
 		// First in the batch's implicit transaction: its lock holds the
 		// version until the upsert has written.
@@ -249,6 +250,11 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close() // the error is read from the results below
 
+	if traced {
+		if _, err := br.Exec(); err != nil {
+			return model.Resource{}, "", resourceWriteError(err, p)
+		}
+	}
 	if p.Precondition.set() {
 		if _, err := br.Exec(); err != nil {
 			if pe := asPrecondition(err, p.what()); pe != nil {
@@ -700,6 +706,9 @@ func (s *Store) DeleteResource(ctx context.Context, kind, name string, pre Preco
 	var r model.Resource
 	err := pgrun.RetryDeadlock(func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := setTraceContext(ctx, tx); err != nil {
+				return err
+			}
 			if err := checkVersion(ctx, tx, pre, "resource "+kind+"/"+name, resourceVersionLock, kind, name); err != nil {
 				return err
 			}
