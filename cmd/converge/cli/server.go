@@ -155,6 +155,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if err != nil {
 		return nil, err
 	}
+	logOTelErrors(log) // before the exporter and the sampler read their variables
 	if s.tracer = cfg.Tracer; s.tracer == nil {
 		if s.tracing, err = startTracing(ctx, version.Version); err != nil {
 			return nil, err
@@ -162,9 +163,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		if s.tracing != nil {
 			s.tracer = s.tracing
 		}
-	}
-	if s.tracer != nil {
-		logOTelErrors(log)
 	}
 	if control {
 		if err := s.startControl(ctx, lis, member); err != nil {

@@ -42,9 +42,10 @@ func startTracing(ctx context.Context, version string) (*sdktrace.TracerProvider
 }
 
 // logOTelErrors sends OpenTelemetry's own errors (an export that failed, a
-// full span queue, a malformed OTEL_* variable) to log, the pod's JSON log,
-// instead of the standard library's logger on stderr, which writes plain
-// text. OpenTelemetry keeps one handler per process.
+// full span queue, a malformed OTEL_* variable) to log, the pod's log (JSON
+// with LOG_FORMAT=json), instead of the standard library's logger on
+// stderr, which writes plain text whatever the format. OpenTelemetry keeps
+// one handler per process.
 func logOTelErrors(log *slog.Logger) {
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		log.Warn("opentelemetry", "err", err)
