@@ -219,7 +219,8 @@ const resourceScheduleSQL = `SELECT schedule_applied($1, $2)`
 // schema; a refused flip changes nothing.
 //
 // The write is one round trip: the upsert, its event and the scheduling call
-// are pipelined in one implicit transaction.
+// are pipelined in one implicit transaction, after, for a traced request,
+// the statement that stores its trace context with the work (tracecontext.go).
 func (s *Store) ApplyResource(ctx context.Context, p ApplyResourceParams) (model.Resource, ApplyResult, error) {
 	if err := s.validateResource(ctx, &p); err != nil {
 		return model.Resource{}, "", err
