@@ -86,7 +86,7 @@ func TestOneTraceFromApplyToProvider(t *testing.T) {
 	if resp.StatusCode != 201 {
 		t.Fatalf("apply = %d", resp.StatusCode)
 	}
-	s.engine.waitPhase("echo", "traced", string(model.PhaseReady), 60*time.Second)
+	s.waitPhase("echo", "traced", string(model.PhaseReady), 60*time.Second)
 
 	// The SDK batches its callbacks (POST /v1/tasks/outcomes) unless told
 	// otherwise. Once its span has ended (in whichever trace), every span
