@@ -14,16 +14,17 @@ import (
 )
 
 // TestWritesStoreTheirTraceContext: the work a traced write schedules (an
-// apply, a batch apply, a delete's teardown task) stores the request's W3C
-// traceparent, which the claim returns; a newer generation's apply of a
-// pending task replaces it; an untraced write stores none.
+// apply, a batch apply, a delete's teardown task, an operation) stores the
+// request's W3C traceparent; a newer generation's apply of a pending task
+// replaces it; an untraced write stores none.
 func TestWritesStoreTheirTraceContext(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	st := store.New(db.Pool, store.Config{})
 	m := manifest("leaf", 1, "")
 	m.Reactions = append(m.Reactions, model.ReactionDecl{Name: "teardown", Trigger: webhooksdk.TriggerDeleteRequested,
-		Emits: []string{"finalizer"}, Finalizer: "leaf.example/cleanup"})
+		Emits: []string{"finalizer"}, Finalizer: "leaf.example/cleanup"},
+		model.ReactionDecl{Name: "restart", Trigger: webhooksdk.TriggerOperation, Verb: "restart", Emits: []string{"status"}})
 	if _, err := st.PutManifest(t.Context(), m); err != nil {
 		t.Fatal(err)
 	}
@@ -83,4 +84,10 @@ func TestWritesStoreTheirTraceContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("b1", "delete", tp4)
+
+	ctx5, tp5 := traced(5)
+	if _, err := st.CreateOperation(ctx5, "leaf", "b2", "restart", nil); err != nil {
+		t.Fatal(err)
+	}
+	want("b2", "operate", tp5)
 }
