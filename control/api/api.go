@@ -42,6 +42,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/framing"
@@ -125,6 +126,11 @@ type Config struct {
 	// IdempotencyRetention is how long the answer of a POST sent with an
 	// Idempotency-Key is kept for its retries. Defaults to 24 hours.
 	IdempotencyRetention time.Duration
+	// Tracer, when set, records a server span per request (trace.go) and
+	// stores a write's trace context with the work it schedules, so its
+	// deliveries join the request's trace. Nil traces nothing and stores
+	// nothing.
+	Tracer trace.TracerProvider
 }
 
 // The Config defaults.
@@ -260,6 +266,11 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 		}
 		// Outermost, so it sees a panic's 500 and every refusal.
 		s.app.Use(m.middleware(s.fiberError))
+	}
+	if cfg.Tracer != nil {
+		// The API's routes only: a pod's callback receiver, served beside
+		// them, traces its requests itself (package callback).
+		s.app.Use(Prefix, tracing(cfg.Tracer, s.fiberError))
 	}
 	s.app.Use(recover.New(recover.Config{EnableStackTrace: true, StackTraceHandler: s.logPanic}))
 	s.app.Use(s.withTimeout)

@@ -31,7 +31,7 @@ type TaskClaimParams struct {
 // task while it runs and on the resource once applied (issue #13).
 const taskClaimSQL = `SELECT task_id, shard_id, resource_id, task_type, trigger, coalesce(reaction, ''), emits,
        kind, kind_version, generation, claim_epoch, attempts, deadline,
-       coalesce(transition, ''), coalesce(binding, '')
+       coalesce(transition, ''), coalesce(binding, ''), coalesce(traceparent, '')
   FROM claim_tasks($1, $2, $3, $4, $5, $6)`
 
 // TaskClaim claims up to p.Limit pending tasks, bumping each one's
@@ -65,7 +65,7 @@ func scanClaimed(r pgx.CollectableRow) (model.Task, error) {
 		deadline *time.Time
 	)
 	err := r.Scan(&t.ID, &t.Shard, &t.ResourceID, &t.Type, &t.Trigger, &t.Reaction, &emits,
-		&t.Kind, &kv, &t.Generation, &t.ClaimEpoch, &t.Attempts, &deadline, &t.Transition, &t.Binding)
+		&t.Kind, &kv, &t.Generation, &t.ClaimEpoch, &t.Attempts, &deadline, &t.Transition, &t.Binding, &t.TraceParent)
 	t.Emits = model.OutcomeMask(emits)
 	t.KindVersion = int(kv)
 	if deadline != nil {

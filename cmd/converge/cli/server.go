@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/cluster"
@@ -90,7 +91,8 @@ type Server struct {
 	health       *http.Server
 	healthAddr   string
 	pprof        *http.Server
-	tracing      *sdktrace.TracerProvider // nil unless OTLP export is configured
+	tracing      *sdktrace.TracerProvider // the OTLP exporter's, which Stop flushes; nil unless the environment configures one
+	tracer       trace.TracerProvider     // what the API and the dispatcher trace with: Config.Tracer or tracing; nil: off
 	served       chan error
 }
 
@@ -153,6 +155,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if err != nil {
 		return nil, err
 	}
+	logOTelErrors(log) // before the exporter and the sampler read their variables
+	if s.tracer = cfg.Tracer; s.tracer == nil {
+		if s.tracing, err = startTracing(ctx, version.Version); err != nil {
+			return nil, err
+		}
+		if s.tracing != nil {
+			s.tracer = s.tracing
+		}
+	}
 	if control {
 		if err := s.startControl(ctx, lis, member); err != nil {
 			return nil, err
@@ -160,9 +171,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}
 	var d *dispatch.Dispatcher
 	if dispatching {
-		if s.tracing, err = startTracing(ctx, version.Version); err != nil {
-			return nil, err
-		}
 		if d, err = s.startDispatch(ctx, lis, member, box, callbackBase); err != nil {
 			return nil, err
 		}
@@ -481,8 +489,8 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 		CallbackBaseURL: callbackBase, TokenKey: s.cfg.CallbackKey, PreviousTokenKeys: s.cfg.PreviousCallbackKeys, SecretBox: box,
 		DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs, AWS: s.cfg.AWS, Version: version.Version, Metrics: s.metrics, Logger: s.log,
 		DrainTimeout: s.shutdownTimeout()}
-	if s.tracing != nil {
-		dcfg.Tracer = s.tracing
+	if s.tracer != nil {
+		dcfg.Tracer = s.tracer
 	}
 	d, err := dispatch.New(dcfg, s.engine, s.store, dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
 	if err != nil {
@@ -528,7 +536,8 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens, ListPageBytes: s.cfg.ListPageBytes,
 		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), MetricsRegistry: s.metrics, Console: console, Events: s.events,
 		ReadyChecks: s.readyChecks(), IdempotencyRetention: s.cfg.IdempotencyRetention, HeaderTimeout: s.cfg.HTTPHeaderTimeout,
-		ReadTimeout: s.cfg.HTTPReadTimeout, WriteTimeout: s.cfg.HTTPWriteTimeout, IdleTimeout: s.cfg.HTTPIdleTimeout}
+		ReadTimeout: s.cfg.HTTPReadTimeout, WriteTimeout: s.cfg.HTTPWriteTimeout, IdleTimeout: s.cfg.HTTPIdleTimeout,
+		Tracer: s.tracer}
 	if box != nil {
 		policy := egress.Policy{DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs}
 		acfg.Endpoints = &api.EndpointsConfig{Box: box,
