@@ -267,6 +267,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.app.Use(Prefix, checkQuery)
 	s.app.Use(Prefix, readPool)
 	s.app.Use(Prefix, requireJSONBody)
+	s.app.Use(Prefix, s.dryRun)
 	s.app.Use(Prefix, s.idempotency)
 
 	s.docs = newOpenAPIDoc(s)
@@ -485,6 +486,10 @@ func register[I, O any](s *Server, op huma.Operation, doc any, h func(context.Co
 	case http.MethodGet:
 		// Read by the readPool middleware, likewise.
 		op.Parameters = append(op.Parameters, consistentReadParam())
+	}
+	if op.Method != http.MethodGet {
+		// Read by the dryRun middleware, likewise.
+		op.Parameters = append(op.Parameters, dryRunParam())
 	}
 	registerOp(s.api, op, h)
 	if doc == nil {

@@ -161,7 +161,9 @@ func (c *KindCache) Refresh(ctx context.Context) error {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
 
-	rows, err := c.store.pool.Query(ctx, kindManifestCacheSQL)
+	// The pool itself, never a dry run's transaction: the cache holds what
+	// is committed.
+	rows, err := c.store.pool.Pool.Query(ctx, kindManifestCacheSQL)
 	if err != nil {
 		return fmt.Errorf("kind cache: load manifests: %w", err)
 	}

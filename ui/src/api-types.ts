@@ -943,7 +943,7 @@ export interface components {
              * @description Changes on every write of the endpoint (an apply, a secret rotation, a 410 disabling it); send it back (or If-Match) to make a write conditional on it.
              */
             resource_version: number;
-            /** @description The signing secret, shown only when it was just generated. Store it now. */
+            /** @description The signing secret, shown only when it was just generated (never on a dry run). Store it now. */
             secret?: string;
             /**
              * Format: date-time
@@ -1552,7 +1552,7 @@ export interface components {
         RotatedSecret: {
             /** Format: date-time */
             previous_valid_until: string;
-            /** @description The new signing secret, shown once. */
+            /** @description The new signing secret, shown once; empty on a dry run, whose secret is discarded. */
             secret: string;
         };
         SpecHistory: {
@@ -1818,7 +1818,10 @@ export interface operations {
     };
     "replay-delivery": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -1912,7 +1915,10 @@ export interface operations {
     };
     "apply-endpoint": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -2042,7 +2048,10 @@ export interface operations {
     };
     "delete-endpoint": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -2171,7 +2180,10 @@ export interface operations {
     };
     "rotate-endpoint-secret": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -2256,7 +2268,10 @@ export interface operations {
     };
     "put-manifest": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: never;
             path: {
                 /** @description The kind, e.g. vpc. */
@@ -2377,7 +2392,10 @@ export interface operations {
     };
     "put-kind-config": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -2520,7 +2538,10 @@ export interface operations {
     };
     "delete-manifest": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: never;
             path: {
                 /** @description The kind, e.g. vpc. */
@@ -2722,7 +2743,10 @@ export interface operations {
     };
     "apply-providerconfig": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -2861,7 +2885,10 @@ export interface operations {
     };
     "delete-providerconfig": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -2967,7 +2994,10 @@ export interface operations {
     };
     "apply-reactor-binding": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -3097,7 +3127,10 @@ export interface operations {
     };
     "delete-reactor-binding": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -3220,7 +3253,10 @@ export interface operations {
     };
     "apply-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -3361,7 +3397,10 @@ export interface operations {
     };
     "delete-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -3718,7 +3757,10 @@ export interface operations {
     };
     "invoke-operation": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -3852,7 +3894,10 @@ export interface operations {
     };
     "cancel-operation": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: never;
             path: {
                 /** @description The kind. */
@@ -3915,7 +3960,10 @@ export interface operations {
     };
     "quarantine-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -3979,7 +4027,10 @@ export interface operations {
     };
     "reconcile-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4043,7 +4094,10 @@ export interface operations {
     };
     "rollback-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4236,7 +4290,10 @@ export interface operations {
     };
     "unquarantine-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4300,7 +4357,10 @@ export interface operations {
     };
     "apply-resources-batch": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
