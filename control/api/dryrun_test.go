@@ -2,11 +2,13 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -310,5 +312,41 @@ func TestDryRunParameter(t *testing.T) {
 	}
 	if after := m.fingerprint(); after == before {
 		t.Errorf("dry_run=false wrote nothing")
+	}
+}
+
+// TestDryRunSendsNoNotification: a dry run's NOTIFY goes with its rollback.
+// A listener on kind_manifest_changed sees a dry-run manifest put, then a
+// real one; notifications arrive in commit order, so the first it gets
+// must be the real one's.
+func TestDryRunSendsNoNotification(t *testing.T) {
+	t.Parallel()
+	m := newMutator(t, 1)
+	conn, err := m.db.Pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(t.Context(), "LISTEN kind_manifest_changed"); err != nil {
+		t.Fatal(err)
+	}
+	put := func(kind, query string) {
+		t.Helper()
+		req := request{method: http.MethodPut, path: "/api/v1/kinds/" + kind + "/manifest", query: query, contentType: "application/json",
+			body: []byte(strings.Replace(loneManifest, `"lone"`, `"`+kind+`"`, 1))}
+		if a := m.send(req); a.err != nil || a.status != http.StatusCreated {
+			t.Fatalf("%s", a.dump(req))
+		}
+	}
+	put("dry", "dry_run=true")
+	put("real", "")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	n, err := conn.Conn().WaitForNotification(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Payload != "real/1" {
+		t.Errorf("the first notification is %q, want the real put's real/1: the dry run's escaped", n.Payload)
 	}
 }
