@@ -492,6 +492,9 @@ func register[I, O any](s *Server, op huma.Operation, doc any, h func(context.Co
 		op.Parameters = append(op.Parameters, dryRunParam())
 	}
 	registerOp(s.api, op, h)
+	if op.Method != http.MethodGet {
+		documentDryRun(s.api.OpenAPI(), &op)
+	}
 	if doc == nil {
 		return
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -33,6 +34,36 @@ func dryRunParam() *huma.Param {
 			"but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). " +
 			"A generated signing secret is not shown, and the resource_version in the answer is never the object's.",
 		Schema: &huma.Schema{Type: huma.TypeBoolean}}
+}
+
+// documentDryRun documents ?dry_run on the write operation op, registered
+// at op.Path, and the Dry-Run header on each of its answers.
+func documentDryRun(oapi *huma.OpenAPI, op *huma.Operation) {
+	item := oapi.Paths[op.Path]
+	var doc *huma.Operation
+	switch op.Method {
+	case http.MethodPost:
+		doc = item.Post
+	case http.MethodPut:
+		doc = item.Put
+	case http.MethodPatch:
+		doc = item.Patch
+	case http.MethodDelete:
+		doc = item.Delete
+	}
+	if doc == nil {
+		panic("api: cannot document the dry run of " + op.Method + " " + op.Path)
+	}
+	for _, r := range doc.Responses {
+		if r.Ref != "" {
+			continue
+		}
+		if r.Headers == nil {
+			r.Headers = map[string]*huma.Param{}
+		}
+		r.Headers[headerDryRun] = &huma.Param{Description: "true on the answer of a dry run (?dry_run=true): nothing was changed.",
+			Schema: &huma.Schema{Type: huma.TypeBoolean}}
+	}
 }
 
 // dryRun is the middleware of every write under Prefix: with

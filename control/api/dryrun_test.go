@@ -124,6 +124,41 @@ func TestDryRun(t *testing.T) {
 	if routes < 20 {
 		t.Errorf("the OpenAPI document has %d write routes; want at least the 20 this test was written against", routes)
 	}
+	m.checkDryRunDocumented(t)
+}
+
+// checkDryRunDocumented checks that the OpenAPI document gives every write
+// operation the dry_run query parameter and every one of its answers the
+// Dry-Run header.
+func (m *mutator) checkDryRunDocumented(t *testing.T) {
+	t.Helper()
+	r := m.send(request{method: http.MethodGet, path: "/openapi.json"})
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct{ Name, In string } `json:"parameters"`
+			Responses  map[string]struct {
+				Headers map[string]json.RawMessage `json:"headers"`
+			} `json:"responses"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(r.body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for path, item := range doc.Paths {
+		for method, op := range item {
+			if !slices.Contains([]string{"post", "put", "patch", "delete"}, method) {
+				continue
+			}
+			if !slices.ContainsFunc(op.Parameters, func(p struct{ Name, In string }) bool { return p.Name == "dry_run" && p.In == "query" }) {
+				t.Errorf("%s %s does not document ?dry_run", method, path)
+			}
+			for status, resp := range op.Responses {
+				if _, ok := resp.Headers["Dry-Run"]; !ok {
+					t.Errorf("%s %s: its %s answer does not document Dry-Run", method, path, status)
+				}
+			}
+		}
+	}
 }
 
 // checkDryRun sends c dry, checks that it changed nothing, then sends it

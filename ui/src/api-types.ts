@@ -1837,6 +1837,8 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1846,6 +1848,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1855,6 +1859,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1864,6 +1870,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1873,6 +1881,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1937,6 +1947,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -1948,6 +1960,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1957,6 +1971,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1966,6 +1982,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1975,6 +1993,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1984,6 +2004,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2067,6 +2089,8 @@ export interface operations {
             /** @description No Content */
             204: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -2074,6 +2098,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2083,6 +2109,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2092,6 +2120,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2101,6 +2131,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2199,6 +2231,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2208,6 +2242,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2217,6 +2253,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2226,6 +2264,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2288,6 +2328,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -2299,6 +2341,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2308,6 +2352,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2317,6 +2363,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2326,6 +2374,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2417,6 +2467,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -2428,6 +2480,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2437,6 +2491,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2446,6 +2502,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2455,6 +2513,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2464,6 +2524,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2473,6 +2535,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2556,6 +2620,8 @@ export interface operations {
             /** @description No Content */
             204: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -2563,6 +2629,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2572,6 +2640,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2581,6 +2651,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2590,6 +2662,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2765,6 +2839,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -2776,6 +2852,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2785,6 +2863,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2794,6 +2874,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2803,6 +2885,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2812,6 +2896,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2821,6 +2907,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2904,6 +2992,8 @@ export interface operations {
             /** @description No Content */
             204: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -2911,6 +3001,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2920,6 +3012,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2929,6 +3023,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2938,6 +3034,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2947,6 +3045,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3016,6 +3116,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -3027,6 +3129,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3036,6 +3140,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3045,6 +3151,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3054,6 +3162,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3063,6 +3173,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3146,6 +3258,8 @@ export interface operations {
             /** @description No Content */
             204: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3153,6 +3267,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3162,6 +3278,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3171,6 +3289,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3180,6 +3300,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3275,6 +3397,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -3286,6 +3410,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3295,6 +3421,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3304,6 +3432,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3313,6 +3443,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3322,6 +3454,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3331,6 +3465,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3418,6 +3554,8 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     [name: string]: unknown;
                 };
@@ -3428,6 +3566,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3437,6 +3577,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3446,6 +3588,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3455,6 +3599,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3782,6 +3928,8 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3791,6 +3939,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3800,6 +3950,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3809,6 +3961,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3818,6 +3972,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3827,6 +3983,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3914,6 +4072,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3923,6 +4083,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3932,6 +4094,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3941,6 +4105,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3950,6 +4116,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3981,6 +4149,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3990,6 +4160,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3999,6 +4171,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4008,6 +4182,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4017,6 +4193,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4048,6 +4226,8 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4057,6 +4237,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4066,6 +4248,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4075,6 +4259,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4084,6 +4270,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4119,6 +4307,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -4130,6 +4320,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4139,6 +4331,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4148,6 +4342,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4157,6 +4353,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4166,6 +4364,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4311,6 +4511,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4320,6 +4522,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4329,6 +4533,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4338,6 +4544,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4347,6 +4555,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4378,6 +4588,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4387,6 +4599,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4396,6 +4610,8 @@ export interface operations {
             /** @description Request Entity Too Large */
             413: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4405,6 +4621,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4414,6 +4632,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
