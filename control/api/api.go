@@ -275,6 +275,9 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	// they serve the live document with every published kind's schemas.
 	s.app.Get("/openapi.json", s.docs.serveJSON)
 	s.app.Get("/openapi.yaml", s.docs.serveYAML)
+	if err := s.registerDocs(); err != nil {
+		return nil, err
+	}
 	if cfg.Metrics != nil {
 		// Metrics name endpoints, kinds and error counts: a read, guarded
 		// like one.
@@ -292,12 +295,14 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	hc.Transformers = []huma.Transformer{problemTransformer}
 	jf := jsonFormat()
 	hc.Formats = map[string]huma.Format{"application/json": jf, "json": jf}
-	if s.auth.enabled() {
-		hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
-			"bearer": {Type: "http", Scheme: "bearer", Description: "A read or admin token."},
-		}
-		hc.Security = []map[string][]string{{"bearer": {}}}
-	}
+	// Each operation's security and 401/403 answers follow from its path
+	// and method as the auth middleware decides (see operationAccess).
+	hc.Components.SecuritySchemes = securitySchemes()
+	hc.Tags = documentTags()
+	hc.Servers = []*huma.Server{{URL: "/", Description: "The server that serves this document; every path carries its prefix (" + Prefix + ")."}}
+	// huma's own docs page loads its viewer from a CDN; registerDocs serves
+	// one from the binary.
+	hc.DocsPath = ""
 	if cfg.Events != nil {
 		// Before huma's routes: a stream is written by Fiber directly.
 		s.app.Get(Prefix+"/events/stream", cfg.Events.handler(cfg.WriteTimeout))

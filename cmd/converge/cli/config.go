@@ -125,6 +125,9 @@ type Config struct {
 	// ReaperRetryWindow is how long a lagging resource with no live task
 	// waits before the reaper re-schedules it (REAPER_RETRY_WINDOW).
 	ReaperRetryWindow time.Duration
+	// PhaseCountInterval is how often the control pod holding shard 0
+	// counts resources by kind and phase (PHASE_COUNT_INTERVAL).
+	PhaseCountInterval time.Duration
 	// DeliveryLogMaxAge and DeliveryLogKeep bound the delivery log
 	// (DELIVERY_LOG_MAX_AGE, DELIVERY_LOG_KEEP).
 	DeliveryLogMaxAge time.Duration

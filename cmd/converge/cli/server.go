@@ -245,7 +245,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err err
 	}
 	s.metrics = prometheus.NewRegistry()
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		pgxpoolprometheus.NewCollector(s.pool, map[string]string{"pool": "primary"}))
+		pgxpoolprometheus.NewCollector(s.pool, map[string]string{"pool": "primary"}), buildInfo())
 	for name, p := range map[string]*pgxpool.Pool{"api": s.apiPool, "read": s.readPool} {
 		if p != nil {
 			s.metrics.MustRegister(pgxpoolprometheus.NewCollector(p, map[string]string{"pool": name}))
@@ -253,6 +253,16 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err err
 	}
 	s.store = store.New(s.pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit})
 	return s, nil
+}
+
+// buildInfo is converge_build_info: 1, labelled with the build's version,
+// VCS revision and Go version, so a dashboard can tell which build each pod
+// runs and a rollout shows as the labels change.
+func buildInfo() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "converge_build_info",
+		Help:        "1, labelled with the build: version (git describe), revision (the VCS commit) and goversion.",
+		ConstLabels: prometheus.Labels{"version": version.Version, "revision": version.Commit(), "goversion": runtime.Version()}},
+		func() float64 { return 1 })
 }
 
 // apiPoolMaxConnsDefault is API_POOL_MAX_CONNS's default: the larger of 4
@@ -445,7 +455,7 @@ func (s *Server) startShared(ctx context.Context, lis *store.Listener) (*cluster
 // drainer and the reaper; and the console's change stream, which shares the
 // pod's one LISTEN connection.
 func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *cluster.Member) error {
-	rp, err := reaper.New(reaper.Config{Range: member.Range, RetryWindow: s.cfg.ReaperRetryWindow, Metrics: s.metrics,
+	rp, err := reaper.New(reaper.Config{Range: member.Range, RetryWindow: s.cfg.ReaperRetryWindow, PhaseCountEvery: s.cfg.PhaseCountInterval, Metrics: s.metrics,
 		DeliveryMaxAge: s.cfg.DeliveryLogMaxAge, DeliveryKeep: s.cfg.DeliveryLogKeep}, s.engine, s.store, s.log)
 	if err != nil {
 		return err
