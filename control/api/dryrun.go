@@ -15,7 +15,8 @@ import (
 // PATCH, DELETE) takes ?dry_run=true: it runs exactly as without it, the
 // same handler and store code, checks and answer, inside one database
 // transaction that is rolled back (store.DryRun), so it changes nothing.
-// Its answer, whatever its status, carries Dry-Run: true. An
+// Its answer, whatever its status, carries Dry-Run: true (a request refused
+// before this middleware runs, by auth or checkQuery, does not). An
 // Idempotency-Key sent with it is checked for form and otherwise ignored:
 // a dry run is safe to repeat, its answer is not kept, and a later real
 // request with the key runs as if the dry run had not been.

@@ -129,7 +129,8 @@ func TestDryRun(t *testing.T) {
 
 // checkDryRunDocumented checks that the OpenAPI document gives every write
 // operation the dry_run query parameter and every one of its answers the
-// Dry-Run header.
+// Dry-Run header, but 401 and 403: authentication refuses a request before
+// its dry run begins.
 func (m *mutator) checkDryRunDocumented(t *testing.T) {
 	t.Helper()
 	r := m.send(request{method: http.MethodGet, path: "/openapi.json"})
@@ -153,7 +154,7 @@ func (m *mutator) checkDryRunDocumented(t *testing.T) {
 				t.Errorf("%s %s does not document ?dry_run", method, path)
 			}
 			for status, resp := range op.Responses {
-				if _, ok := resp.Headers["Dry-Run"]; !ok {
+				if _, ok := resp.Headers["Dry-Run"]; !ok && status != "401" && status != "403" {
 					t.Errorf("%s %s: its %s answer does not document Dry-Run", method, path, status)
 				}
 			}
