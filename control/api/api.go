@@ -494,6 +494,9 @@ func register[I, O any](s *Server, op huma.Operation, doc any, h func(context.Co
 	}
 	if op.Method != http.MethodGet {
 		// Read by the dryRun middleware, likewise.
+		if declaresDryRun(reflect.TypeFor[I]()) {
+			panic("api: " + op.OperationID + " declares ?dry_run, which the dryRun middleware owns: read store.IsDryRun(ctx) instead")
+		}
 		op.Parameters = append(op.Parameters, dryRunParam())
 	}
 	registerOp(s.api, op, h)

@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"net/http"
+	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/gofiber/fiber/v2"
@@ -35,6 +37,30 @@ func dryRunParam() *huma.Param {
 			"but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). " +
 			"A generated signing secret is not shown, and the resource_version in the answer is never the object's.",
 		Schema: &huma.Schema{Type: huma.TypeBoolean}}
+}
+
+// declaresDryRun reports whether the input type t (a struct, perhaps
+// embedding others) reads ?dry_run itself: the dryRun middleware owns the
+// parameter and takes it out of the query, so such an operation would
+// never see it. An operation that answers differently on a dry run reads
+// store.IsDryRun(ctx) instead.
+func declaresDryRun(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return false
+	}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if name, _, _ := strings.Cut(f.Tag.Get("query"), ","); name == queryDryRun {
+			return true
+		}
+		if f.Anonymous && declaresDryRun(f.Type) {
+			return true
+		}
+	}
+	return false
 }
 
 // documentDryRun documents ?dry_run on the write operation op, registered
