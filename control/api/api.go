@@ -278,6 +278,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.app.Use(Prefix, checkQuery)
 	s.app.Use(Prefix, readPool)
 	s.app.Use(Prefix, requireJSONBody)
+	s.app.Use(Prefix, s.dryRun)
 	s.app.Use(Prefix, s.idempotency)
 
 	s.docs = newOpenAPIDoc(s)
@@ -502,7 +503,17 @@ func register[I, O any](s *Server, op huma.Operation, doc any, h func(context.Co
 		// Read by the readPool middleware, likewise.
 		op.Parameters = append(op.Parameters, consistentReadParam())
 	}
+	if op.Method != http.MethodGet {
+		// Read by the dryRun middleware, likewise.
+		if declaresDryRun(reflect.TypeFor[I]()) {
+			panic("api: " + op.OperationID + " declares ?dry_run, which the dryRun middleware owns: read store.IsDryRun(ctx) instead")
+		}
+		op.Parameters = append(op.Parameters, dryRunParam())
+	}
 	registerOp(s.api, op, h)
+	if op.Method != http.MethodGet {
+		documentDryRun(s.api.OpenAPI(), &op)
+	}
 	if doc == nil {
 		return
 	}

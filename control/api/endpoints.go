@@ -62,7 +62,7 @@ type endpointApplyBody struct {
 // shown again.
 type EndpointView struct {
 	store.Endpoint
-	Secret string `json:"secret,omitempty" doc:"The signing secret, shown only when it was just generated. Store it now."`
+	Secret string `json:"secret,omitempty" doc:"The signing secret, shown only when it was just generated (never on a dry run). Store it now."`
 	Live   any    `json:"live,omitempty" doc:"This dispatch pod's view: readiness per kind, circuit breaker, in-flight, back-off."`
 }
 
@@ -73,7 +73,7 @@ type EndpointList struct {
 
 // RotatedSecret is the body of POST /endpoints/{name}/rotate-secret.
 type RotatedSecret struct {
-	Secret string `json:"secret" doc:"The new signing secret, shown once."`
+	Secret string `json:"secret" doc:"The new signing secret, shown once; empty on a dry run, whose secret is discarded."`
 	// PreviousValidUntil is when the old secret stops signing.
 	PreviousValidUntil time.Time `json:"previous_valid_until"`
 }

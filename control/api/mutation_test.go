@@ -164,7 +164,10 @@ type mutator struct {
 	logs   *logbuf.Buffer
 	tables string // the fingerprint query
 	opID   string // the operation the {id} routes name
-	fails  int
+	// deliveryID is the delivery the replay route's {id} names, once
+	// TestDryRun has recorded one.
+	deliveryID string
+	fails      int
 }
 
 func (m *mutator) panicked() bool { return strings.Contains(m.logs.String(), "panic") }
@@ -459,7 +462,11 @@ func (m *mutator) fill(tmpl string) string {
 	case strings.Contains(tmpl, "/reactor-bindings/"):
 		name = "bind"
 	}
-	return strings.NewReplacer("{kind}", "box", "{version}", "1", "{name}", name, "{id}", m.opID).Replace(tmpl)
+	id := m.opID
+	if m.deliveryID != "" && strings.HasPrefix(tmpl, "/api/v1/deliveries/") {
+		id = m.deliveryID
+	}
+	return strings.NewReplacer("{kind}", "box", "{version}", "1", "{name}", name, "{id}", id).Replace(tmpl)
 }
 
 // mutate returns s with one to three mutations and their names.

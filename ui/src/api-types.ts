@@ -991,7 +991,7 @@ export interface components {
              * @description Changes on every write of the endpoint (an apply, a secret rotation, a 410 disabling it); send it back (or If-Match) to make a write conditional on it.
              */
             resource_version: number;
-            /** @description The signing secret, shown only when it was just generated. Store it now. */
+            /** @description The signing secret, shown only when it was just generated (never on a dry run). Store it now. */
             secret?: string;
             /**
              * Format: date-time
@@ -1600,7 +1600,7 @@ export interface components {
         RotatedSecret: {
             /** Format: date-time */
             previous_valid_until: string;
-            /** @description The new signing secret, shown once. */
+            /** @description The new signing secret, shown once; empty on a dry run, whose secret is discarded. */
             secret: string;
         };
         SpecHistory: {
@@ -1895,7 +1895,10 @@ export interface operations {
     };
     "replay-delivery": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -1911,6 +1914,8 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1938,6 +1943,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1947,6 +1954,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1956,6 +1965,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1965,6 +1976,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2016,7 +2029,10 @@ export interface operations {
     };
     "apply-endpoint": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -2035,6 +2051,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -2046,6 +2064,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2073,6 +2093,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2082,6 +2104,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2091,6 +2115,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2100,6 +2126,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2173,7 +2201,10 @@ export interface operations {
     };
     "delete-endpoint": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -2189,6 +2220,8 @@ export interface operations {
             /** @description No Content */
             204: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -2214,6 +2247,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2223,6 +2258,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2232,6 +2269,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2241,6 +2280,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2331,7 +2372,10 @@ export interface operations {
     };
     "rotate-endpoint-secret": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -2347,6 +2391,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2374,6 +2420,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2383,6 +2431,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2392,6 +2442,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2514,7 +2566,10 @@ export interface operations {
     };
     "put-manifest": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: never;
             path: {
                 /** @description The kind, e.g. vpc. */
@@ -2531,6 +2586,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -2542,6 +2599,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2569,6 +2628,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2578,6 +2639,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2587,6 +2650,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2662,7 +2727,10 @@ export interface operations {
     };
     "put-kind-config": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -2684,6 +2752,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -2695,6 +2765,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2722,6 +2794,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2731,6 +2805,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2740,6 +2816,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2749,6 +2827,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2758,6 +2838,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2832,7 +2914,10 @@ export interface operations {
     };
     "delete-manifest": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: never;
             path: {
                 /** @description The kind, e.g. vpc. */
@@ -2847,6 +2932,8 @@ export interface operations {
             /** @description No Content */
             204: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -2872,6 +2959,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2881,6 +2970,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2890,6 +2981,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2899,6 +2992,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3079,7 +3174,10 @@ export interface operations {
     };
     "apply-providerconfig": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -3098,6 +3196,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -3109,6 +3209,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3136,6 +3238,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3145,6 +3249,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3154,6 +3260,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3163,6 +3271,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3172,6 +3282,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3245,7 +3357,10 @@ export interface operations {
     };
     "delete-providerconfig": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -3261,6 +3376,8 @@ export interface operations {
             /** @description No Content */
             204: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3286,6 +3403,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3295,6 +3414,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3304,6 +3425,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3313,6 +3436,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3322,6 +3447,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3378,7 +3505,10 @@ export interface operations {
     };
     "apply-reactor-binding": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -3397,6 +3527,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -3408,6 +3540,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3435,6 +3569,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3444,6 +3580,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3453,6 +3591,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3462,6 +3602,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3535,7 +3677,10 @@ export interface operations {
     };
     "delete-reactor-binding": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -3551,6 +3696,8 @@ export interface operations {
             /** @description No Content */
             204: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3576,6 +3723,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3585,6 +3734,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3594,6 +3745,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3603,6 +3756,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3685,7 +3840,10 @@ export interface operations {
     };
     "apply-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -3704,6 +3862,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -3715,6 +3875,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3742,6 +3904,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3751,6 +3915,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3760,6 +3926,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3769,6 +3937,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3778,6 +3948,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3853,7 +4025,10 @@ export interface operations {
     };
     "delete-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -3871,6 +4046,8 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     [name: string]: unknown;
                 };
@@ -3899,6 +4076,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3908,6 +4087,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3917,6 +4098,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3926,6 +4109,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4273,7 +4458,10 @@ export interface operations {
     };
     "invoke-operation": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4295,6 +4483,8 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4304,6 +4494,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4331,6 +4523,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4340,6 +4534,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4349,6 +4545,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4358,6 +4556,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4434,7 +4634,10 @@ export interface operations {
     };
     "cancel-operation": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: never;
             path: {
                 /** @description The kind. */
@@ -4451,6 +4654,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4478,6 +4683,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4487,6 +4694,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4496,6 +4705,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4505,6 +4716,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4515,7 +4728,10 @@ export interface operations {
     };
     "quarantine-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4533,6 +4749,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4560,6 +4778,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4569,6 +4789,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4578,6 +4800,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4587,6 +4811,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4597,7 +4823,10 @@ export interface operations {
     };
     "reconcile-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4615,6 +4844,8 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4642,6 +4873,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4651,6 +4884,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4660,6 +4895,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4669,6 +4906,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4679,7 +4918,10 @@ export interface operations {
     };
     "rollback-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4701,6 +4943,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -4712,6 +4956,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4739,6 +4985,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4748,6 +4996,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4757,6 +5007,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4766,6 +5018,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4908,7 +5162,10 @@ export interface operations {
     };
     "unquarantine-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4926,6 +5183,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4953,6 +5212,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4962,6 +5223,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4971,6 +5234,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4980,6 +5245,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4990,7 +5257,10 @@ export interface operations {
     };
     "apply-resources-batch": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -5008,6 +5278,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5017,6 +5289,8 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5044,6 +5318,8 @@ export interface operations {
             /** @description Request Entity Too Large */
             413: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5053,6 +5329,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5062,6 +5340,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {

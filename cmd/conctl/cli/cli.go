@@ -71,10 +71,15 @@ func New(stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
 
 // ExitStatus maps an error returned by the CLI to an exit status.
 func ExitStatus(err error) int {
-	var ue *usageError
+	var (
+		ue *usageError
+		xe *exitError
+	)
 	switch {
 	case err == nil:
 		return ExitOK
+	case errors.As(err, &xe):
+		return xe.code
 	case errors.As(err, &ue):
 		return ExitUsage
 	default:
@@ -179,6 +184,7 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 
 	root.AddCommand(
 		a.applyCommand(),
+		a.diffCommand(),
 		a.getCommand(),
 		a.listCommand(),
 		a.deleteCommand(),
