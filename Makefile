@@ -2,7 +2,9 @@
 SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/convergeplane/converge/internal/version.Version=$(VERSION)
+LDFLAGS += -X github.com/convergeplane/converge/internal/version.Revision=$(REVISION)
 # The default suite stays well under 15 minutes on 2 cores; RACE=1 runs it
 # under the race detector (slower: CI's one run of the suite).
 RACE ?=
@@ -13,7 +15,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart demo-unhealthy demo-datadriven dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra rehearse-aws image image-push test-image ui ui-types test-ui bench-ui chromium python-tools
+.PHONY: help demo demo-quickstart demo-unhealthy demo-datadriven dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra rehearse-aws image image-push test-image ui ui-types test-ui bench-ui chromium python-tools docs-viewer lint-openapi
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -56,7 +58,7 @@ define compile
 	  /^[^ :]+$$/ { if (++n % 50 == 0) say(); next } { print } END { if (n % 50) say() }'
 endef
 
-test: postgres $(RIE) python-tools ## run the whole test suite against real Postgres and the Lambda emulator (installs them and the Python SDK's pytest and mypy if missing; RACE=1: under the race detector)
+test: postgres $(RIE) python-tools $(if $(NPM),docs-viewer) ## run the whole test suite against real Postgres and the Lambda emulator (installs them and the Python SDK's pytest and mypy if missing, builds the /docs viewer when npm is present; RACE=1: under the race detector)
 	$(call compile,$@,$(if $(RACE),-race))
 	AWS_LAMBDA_RIE="$(CURDIR)/$(RIE)" $(GO) test $(if $(RACE),-race) -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
@@ -86,13 +88,39 @@ NPM := $(shell command -v npm 2>/dev/null)
 UI_DIST := ui/site/dist/index.html
 UI_SRC := $(shell find ui/src ui/public -type f 2>/dev/null) ui/index.html ui/vite.config.ts ui/tsconfig.json ui/package.json
 
-ui: $(UI_DIST) ## build the web console into ui/site/dist (npm ci, then vite build), embedded by the next go build
+ui: $(UI_DIST) docs-viewer ## build the web console into ui/site/dist (npm ci, then vite build) and the /docs viewer, embedded by the next go build
 
 ui/node_modules/.package-lock.json: ui/package-lock.json
 	cd ui && npm ci --no-audit --no-fund
 
 $(UI_DIST): ui/node_modules/.package-lock.json $(UI_SRC)
 	cd ui && npm run build
+
+# The API reference viewer at /docs (ui/apidocs): Swagger UI's prebuilt files from npm
+# (swagger-ui-dist, pinned by its lock file; --ignore-scripts skips its telemetry
+# dependency's install script) beside ui/apidocs/src's page, copied into
+# ui/apidocs/site/dist, which the next go build embeds; without it /docs says how to
+# build it. `make test` and `make ui` build it when npm is present.
+APIDOCS_DIST := ui/apidocs/site/dist/index.html
+
+docs-viewer: $(APIDOCS_DIST) ## build the API reference viewer served at /docs into ui/apidocs/site/dist (npm ci of swagger-ui-dist), embedded by the next go build
+
+ui/apidocs/node_modules/.package-lock.json: ui/apidocs/package-lock.json
+	cd ui/apidocs && npm ci --ignore-scripts --no-audit --no-fund
+
+$(APIDOCS_DIST): ui/apidocs/node_modules/.package-lock.json $(wildcard ui/apidocs/src/*)
+	rm -rf ui/apidocs/site/dist && mkdir -p ui/apidocs/site/dist
+	cd ui/apidocs/node_modules/swagger-ui-dist && cp swagger-ui-bundle.js swagger-ui.css LICENSE NOTICE ../../site/dist/
+	cp ui/apidocs/src/docs.js ui/apidocs/src/index.html ui/apidocs/site/dist/
+
+# redocly lint (npm @redocly/cli, pinned in tools/redocly) of ui/openapi.json, the
+# document the code builds without kinds (TestStaticOpenAPI keeps it current), with
+# Redocly's recommended rules as redocly.yaml adjusts them. An error fails.
+lint-openapi: tools/redocly/node_modules/.package-lock.json ## redocly lint of the OpenAPI document (ui/openapi.json) with the recommended rules and redocly.yaml (installs Redocly CLI into tools/redocly)
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true tools/redocly/node_modules/.bin/redocly lint --config redocly.yaml ui/openapi.json
+
+tools/redocly/node_modules/.package-lock.json: tools/redocly/package-lock.json
+	cd tools/redocly && npm ci --ignore-scripts --no-audit --no-fund
 
 # The console's API types: control/api's TestStaticOpenAPI writes the API's
 # OpenAPI document without kinds to ui/openapi.json (and, in make test,
@@ -109,7 +137,7 @@ ui-types: ui/node_modules/.package-lock.json ## regenerate ui/openapi.json from 
 
 build: $(if $(NPM),ui) ## build converge (with the console when npm is present), conctl, stdprovider and the example providers into bin/
 	@mkdir -p bin
-	@$(if $(NPM),,echo "build: npm is missing: converge will serve a page saying how to build the console (make ui)")
+	@$(if $(NPM),,echo "build: npm is missing: converge will serve pages saying how to build the console (make ui) and the /docs viewer (make docs-viewer)")
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/converge ./cmd/conctl ./cmd/stdprovider ./examples/...
 
 # The converge OCI image, built without Docker by internal/image (go-containerregistry):
@@ -217,7 +245,7 @@ chromium:
 
 test-ui: postgres ui chromium ## the console's tests: its API types are current, its server parts, then end to end in a real headless Chromium (builds the console, installs chromium)
 	cd ui && npm run --silent check-types
-	$(GO) test -count=1 -timeout 10m -run 'Console|EventStream|IdleStream|Topology|FilesAlwaysHaveAnIndex' ./ui/ ./control/api/ ./integration/
+	$(GO) test -count=1 -timeout 10m -run 'Console|EventStream|IdleStream|Topology|FilesAlwaysHaveAnIndex|DocsViewer' ./ui/ ./control/api/ ./integration/
 
 # Outside `make test-ui`: 100,000 resources and the large BOM take minutes.
 bench-ui: postgres ui chromium ## the console's performance figures in a real Chromium (100k resources, the 5,400-node graph, idle cost)
@@ -301,6 +329,16 @@ infra-synth: ## synthesize the CDK stack into infra/cdk.out and cfn-lint it (INF
 
 test-infra: ## the CDK stack's assertion tests (slow to compile cold; not part of make test)
 	cd infra && $(GO) test -count=1 -timeout 20m ./...
+
+# deploy/observability (its README): the Grafana dashboard and the
+# Prometheus rules, parsed with Prometheus' own rulefmt and PromQL parser in
+# a module of their own, which keeps prometheus/prometheus out of the
+# product's go.mod. It also checks metrics.txt lists every metric they name
+# (UPDATE=1 rewrites it); make test's TestObservabilityMetricsServed finds
+# each in a running converge's /metrics.
+.PHONY: test-observability
+test-observability: ## parse deploy/observability's rules and dashboard with Prometheus' parsers; metrics.txt lists the metrics they name (UPDATE=1 rewrites it)
+	cd deploy/observability && $(GO) test -count=1 $(if $(UPDATE),-run TestMetricsList -update) ./...
 
 # The deploy rehearsed offline (infra/rehearse/README.md): the CDK stack,
 # synthesized by the test with infra-synth's context but a certificate moto

@@ -625,6 +625,46 @@ func TestUnhealthyKindParks(t *testing.T) {
 	}
 }
 
+// TestClaimedTasksGauge: while a provider holds its deliveries, the
+// recount shows them as claimed (not pending) for their kind, and the
+// claims counter has counted each; once they finish the claimed series
+// goes.
+func TestClaimedTasksGauge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.kind("held", model.Policy{})
+	s := e.endpoint("holder", endpointOpts{kinds: []string{"held"}, maxConcurrency: 8})
+	release := make(chan struct{})
+	e.sdk(s, nil, newProvider("held", func(ctx context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return echo(ctx, req)
+	}))
+	e.dispatcher(dispatch.Config{PendingEvery: 100 * time.Millisecond})
+	e.listen()
+	for _, n := range []string{"1", "2", "3"} {
+		e.apply("held", "h"+n, map[string]any{})
+	}
+	held := map[string]string{"kind": "held", "kind_version": "1"}
+	waitFor(t, 10*time.Second, "claimed_tasks{held} = 3", func() bool {
+		return metricValue(t, e, "converge_dispatch_claimed_tasks", held) == 3
+	})
+	if v := metricValue(t, e, "converge_dispatch_claims_total", held); v < 3 {
+		t.Errorf("claims_total{held} = %v, want at least 3", v)
+	}
+	if _, ok := metricFamily(t, e, "converge_dispatch_pending_tasks"); ok {
+		t.Errorf("pending_tasks has a series while every task is claimed")
+	}
+	close(release)
+	e.waitReady("held", 3, 20*time.Second)
+	waitFor(t, 10*time.Second, "the claimed_tasks series to go", func() bool {
+		_, ok := metricFamily(t, e, "converge_dispatch_claimed_tasks")
+		return !ok
+	})
+}
+
 // TestFailoverNoDoubleApply: two endpoints serve one kind; one dies
 // mid-run; everything converges through the other, and no outcome is
 // applied twice.

@@ -322,6 +322,26 @@ func (d *Dispatcher) SetTokenKeys(key []byte, previous ...[]byte) error {
 // parks, Status for the endpoint detail (health, breaker, in-flight).
 func (d *Dispatcher) Registry() *registry.Registry { return d.reg }
 
+// ErrNoProbe is TestEndpoint's refusal: this pod has not loaded the
+// endpoint, or the endpoint has no health target.
+var ErrNoProbe = errors.New("the endpoint has no health target this pod can send to")
+
+// TestEndpoint sends endpoint name one signed health request now (the
+// probe of docs/protocol.md §10, which every SDK answers) and returns its
+// round trip. It is a look, not a probe: the answer moves neither the
+// endpoint's readiness nor its circuit breaker, and it is not recorded in
+// the delivery log.
+func (d *Dispatcher) TestEndpoint(ctx context.Context, name string) (health.Answer, error) {
+	if err := d.reg.Refresh(ctx); err != nil {
+		return health.Answer{}, err
+	}
+	pr, ok := d.reg.ProbeOf(name)
+	if !ok {
+		return health.Answer{}, ErrNoProbe
+	}
+	return health.Send(ctx, pr, d.prober.Timeout()), nil
+}
+
 // InFlight returns the number of tasks this pod holds: being delivered or
 // waiting for a slot (for the cluster member heartbeat).
 func (d *Dispatcher) InFlight() int {
@@ -555,6 +575,7 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	if len(tasks) == 0 {
 		return 0, limit
 	}
+	d.m.claimed(tasks)
 	envs, failed, err := d.eng.RequestBuild(ctx, tasks)
 	if err != nil {
 		d.log.Error("build requests failed; releasing the claims", "err", err, "tasks", len(tasks))

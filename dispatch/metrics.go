@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/convergeplane/converge/control/engine"
+	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/dispatch/registry"
 )
 
@@ -18,6 +19,8 @@ type metrics struct {
 	duration      *prometheus.HistogramVec
 	pending       *prometheus.GaugeVec
 	oldest        *prometheus.GaugeVec
+	claimedTasks  *prometheus.GaugeVec
+	claims        *prometheus.CounterVec
 	asyncTimeouts prometheus.Counter
 	completions   prometheus.Histogram
 	completeFails prometheus.Counter
@@ -43,6 +46,14 @@ func newMetrics(r prometheus.Registerer, reg *registry.Registry) (*metrics, erro
 			Namespace: "converge", Subsystem: "dispatch", Name: "oldest_pending_seconds",
 			Help: "How long the oldest claimable pending task in this pod's shard range has waited since its not_before, by kind (0 when none is claimable yet; recounted with pending_tasks).",
 		}, []string{"kind", "kind_version"}),
+		claimedTasks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "converge", Subsystem: "dispatch", Name: "claimed_tasks",
+			Help: "Tasks claimed in this pod's shard range (by any pod) whose outcomes are not yet recorded, by kind (recounted with pending_tasks).",
+		}, []string{"kind", "kind_version"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "converge", Subsystem: "dispatch", Name: "claims_total",
+			Help: "Tasks this pod claimed, by kind.",
+		}, []string{"kind", "kind_version"}),
 		asyncTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "converge", Subsystem: "dispatch", Name: "async_timeouts_total",
 			Help: "Accepted (202) tasks whose lease lapsed without a callback; each was retried.",
@@ -65,7 +76,7 @@ func newMetrics(r prometheus.Registerer, reg *registry.Registry) (*metrics, erro
 	if r == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.deliveries, m.duration, m.pending, m.oldest, m.asyncTimeouts, m.completions, m.completeFails,
+	for _, c := range []prometheus.Collector{m.deliveries, m.duration, m.pending, m.oldest, m.claimedTasks, m.claims, m.asyncTimeouts, m.completions, m.completeFails,
 		m.claimRetries, endpointCollector{reg}} {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -79,13 +90,28 @@ func (m *metrics) observe(endpoint, result string, d time.Duration) {
 	m.duration.WithLabelValues(endpoint).Observe(d.Seconds())
 }
 
+// setPending replaces the queue gauges with counts: a kind with nothing
+// pending (or nothing claimed) has no series of that gauge.
 func (m *metrics) setPending(counts []engine.PendingCount) {
 	m.pending.Reset()
 	m.oldest.Reset()
+	m.claimedTasks.Reset()
 	for _, c := range counts {
 		v := strconv.Itoa(c.KindVersion)
-		m.pending.WithLabelValues(c.Kind, v).Set(float64(c.Pending))
-		m.oldest.WithLabelValues(c.Kind, v).Set(c.OldestSeconds)
+		if c.Pending > 0 {
+			m.pending.WithLabelValues(c.Kind, v).Set(float64(c.Pending))
+			m.oldest.WithLabelValues(c.Kind, v).Set(c.OldestSeconds)
+		}
+		if c.Claimed > 0 {
+			m.claimedTasks.WithLabelValues(c.Kind, v).Set(float64(c.Claimed))
+		}
+	}
+}
+
+// claimed counts tasks this pod claimed.
+func (m *metrics) claimed(tasks []model.Task) {
+	for _, t := range tasks {
+		m.claims.WithLabelValues(t.Kind, strconv.Itoa(t.KindVersion)).Inc()
 	}
 }
 

@@ -7,11 +7,18 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
 // Spans, when Config.Tracer is set: one per delivery (a task, or a batch),
-// "converge.deliver", with an "outcome" event per task; under it one client
+// "converge.deliver", with an "outcome" event per task. A task carries the
+// trace context of the API request that scheduled it (model.Task.TraceParent,
+// stored with its work row): a single task's delivery is a child of that
+// request's span, so the apply and its deliveries, retries included, are one
+// trace even when another pod claims the task; a batch's delivery links to
+// each of its tasks' requests. A task with none starts a trace. Under the
+// delivery, one client
 // span per HTTP attempt, "converge.deliver.attempt" (a failover makes
 // several). Each attempt's request carries that span's W3C traceparent, so
 // the provider's spans, and its callback's (package callback), join the
@@ -36,8 +43,27 @@ func (d *Dispatcher) startDelivery(items []*item) trace.Span {
 	if len(items) == 1 {
 		attrs = append(attrs, attribute.String("converge.task_id", t.ID), attribute.Int64("converge.claim_epoch", t.ClaimEpoch))
 	}
-	_, span := d.tracer.Start(context.Background(), "converge.deliver", trace.WithAttributes(attrs...))
+	ctx, opts := context.Background(), []trace.SpanStartOption{trace.WithAttributes(attrs...)}
+	if len(items) == 1 {
+		ctx = storedContext(t.TraceParent)
+	} else {
+		for _, it := range items {
+			if it.task.TraceParent != "" {
+				opts = append(opts, trace.WithLinks(trace.LinkFromContext(storedContext(it.task.TraceParent))))
+			}
+		}
+	}
+	_, span := d.tracer.Start(ctx, "converge.deliver", opts...)
 	return span
+}
+
+// storedContext is a context whose remote parent is the span of the W3C
+// traceparent stored with a task; an empty or malformed one yields none.
+func storedContext(traceparent string) context.Context {
+	if traceparent == "" {
+		return context.Background()
+	}
+	return propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
 }
 
 // startAttempt opens the span of one HTTP attempt under the delivery's and

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -180,4 +181,72 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestDeliveryContinuesTheStoredTrace: a task stores the trace context of
+// the request that scheduled it (work_queue.traceparent); a single task's
+// delivery is a child of it, in its trace, and a batch's delivery links to
+// each of its tasks' contexts. A task with none starts a trace.
+// (TestOneTraceFromApplyToProvider, in integration, stores it through the API.)
+func TestDeliveryContinuesTheStoredTrace(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+
+	e := newEnv(t)
+	e.kind("leaf", model.Policy{})
+	e.kind("many", model.Policy{})
+	for _, ep := range []struct {
+		name, kind string
+		batch      int
+	}{{"leaves", "leaf", 1}, {"batches", "many", 8}} {
+		s := e.endpoint(ep.name, endpointOpts{kinds: []string{ep.kind}, maxBatch: ep.batch})
+		s.set(e.sdk(s, nil, newProvider(ep.kind, echo)))
+	}
+	// As a traced apply leaves them: one context per resource.
+	const stored = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	e.apply("leaf", "traced", map[string]any{})
+	e.apply("leaf", "untraced", map[string]any{})
+	e.exec(`UPDATE work_queue w SET traceparent = $1 FROM resources r WHERE r.id = w.resource_id AND r.name = 'traced'`, stored)
+	e.applyMany("many", 8)
+	e.exec(`UPDATE work_queue w SET traceparent = '00-' || lpad(to_hex(r.n), 32, '0') || '-' || lpad(to_hex(r.n), 16, '0') || '-01'
+		FROM (SELECT id, row_number() OVER (ORDER BY name) AS n FROM resources WHERE kind = 'many') r WHERE r.id = w.resource_id`)
+	e.dispatcher(dispatch.Config{Tracer: tp})
+	e.listen()
+	e.waitReady("leaf", 2, 30*time.Second)
+	e.waitReady("many", 8, 30*time.Second)
+
+	var traced, untraced int
+	links := map[string]bool{}
+	for _, sp := range exp.GetSpans() {
+		if sp.Name != "converge.deliver" {
+			continue
+		}
+		attrs := attribute.NewSet(sp.Attributes...)
+		kind, _ := attrs.Value("converge.kind")
+		switch {
+		case kind.AsString() == "many":
+			if sp.Parent.IsValid() { // a batch of one, should the claim split them
+				links[sp.Parent.TraceID().String()+"-"+sp.Parent.SpanID().String()] = true
+			}
+			for _, l := range sp.Links {
+				links[l.SpanContext.TraceID().String()+"-"+l.SpanContext.SpanID().String()] = true
+			}
+		case sp.Parent.IsValid():
+			traced++
+			if sp.SpanContext.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" ||
+				sp.Parent.SpanID().String() != "00f067aa0ba902b7" || !sp.Parent.IsRemote() {
+				t.Errorf("delivery in trace %s under %s, want the stored context's", sp.SpanContext.TraceID(), sp.Parent.SpanID())
+			}
+		default:
+			untraced++
+		}
+	}
+	if traced != 1 || untraced != 1 {
+		t.Errorf("%d deliveries under a stored context and %d roots, want 1 and 1", traced, untraced)
+	}
+	if len(links) != 8 {
+		t.Errorf("the batches link to %d distinct contexts, want the 8 stored: %v", len(links), links)
+	}
 }

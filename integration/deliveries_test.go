@@ -293,7 +293,9 @@ func TestDeliveryLog(t *testing.T) {
 	}{
 		{"GET", "/deliveries?limit=0", 422, "query.limit"},
 		{"GET", "/deliveries?classification=fine", 422, "query.classification"},
-		{"GET", "/deliveries?kind=logged", 422, "query.name"},
+		{"GET", "/deliveries?name=r1", 422, "query.kind"},
+		{"GET", "/deliveries?since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z", 422, "query.until"},
+		{"GET", "/deliveries?until=tomorrow", 422, "query.until"},
 		{"GET", "/deliveries?since=yesterday", 422, "query.since"},
 		{"GET", "/deliveries?cursor=bm9wZQ", 400, "query.cursor"},
 		{"GET", "/deliveries/abc", 422, "path.id"},

@@ -67,8 +67,12 @@ func (s *server) serveProvider(name string, providers ...webhooksdk.Provider) {
 }
 
 // endpointExtras are settings serveProviderWith adds to the endpoint it
-// registers: target holds the target's, fields the endpoint's own.
-type endpointExtras struct{ target, fields map[string]any }
+// registers: target holds the target's, fields the endpoint's own; sdk are
+// options of the provider's webhooksdk handler.
+type endpointExtras struct {
+	target, fields map[string]any
+	sdk            []webhooksdk.Option
+}
 
 // serveProviderWith is serveProvider with extra endpoint settings, and wrap
 // (if not nil) around the SDK's handler.
@@ -97,7 +101,7 @@ func (s *server) serveProviderWith(name string, extra endpointExtras, wrap func(
 	if _, body := s.call("GET", "/endpoints/"+name, nil); strings.Contains(string(body), created.Secret) {
 		t.Fatal("GET returned the secret again")
 	}
-	h, err := webhooksdk.Handler(providers, webhooksdk.WithSecrets(created.Secret))
+	h, err := webhooksdk.Handler(providers, append([]webhooksdk.Option{webhooksdk.WithSecrets(created.Secret)}, extra.sdk...)...)
 	must(t, err)
 	var handler http.Handler = h
 	if wrap != nil {

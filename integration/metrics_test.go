@@ -3,7 +3,9 @@ package integration
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,6 +93,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	atLeast := map[string]float64{
 		`converge_dispatch_deliveries_total{endpoint="echo",result="ok"}`:                                   2,
 		`converge_dispatch_completion_duration_seconds_count`:                                               1,
+		`converge_dispatch_claims_total{kind="echo",kind_version="1"}`:                                      2,
 		`converge_reaper_passes_total`:                                                                      1,
 		`converge_reaper_pass_duration_seconds_count`:                                                       1,
 		`converge_api_requests_total{code="201",method="POST",route="/api/v1/resources"}`:                   2,
@@ -125,6 +128,17 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		if v, ok := m[series]; !ok || v < least {
 			t.Errorf("%s = %v (present %v), want at least %v", series, v, ok, least)
 		}
+	}
+	// The build: an unstamped test binary is version "dev", on this Go.
+	var builds []string
+	for series, v := range m {
+		if strings.HasPrefix(series, "converge_build_info{") {
+			builds = append(builds, fmt.Sprintf("%s %v", series, v))
+		}
+	}
+	if want := `converge_build_info{goversion="` + runtime.Version() + `",revision="`; len(builds) != 1 ||
+		!strings.HasPrefix(builds[0], want) || !strings.HasSuffix(builds[0], `",version="dev"} 1`) {
+		t.Errorf("converge_build_info series %q, want one %s...\",version=\"dev\"} at 1", builds, want)
 	}
 	for _, series := range []string{"converge_drainer_errors_total", "converge_dispatch_completion_errors_total", "converge_reaper_errors_total",
 		"converge_reaper_reclaimed_total", "converge_reaper_requeued_total", "converge_reaper_dropped_unclaimed_total"} {

@@ -42,6 +42,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/framing"
@@ -125,6 +126,11 @@ type Config struct {
 	// IdempotencyRetention is how long the answer of a POST sent with an
 	// Idempotency-Key is kept for its retries. Defaults to 24 hours.
 	IdempotencyRetention time.Duration
+	// Tracer, when set, records a server span per request (trace.go) and
+	// stores a write's trace context with the work it schedules, so its
+	// deliveries join the request's trace. Nil traces nothing and stores
+	// nothing.
+	Tracer trace.TracerProvider
 }
 
 // The Config defaults.
@@ -261,12 +267,18 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 		// Outermost, so it sees a panic's 500 and every refusal.
 		s.app.Use(m.middleware(s.fiberError))
 	}
+	if cfg.Tracer != nil {
+		// The API's routes only: a pod's callback receiver, served beside
+		// them, traces its requests itself (package callback).
+		s.app.Use(Prefix, tracing(cfg.Tracer, s.fiberError))
+	}
 	s.app.Use(recover.New(recover.Config{EnableStackTrace: true, StackTraceHandler: s.logPanic}))
 	s.app.Use(s.withTimeout)
 	s.app.Use(Prefix, s.auth.middleware)
 	s.app.Use(Prefix, checkQuery)
 	s.app.Use(Prefix, readPool)
 	s.app.Use(Prefix, requireJSONBody)
+	s.app.Use(Prefix, s.dryRun)
 	s.app.Use(Prefix, s.idempotency)
 
 	s.docs = newOpenAPIDoc(s)
@@ -274,6 +286,9 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	// they serve the live document with every published kind's schemas.
 	s.app.Get("/openapi.json", s.docs.serveJSON)
 	s.app.Get("/openapi.yaml", s.docs.serveYAML)
+	if err := s.registerDocs(); err != nil {
+		return nil, err
+	}
 	if cfg.Metrics != nil {
 		// Metrics name endpoints, kinds and error counts: a read, guarded
 		// like one.
@@ -291,12 +306,14 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	hc.Transformers = []huma.Transformer{problemTransformer}
 	jf := jsonFormat()
 	hc.Formats = map[string]huma.Format{"application/json": jf, "json": jf}
-	if s.auth.enabled() {
-		hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
-			"bearer": {Type: "http", Scheme: "bearer", Description: "A read or admin token."},
-		}
-		hc.Security = []map[string][]string{{"bearer": {}}}
-	}
+	// Each operation's security and 401/403 answers follow from its path
+	// and method as the auth middleware decides (see operationAccess).
+	hc.Components.SecuritySchemes = securitySchemes()
+	hc.Tags = documentTags()
+	hc.Servers = []*huma.Server{{URL: "/", Description: "The server that serves this document; every path carries its prefix (" + Prefix + ")."}}
+	// huma's own docs page loads its viewer from a CDN; registerDocs serves
+	// one from the binary.
+	hc.DocsPath = ""
 	if cfg.Events != nil {
 		// Before huma's routes: a stream is written by Fiber directly.
 		s.app.Get(Prefix+"/events/stream", cfg.Events.handler(cfg.WriteTimeout))
@@ -487,7 +504,17 @@ func register[I, O any](s *Server, op huma.Operation, doc any, h func(context.Co
 		// Read by the readPool middleware, likewise.
 		op.Parameters = append(op.Parameters, consistentReadParam())
 	}
+	if op.Method != http.MethodGet {
+		// Read by the dryRun middleware, likewise.
+		if declaresDryRun(reflect.TypeFor[I]()) {
+			panic("api: " + op.OperationID + " declares ?dry_run, which the dryRun middleware owns: read store.IsDryRun(ctx) instead")
+		}
+		op.Parameters = append(op.Parameters, dryRunParam())
+	}
 	registerOp(s.api, op, h)
+	if op.Method != http.MethodGet {
+		documentDryRun(s.api.OpenAPI(), &op)
+	}
 	if doc == nil {
 		return
 	}

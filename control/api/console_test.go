@@ -29,7 +29,7 @@ func TestConsole(t *testing.T) {
 	t.Run("ClientRoutesAnswerTheIndex", func(t *testing.T) {
 		t.Parallel()
 		for _, path := range []string{"/", "/resources", "/resources/vpc/sample-vpc", "/graph/bom/shop", "/kinds/vpc/2",
-			"/providerconfigs", "/bindings", "/endpoints/classic", "/cluster"} {
+			"/providerconfigs", "/bindings", "/endpoints/classic", "/cluster", "/deliveries", "/deliveries/42"} {
 			r := b.do(http.MethodGet, path, nil).want(t, http.StatusOK)
 			if string(r.body) != index {
 				t.Errorf("GET %s answered %q, want the index", path, clip(r.body))

@@ -21,18 +21,19 @@ type DeliveryList struct {
 // DeliveryQuery are the filters both delivery lists take (exported: huma
 // reads the parameters of an embedded struct only when its type is).
 type DeliveryQuery struct {
-	Kind           string    `query:"kind" doc:"With name: only this resource's attempts (by the name it had then)."`
-	Name           string    `query:"name" doc:"With kind: only this resource's attempts."`
+	Kind           string    `query:"kind" doc:"Only attempts for resources of this kind; with name, only this resource's (by the name it had then)."`
+	Name           string    `query:"name" doc:"Needs kind: only this resource's attempts."`
 	Classification string    `query:"classification" doc:"Only attempts so classified: ok, task_error, accepted, callback_ok, callback_error, or a failure class."`
 	Failed         bool      `query:"failed" doc:"Only failures: every classification but ok, accepted and callback_ok."`
 	Since          time.Time `query:"since" doc:"Only attempts at or after this RFC 3339 time."`
+	Until          time.Time `query:"until" doc:"Only attempts before this RFC 3339 time; after since when both are given."`
 	Limit          int       `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
 	Cursor         string    `query:"cursor" doc:"The next_cursor of the previous page."`
 }
 
 func (q DeliveryQuery) filter(endpoint string) store.DeliveryFilter {
 	return store.DeliveryFilter{Endpoint: endpoint, Kind: q.Kind, Name: q.Name, Classification: q.Classification,
-		Failed: q.Failed, Since: q.Since, Limit: q.Limit, Cursor: q.Cursor}
+		Failed: q.Failed, Since: q.Since, Until: q.Until, Limit: q.Limit, Cursor: q.Cursor}
 }
 
 // value echoes a filter's value in a problem.
@@ -46,6 +47,8 @@ func (q DeliveryQuery) value(f string) any {
 		return q.Classification
 	case "cursor":
 		return q.Cursor
+	case "until":
+		return q.Until
 	}
 	return nil
 }
@@ -70,13 +73,28 @@ type ReplayAccepted struct {
 	store.Replay
 }
 
+// EndpointTest is the round trip of a test delivery: POST
+// /endpoints/{name}/test-delivery.
+type EndpointTest struct {
+	Endpoint   string    `json:"endpoint"`
+	At         time.Time `json:"at" doc:"When the request was sent."`
+	HTTPStatus int       `json:"http_status" doc:"The answer's status; 0 when none came (network error, timeout)."`
+	LatencyMS  int       `json:"latency_ms" doc:"From sending to the answer, or to the failure."`
+	// Classification names the outcome as the delivery log names an
+	// attempt's.
+	Classification string          `json:"classification" doc:"ok for a healthy answer (200 with a readable body), else rate_limited, redirect, client_error, server_error, too_large, malformed, timeout, blocked, gone or network."`
+	Ready          map[string]bool `json:"ready,omitempty" doc:"The readiness the endpoint reported, per kind/kind_version (classification ok)."`
+	Excerpt        string          `json:"excerpt,omitempty" doc:"The answer body's first bytes (at most 200), or why no answer came."`
+	Error          string          `json:"error,omitempty" doc:"Why the answer is not a healthy one; absent when classification is ok."`
+}
+
 func (s *Server) registerDeliveries() {
 	register(s, huma.Operation{
 		OperationID: "list-deliveries", Method: http.MethodGet, Path: "/deliveries", Tags: []string{"Deliveries"},
 		Summary: "List delivery attempts",
 		Description: "The delivery log, newest first with a keyset cursor: every attempt to deliver a task (success or failure, " +
-			"one per task of a batch), every 202 and the callback that followed it. Filters: endpoint, kind+name, classification, " +
-			"failed, since.",
+			"one per task of a batch), every 202 and the callback that followed it. Filters: endpoint, kind (with name: one resource), " +
+			"classification, failed, and the window since..until.",
 		Errors: []int{422},
 	}, nil, s.listDeliveries)
 	register(s, huma.Operation{
@@ -99,6 +117,33 @@ func (s *Server) registerDeliveries() {
 		Description: "GET /deliveries?endpoint={name}, 404 for an unknown endpoint.",
 		Errors:      []int{404, 422},
 	}, nil, s.listEndpointDeliveries)
+	register(s, huma.Operation{
+		OperationID: "test-endpoint-delivery", Method: http.MethodPost, Path: "/endpoints/{name}/test-delivery", Tags: []string{"Endpoints"},
+		Summary: "Send an endpoint a test delivery",
+		Description: "Sends the endpoint, now, the signed health request of docs/protocol.md §10 ({\"type\":\"health\"} to its health " +
+			"target), which every SDK answers without doing any work, and returns the round trip: status, latency, classification, " +
+			"the readiness reported, an excerpt of the answer. It proves the URL, the network path and the signing secret. It is a look: " +
+			"it moves neither the endpoint's readiness nor its circuit breaker, works on a disabled endpoint, and is not recorded in " +
+			"the delivery log. A failed round trip is still 200, its classification saying why. 404 unknown endpoint; 409 when the " +
+			"endpoint has no health target (health type none); 503 when this server runs no dispatcher (role control).",
+		Errors: []int{404, 409, 503},
+	}, nil, s.testEndpointDelivery)
+}
+
+func (s *Server) testEndpointDelivery(ctx context.Context, in *namePath) (*bodyOutput[EndpointTest], error) {
+	if _, err := s.store.GetEndpoint(ctx, in.Name); err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	test := s.cfg.Endpoints.Test
+	if test == nil {
+		return nil, newProblem(http.StatusServiceUnavailable, typeUnavailable,
+			"this server runs no dispatcher (role control): send the test delivery through a server of role all")
+	}
+	res, err := test(ctx, in.Name)
+	if err != nil {
+		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return &bodyOutput[EndpointTest]{Body: res}, nil
 }
 
 func (s *Server) listDeliveries(ctx context.Context, in *listDeliveriesInput) (*pageOutput[DeliveryList], error) {

@@ -25,6 +25,10 @@ type EndpointsConfig struct {
 	// Status returns the dispatcher's live view of an endpoint (health,
 	// breaker, in-flight), or nil when no dispatcher runs in this process.
 	Status func(name string) any
+	// Test sends an endpoint a test delivery (a signed health request) and
+	// returns its round trip, or nil when no dispatcher runs in this
+	// process: POST /endpoints/{name}/test-delivery then answers 503.
+	Test func(ctx context.Context, name string) (EndpointTest, error)
 	// RotationGrace is how long the previous secret keeps signing after a
 	// rotation. Defaults to 24h.
 	RotationGrace time.Duration
@@ -58,7 +62,7 @@ type endpointApplyBody struct {
 // shown again.
 type EndpointView struct {
 	store.Endpoint
-	Secret string `json:"secret,omitempty" doc:"The signing secret, shown only when it was just generated. Store it now."`
+	Secret string `json:"secret,omitempty" doc:"The signing secret, shown only when it was just generated (never on a dry run). Store it now."`
 	Live   any    `json:"live,omitempty" doc:"This dispatch pod's view: readiness per kind, circuit breaker, in-flight, back-off."`
 }
 
@@ -69,7 +73,7 @@ type EndpointList struct {
 
 // RotatedSecret is the body of POST /endpoints/{name}/rotate-secret.
 type RotatedSecret struct {
-	Secret string `json:"secret" doc:"The new signing secret, shown once."`
+	Secret string `json:"secret" doc:"The new signing secret, shown once; empty on a dry run, whose secret is discarded."`
 	// PreviousValidUntil is when the old secret stops signing.
 	PreviousValidUntil time.Time `json:"previous_valid_until"`
 }

@@ -74,6 +74,9 @@ func (s *Server) idempotency(c *fiber.Ctx) error {
 		return writeProblem(c, newProblem(http.StatusBadRequest, typeMalformed, "header.Idempotency-Key "+why,
 			ProblemError{Location: "header." + headerIdempotencyKey, Message: why}))
 	}
+	if isDryRun(c) {
+		return c.Next() // a dry run neither takes nor keeps a key (dryrun.go)
+	}
 	ctx := c.UserContext()
 	p := store.IdempotencyParams{Caller: callerOf(c), Key: key, Request: fingerprint(c),
 		Lease: s.cfg.RequestTimeout + idempotencyLeaseSlack, Retention: s.cfg.IdempotencyRetention}

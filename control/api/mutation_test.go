@@ -164,7 +164,10 @@ type mutator struct {
 	logs   *logbuf.Buffer
 	tables string // the fingerprint query
 	opID   string // the operation the {id} routes name
-	fails  int
+	// deliveryID is the delivery the replay route's {id} names, once
+	// TestDryRun has recorded one.
+	deliveryID string
+	fails      int
 }
 
 func (m *mutator) panicked() bool { return strings.Contains(m.logs.String(), "panic") }
@@ -197,8 +200,13 @@ func newMutator(t *testing.T, seed uint64) *mutator {
 	}
 	// A small body limit keeps the huge-value mutations quick while still
 	// crossing it.
+	// No dispatcher runs here: a test delivery's round trip is a stub's, so
+	// that its route answers rather than refusing with 503.
+	test := func(_ context.Context, name string) (api.EndpointTest, error) {
+		return api.EndpointTest{Endpoint: name, At: time.Now(), Classification: "network", Excerpt: "refused: no provider here"}, nil
+	}
 	srv, err := api.New(api.Config{BodyLimit: 256 << 10, BatchMaxItems: 50,
-		Endpoints: &api.EndpointsConfig{Box: box, ValidateURL: func(string) error { return nil }}}, st, kinds, log)
+		Endpoints: &api.EndpointsConfig{Box: box, ValidateURL: func(string) error { return nil }, Test: test}}, st, kinds, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +332,8 @@ const (
 	bindApply    = `{"name":"bind","watch_kind":"box","transition":"failed","reactor":"sink","label_match":{"team":"a"}}`
 	epApply      = `{"name":"ep","kinds":[{"kind":"box","kind_version":1}],"target":{"type":"https","url":"https://p.example/"},
 	  "secret":"whsec_WlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlo="}`
-	opApply = `{"verb":"snapshot","input":{"label":"a"}}`
+	opApply   = `{"verb":"snapshot","input":{"label":"a"}}`
+	sinkApply = `{"name":"alerts","sink_type":"sqs","target":"https://sqs.eu-west-1.amazonaws.com/123456789012/alerts","event_types":["resource.failed"],"kinds":["box"]}`
 )
 
 // restore puts back the objects the seeds name, after a request that
@@ -340,6 +349,7 @@ func (m *mutator) restore() {
 		{method: http.MethodPost, path: "/api/v1/providerconfigs", body: []byte(pcApply)},
 		{method: http.MethodPost, path: "/api/v1/reactor-bindings", body: []byte(bindApply)},
 		{method: http.MethodPost, path: "/api/v1/endpoints", body: []byte(epApply)},
+		{method: http.MethodPost, path: "/api/v1/alert-sinks", body: []byte(sinkApply)},
 	} {
 		if w.body != nil {
 			w.contentType = "application/json"
@@ -382,6 +392,7 @@ var seedBodies = map[string]string{
 	"POST /api/v1/providerconfigs":                       pcApply,
 	"POST /api/v1/reactor-bindings":                      bindApply,
 	"POST /api/v1/endpoints":                             epApply,
+	"POST /api/v1/alert-sinks":                           sinkApply,
 	"POST /api/v1/resources/{kind}/{name}/ops":           opApply,
 	"POST /api/v1/resources/{kind}/{name}/rollback":      `{"revision":1}`,
 }
@@ -453,8 +464,14 @@ func (m *mutator) fill(tmpl string) string {
 		name = "ep"
 	case strings.Contains(tmpl, "/reactor-bindings/"):
 		name = "bind"
+	case strings.Contains(tmpl, "/alert-sinks/"):
+		name = "alerts"
 	}
-	return strings.NewReplacer("{kind}", "box", "{version}", "1", "{name}", name, "{id}", m.opID).Replace(tmpl)
+	id := m.opID
+	if m.deliveryID != "" && strings.HasPrefix(tmpl, "/api/v1/deliveries/") {
+		id = m.deliveryID
+	}
+	return strings.NewReplacer("{kind}", "box", "{version}", "1", "{name}", name, "{id}", id).Replace(tmpl)
 }
 
 // mutate returns s with one to three mutations and their names.

@@ -31,7 +31,7 @@ type TaskClaimParams struct {
 // task while it runs and on the resource once applied (issue #13).
 const taskClaimSQL = `SELECT task_id, shard_id, resource_id, task_type, trigger, coalesce(reaction, ''), emits,
        kind, kind_version, generation, claim_epoch, attempts, deadline,
-       coalesce(transition, ''), coalesce(binding, '')
+       coalesce(transition, ''), coalesce(binding, ''), coalesce(traceparent, '')
   FROM claim_tasks($1, $2, $3, $4, $5, $6)`
 
 // TaskClaim claims up to p.Limit pending tasks, bumping each one's
@@ -65,7 +65,7 @@ func scanClaimed(r pgx.CollectableRow) (model.Task, error) {
 		deadline *time.Time
 	)
 	err := r.Scan(&t.ID, &t.Shard, &t.ResourceID, &t.Type, &t.Trigger, &t.Reaction, &emits,
-		&t.Kind, &kv, &t.Generation, &t.ClaimEpoch, &t.Attempts, &deadline, &t.Transition, &t.Binding)
+		&t.Kind, &kv, &t.Generation, &t.ClaimEpoch, &t.Attempts, &deadline, &t.Transition, &t.Binding, &t.TraceParent)
 	t.Emits = model.OutcomeMask(emits)
 	t.KindVersion = int(kv)
 	if deadline != nil {
@@ -112,25 +112,41 @@ func (e *Engine) LeaseExtend(ctx context.Context, tasks []model.Task, lease time
 }
 
 // PendingCount is how many tasks of one (kind, kind_version) wait to be
-// claimed, and how long the one waiting longest has been claimable.
+// claimed, how many are claimed, and how long the one waiting longest has
+// been claimable.
 type PendingCount struct {
 	Kind        string `db:"kind"`
 	KindVersion int    `db:"kind_version"`
 	Pending     int    `db:"pending"`
+	// Claimed is how many tasks are claimed: delivered or about to be,
+	// their outcomes not yet recorded.
+	Claimed int `db:"claimed"`
 	// OldestSeconds is the time since the oldest pending task's not_before
 	// passed (0 when every pending task still backs off).
 	OldestSeconds float64 `db:"oldest_seconds"`
 }
 
-const taskCountPendingSQL = `SELECT kind, kind_version::int AS kind_version, count(*)::int AS pending,
-       coalesce(extract(epoch FROM now() - min(not_before) FILTER (WHERE not_before <= now())), 0)::float8 AS oldest_seconds
-  FROM work_queue WHERE shard_id BETWEEN $1 AND $2 AND state = 'pending' GROUP BY 1, 2 ORDER BY 1, 2`
+// taskCountPendingSQL aggregates the pending tasks over the pending-by-kind
+// index and the claimed ones over the leased index (a claimed row is read
+// from the table for its kind, but there are only as many as dispatch
+// holds), then joins the two per kind.
+const taskCountPendingSQL = `WITH p AS (
+  SELECT kind, kind_version, count(*)::int AS pending,
+         coalesce(extract(epoch FROM now() - min(not_before) FILTER (WHERE not_before <= now())), 0)::float8 AS oldest_seconds
+    FROM work_queue WHERE shard_id BETWEEN $1 AND $2 AND state = 'pending' GROUP BY 1, 2),
+c AS (
+  SELECT kind, kind_version, count(*)::int AS claimed
+    FROM work_queue WHERE shard_id BETWEEN $1 AND $2 AND state = 'claimed' GROUP BY 1, 2)
+SELECT kind, kind_version::int AS kind_version, coalesce(pending, 0) AS pending, coalesce(claimed, 0) AS claimed,
+       coalesce(oldest_seconds, 0)::float8 AS oldest_seconds
+  FROM p FULL JOIN c USING (kind, kind_version) ORDER BY 1, 2`
 
-// TaskCountPending counts pending tasks per (kind, kind_version) in the
-// shard range [lo, hi] and finds the oldest claimable one, in one pass over
-// the pending-by-kind partial index, whose columns (kind, kind_version,
-// shard_id, not_before) answer it without the table. It is for a periodic
-// gauge, never the hot path.
+// TaskCountPending counts pending and claimed tasks per (kind,
+// kind_version) in the shard range [lo, hi] and finds the oldest claimable
+// one: one pass over the pending-by-kind partial index, whose columns
+// (kind, kind_version, shard_id, not_before) answer it without the table,
+// and one over the claimed rows. It is for a periodic gauge, never the hot
+// path.
 func (e *Engine) TaskCountPending(ctx context.Context, lo, hi int) ([]PendingCount, error) {
 	out, err := pgrun.Collect(ctx, e.pool, pgx.RowToStructByName[PendingCount], taskCountPendingSQL, lo, hi)
 	if err != nil {

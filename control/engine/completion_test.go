@@ -391,6 +391,10 @@ func TestTaskExpireAsync(t *testing.T) {
 	if err != nil || len(tasks) != 3 {
 		t.Fatalf("claim = %d tasks, %v", len(tasks), err)
 	}
+	// Claimed, the tasks count as claimed, not pending.
+	if counts, err := eng.TaskCountPending(ctx, 0, 255); err != nil || len(counts) != 1 || counts[0].Pending != 0 || counts[0].Claimed != 3 {
+		t.Fatalf("counts after the claim = %+v, %v; want leaf/1: 0 pending, 3 claimed", counts, err)
+	}
 	// tasks[0]: lease lapsed, no callback -> expired. tasks[1]: lease still
 	// running -> held. tasks[2]: its callback already landed -> gone.
 	if _, err := db.Pool.Exec(ctx, `UPDATE work_queue SET lease_until = now() - interval '1 second' WHERE task_id = $1`, tasks[0].ID); err != nil {

@@ -80,6 +80,10 @@ type Task struct {
 	// reactor binding it fired.
 	Transition webhooksdk.Transition
 	Binding    string
+	// TraceParent is the W3C traceparent of the traced API request that
+	// scheduled the task, stored with it; empty when none was (tracing off,
+	// or scheduled by the engine itself).
+	TraceParent string
 }
 
 // WireResources returns the protocol's part of each of rs; nil for none.

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,19 +59,29 @@ type Config struct {
 	// delivery log (the count prune walks each endpoint's newest
 	// DeliveryKeep index entries). Defaults to 1m.
 	DeliveryPruneEvery time.Duration
-	// Metrics, if set, receives the converge_reaper_* metrics.
+	// PhaseCountEvery is the interval of the resources-by-phase count
+	// (converge_resources). Only the reaper whose range starts at shard 0
+	// counts, the whole table, so the fleet counts once per interval.
+	// Defaults to 30s; negative turns the count off.
+	PhaseCountEvery time.Duration
+	// PhaseCountTimeout is the count's statement timeout. Defaults to 10s.
+	PhaseCountTimeout time.Duration
+	// Metrics, if set, receives the converge_reaper_* metrics and
+	// converge_resources.
 	Metrics prometheus.Registerer
 }
 
 // Defaults for Config.
 const (
-	IntervalDefault        = 5 * time.Second
-	RetryWindowDefault     = 30 * time.Second
-	UnclaimedWindowDefault = 24 * time.Hour
-	EventsKeepDefault      = 100
-	LimitDefault           = 1000
-	MemberRetentionDefault = time.Hour
-	DeliveryPruneDefault   = time.Minute
+	IntervalDefault          = 5 * time.Second
+	RetryWindowDefault       = 30 * time.Second
+	UnclaimedWindowDefault   = 24 * time.Hour
+	EventsKeepDefault        = 100
+	LimitDefault             = 1000
+	MemberRetentionDefault   = time.Hour
+	DeliveryPruneDefault     = time.Minute
+	PhaseCountEveryDefault   = 30 * time.Second
+	PhaseCountTimeoutDefault = 10 * time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -86,6 +97,8 @@ func (c Config) withDefaults() Config {
 	c.DeliveryMaxAge = cmp.Or(c.DeliveryMaxAge, store.DeliveryLogMaxAgeDefault)
 	c.DeliveryKeep = cmp.Or(c.DeliveryKeep, store.DeliveryLogKeepDefault)
 	c.DeliveryPruneEvery = cmp.Or(c.DeliveryPruneEvery, DeliveryPruneDefault)
+	c.PhaseCountEvery = cmp.Or(c.PhaseCountEvery, PhaseCountEveryDefault)
+	c.PhaseCountTimeout = cmp.Or(c.PhaseCountTimeout, PhaseCountTimeoutDefault)
 	return c
 }
 
@@ -116,6 +129,9 @@ type metrics struct {
 	reclaimed prometheus.Counter
 	requeued  prometheus.Counter
 	dropped   prometheus.Counter
+	// resources is converge_resources: the phase count's last result, on
+	// the one pod that counts.
+	resources *prometheus.GaugeVec
 }
 
 func newMetrics() metrics {
@@ -134,6 +150,9 @@ func newMetrics() metrics {
 		reclaimed: counter("reclaimed_total", "Claimed tasks whose lease lapsed (a dead or stalled dispatcher), put back to pending."),
 		requeued:  counter("requeued_total", "Lagging resources with no live task re-scheduled (work the reactive cascade missed, e.g. after a crash)."),
 		dropped:   counter("dropped_unclaimed_total", "Tasks dropped because nobody claimed them within the unclaimed window."),
+		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "converge", Name: "resources",
+			Help: "Resources by kind, kind_version and phase, counted periodically (every 30s by default) by the one control pod whose shard range starts at 0 (other pods export none)."},
+			[]string{"kind", "kind_version", "phase"}),
 	}
 }
 
@@ -142,7 +161,8 @@ func New(cfg Config, eng *engine.Engine, st *store.Store, log *slog.Logger) (*Re
 	r := &Reaper{cfg: cfg.withDefaults(), engine: eng, store: st, log: log, eventWM: engine.EventPruneFromEnd, resynced: map[string]time.Time{},
 		m: newMetrics()}
 	if cfg.Metrics != nil {
-		for _, c := range []prometheus.Collector{r.m.lag, r.m.passes, r.m.errors, r.m.duration, r.m.reclaimed, r.m.requeued, r.m.dropped} {
+		for _, c := range []prometheus.Collector{r.m.lag, r.m.passes, r.m.errors, r.m.duration, r.m.reclaimed, r.m.requeued, r.m.dropped,
+			r.m.resources} {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("reaper metrics: %w", err)
 			}
@@ -164,6 +184,11 @@ func (r *Reaper) Stop() { r.loop.Stop() }
 func (r *Reaper) Running() bool { return r.loop.Running() }
 
 func (r *Reaper) run(ctx context.Context) {
+	if r.cfg.PhaseCountEvery > 0 {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() { defer close(done); r.countPhases(ctx) }()
+	}
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -173,6 +198,32 @@ func (r *Reaper) run(ctx context.Context) {
 		if err != nil && !errors.Is(err, context.Canceled) {
 			r.m.errors.Inc()
 			r.log.Error("reaper pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// countPhases refreshes converge_resources every PhaseCountEvery while
+// this reaper's range starts at shard 0, and drops its series while it does
+// not, so one pod exports them. The count reads the whole table, apart
+// from the passes: a slow count never delays a reclaim.
+func (r *Reaper) countPhases(ctx context.Context) {
+	t := time.NewTicker(r.cfg.PhaseCountEvery)
+	defer t.Stop()
+	for {
+		if lo, _ := r.cfg.Range(); lo != 0 {
+			r.m.resources.Reset()
+		} else if counts, err := r.engine.ResourceCountByPhase(ctx, r.cfg.PhaseCountTimeout); err == nil {
+			r.m.resources.Reset()
+			for _, c := range counts {
+				r.m.resources.WithLabelValues(c.Kind, strconv.Itoa(c.KindVersion), c.Phase).Set(float64(c.Resources))
+			}
+		} else if ctx.Err() == nil {
+			r.log.Warn("resource count by phase failed; converge_resources keeps its last values", "err", err)
 		}
 		select {
 		case <-ctx.Done():

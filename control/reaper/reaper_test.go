@@ -3,7 +3,11 @@ package reaper_test
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/convergeplane/converge/control/engine"
 	"github.com/convergeplane/converge/control/reaper"
@@ -48,5 +52,66 @@ func TestPassDropsExpiredIdempotencyKeys(t *testing.T) {
 	}
 	if len(left) != 2 || left[0] != "k4" || left[1] != "k5" {
 		t.Fatalf("keys left %v, want the two live ones (k4, k5)", left)
+	}
+}
+
+// TestPhaseCountOnOnePod: the reaper whose range starts at shard 0 exports
+// converge_resources by kind and phase; one whose range starts elsewhere
+// exports no series.
+func TestPhaseCountOnOnePod(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO kind_manifest (kind, kind_version) VALUES ('widget', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO resources (kind, kind_version, name, spec_gen, synced_gen)
+		SELECT 'widget', 1, 'w' || i, CASE WHEN i <= 2 THEN 1 ELSE 0 END, CASE WHEN i <= 2 THEN 1 ELSE 0 END FROM generate_series(1, 5) i`); err != nil {
+		t.Fatal(err)
+	}
+	start := func(lo, hi int) *prometheus.Registry {
+		reg := prometheus.NewRegistry()
+		r, err := reaper.New(reaper.Config{Range: func() (int, int) { return lo, hi }, PhaseCountEvery: 20 * time.Millisecond, Metrics: reg},
+			engine.New(db.Pool, engine.Config{}), store.New(db.Pool, store.Config{}), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Stop)
+		return reg
+	}
+	counting, other := start(0, 127), start(128, 255)
+	phases := func(reg *prometheus.Registry) map[string]float64 {
+		out := map[string]float64{}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "converge_resources" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, p := range m.GetLabel() {
+					l[p.GetName()] = p.GetValue()
+				}
+				out[l["kind"]+"/"+l["kind_version"]+"/"+l["phase"]] = m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	want := map[string]float64{"widget/1/Ready": 2, "widget/1/Reconciling": 3}
+	deadline := time.Now().Add(10 * time.Second)
+	for !maps.Equal(phases(counting), want) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := phases(counting); !maps.Equal(got, want) {
+		t.Fatalf("the shard-0 reaper's converge_resources = %v, want %v", got, want)
+	}
+	if got := phases(other); len(got) != 0 {
+		t.Fatalf("a reaper not holding shard 0 exports converge_resources %v, want none", got)
 	}
 }

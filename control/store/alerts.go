@@ -138,7 +138,7 @@ func (s *Store) PutAlertSink(ctx context.Context, box *SecretBox, p PutAlertSink
 		}
 		var enc []byte
 		if p.Type == SinkWebhook && (p.Secret != "" || !hasSecret) {
-			if secret, enc, err = newSealedSecret(box, "alert-sink/"+p.Name, p.Secret); err != nil {
+			if secret, enc, err = newSealedSecret(ctx, box, "alert-sink/"+p.Name, p.Secret); err != nil {
 				return err
 			}
 		}

@@ -200,8 +200,9 @@ func scanDelivery(row pgx.Row) (Delivery, error) {
 type DeliveryFilter struct {
 	// Endpoint keeps one endpoint's attempts.
 	Endpoint string
-	// Kind and Name (both or neither) keep one resource's attempts, by the
-	// name it had then; ResourceID narrows them to one incarnation.
+	// Kind keeps one kind's attempts; with Name, one resource's, by the
+	// name it had then (Name needs Kind). ResourceID narrows them to one
+	// incarnation.
 	Kind, Name string
 	ResourceID string
 	// Classification keeps attempts so classified (one of
@@ -211,6 +212,8 @@ type DeliveryFilter struct {
 	Failed bool
 	// Since keeps attempts at or after it.
 	Since time.Time
+	// Until keeps attempts before it; with Since, it must be after Since.
+	Until time.Time
 	// Limit is the page size: ListLimitDefault when 0, at most ListLimitMax.
 	Limit int
 	// Cursor continues after the page that returned it.
@@ -239,7 +242,7 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (Page[Deli
 	case f.Kind != "" && f.Name != "":
 		q.WriteString(` AND d.kind = ` + arg(f.Kind) + ` AND d.name = ` + arg(f.Name))
 	case f.Kind != "":
-		return Page[Delivery]{}, &InvalidError{Location: "name", Message: "is required with kind: a resource is its kind and name"}
+		q.WriteString(` AND d.kind = ` + arg(f.Kind))
 	case f.Name != "":
 		return Page[Delivery]{}, &InvalidError{Location: "kind", Message: "is required with name: a resource is its kind and name"}
 	}
@@ -258,6 +261,12 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (Page[Deli
 	}
 	if !f.Since.IsZero() {
 		q.WriteString(` AND d.at >= ` + arg(f.Since))
+	}
+	if !f.Until.IsZero() {
+		if !f.Since.IsZero() && !f.Until.After(f.Since) {
+			return Page[Delivery]{}, &InvalidError{Location: "until", Message: "must be after since: the window would be empty"}
+		}
+		q.WriteString(` AND d.at < ` + arg(f.Until))
 	}
 	if f.Cursor != "" {
 		id, err := decodeDeliveryCursor(f.Cursor)

@@ -485,8 +485,10 @@ func endpointNotFound(name string) error {
 }
 
 // newSealedSecret seals given, or a generated signing secret when given is
-// empty, for endpoint name.
-func newSealedSecret(box *SecretBox, name string, given EndpointSecret) (EndpointSecret, []byte, error) {
+// empty, for endpoint name. Under a dry run it returns the sealed secret but
+// not the secret itself: one that is rolled back must never be shown, lest
+// someone configure a provider with it.
+func newSealedSecret(ctx context.Context, box *SecretBox, name string, given EndpointSecret) (EndpointSecret, []byte, error) {
 	if box == nil {
 		return "", nil, errors.New("no secret box configured (CONVERGE_SECRET_KEY)")
 	}
@@ -505,6 +507,9 @@ func newSealedSecret(box *SecretBox, name string, given EndpointSecret) (Endpoin
 	if err != nil {
 		return "", nil, err
 	}
+	if IsDryRun(ctx) {
+		return "", enc, nil
+	}
 	return EndpointSecret(s), enc, nil
 }
 
@@ -519,7 +524,7 @@ func (s *Store) CreateEndpoint(ctx context.Context, box *SecretBox, p PutEndpoin
 	if err := p.normalize(); err != nil {
 		return Endpoint{}, "", err
 	}
-	secret, enc, err := newSealedSecret(box, p.Name, p.Secret)
+	secret, enc, err := newSealedSecret(ctx, box, p.Name, p.Secret)
 	if err != nil {
 		return Endpoint{}, "", wrapUnlessTyped(err, "create endpoint %s", p.Name)
 	}
@@ -561,7 +566,7 @@ func (s *Store) PutEndpoint(ctx context.Context, box *SecretBox, p PutEndpointPa
 	if err := p.normalize(); err != nil {
 		return Endpoint{}, "", "", err
 	}
-	secret, enc, err := newSealedSecret(box, p.Name, p.Secret)
+	secret, enc, err := newSealedSecret(ctx, box, p.Name, p.Secret)
 	if err != nil {
 		return Endpoint{}, "", "", wrapUnlessTyped(err, "put endpoint %s", p.Name)
 	}
@@ -655,7 +660,7 @@ func (s *Store) RotateEndpointSecret(ctx context.Context, box *SecretBox, name s
 	if grace <= 0 {
 		grace = SecretRotationGraceDefault
 	}
-	secret, enc, err := newSealedSecret(box, name, "")
+	secret, enc, err := newSealedSecret(ctx, box, name, "")
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("rotate secret of endpoint %s: %w", name, err)
 	}

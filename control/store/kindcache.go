@@ -155,13 +155,20 @@ const kindManifestCacheSQL = `SELECT ` + manifestCols + `, updated_at FROM kind_
 
 // Refresh re-reads every manifest now and returns once the new view is
 // published. Entries whose row is unchanged keep their compiled schemas.
+// Under a dry run (the API refreshes after a manifest write) it does
+// nothing: a dry run commits no manifest, so there is nothing new to read.
 func (c *KindCache) Refresh(ctx context.Context) error {
+	if IsDryRun(ctx) {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RefreshTimeout)
 	defer cancel()
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
 
-	rows, err := c.store.pool.Query(ctx, kindManifestCacheSQL)
+	// The pool itself, never a transaction: the cache holds what is
+	// committed.
+	rows, err := c.store.pool.Pool.Query(ctx, kindManifestCacheSQL)
 	if err != nil {
 		return fmt.Errorf("kind cache: load manifests: %w", err)
 	}

@@ -109,6 +109,9 @@ func (s *Store) CreateOperation(ctx context.Context, kind, name, verb string, in
 
 	var op Operation
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := setTraceContext(ctx, tx); err != nil {
+			return err
+		}
 		op, err = scanOperation(tx.QueryRow(ctx, operationInsertSQL, rid, verb, input))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errDeleting(kind, name)

@@ -219,7 +219,8 @@ const resourceScheduleSQL = `SELECT schedule_applied($1, $2)`
 // schema; a refused flip changes nothing.
 //
 // The write is one round trip: the upsert, its event and the scheduling call
-// are pipelined in one implicit transaction.
+// are pipelined in one implicit transaction, after, for a traced request,
+// the statement that stores its trace context with the work (tracecontext.go).
 func (s *Store) ApplyResource(ctx context.Context, p ApplyResourceParams) (model.Resource, ApplyResult, error) {
 	if err := s.validateResource(ctx, &p); err != nil {
 		return model.Resource{}, "", err
@@ -239,6 +240,7 @@ func (s *Store) ApplyResource(ctx context.Context, p ApplyResourceParams) (model
 
 func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, labels map[string]string, ref any) (model.Resource, ApplyResult, error) {
 	b := &pgx.Batch{}
+	traced := queueTraceContext(ctx, b)
 	if p.Precondition.set() {
 		// First in the batch's implicit transaction: its lock holds the
 		// version until the upsert has written.
@@ -249,6 +251,11 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close() // the error is read from the results below
 
+	if traced {
+		if _, err := br.Exec(); err != nil {
+			return model.Resource{}, "", resourceWriteError(err, p)
+		}
+	}
 	if p.Precondition.set() {
 		if _, err := br.Exec(); err != nil {
 			if pe := asPrecondition(err, p.what()); pe != nil {
@@ -700,6 +707,9 @@ func (s *Store) DeleteResource(ctx context.Context, kind, name string, pre Preco
 	var r model.Resource
 	err := pgrun.RetryDeadlock(func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := setTraceContext(ctx, tx); err != nil {
+				return err
+			}
 			if err := checkVersion(ctx, tx, pre, "resource "+kind+"/"+name, resourceVersionLock, kind, name); err != nil {
 				return err
 			}

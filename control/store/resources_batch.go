@@ -238,6 +238,9 @@ func checkBatchVersions(ctx context.Context, tx pgx.Tx, items []ApplyResourcePar
 }
 
 func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResourceParams, chunk []int, res []BatchItemResult) error {
+	if err := setTraceContext(ctx, tx); err != nil {
+		return err
+	}
 	var (
 		kinds, names, refs []string
 		versions           []int16

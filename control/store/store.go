@@ -11,7 +11,8 @@
 // providerconfigs.go, bindings.go, endpoints.go, deliveries.go,
 // operations.go, cluster.go, and the API's views of the engine's state
 // (resource_task.go, pending_reactions.go) and operator actions
-// (reconcile_now.go). Behaviour that must hold for every writer — the
+// (reconcile_now.go). A dry run (dryrun.go) runs any of them in a
+// transaction that is rolled back. Behaviour that must hold for every writer — the
 // manifest lattice, the generation bump, scheduling, the claim fence —
 // lives in the database (migrations/), not here.
 package store
@@ -63,15 +64,15 @@ const ReadPoolRetry = 5 * time.Second
 
 // Store reads and writes the control plane's state in Postgres.
 type Store struct {
-	pool      *pgxpool.Pool
+	pool      pool      // seen through dry runs (dryrun.go)
 	read      *readPool // Config.ReadPool, or nil
 	cfg       Config
 	specCheck specCheckFunc
 }
 
 // New returns a Store over pool.
-func New(pool *pgxpool.Pool, cfg Config) *Store {
-	return &Store{pool: pool, read: newReadPool(cfg.ReadPool), cfg: cfg.withDefaults()}
+func New(p *pgxpool.Pool, cfg Config) *Store {
+	return &Store{pool: pool{p}, read: newReadPool(cfg.ReadPool), cfg: cfg.withDefaults()}
 }
 
 // Over returns a Store with s's configuration and spec validator over other
@@ -79,9 +80,9 @@ func New(pool *pgxpool.Pool, cfg Config) *Store {
 // marks. A converge process gives its API one over the API's own pool, so
 // that API requests never hold the engine's connections. Call it once the
 // validator is installed (NewKindCache), so the copy has it too.
-func (s *Store) Over(pool, read *pgxpool.Pool) *Store {
+func (s *Store) Over(p, read *pgxpool.Pool) *Store {
 	o := *s
-	o.pool, o.read, o.cfg.ReadPool = pool, newReadPool(read), read
+	o.pool, o.read, o.cfg.ReadPool = pool{p}, newReadPool(read), read
 	return &o
 }
 
@@ -109,16 +110,17 @@ type querier interface {
 // reader is what a read method runs on: for a context PreferReadPool
 // marked, the read pool, if there is one and it has not failed within
 // ReadPoolRetry, falling back to the pool if it cannot be reached; else
+// (and always under a dry run, whose writes only its own transaction sees)
 // the pool.
 func (s *Store) reader(ctx context.Context) querier {
 	switch {
-	case s.read == nil || ctx.Value(readPoolKey{}) == nil:
+	case s.read == nil || ctx.Value(readPoolKey{}) == nil || IsDryRun(ctx):
 		return s.pool
 	case !s.read.usable():
 		s.read.fallbacks.Add(1)
 		return s.pool
 	}
-	return fallback{read: s.read, write: s.pool}
+	return fallback{read: s.read, write: s.pool.Pool}
 }
 
 // ReadFallbacks counts the statements of reads marked for the read pool

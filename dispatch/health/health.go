@@ -16,6 +16,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -24,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/convergeplane/converge/dispatch/egress"
 	"github.com/convergeplane/converge/dispatch/registry"
 	"github.com/convergeplane/converge/dispatch/transport"
 	"github.com/convergeplane/converge/internal/startstop"
@@ -158,7 +160,43 @@ var probeBody = []byte(`{"type":"health"}`) // constant bytes
 
 // Probe sends one signed health probe and reads the answer.
 func (p *Prober) Probe(ctx context.Context, pr registry.Probe) registry.ProbeResult {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	a := Send(ctx, pr, p.cfg.Timeout)
+	if a.Err != nil {
+		return registry.ProbeResult{Err: a.Err}
+	}
+	return registry.ProbeResult{Ready: a.Ready}
+}
+
+// Timeout is how long one probe may take (Config.Timeout).
+func (p *Prober) Timeout() time.Duration { return p.cfg.Timeout }
+
+// Answer is the round trip of one signed health request.
+type Answer struct {
+	// Status is the answer's HTTP status; 0 when none came.
+	Status int
+	// Latency is from sending to the answer (or to the failure).
+	Latency time.Duration
+	// Class is "ok" for a healthy answer (200, readable), else its
+	// failure class, named as the delivery log names an attempt's:
+	// rate_limited, redirect, client_error, server_error, too_large,
+	// malformed, timeout, blocked, gone or network.
+	Class string
+	// Ready is the readiness the endpoint reported per
+	// "kind/kind_version" (Class ok).
+	Ready map[string]bool
+	// Excerpt is the answer body's first bytes, or the reason no answer
+	// came.
+	Excerpt string
+	// Err is why the answer is not a healthy one, as a probe reports it;
+	// nil when Class is ok.
+	Err error
+}
+
+// Send POSTs one signed {"type":"health"} (docs/protocol.md §10) to pr's
+// health target within timeout and reads the answer: the probe's round
+// trip, for the prober and for an operator's test delivery.
+func Send(ctx context.Context, pr registry.Probe, timeout time.Duration) Answer {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	now := time.Now()
 	msgID := "msg_health_" + randomHex()
@@ -166,22 +204,57 @@ func (p *Prober) Probe(ctx context.Context, pr registry.Probe) registry.ProbeRes
 		MsgID: msgID, Timestamp: now, Body: probeBody,
 		Signature: pr.Endpoint.Sign(msgID, now, probeBody),
 	})
+	a := Answer{Latency: time.Since(now)}
 	if err != nil {
 		// Shown as its class (dns, refused, tls…): the error itself names
 		// the pod's resolver and addresses; the registry logs it.
-		return registry.ProbeResult{Err: &transport.NoAnswerError{Err: err}}
+		a.Err = &transport.NoAnswerError{Err: err}
+		a.Class, a.Excerpt = noAnswerClass(err), a.Err.Error()
+		return a
 	}
-	if resp.Status != http.StatusOK {
-		return registry.ProbeResult{Err: fmt.Errorf("answered %d %s: %s", resp.Status, http.StatusText(resp.Status), excerpt(resp.Body))}
+	a.Status, a.Excerpt = resp.Status, excerpt(resp.Body)
+	switch {
+	case resp.Status != http.StatusOK:
+		a.Class = statusClass(resp.Status)
+		a.Err = fmt.Errorf("answered %d %s: %s", resp.Status, http.StatusText(resp.Status), a.Excerpt)
+	case resp.Truncated:
+		a.Class, a.Err = "too_large", fmt.Errorf("answer exceeds %d bytes", len(resp.Body))
+	default:
+		if a.Ready, err = readiness(resp.Body); err != nil {
+			a.Class, a.Err = "malformed", err
+		} else {
+			a.Class = "ok"
+		}
 	}
-	if resp.Truncated {
-		return registry.ProbeResult{Err: fmt.Errorf("answer exceeds %d bytes", len(resp.Body))}
+	return a
+}
+
+// noAnswerClass classifies a request that got no answer.
+func noAnswerClass(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, egress.ErrBlocked):
+		return "blocked"
+	case errors.As(err, new(*transport.UnavailableError)):
+		return "gone"
 	}
-	ready, err := readiness(resp.Body)
-	if err != nil {
-		return registry.ProbeResult{Err: err}
+	return "network"
+}
+
+// statusClass classifies an answer other than 200.
+func statusClass(status int) string {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return "rate_limited"
+	case status >= 300 && status < 400:
+		return "redirect"
+	case status >= 400 && status < 500:
+		return "client_error"
+	case status >= 500:
+		return "server_error"
 	}
-	return registry.ProbeResult{Ready: ready}
+	return "malformed"
 }
 
 // readiness decodes a probe's 200 answer, a webhooksdk.HealthResponse,

@@ -122,6 +122,23 @@ func (r *Registry) Probes() []Probe {
 	return out
 }
 
+// ProbeOf returns endpoint name's health-probe assignment, enabled or
+// not, for a probe sent on demand; false when this pod does not know the
+// endpoint or it has no health target (health type none).
+func (r *Registry) ProbeOf(name string) (Probe, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.eps[name]
+	if !ok {
+		return Probe{}, false
+	}
+	c := e.conf.Load()
+	if c.probe == nil {
+		return Probe{}, false
+	}
+	return Probe{Endpoint: e, Target: c.probe}, true
+}
+
 // ProbeResult is one health probe's answer: Err if the probe failed (no
 // answer, a non-200, an unreadable body), else the readiness the endpoint
 // reported per "kind/version". Err's text is what readers of the

@@ -2,5 +2,8 @@
 // -ldflags from git describe.
 package version
 
-// Version is the build version; "dev" for an unstamped build.
-var Version = "dev" // set by the linker
+// Unstamped is Version in a build the linker did not stamp.
+const Unstamped = "dev"
+
+// Version is the build version; Unstamped for an unstamped build.
+var Version = Unstamped // set by the linker

@@ -34,11 +34,13 @@
 -- it counts against its endpoint's concurrency and breaker. It returns
 -- task_type 'react' with the transition and the binding's name; resource_id
 -- and generation are the watched resource's and the transition's.
+-- A work task returns the traceparent stored with it (the request that
+-- scheduled it, if traced; migration 00031), a react task none.
 -- Claims plan their statements once, as the scheduling functions do.
 CREATE OR REPLACE FUNCTION claim_tasks(p_claimer text, p_lo int, p_hi int, p_pairs text[], p_limit int, p_lease_secs int)
 RETURNS TABLE (task_id uuid, shard_id smallint, resource_id uuid, task_type text, trigger text,
                reaction text, emits int, kind text, kind_version smallint, generation bigint,
-               claim_epoch bigint, attempts int, deadline timestamptz, transition text, binding text)
+               claim_epoch bigint, attempts int, deadline timestamptz, transition text, binding text, traceparent text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
@@ -145,7 +147,7 @@ BEGIN
              WHERE w.shard_id BETWEEN p_lo AND p_hi
                AND w.shard_id = sel.shard_id AND w.resource_id = sel.resource_id AND w.task_type = sel.task_type
             RETURNING w.task_id, w.shard_id, w.resource_id, w.task_type, w.trigger, w.reaction, w.emits,
-                      w.kind, w.kind_version, w.claimed_gen, w.claim_epoch, w.attempts, w.deadline
+                      w.kind, w.kind_version, w.claimed_gen, w.claim_epoch, w.attempts, w.deadline, w.traceparent
         ), bump AS (
             INSERT INTO kind_inflight AS i (kind, kind_version, range_lo, in_flight)
             SELECT b.kind, b.kind_version, p_lo, count(*)
@@ -154,7 +156,9 @@ BEGIN
              ORDER BY b.kind, b.kind_version -- key order (p_lo is one)
             ON CONFLICT (kind, kind_version, range_lo) DO UPDATE SET in_flight = i.in_flight + EXCLUDED.in_flight
         )
-        SELECT c.*, NULL::text, NULL::text FROM claimed c;
+        SELECT c.task_id, c.shard_id, c.resource_id, c.task_type, c.trigger, c.reaction, c.emits, c.kind, c.kind_version,
+               c.claimed_gen, c.claim_epoch, c.attempts, c.deadline, NULL::text, NULL::text, c.traceparent
+          FROM claimed c;
     END IF;
 
     IF v_taken >= p_limit OR NOT EXISTS (SELECT 1 FROM lifecycle_outbox l WHERE l.shard_id BETWEEN p_lo AND p_hi) THEN
@@ -200,7 +204,7 @@ BEGIN
     SELECT c.task_id, c.shard_id, c.resource_id, 'react'::text, 'reactor'::text, c.reaction, c.emits,
            c.kind, c.kind_version, c.generation, c.claim_epoch, c.attempts,
            CASE WHEN c.deadline_secs > 0 THEN now() + make_interval(secs => c.deadline_secs) END,
-           c.transition, c.binding_name
+           c.transition, c.binding_name, NULL::text
       FROM claimed c;
 END
 $$;

@@ -47,6 +47,9 @@ BEGIN
             kind         = CASE WHEN w.state = 'pending' THEN EXCLUDED.kind ELSE w.kind END,
             kind_version = CASE WHEN w.state = 'pending' THEN EXCLUDED.kind_version ELSE w.kind_version END,
             trigger      = CASE WHEN w.state = 'pending' THEN EXCLUDED.trigger ELSE w.trigger END,
+            -- A newer generation's task continues the trace of the request
+            -- that made it (the column's default, migration 00031).
+            traceparent  = CASE WHEN EXCLUDED.generation > w.generation THEN EXCLUDED.traceparent ELSE w.traceparent END,
             rollup_dirty = w.rollup_dirty OR (w.state = 'claimed' AND EXCLUDED.trigger = 'childrenSettled'),
             attempts     = CASE WHEN EXCLUDED.generation > w.generation THEN 0 ELSE w.attempts END,
             not_before   = CASE WHEN w.state = 'pending' AND EXCLUDED.generation > w.generation

@@ -128,24 +128,21 @@ func TestRollupWithoutStatusIsEmpty(t *testing.T) {
 }
 
 // TestInfiniteLoopStopsAtTheStepLimit: the step count is deterministic, so a program
-// that exceeds it always will: terminal. It must stop well before the wall-clock limit.
+// that exceeds it always will: terminal. The error names the step limit, not the
+// wall-clock one (CallTimeout, transient), so the steps stopped it first — proven by
+// the error, not by timing the call, which a loaded machine makes meaningless.
 func TestInfiniteLoopStopsAtTheStepLimit(t *testing.T) {
 	for name, prog := range map[string]string{
 		"compose":   "def compose(spec, config):\n    n = 0\n    while True:\n        n += 1\n",
 		"top level": "def compose(spec, config):\n    return {}\nx = 0\nwhile True:\n    x += 1\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			start := time.Now()
 			_, err := sdktest.Run(t, New("stdstarlark"), request("compose", prog, `{}`))
-			took := time.Since(start)
 			if !webhooksdk.IsTerminal(err) || !strings.Contains(fmt.Sprint(err), fmt.Sprintf("step limit of %d exceeded", MaxSteps)) {
 				t.Fatalf("err = %v; want a terminal step-limit error", err)
 			}
 			if !strings.HasPrefix(err.Error(), "compose.star:") {
 				t.Errorf("err = %v; want it to start with the program position", err)
-			}
-			if took > CallTimeout/2 {
-				t.Errorf("took %s to hit the step limit", took)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import { useStreamConnected } from "./hooks";
 import { Link, useLocation } from "./router";
 import { Bindings } from "./pages/Bindings";
 import { Cluster } from "./pages/Cluster";
+import { Deliveries, DeliveryDetail } from "./pages/Deliveries";
 import { EndpointDetail, Endpoints } from "./pages/Endpoints";
 import { Graph } from "./pages/Graph";
 import { KindDetail, Kinds } from "./pages/Kinds";
@@ -18,6 +19,7 @@ const nav: [string, string][] = [
   ["/providerconfigs", "Provider configs"],
   ["/bindings", "Reactor bindings"],
   ["/endpoints", "Endpoints"],
+  ["/deliveries", "Deliveries"],
   ["/cluster", "Cluster"],
 ];
 
@@ -53,6 +55,8 @@ function page(parts: string[], search: URLSearchParams) {
       return a ? <EndpointDetail name={a} /> : <Endpoints />;
     case "cluster":
       return <Cluster />;
+    case "deliveries":
+      return a ? <DeliveryDetail id={a} /> : <Deliveries search={search} />;
   }
   return <p>No such page.</p>;
 }

@@ -88,7 +88,7 @@ export interface paths {
         };
         /**
          * List delivery attempts
-         * @description The delivery log, newest first with a keyset cursor: every attempt to deliver a task (success or failure, one per task of a batch), every 202 and the callback that followed it. Filters: endpoint, kind+name, classification, failed, since.
+         * @description The delivery log, newest first with a keyset cursor: every attempt to deliver a task (success or failure, one per task of a batch), every 202 and the callback that followed it. Filters: endpoint, kind (with name: one resource), classification, failed, and the window since..until.
          */
         get: operations["list-deliveries"];
         put?: never;
@@ -209,6 +209,26 @@ export interface paths {
          * @description Returns the new secret once. Until previous_valid_until both secrets sign every delivery.
          */
         post: operations["rotate-endpoint-secret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/endpoints/{name}/test-delivery": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send an endpoint a test delivery
+         * @description Sends the endpoint, now, the signed health request of docs/protocol.md §10 ({"type":"health"} to its health target), which every SDK answers without doing any work, and returns the round trip: status, latency, classification, the readiness reported, an excerpt of the answer. It proves the URL, the network path and the signing secret. It is a look: it moves neither the endpoint's readiness nor its circuit breaker, works on a disabled endpoint, and is not recorded in the delivery log. A failed round trip is still 200, its classification saying why. 404 unknown endpoint; 409 when the endpoint has no health target (health type none); 503 when this server runs no dispatcher (role control).
+         */
+        post: operations["test-endpoint-delivery"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1059,6 +1079,34 @@ export interface components {
             /** @description https and lambda_url: the URL every task is POSTed to. */
             url?: string;
         };
+        EndpointTest: {
+            /**
+             * Format: date-time
+             * @description When the request was sent.
+             */
+            at: string;
+            /** @description ok for a healthy answer (200 with a readable body), else rate_limited, redirect, client_error, server_error, too_large, malformed, timeout, blocked, gone or network. */
+            classification: string;
+            endpoint: string;
+            /** @description Why the answer is not a healthy one; absent when classification is ok. */
+            error?: string;
+            /** @description The answer body's first bytes (at most 200), or why no answer came. */
+            excerpt?: string;
+            /**
+             * Format: int64
+             * @description The answer's status; 0 when none came (network error, timeout).
+             */
+            http_status: number;
+            /**
+             * Format: int64
+             * @description From sending to the answer, or to the failure.
+             */
+            latency_ms: number;
+            /** @description The readiness the endpoint reported, per kind/kind_version (classification ok). */
+            ready?: {
+                [key: string]: boolean;
+            };
+        };
         EndpointView: {
             /** Format: date-time */
             readonly created_at: string;
@@ -1094,7 +1142,7 @@ export interface components {
              * @description Changes on every write of the endpoint (an apply, a secret rotation, a 410 disabling it); send it back (or If-Match) to make a write conditional on it.
              */
             resource_version: number;
-            /** @description The signing secret, shown only when it was just generated. Store it now. */
+            /** @description The signing secret, shown only when it was just generated (never on a dry run). Store it now. */
             secret?: string;
             /**
              * Format: date-time
@@ -1703,7 +1751,7 @@ export interface components {
         RotatedSecret: {
             /** Format: date-time */
             previous_valid_until: string;
-            /** @description The new signing secret, shown once. */
+            /** @description The new signing secret, shown once; empty on a dry run, whose secret is discarded. */
             secret: string;
         };
         SpecHistory: {
@@ -1847,6 +1895,15 @@ export interface operations {
                     "application/json": components["schemas"]["AlertEventList"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -1879,6 +1936,15 @@ export interface operations {
                     "application/json": components["schemas"]["AlertSinkList"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -1892,7 +1958,10 @@ export interface operations {
     };
     "apply-alert-sink": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -1911,6 +1980,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -1922,6 +1993,26 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -1931,6 +2022,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1940,6 +2033,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1970,6 +2065,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AlertSink"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
             /** @description Not Found */
@@ -2003,7 +2107,10 @@ export interface operations {
     };
     "delete-alert-sink": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: never;
             path: {
                 /** @description The object's name. */
@@ -2016,13 +2123,35 @@ export interface operations {
             /** @description No Content */
             204: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content?: never;
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2032,6 +2161,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2041,6 +2172,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2070,6 +2203,15 @@ export interface operations {
                     "application/json": components["schemas"]["ClusterList"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -2086,9 +2228,9 @@ export interface operations {
             query?: {
                 /** @description Only this endpoint's attempts. */
                 endpoint?: string;
-                /** @description With name: only this resource's attempts (by the name it had then). */
+                /** @description Only attempts for resources of this kind; with name, only this resource's (by the name it had then). */
                 kind?: string;
-                /** @description With kind: only this resource's attempts. */
+                /** @description Needs kind: only this resource's attempts. */
                 name?: string;
                 /** @description Only attempts so classified: ok, task_error, accepted, callback_ok, callback_error, or a failure class. */
                 classification?: string;
@@ -2096,6 +2238,8 @@ export interface operations {
                 failed?: boolean;
                 /** @description Only attempts at or after this RFC 3339 time. */
                 since?: string;
+                /** @description Only attempts before this RFC 3339 time; after since when both are given. */
+                until?: string;
                 /** @description Page size. */
                 limit?: number;
                 /** @description The next_cursor of the previous page. */
@@ -2118,6 +2262,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DeliveryList"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
             /** @description Unprocessable Entity */
@@ -2164,6 +2317,15 @@ export interface operations {
                     "application/json": components["schemas"]["Delivery"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -2195,7 +2357,10 @@ export interface operations {
     };
     "replay-delivery": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -2211,15 +2376,37 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ReplayAccepted"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2229,6 +2416,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2238,6 +2427,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2247,6 +2438,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2276,6 +2469,15 @@ export interface operations {
                     "application/json": components["schemas"]["EndpointList"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -2289,7 +2491,10 @@ export interface operations {
     };
     "apply-endpoint": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -2308,6 +2513,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -2319,6 +2526,26 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2328,6 +2555,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2337,6 +2566,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2346,6 +2577,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2355,6 +2588,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2388,6 +2623,15 @@ export interface operations {
                     "application/json": components["schemas"]["EndpointView"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -2419,7 +2663,10 @@ export interface operations {
     };
     "delete-endpoint": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -2435,13 +2682,35 @@ export interface operations {
             /** @description No Content */
             204: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content?: never;
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2451,6 +2720,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2460,6 +2731,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2469,6 +2742,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2480,9 +2755,9 @@ export interface operations {
     "list-endpoint-deliveries": {
         parameters: {
             query?: {
-                /** @description With name: only this resource's attempts (by the name it had then). */
+                /** @description Only attempts for resources of this kind; with name, only this resource's (by the name it had then). */
                 kind?: string;
-                /** @description With kind: only this resource's attempts. */
+                /** @description Needs kind: only this resource's attempts. */
                 name?: string;
                 /** @description Only attempts so classified: ok, task_error, accepted, callback_ok, callback_error, or a failure class. */
                 classification?: string;
@@ -2490,6 +2765,8 @@ export interface operations {
                 failed?: boolean;
                 /** @description Only attempts at or after this RFC 3339 time. */
                 since?: string;
+                /** @description Only attempts before this RFC 3339 time; after since when both are given. */
+                until?: string;
                 /** @description Page size. */
                 limit?: number;
                 /** @description The next_cursor of the previous page. */
@@ -2515,6 +2792,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DeliveryList"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
             /** @description Not Found */
@@ -2548,7 +2834,10 @@ export interface operations {
     };
     "rotate-endpoint-secret": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -2564,15 +2853,37 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["RotatedSecret"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2582,6 +2893,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2591,6 +2904,112 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "test-endpoint-delivery": {
+        parameters: {
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
+            header?: {
+                /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description The object's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EndpointTest"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2620,6 +3039,15 @@ export interface operations {
                     "application/json": components["schemas"]["KindList"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -2633,7 +3061,10 @@ export interface operations {
     };
     "put-manifest": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: never;
             path: {
                 /** @description The kind, e.g. vpc. */
@@ -2650,6 +3081,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -2661,6 +3094,26 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2670,6 +3123,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2679,6 +3134,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2688,6 +3145,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2723,6 +3182,15 @@ export interface operations {
                     "application/json": components["schemas"]["KindConfig"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -2754,7 +3222,10 @@ export interface operations {
     };
     "put-kind-config": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -2776,6 +3247,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -2787,6 +3260,26 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2796,6 +3289,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2805,6 +3300,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2814,6 +3311,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2823,6 +3322,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2832,6 +3333,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2866,6 +3369,15 @@ export interface operations {
                     "application/json": components["schemas"]["KindManifest"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -2897,7 +3409,10 @@ export interface operations {
     };
     "delete-manifest": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: never;
             path: {
                 /** @description The kind, e.g. vpc. */
@@ -2912,13 +3427,35 @@ export interface operations {
             /** @description No Content */
             204: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content?: never;
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2928,6 +3465,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2937,6 +3476,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2946,6 +3487,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2978,6 +3521,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["KindSchemas"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
             /** @description Not Found */
@@ -3033,6 +3585,15 @@ export interface operations {
                     "application/json": components["schemas"]["ManifestList"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -3077,6 +3638,15 @@ export interface operations {
                     "application/json": components["schemas"]["ProviderConfigList"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -3099,7 +3669,10 @@ export interface operations {
     };
     "apply-providerconfig": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -3118,6 +3691,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -3129,6 +3704,26 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3138,6 +3733,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3147,6 +3744,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3156,6 +3755,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3165,6 +3766,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3174,6 +3777,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3207,6 +3812,15 @@ export interface operations {
                     "application/json": components["schemas"]["ProviderConfig"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -3238,7 +3852,10 @@ export interface operations {
     };
     "delete-providerconfig": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -3254,13 +3871,35 @@ export interface operations {
             /** @description No Content */
             204: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content?: never;
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3270,6 +3909,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3279,6 +3920,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3288,6 +3931,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3297,6 +3942,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3331,6 +3978,15 @@ export interface operations {
                     "application/json": components["schemas"]["ReactorBindingList"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -3344,7 +4000,10 @@ export interface operations {
     };
     "apply-reactor-binding": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -3363,6 +4022,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -3374,6 +4035,26 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3383,6 +4064,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3392,6 +4075,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3401,6 +4086,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3410,6 +4097,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3443,6 +4132,15 @@ export interface operations {
                     "application/json": components["schemas"]["ReactorBinding"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -3474,7 +4172,10 @@ export interface operations {
     };
     "delete-reactor-binding": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -3490,13 +4191,35 @@ export interface operations {
             /** @description No Content */
             204: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content?: never;
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3506,6 +4229,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3515,6 +4240,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3524,6 +4251,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3575,6 +4304,15 @@ export interface operations {
                     "application/json": components["schemas"]["ResourceList"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -3597,7 +4335,10 @@ export interface operations {
     };
     "apply-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -3616,6 +4357,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -3627,6 +4370,26 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3636,6 +4399,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3645,6 +4410,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3654,6 +4421,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3663,6 +4432,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3672,6 +4443,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3707,6 +4480,15 @@ export interface operations {
                     "application/json": components["schemas"]["ResourceView"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -3738,7 +4520,10 @@ export interface operations {
     };
     "delete-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
                 "If-Match"?: string;
@@ -3756,6 +4541,8 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     [name: string]: unknown;
                 };
@@ -3763,9 +4550,29 @@ export interface operations {
                     "application/json": components["schemas"]["Resource"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3775,6 +4582,8 @@ export interface operations {
             /** @description Precondition Failed */
             412: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3784,6 +4593,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3793,6 +4604,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3831,6 +4644,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ChildList"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
             /** @description Not Found */
@@ -3886,6 +4708,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Dependencies"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
             /** @description Not Found */
@@ -3948,6 +4779,15 @@ export interface operations {
                     "application/json": components["schemas"]["EventList"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4001,6 +4841,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Graph"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
             /** @description Not Found */
@@ -4064,6 +4913,15 @@ export interface operations {
                     "application/json": components["schemas"]["OperationList"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4095,7 +4953,10 @@ export interface operations {
     };
     "invoke-operation": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4117,6 +4978,8 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4125,6 +4988,26 @@ export interface operations {
             };
             /** @description Bad Request */
             400: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4135,6 +5018,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4144,6 +5029,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4153,6 +5040,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4162,6 +5051,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4198,6 +5089,15 @@ export interface operations {
                     "application/json": components["schemas"]["Operation"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4229,7 +5129,10 @@ export interface operations {
     };
     "cancel-operation": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: never;
             path: {
                 /** @description The kind. */
@@ -4246,15 +5149,37 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Operation"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4264,6 +5189,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4273,6 +5200,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4282,6 +5211,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4292,7 +5223,10 @@ export interface operations {
     };
     "quarantine-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4310,15 +5244,37 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Resource"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4328,6 +5284,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4337,6 +5295,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4346,6 +5306,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4356,7 +5318,10 @@ export interface operations {
     };
     "reconcile-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4374,15 +5339,37 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Accepted"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4392,6 +5379,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4401,6 +5390,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4410,6 +5401,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4420,7 +5413,10 @@ export interface operations {
     };
     "rollback-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4442,6 +5438,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     ETag?: string;
                     "X-Apply-Result"?: "created" | "configured" | "unchanged";
                     [name: string]: unknown;
@@ -4453,6 +5451,26 @@ export interface operations {
             /** @description Bad Request */
             400: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -4462,6 +5480,8 @@ export interface operations {
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4471,6 +5491,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4480,6 +5502,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4489,6 +5513,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4525,6 +5551,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SpecHistory"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
             /** @description Not Found */
@@ -4582,6 +5617,15 @@ export interface operations {
                     "application/json": components["schemas"]["Topology"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4613,7 +5657,10 @@ export interface operations {
     };
     "unquarantine-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4631,15 +5678,37 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Resource"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4649,6 +5718,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4658,6 +5729,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4667,6 +5740,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4677,7 +5752,10 @@ export interface operations {
     };
     "apply-resources-batch": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -4695,6 +5773,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4703,6 +5783,26 @@ export interface operations {
             };
             /** @description Bad Request */
             400: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4713,6 +5813,8 @@ export interface operations {
             /** @description Request Entity Too Large */
             413: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4722,6 +5824,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4731,6 +5835,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4758,6 +5864,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["VersionInfo"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
             /** @description Error */

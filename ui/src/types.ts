@@ -53,6 +53,9 @@ export type BindingList = Schemas["ReactorBindingList"];
 export type MemberList = Schemas["ClusterList"];
 
 export type DeliveryList = Schemas["DeliveryList"];
+export type Delivery = Schemas["Delivery"];
+export type ReplayAccepted = Schemas["ReplayAccepted"];
+export type EndpointTest = Schemas["EndpointTest"];
 export type RotatedSecret = Schemas["RotatedSecret"];
 export type Endpoint = Omit<Schemas["EndpointView"], "live"> & { live?: EndpointLive };
 export type EndpointList = Omit<Schemas["EndpointList"], "items"> & { items: Endpoint[] | null };

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -25,7 +26,13 @@ event_types: [resource.failed]
 kinds: [vpc]
 `))
 	wantCode(t, r, ExitOK)
-	wantOutput(t, r.stdout, "alertsink/oncall created\nalertsink/queue created\n")
+	secret := regexp.MustCompile(`signing secret: (whsec_\S+)`).FindStringSubmatch(r.stdout)
+	if secret == nil || !strings.Contains(r.stderr, "signing secret of alertsink/oncall is shown only this once") {
+		t.Errorf("apply did not show the webhook sink's secret once:\n%s\n%s", r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "alertsink/oncall created\n") || !strings.Contains(r.stdout, "alertsink/queue created\n") {
+		t.Errorf("apply:\n%s", r.stdout)
+	}
 
 	r = b.run(t, "", "list", "alertsinks")
 	wantCode(t, r, ExitOK)

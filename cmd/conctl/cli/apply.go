@@ -5,16 +5,42 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
 )
 
 type applyOpts struct {
-	files []string
-	typ   string
-	force bool
+	files  []string
+	typ    string
+	force  bool
+	dryRun string // dryRunNone or dryRunServer
+}
+
+// The values of apply's --dry-run.
+const (
+	dryRunNone   = "none"
+	dryRunServer = "server"
+)
+
+// query is the query every write of the apply sends: dry_run=true for
+// --dry-run=server, else none.
+func (o *applyOpts) query() url.Values {
+	if o.dryRun == dryRunServer {
+		return url.Values{"dry_run": {"true"}}
+	}
+	return nil
+}
+
+// resultSuffix follows each object's result in the table output.
+func (o *applyOpts) resultSuffix() string {
+	if o.dryRun == dryRunServer {
+		return " (server dry run)"
+	}
+	return ""
 }
 
 func (o *applyOpts) validate() error {
@@ -25,6 +51,13 @@ func (o *applyOpts) validate() error {
 		if strings.TrimSpace(f) == "" {
 			return usagef("empty -f value")
 		}
+	}
+	switch o.dryRun {
+	case dryRunNone, dryRunServer:
+	case "client":
+		return usagef("--dry-run=client is not supported: --dry-run=server runs every check the server makes and changes nothing")
+	default:
+		return usagef("invalid --dry-run %q: want none or server", o.dryRun)
 	}
 	if n := countOf(o.files, "-"); n > 1 {
 		return usagef("stdin (-f -) given %d times; give it once", n)
@@ -86,12 +119,20 @@ overwrite it whatever its version (the resource_version is then not sent).
 
 An object that fails is reported and the rest are still applied; the exit
 status is then 1. When an endpoint is created, its signing secret is printed
-once; store it, it cannot be shown again.`,
+once; store it, it cannot be shown again.
+
+--dry-run=server sends every object with ?dry_run=true: the server checks and
+runs each write as it would (schemas, the schema-stability gate of a
+manifest, a resource's provider config, versions) and answers what it would
+have done, "created", "configured" or "unchanged", followed by "(server dry
+run)", but changes nothing. A dry run shows no endpoint secret. "conctl diff"
+shows what would change, field by field.`,
 		Example: `  conctl apply --type manifest -f vpc.kind.json
   conctl apply -f kinds.yaml -f resources.yaml
   cat resource.json | conctl apply --type res -f -
   conctl apply --type res -f - < resources.ndjson
-  conctl apply --type pc -f providerconfig-vpc-v1-default.json -o json`,
+  conctl apply --type pc -f providerconfig-vpc-v1-default.json -o json
+  conctl apply -f resources.yaml --dry-run=server`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(); err != nil {
@@ -103,6 +144,8 @@ once; store it, it cannot be shown again.`,
 	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "file, directory or - (stdin) to apply; repeatable")
 	cmd.Flags().StringVar(&o.typ, "type", "", "type of every object: "+typeNames(applyTypes)+" (or an alias)")
 	cmd.Flags().BoolVar(&o.force, "force", false, "apply whatever version each object is at now: drop the resource_version the documents carry")
+	cmd.Flags().StringVar(&o.dryRun, "dry-run", dryRunNone, "server: have the server check and answer each write without making it (none: apply)")
+	cmd.Flags().Lookup("dry-run").NoOptDefVal = dryRunServer
 	return cmd
 }
 
@@ -132,7 +175,7 @@ func (a *app) apply(ctx context.Context, cmd *cobra.Command, o *applyOpts) error
 	for i := 0; i < len(docs); i++ {
 		// A run of several resources goes to the batch endpoint.
 		if run := resourceRun(docs[i:], types[i:]); run > 1 {
-			f, err := a.applyResources(ctx, c, p, docs[i:i+run], i == 0)
+			f, err := a.applyResources(ctx, c, p, o, docs[i:i+run], i == 0)
 			failed += f
 			if err != nil {
 				// The server is unreachable; every other object would
@@ -149,7 +192,7 @@ func (a *app) apply(ctx context.Context, cmd *cobra.Command, o *applyOpts) error
 			writeError(a.stderr, d.source, typeErrs[i])
 			continue
 		}
-		id, resp, err := a.applyDocument(ctx, c, types[i], d)
+		id, resp, err := a.applyDocument(ctx, c, types[i], d, o.query())
 		if err != nil {
 			failed++
 			what := d.source
@@ -167,13 +210,13 @@ func (a *app) apply(ctx context.Context, cmd *cobra.Command, o *applyOpts) error
 			continue
 		}
 		if p.format == outputTable {
-			fmt.Fprintf(a.stdout, "%s %s\n", id, resp.ApplyResult())
+			fmt.Fprintf(a.stdout, "%s %s%s\n", id, resp.ApplyResult(), o.resultSuffix())
 		} else if len(resp.Body) > 0 {
 			if err := p.stream(resp.Body, i == 0); err != nil {
 				return err
 			}
 		}
-		if strings.HasPrefix(id, typeEndpoint.name+"/") {
+		if strings.HasPrefix(id, typeEndpoint.name+"/") || strings.HasPrefix(id, typeAlertSink.name+"/") {
 			a.showSecret(p, id, resp.Body)
 		}
 	}
@@ -186,51 +229,76 @@ func (a *app) apply(ctx context.Context, cmd *cobra.Command, o *applyOpts) error
 	return nil
 }
 
-// applyDocument sends one document of type t (nil when d could not be
-// read) to the API. id names the object for output
-// ("resource/vpc/sample-vpc").
-func (a *app) applyDocument(ctx context.Context, c *Client, t *objectType, d document) (id string, resp *Response, err error) {
-	if d.err != nil {
-		return "", nil, d.err
-	}
+// applyTarget is where a document is applied, and where its object is read.
+type applyTarget struct {
+	id     string // names the object for output ("resource/vpc/sample-vpc")
+	method string // of the apply
+	path   string // of the apply
+	get    string // the object's GET path
+}
+
+// targetOf says where the document d of type t is applied, or why it cannot
+// be (the target's id is set all the same, for the message).
+func targetOf(t *objectType, d document) (applyTarget, error) {
 	kind := stringField(d.fields, "kind")
 	name := cmpOrText(stringField(d.fields, "name"), "<unnamed>")
 	version := cmpOrText(versionField(d.fields), "?")
-
-	method, path := http.MethodPost, ""
+	var to applyTarget
+	to.method = http.MethodPost
 	switch t {
 	case typeResource:
-		id = t.name + "/" + cmpOrText(kind, "<no kind>") + "/" + name
-		path = "/resources"
+		to.id = t.name + "/" + cmpOrText(kind, "<no kind>") + "/" + name
+		to.path, to.get = "/resources", "/resources/"+seg(kind)+"/"+seg(name)
 	case typeManifest:
-		id = t.name + "/" + cmpOrText(kind, "<no kind>") + "/v" + version
+		to.id = t.name + "/" + cmpOrText(kind, "<no kind>") + "/v" + version
 		if kind == "" {
-			return id, nil, errors.New(`manifest has no "kind"`)
+			return to, errors.New(`manifest has no "kind"`)
 		}
-		method, path = http.MethodPut, "/kinds/"+seg(kind)+"/manifest"
+		to.method, to.path = http.MethodPut, "/kinds/"+seg(kind)+"/manifest"
+		to.get = "/kinds/" + seg(kind) + "/versions/" + seg(version) + "/manifest"
 	case typeKindConfig:
-		id = t.name + "/" + cmpOrText(kind, "<no kind>") + "/v" + version
+		to.id = t.name + "/" + cmpOrText(kind, "<no kind>") + "/v" + version
 		if kind == "" || version == "?" {
-			return id, nil, errors.New(`kind config needs "kind" and "kind_version" (they name the config to set)`)
+			return to, errors.New(`kind config needs "kind" and "kind_version" (they name the config to set)`)
 		}
-		delete(d.fields, "kind")
-		delete(d.fields, "kind_version")
-		method, path = http.MethodPut, "/kinds/"+seg(kind)+"/versions/"+seg(version)+"/config"
+		to.method, to.path = http.MethodPut, "/kinds/"+seg(kind)+"/versions/"+seg(version)+"/config"
+		to.get = to.path
 	case typeProviderConfig:
-		id, path = t.name+"/"+name, "/providerconfigs"
+		to.id, to.path, to.get = t.name+"/"+name, "/providerconfigs", "/providerconfigs/"+seg(name)
 	case typeReactorBinding:
-		id, path = t.name+"/"+name, "/reactor-bindings"
+		to.id, to.path, to.get = t.name+"/"+name, "/reactor-bindings", "/reactor-bindings/"+seg(name)
 	case typeEndpoint:
-		id, path = t.name+"/"+name, "/endpoints"
+		to.id, to.path, to.get = t.name+"/"+name, "/endpoints", "/endpoints/"+seg(name)
 	case typeAlertSink:
-		id, path = t.name+"/"+name, "/alert-sinks"
+		to.id, to.path, to.get = t.name+"/"+name, "/alert-sinks", "/alert-sinks/"+seg(name)
 	}
-	body, err := json.Marshal(d.fields)
+	return to, nil
+}
+
+// applyDocument sends one document of type t (nil when d could not be
+// read) to the API, with query (dry_run). id names the object for output
+// ("resource/vpc/sample-vpc").
+func (a *app) applyDocument(ctx context.Context, c *Client, t *objectType, d document, query url.Values) (id string, resp *Response, err error) {
+	if d.err != nil {
+		return "", nil, d.err
+	}
+	to, err := targetOf(t, d)
 	if err != nil {
-		return id, nil, fmt.Errorf("cannot encode object: %w", err)
+		return to.id, nil, err
 	}
-	resp, err = c.Do(ctx, method, path, nil, body)
-	return id, resp, err
+	fields := d.fields
+	if t == typeKindConfig {
+		// The path names the config.
+		fields = maps.Clone(fields)
+		delete(fields, "kind")
+		delete(fields, "kind_version")
+	}
+	body, err := json.Marshal(fields)
+	if err != nil {
+		return to.id, nil, fmt.Errorf("cannot encode object: %w", err)
+	}
+	resp, err = c.Do(ctx, to.method, to.path, query, body)
+	return to.id, resp, err
 }
 
 // documentType resolves a document's type from its "type" field and the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -36,13 +37,13 @@ type batchItem struct {
 // single apply does) and a summary. It returns how many failed, and an
 // error when the server is unreachable (the rest of the run is then
 // counted as failed too).
-func (a *app) applyResources(ctx context.Context, c *Client, p *printer, docs []document, first bool) (int, error) {
+func (a *app) applyResources(ctx context.Context, c *Client, p *printer, o *applyOpts, docs []document, first bool) (int, error) {
 	var counts [4]int // created, configured, unchanged, invalid
 	failed := 0
 	size := batchChunk
 	for start := 0; start < len(docs); {
 		n := min(size, len(docs)-start)
-		items, err := a.sendBatch(ctx, c, docs[start:start+n])
+		items, err := a.sendBatch(ctx, c, docs[start:start+n], o.query())
 		var (
 			ae *APIError
 			ce *ConnError
@@ -84,7 +85,7 @@ func (a *app) applyResources(ctx context.Context, c *Client, p *printer, docs []
 				continue
 			}
 			if p.format == outputTable {
-				fmt.Fprintf(a.stdout, "%s %s\n", id, result)
+				fmt.Fprintf(a.stdout, "%s %s%s\n", id, result, o.resultSuffix())
 			} else {
 				if err := p.stream(it.raw, first); err != nil {
 					return failed, err
@@ -95,14 +96,15 @@ func (a *app) applyResources(ctx context.Context, c *Client, p *printer, docs []
 		start += n
 	}
 	if p.format == outputTable {
-		fmt.Fprintf(a.stdout, "%d resources: %d created, %d configured, %d unchanged, %d invalid\n",
-			len(docs), counts[0], counts[1], counts[2], counts[3])
+		fmt.Fprintf(a.stdout, "%d resources: %d created, %d configured, %d unchanged, %d invalid%s\n",
+			len(docs), counts[0], counts[1], counts[2], counts[3], o.resultSuffix())
 	}
 	return failed, nil
 }
 
-// sendBatch sends docs as one batch and returns one result per document.
-func (a *app) sendBatch(ctx context.Context, c *Client, docs []document) ([]batchItem, error) {
+// sendBatch sends docs as one batch, with query (dry_run), and returns one
+// result per document.
+func (a *app) sendBatch(ctx context.Context, c *Client, docs []document, query url.Values) ([]batchItem, error) {
 	items := make([]map[string]json.RawMessage, len(docs))
 	for i, d := range docs {
 		items[i] = d.fields
@@ -111,7 +113,7 @@ func (a *app) sendBatch(ctx context.Context, c *Client, docs []document) ([]batc
 	if err != nil {
 		return nil, fmt.Errorf("cannot encode objects: %w", err)
 	}
-	resp, err := c.Do(ctx, http.MethodPost, "/resources:batch", nil, body)
+	resp, err := c.Do(ctx, http.MethodPost, "/resources:batch", query, body)
 	if err != nil {
 		return nil, err
 	}

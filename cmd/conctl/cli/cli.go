@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/convergeplane/converge/internal/version"
 )
 
 // Exit statuses returned by Run.
@@ -33,11 +35,6 @@ const (
 	EnvServer      = "CONVERGE_SERVER"
 	EnvToken       = "CONVERGE_TOKEN"
 )
-
-// Version is conctl's own version. Set it at build time with
-// -ldflags "-X github.com/convergeplane/converge/cmd/conctl/cli.Version=v1.2.3";
-// otherwise it comes from the module build info.
-var Version = ""
 
 // Run builds the CLI, runs it with args (without the program name) and
 // returns the exit status: ExitOK, ExitFailure or ExitUsage. Errors are
@@ -74,10 +71,15 @@ func New(stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
 
 // ExitStatus maps an error returned by the CLI to an exit status.
 func ExitStatus(err error) int {
-	var ue *usageError
+	var (
+		ue *usageError
+		xe *exitError
+	)
 	switch {
 	case err == nil:
 		return ExitOK
+	case errors.As(err, &xe):
+		return xe.code
 	case errors.As(err, &ue):
 		return ExitUsage
 	default:
@@ -109,9 +111,16 @@ type app struct {
 	now            func() time.Time
 
 	// global flags
-	server  string
-	token   string
-	output  string
+	server      string
+	token       string
+	contextName string
+	caFile      string
+	output      string
+	// objectOutput: the command prints objects in any of objectFormats
+	// (get, list), not only in outputFormats.
+	objectOutput bool
+	// watch is get's and list's --watch.
+	watch   bool
 	timeout time.Duration
 	retries int
 
@@ -145,7 +154,9 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
   conctl get manifest vpc --kind-version 2
   conctl list resources --kind vpc --phase Failed --phase Degraded
   conctl delete resource vpc/sample-vpc --timeout 5m
-  conctl op vpc/sample-vpc snapshot --input '{"label": "nightly"}' --wait`,
+  conctl op vpc/sample-vpc snapshot --input '{"label": "nightly"}' --wait
+  conctl describe resource vpc/sample-vpc
+  conctl config set-context prod --server https://converge.example.com --token-command 'pass show converge/prod' --current`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          cobra.ArbitraryArgs,
@@ -161,15 +172,19 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 
 	f := root.PersistentFlags()
-	f.StringVar(&a.server, "server", "", "converge server URL (default $"+EnvServer+", else "+ServerDefault+")")
-	f.StringVar(&a.token, "token", "", "bearer token for the API (default $"+EnvToken+")")
-	f.StringVarP(&a.output, "output", "o", outputTable, "output format: "+strings.Join(outputFormats, "|"))
+	f.StringVar(&a.server, "server", "", "converge server URL (default $"+EnvServer+", else the context's, else "+ServerDefault+")")
+	f.StringVar(&a.token, "token", "", "bearer token for the API (default $"+EnvToken+", else the context's)")
+	f.StringVar(&a.contextName, "context", "", "the config file's context to use (default its current-context; see conctl config)")
+	f.StringVar(&a.caFile, "certificate-authority", "", "a PEM file of the CAs to trust for an https server (default the context's, else the system's)")
+	f.StringVarP(&a.output, "output", "o", outputTable, "output format: "+strings.Join(outputFormats, "|")+
+		"; get, list, describe and deliveries also take wide|name|jsonpath=TEMPLATE|go-template=TEMPLATE")
 	f.DurationVar(&a.timeout, "timeout", TimeoutDefault, "timeout of each HTTP request (0 for none)")
 	f.IntVar(&a.retries, "retries", RetriesDefault, "how many times a request that failed in transit or got 429/502/503/504 is sent again "+
 		"(a POST's retries reuse its Idempotency-Key, so it never runs twice)")
 
 	root.AddCommand(
 		a.applyCommand(),
+		a.diffCommand(),
 		a.getCommand(),
 		a.listCommand(),
 		a.deleteCommand(),
@@ -185,16 +200,24 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		a.replayCommand(),
 		a.genTypesCommand(),
 		a.versionCommand(),
+		a.configCommand(),
+		a.describeCommand(),
 	)
 	root.AddCommand(a.quarantineCommands()...)
+	a.addCompletions(root)
 	return root
 }
 
 // validate checks the global flags. Commands call it through api() or
 // printer() so that `conctl help` works whatever the environment says.
 func (a *app) validate() error {
-	if !slices.Contains(outputFormats, a.output) {
-		return usagef("invalid --output %q: want one of %s", a.output, strings.Join(outputFormats, ", "))
+	format, _, err := parseOutput(a.output)
+	if err != nil {
+		return err
+	}
+	if !a.objectOutput && !slices.Contains(outputFormats, format) {
+		return usagef("invalid --output %q: this command prints %s; %s print the others", a.output,
+			strings.Join(outputFormats, ", "), "get, list, describe and deliveries")
 	}
 	if a.timeout < 0 {
 		return usagef("invalid --timeout %s: must not be negative", a.timeout)
@@ -205,7 +228,8 @@ func (a *app) validate() error {
 	return nil
 }
 
-// api returns the API client, building it from the flags and environment.
+// api returns the API client, building it from the flags, the environment
+// and the config file's context, in that order of precedence.
 func (a *app) api() (*Client, error) {
 	if a.client != nil {
 		return a.client, nil
@@ -213,24 +237,11 @@ func (a *app) api() (*Client, error) {
 	if err := a.validate(); err != nil {
 		return nil, err
 	}
-	server, origin := a.server, "--server"
-	if server == "" {
-		server, origin = a.getenv(EnvServer), "$"+EnvServer
+	cfg, origin, err := a.clientConfig()
+	if err != nil {
+		return nil, err
 	}
-	if server == "" {
-		server = ServerDefault
-	}
-	token := a.token
-	if token == "" {
-		token = a.getenv(EnvToken)
-	}
-	c, err := NewClient(ClientConfig{
-		Server:    server,
-		Token:     token,
-		Timeout:   a.timeout,
-		Retries:   a.retries,
-		UserAgent: "conctl/" + clientVersion(),
-	})
+	c, err := NewClient(cfg)
 	if err != nil {
 		return nil, usagef("%s: %w", origin, err)
 	}
@@ -257,7 +268,11 @@ func (a *app) printer() (*printer, error) {
 	if err := a.validate(); err != nil {
 		return nil, err
 	}
-	return &printer{format: a.output, w: a.stdout, now: a.now}, nil
+	format, tmpl, err := parseOutput(a.output)
+	if err != nil {
+		return nil, err
+	}
+	return &printer{format: format, tmpl: tmpl, w: a.stdout, now: a.now}, nil
 }
 
 // printError writes err to stderr: a usage hint for usage errors, the
@@ -390,10 +405,12 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-// clientVersion is Version, or the module version from the build info.
+// clientVersion is the version the linker stamped into internal/version
+// (make build stamps git describe's), else the module version or VCS
+// revision from the build info, else "dev".
 func clientVersion() string {
-	if Version != "" {
-		return Version
+	if version.Version != version.Unstamped {
+		return version.Version
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		v := bi.Main.Version

@@ -66,12 +66,15 @@ func resourceRef(kindFlag, arg string) (kind, name string, err error) {
 func (a *app) getCommand() *cobra.Command {
 	cmd := typeGroup("get", "Show one object",
 		`Get shows one object: as a table by default, or as the server returned it
-with -o json or -o yaml.`)
+with -o json or -o yaml; -o wide, name, jsonpath=… and go-template=… too.
+With --watch it then prints the object again each time it changes.`)
 	cmd.Example = `  conctl get resource vpc/sample-vpc
   conctl get resource --kind vpc sample-vpc -o yaml
   conctl get manifest vpc --kind-version 2
   conctl get providerconfig vpc-v1-payments
-  conctl get config vpc --kind-version 2`
+  conctl get config vpc --kind-version 2
+  conctl get res vpc/sample-vpc -o jsonpath='{.spec.cidr}'
+  conctl get res vpc/sample-vpc --watch`
 
 	// resource
 	{
@@ -130,6 +133,7 @@ with -o json or -o yaml.`)
 			},
 		})
 	}
+	a.addWatchFlag(cmd)
 	return cmd
 }
 
@@ -161,18 +165,26 @@ func collectionPath(t *objectType) string {
 // getOne fetches and prints one object. fill supplies table cells the server
 // may leave out (a kind config does not repeat its kind and version).
 func (a *app) getOne(cmd *cobra.Command, t *objectType, path string, fill map[string]string) error {
+	a.objectOutput = true
 	c, p, err := a.session()
 	if err != nil {
 		return err
+	}
+	if _, ok := changeTopics[t]; a.watch && !ok {
+		return usagef("--watch: the server announces no changes of %s", t.plural)
 	}
 	body, err := c.Get(cmd.Context(), path, nil)
 	if err != nil {
 		return err
 	}
-	if len(fill) > 0 && p.format == outputTable {
-		body = withFields(body, fill)
+	shown := body
+	if len(fill) > 0 && p.tabular() {
+		shown = withFields(body, fill)
 	}
-	return p.object(t, body)
+	if err := p.object(t, shown); err != nil || !a.watch {
+		return err
+	}
+	return a.watchOne(cmd, c, p, t, path, body, fill)
 }
 
 // withFields adds fields missing from a JSON object.

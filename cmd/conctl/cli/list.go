@@ -88,7 +88,9 @@ func (a *app) listCommand() *cobra.Command {
 	cmd := typeGroup("list", "List objects",
 		`List shows the objects of one type, filtered by flags: as a table by
 default, or as the server returned them with -o json or -o yaml
-({"items": [...]}, plus "next_cursor" when more pages remain).`)
+({"items": [...]}, plus "next_cursor" when more pages remain); -o wide, name,
+jsonpath=… and go-template=… too. With --watch it then prints the items
+that change.`)
 	cmd.Aliases = []string{"ls"}
 	cmd.Example = `  conctl list resources
   conctl list res --kind vpc --kind-version 2 --phase Failed --phase Degraded
@@ -96,7 +98,9 @@ default, or as the server returned them with -o json or -o yaml
   conctl list manifests --kind vpc
   conctl list pc --kind vpc --kind-version 1 --default
   conctl list kinds
-  conctl list cluster`
+  conctl list cluster
+  conctl list res -o jsonpath='{range .items[*]}{.kind}/{.name}{"\n"}{end}'
+  conctl list res --kind vpc --watch`
 
 	// resources
 	{
@@ -202,28 +206,46 @@ default, or as the server returned them with -o json or -o yaml
 			},
 		})
 	}
+	a.addWatchFlag(cmd)
 	return cmd
 }
 
 func (a *app) list(cmd *cobra.Command, t *objectType, q url.Values, all bool) error {
+	a.objectOutput = true
 	c, p, err := a.session()
 	if err != nil {
 		return err
 	}
-	if t == typeResource && p.format == outputTable {
+	if t == typeResource && p.tabular() {
 		// The table shows neither: left out, they are not even read, and a
 		// page holds --limit resources however large their documents are.
 		q.Set("fields", "-spec,-status")
 	}
-	return a.printList(cmd.Context(), c, p, t, collectionPath(t), q, all)
+	if !a.watch {
+		return a.printList(cmd.Context(), c, p, t, collectionPath(t), q, all)
+	}
+	if _, ok := changeTopics[t]; !ok {
+		return usagef("--watch: the server announces no changes of %s", t.plural)
+	}
+	items, err := a.listAndPrint(cmd.Context(), c, p, t, collectionPath(t), q, all)
+	if err != nil {
+		return err
+	}
+	return a.watchList(cmd, c, p, t, collectionPath(t), q, all, items)
 }
 
 // printList prints the list answer of path: one page, with a hint on
 // stderr when there are more, or with all every page, merged.
 func (a *app) printList(ctx context.Context, c *Client, p *printer, t *objectType, path string, q url.Values, all bool) error {
+	_, err := a.listAndPrint(ctx, c, p, t, path, q, all)
+	return err
+}
+
+// listAndPrint is printList, returning the items it printed.
+func (a *app) listAndPrint(ctx context.Context, c *Client, p *printer, t *objectType, path string, q url.Values, all bool) ([]json.RawMessage, error) {
 	page, raw, err := c.List(ctx, path, q, all)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	body := raw
 	if all {
@@ -232,22 +254,22 @@ func (a *app) printList(ctx context.Context, c *Client, p *printer, t *objectTyp
 			items = []json.RawMessage{}
 		}
 		if body, err = json.Marshal(map[string]any{"items": items}); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if p.format != outputTable {
-		return p.list(t, page.Items, body)
+	if !p.tabular() {
+		return page.Items, p.list(t, page.Items, body)
 	}
 	if len(page.Items) == 0 {
 		fmt.Fprintf(a.stderr, "No %s found.\n", t.plural)
-		return nil
+		return page.Items, nil
 	}
 	if err := p.list(t, page.Items, body); err != nil {
-		return err
+		return nil, err
 	}
 	if !all && page.NextCursor != "" {
 		fmt.Fprintf(a.stderr, "More %s available: rerun with --all, or with --cursor %s for the next page.\n",
 			t.plural, page.NextCursor)
 	}
-	return nil
+	return page.Items, nil
 }

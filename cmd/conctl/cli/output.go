@@ -20,13 +20,22 @@ const (
 	outputYAML  = "yaml"
 )
 
+// outputFormats are the formats every command prints; get and list print
+// objectFormats.
 var outputFormats = []string{outputTable, outputJSON, outputYAML}
 
 // printer renders API objects in the chosen format.
 type printer struct {
 	format string
+	tmpl   renderer // -o jsonpath=… and go-template=…
 	w      io.Writer
 	now    func() time.Time
+}
+
+// tabular says whether the format prints rows made of an object's fields
+// (table, wide, name), rather than the objects as the server sent them.
+func (p *printer) tabular() bool {
+	return p.format == outputTable || p.format == outputWide || p.format == outputName
 }
 
 // object prints one object as returned by the server.
@@ -36,6 +45,10 @@ func (p *printer) object(t *objectType, raw json.RawMessage) error {
 		return writeJSON(p.w, raw)
 	case outputYAML:
 		return writeYAML(p.w, raw)
+	case outputJSONPath, outputGoTemplate:
+		return p.render(raw)
+	case outputName:
+		return p.names(t, []json.RawMessage{raw})
 	}
 	return p.table(t, []json.RawMessage{raw})
 }
@@ -48,6 +61,10 @@ func (p *printer) list(t *objectType, items []json.RawMessage, body json.RawMess
 		return writeJSON(p.w, body)
 	case outputYAML:
 		return writeYAML(p.w, body)
+	case outputJSONPath, outputGoTemplate:
+		return p.render(body)
+	case outputName:
+		return p.names(t, items)
 	}
 	return p.table(t, items)
 }
@@ -101,13 +118,23 @@ func writeYAML(w io.Writer, raw json.RawMessage) error {
 
 // table prints items as aligned columns under a header row.
 func (p *printer) table(t *objectType, items []json.RawMessage) error {
+	return p.rows(t, items, true)
+}
+
+// rows prints items as table rows, after the header row if header.
+func (p *printer) rows(t *objectType, items []json.RawMessage, header bool) error {
 	cols := columnsFor(t)
+	if p.format == outputWide {
+		cols = append(cols, wideColumns(t)...)
+	}
 	tw := tabwriter.NewWriter(p.w, 0, 4, 3, ' ', 0)
 	headers := make([]string, len(cols))
 	for i, c := range cols {
 		headers[i] = c.header
 	}
-	fmt.Fprintln(tw, strings.Join(headers, "\t"))
+	if header {
+		fmt.Fprintln(tw, strings.Join(headers, "\t"))
+	}
 	now := time.Now()
 	if p.now != nil {
 		now = p.now()

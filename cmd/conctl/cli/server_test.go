@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"io"
 	"log/slog"
@@ -83,6 +84,9 @@ type apiOptions struct {
 	// listPageBytes is the server's byte budget of a list page; 0 takes
 	// the default.
 	listPageBytes int
+	// events serves the change stream (GET /events/stream), woken by a
+	// LISTEN on the API's database, as the converge server does.
+	events bool
 }
 
 func startAPI(t *testing.T, opts apiOptions) *realAPI {
@@ -110,6 +114,23 @@ func startAPI(t *testing.T, opts apiOptions) *realAPI {
 	cfg.BatchMaxItems, cfg.ListPageBytes = opts.batchMaxItems, opts.listPageBytes
 	if opts.auth {
 		cfg.AdminTokens, cfg.ReadTokens = []string{testAdminToken}, []string{testReadToken}
+	}
+	var hub *api.EventHub
+	if opts.events {
+		lis := st.NewListener(log)
+		hub = api.NewEventHub(api.EventHubConfig{}, lis.Subscribe)
+		cfg.Events = hub
+		defer func() {
+			for _, svc := range []interface {
+				Start(context.Context) error
+				Stop()
+			}{hub, lis} {
+				if err := svc.Start(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(svc.Stop) // before the server's shutdown, which waits for open streams
+			}
+		}()
 	}
 	srv, err := api.New(cfg, st, kinds, log)
 	if err != nil {
@@ -147,6 +168,12 @@ func recordingFront(t *testing.T, next http.Handler) *realAPI {
 	t.Helper()
 	a := &realAPI{}
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == APIPrefix+"/events/stream" {
+			// A stream is never done: passed through unrecorded.
+			t.Logf("API: %s %s (streamed)", r.Method, r.URL.RequestURI())
+			next.ServeHTTP(w, r)
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		req := recordedRequest{
 			Method: r.Method, Path: strings.TrimPrefix(r.URL.Path, APIPrefix),

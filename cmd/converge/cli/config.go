@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Role selects the duties a process runs.
@@ -125,6 +126,9 @@ type Config struct {
 	// ReaperRetryWindow is how long a lagging resource with no live task
 	// waits before the reaper re-schedules it (REAPER_RETRY_WINDOW).
 	ReaperRetryWindow time.Duration
+	// PhaseCountInterval is how often the control pod holding shard 0
+	// counts resources by kind and phase (PHASE_COUNT_INTERVAL).
+	PhaseCountInterval time.Duration
 	// DeliveryLogMaxAge and DeliveryLogKeep bound the delivery log
 	// (DELIVERY_LOG_MAX_AGE, DELIVERY_LOG_KEEP).
 	DeliveryLogMaxAge time.Duration
@@ -135,6 +139,12 @@ type Config struct {
 	// IdempotencyRetention is how long the answer of a POST sent with an
 	// Idempotency-Key is kept for its retries (IDEMPOTENCY_KEY_RETENTION).
 	IdempotencyRetention time.Duration
+	// Tracer, when set, is what the pod traces with (the API's requests,
+	// the dispatcher's deliveries and callbacks) instead of the OTLP
+	// exporter the OTEL_* environment configures; its owner flushes and
+	// shuts it down. A program embedding the server, or a test with an
+	// in-memory exporter, sets it; the environment never does.
+	Tracer trace.TracerProvider
 	// ListPageBytes is the byte budget of a list page (LIST_PAGE_BYTES).
 	ListPageBytes int
 	// MemberID names this process in the cluster view (MEMBER_ID; empty:

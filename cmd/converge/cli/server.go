@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/cluster"
@@ -91,7 +92,8 @@ type Server struct {
 	health       *http.Server
 	healthAddr   string
 	pprof        *http.Server
-	tracing      *sdktrace.TracerProvider // nil unless OTLP export is configured
+	tracing      *sdktrace.TracerProvider // the OTLP exporter's, which Stop flushes; nil unless the environment configures one
+	tracer       trace.TracerProvider     // what the API and the dispatcher trace with: Config.Tracer or tracing; nil: off
 	served       chan error
 }
 
@@ -154,6 +156,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if err != nil {
 		return nil, err
 	}
+	logOTelErrors(log) // before the exporter and the sampler read their variables
+	if s.tracer = cfg.Tracer; s.tracer == nil {
+		if s.tracing, err = startTracing(ctx, version.Version); err != nil {
+			return nil, err
+		}
+		if s.tracing != nil {
+			s.tracer = s.tracing
+		}
+	}
 	if control {
 		if err := s.startControl(ctx, lis, member); err != nil {
 			return nil, err
@@ -161,9 +172,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}
 	var d *dispatch.Dispatcher
 	if dispatching {
-		if s.tracing, err = startTracing(ctx, version.Version); err != nil {
-			return nil, err
-		}
 		if d, err = s.startDispatch(ctx, lis, member, box, callbackBase); err != nil {
 			return nil, err
 		}
@@ -246,7 +254,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err err
 	}
 	s.metrics = prometheus.NewRegistry()
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		pgxpoolprometheus.NewCollector(s.pool, map[string]string{"pool": "primary"}))
+		pgxpoolprometheus.NewCollector(s.pool, map[string]string{"pool": "primary"}), buildInfo())
 	for name, p := range map[string]*pgxpool.Pool{"api": s.apiPool, "read": s.readPool} {
 		if p != nil {
 			s.metrics.MustRegister(pgxpoolprometheus.NewCollector(p, map[string]string{"pool": name}))
@@ -254,6 +262,16 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err err
 	}
 	s.store = store.New(s.pool, store.Config{SpecHistoryLimit: cfg.SpecHistoryLimit})
 	return s, nil
+}
+
+// buildInfo is converge_build_info: 1, labelled with the build's version,
+// VCS revision and Go version, so a dashboard can tell which build each pod
+// runs and a rollout shows as the labels change.
+func buildInfo() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "converge_build_info",
+		Help:        "1, labelled with the build: version (git describe), revision (the VCS commit) and goversion.",
+		ConstLabels: prometheus.Labels{"version": version.Version, "revision": version.Commit(), "goversion": runtime.Version()}},
+		func() float64 { return 1 })
 }
 
 // apiPoolMaxConnsDefault is API_POOL_MAX_CONNS's default: the larger of 4
@@ -446,7 +464,7 @@ func (s *Server) startShared(ctx context.Context, lis *store.Listener) (*cluster
 // drainer and the reaper; and the console's change stream, which shares the
 // pod's one LISTEN connection.
 func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *cluster.Member) error {
-	rp, err := reaper.New(reaper.Config{Range: member.Range, RetryWindow: s.cfg.ReaperRetryWindow, Metrics: s.metrics,
+	rp, err := reaper.New(reaper.Config{Range: member.Range, RetryWindow: s.cfg.ReaperRetryWindow, PhaseCountEvery: s.cfg.PhaseCountInterval, Metrics: s.metrics,
 		DeliveryMaxAge: s.cfg.DeliveryLogMaxAge, DeliveryKeep: s.cfg.DeliveryLogKeep}, s.engine, s.store, s.log)
 	if err != nil {
 		return err
@@ -472,8 +490,8 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 		CallbackBaseURL: callbackBase, TokenKey: s.cfg.CallbackKey, PreviousTokenKeys: s.cfg.PreviousCallbackKeys, SecretBox: box,
 		DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs, AWS: s.cfg.AWS, Version: version.Version, Metrics: s.metrics, Logger: s.log,
 		DrainTimeout: s.shutdownTimeout()}
-	if s.tracing != nil {
-		dcfg.Tracer = s.tracing
+	if s.tracer != nil {
+		dcfg.Tracer = s.tracer
 	}
 	d, err := dispatch.New(dcfg, s.engine, s.store, dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
 	if err != nil {
@@ -538,7 +556,8 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens, ListPageBytes: s.cfg.ListPageBytes,
 		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), MetricsRegistry: s.metrics, Console: console, Events: s.events,
 		ReadyChecks: s.readyChecks(), IdempotencyRetention: s.cfg.IdempotencyRetention, HeaderTimeout: s.cfg.HTTPHeaderTimeout,
-		ReadTimeout: s.cfg.HTTPReadTimeout, WriteTimeout: s.cfg.HTTPWriteTimeout, IdleTimeout: s.cfg.HTTPIdleTimeout}
+		ReadTimeout: s.cfg.HTTPReadTimeout, WriteTimeout: s.cfg.HTTPWriteTimeout, IdleTimeout: s.cfg.HTTPIdleTimeout,
+		Tracer: s.tracer}
 	if box != nil {
 		policy := egress.Policy{DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs}
 		acfg.Endpoints = &api.EndpointsConfig{Box: box,
@@ -556,6 +575,9 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 				return nil
 			}
 			return st
+		}
+		acfg.Endpoints.Test = func(ctx context.Context, name string) (api.EndpointTest, error) {
+			return testDelivery(ctx, d, name)
 		}
 	}
 	// The API's requests run on the API's pools; the kind cache, on the
@@ -577,6 +599,26 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	go func() { s.served <- s.app.Listener(s.ln) }()
 	s.log.Info("serving the API", "addr", s.ln.Addr().String(), "tls", s.cfg.TLS, "role", s.cfg.Role, "callbacks", callbackBase)
 	return s.serveHealth()
+}
+
+// testDelivery sends endpoint name a test delivery through d, in the
+// API's terms.
+func testDelivery(ctx context.Context, d *dispatch.Dispatcher, name string) (api.EndpointTest, error) {
+	at := time.Now()
+	a, err := d.TestEndpoint(ctx, name)
+	if errors.Is(err, dispatch.ErrNoProbe) {
+		return api.EndpointTest{}, &store.ConflictError{Message: fmt.Sprintf(
+			"endpoint %s has no health target (health type none): a test delivery is its health request, so there is nothing to send", name)}
+	}
+	if err != nil {
+		return api.EndpointTest{}, err
+	}
+	t := api.EndpointTest{Endpoint: name, At: at.UTC(), HTTPStatus: a.Status, LatencyMS: int(a.Latency.Milliseconds()),
+		Classification: a.Class, Ready: a.Ready, Excerpt: a.Excerpt}
+	if a.Err != nil {
+		t.Error = a.Err.Error()
+	}
+	return t, nil
 }
 
 // detached serves h under a request context cut loose from fasthttp's: the

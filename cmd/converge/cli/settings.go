@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/control/api"
+	"github.com/convergeplane/converge/control/reaper"
 	"github.com/convergeplane/converge/control/store"
 )
 
@@ -164,6 +165,8 @@ func settings() []setting {
 			}},
 		duration("REAPER_RETRY_WINDOW", ReaperRetryWindowDefault, func(c *Config) *time.Duration { return &c.ReaperRetryWindow },
 			"how long a lagging resource with no live task waits before the reaper re-schedules it"),
+		duration("PHASE_COUNT_INTERVAL", reaper.PhaseCountEveryDefault, func(c *Config) *time.Duration { return &c.PhaseCountInterval },
+			"how often the control pod holding shard 0 counts resources by kind and phase for `converge_resources` ([resources by phase](#resources-by-phase))"),
 		duration("DELIVERY_LOG_MAX_AGE", store.DeliveryLogMaxAgeDefault, func(c *Config) *time.Duration { return &c.DeliveryLogMaxAge },
 			"how long the delivery log keeps an attempt; the reaper drops older ones ([the delivery log](#the-delivery-log))"),
 		count("DELIVERY_LOG_KEEP", store.DeliveryLogKeepDefault, func(c *Config) *int { return &c.DeliveryLogKeep },

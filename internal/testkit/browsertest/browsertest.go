@@ -54,6 +54,10 @@ type Config struct {
 	Timeout time.Duration
 	// ArtifactDir receives screenshots; "" discards them.
 	ArtifactDir string
+	// Offline makes every host but the origin's unresolvable (Chromium's
+	// host resolver rules), so a page that loads anything from another host
+	// fails as it would without internet.
+	Offline bool
 }
 
 // Request is one request the page sent.
@@ -95,6 +99,13 @@ func New(t testing.TB, cfg Config) *Browser {
 		chromedp.Flag("enable-unsafe-swiftshader", true),
 		chromedp.Flag("ignore-gpu-blocklist", true),
 	)
+	if cfg.Offline {
+		origin, err := url.Parse(cfg.Origin)
+		if err != nil {
+			t.Fatalf("browsertest: origin %q: %v", cfg.Origin, err)
+		}
+		opts = append(opts, chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE "+origin.Hostname()))
+	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() {

@@ -3,7 +3,8 @@ import { call, enc, get } from "../api";
 import { Fields, Loading, ProblemView, Section, When } from "../components";
 import { useLive } from "../hooks";
 import { Link } from "../router";
-import type { DeliveryList, Endpoint, EndpointList, RotatedSecret } from "../types";
+import type { DeliveryList, Endpoint, EndpointList, EndpointTest, RotatedSecret } from "../types";
+import { DeliveryTable } from "./Deliveries";
 
 function target(e: Endpoint): string {
   return e.target.url ?? [e.target.function, e.target.region, e.target.invocation].filter(Boolean).join(" · ");
@@ -94,6 +95,19 @@ export function EndpointDetail({ name }: { name: string }) {
       setError(e);
     }
   };
+  const [test, setTest] = useState<EndpointTest | null>(null);
+  const [testing, setTesting] = useState(false);
+  const sendTest = async () => {
+    setError(undefined);
+    setTesting(true);
+    try {
+      setTest((await call<EndpointTest>("POST", `${path}/test-delivery`)).data);
+    } catch (e) {
+      setError(e);
+    } finally {
+      setTesting(false);
+    }
+  };
   const e = ep.data;
   return (
     <>
@@ -108,8 +122,39 @@ export function EndpointDetail({ name }: { name: string }) {
           <div className="actions">
             <button type="button" onClick={() => void rotate()}>
               Rotate secret
-            </button>
+            </button>{" "}
+            <button type="button" onClick={() => void sendTest()} disabled={testing}>
+              Send test delivery
+            </button>{" "}
+            <Link to={`/deliveries?endpoint=${enc(name)}`}>All its deliveries</Link>
           </div>
+          {test && (
+            <section className="card" data-testid="test-delivery" data-classification={test.classification} aria-labelledby="test-h">
+              <h2 id="test-h">Test delivery: {test.classification === "ok" ? "answered" : "failed"}</h2>
+              <p className="muted">
+                The signed health request every SDK answers without doing any work ({"{"}"type":"health"{"}"} to the health target). It
+                moves neither readiness nor the breaker and is not logged.
+              </p>
+              <Fields
+                rows={[
+                  ["sent", <When at={test.at} />],
+                  ["HTTP status", test.http_status || "no answer"],
+                  ["latency", `${test.latency_ms} ms`],
+                  ["classification", <span className={test.classification === "ok" ? "ok" : "bad"}>{test.classification}</span>],
+                  [
+                    "readiness reported",
+                    test.ready
+                      ? Object.entries(test.ready)
+                          .map(([pair, ok]) => `${pair}: ${ok ? "ready" : "not ready"}`)
+                          .join(", ")
+                      : undefined,
+                  ],
+                  ["error", test.error],
+                  ["answer excerpt", test.excerpt ? <code className="excerpt">{test.excerpt}</code> : undefined],
+                ]}
+              />
+            </section>
+          )}
           {secret && (
             <div className="secret card" role="alert" data-testid="new-secret">
               <h2>New signing secret: shown once</h2>
@@ -161,40 +206,7 @@ export function EndpointDetail({ name }: { name: string }) {
       )}
       <Section title="Recent failed deliveries">
         <ProblemView error={deliveries.error} />
-        <div className="scroll">
-          <table aria-label="Recent failed deliveries">
-            <thead>
-              <tr>
-                <th scope="col">at</th>
-                <th scope="col">task</th>
-                <th scope="col">epoch</th>
-                <th scope="col">attempt</th>
-                <th scope="col">HTTP status</th>
-                <th scope="col">latency</th>
-                <th scope="col">classification</th>
-                <th scope="col">excerpt</th>
-              </tr>
-            </thead>
-            <tbody>
-              {failed.map((d) => (
-                <tr key={d.id}>
-                  <td>
-                    <When at={d.at} />
-                  </td>
-                  <td>
-                    <code>{d.task_id.slice(0, 8)}</code>
-                  </td>
-                  <td>{d.claim_epoch}</td>
-                  <td>{d.attempt}</td>
-                  <td>{d.http_status || ""}</td>
-                  <td>{d.latency_ms} ms</td>
-                  <td>{d.classification}</td>
-                  <td className="excerpt">{d.excerpt}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <DeliveryTable items={failed} label="Recent failed deliveries" />
         {deliveries.data && failed.length === 0 && <p className="muted">No failed delivery.</p>}
       </Section>
     </>
