@@ -1,13 +1,16 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/internal/testkit/browsertest"
+	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // TestConsoleBindingsLive opens a tab on the reactor bindings page first:
@@ -79,5 +82,102 @@ func TestConsoleRecoverFailed(t *testing.T) {
 		t.Errorf("b1, outside the view's filter, is %s", r.Phase)
 	}
 	b.WaitTrue("the Failed view emptied of team=a", `!document.querySelector('[data-resource="quota/a1"]')`, 30*time.Second)
+	b.CheckClean()
+}
+
+// labelledTreeProvider composes a tree of nets and disks with long names: 14
+// nets and 15 disks, 30 nodes with the root.
+type labelledTreeProvider struct{}
+
+func (labelledTreeProvider) Kind() webhooksdk.KindVersion {
+	return webhooksdk.KindVersion{Kind: "stack", Version: 1}
+}
+
+func (labelledTreeProvider) Work(_ context.Context, req webhooksdk.Request) (webhooksdk.Outcome, error) {
+	var kids []webhooksdk.Child
+	for i := range 29 {
+		kind, what := "disk", "storage-volume"
+		if i%2 == 1 {
+			kind, what = "net", "network-interface"
+		}
+		kids = append(kids, webhooksdk.Child{Kind: kind, KindVersion: 1,
+			Name: fmt.Sprintf("%s-%s-%02d", req.Resource.Name, what, i), Spec: json.RawMessage(`{}`)})
+	}
+	return webhooksdk.Outcome{Children: kids, Status: json.RawMessage(`{}`)}, nil
+}
+
+// TestConsoleGraphKindsLabelsNeighbourhood draws a tree of 30 nodes of
+// three kinds: the kind legend counts each kind with its own colour and
+// colour by kind recolours the nodes; at the default zoom no two drawn
+// labels' boxes intersect (and several are drawn); selecting a node
+// lights exactly its neighbourhood and dims the rest.
+func TestConsoleGraphKindsLabelsNeighbourhood(t *testing.T) {
+	t.Parallel()
+	chrome := consoleBrowser(t)
+	s := startAll(t)
+	if code, body := s.call("PUT", "/kinds/stack/manifest", map[string]any{"kind": "stack", "kind_version": 1,
+		"reactions": json.RawMessage(`[{"name":"compose","trigger":"specChange","emits":["children","status"]}]`)}); code != 201 {
+		t.Fatalf("manifest stack = %d %s", code, body)
+	}
+	s.leafManifest("net")
+	s.leafManifest("disk")
+	s.serveProvider("stack", labelledTreeProvider{}, &brokenProvider{kind: "net"}, &brokenProvider{kind: "disk"})
+	s.apply("stack", "alpha", nil, map[string]any{})
+	waitFor(t, 60*time.Second, "the stack's 29 children", func() bool {
+		return s.count(`SELECT count(*) FROM resources WHERE owner_id IS NOT NULL`) == 29
+	})
+	b := browsertest.New(t, browsertest.Config{Exec: chrome, Origin: s.base, ArtifactDir: consoleArtifacts(t), Timeout: 45 * time.Second})
+	b.Open("/graph/stack/alpha", `[data-graph-ready="true"]`)
+	b.WaitTrue("30 nodes in the legend", `document.querySelector('[data-testid="legend"]')?.dataset.total === "30"`, 30*time.Second)
+
+	t.Log("graph: a legend per kind, each kind its own colour")
+	var kinds []struct{ Kind, Color, Count string }
+	must(t, json.Unmarshal([]byte(browsertest.Eval[string](b, `JSON.stringify([...document.querySelectorAll('[data-testid="kind-legend"] [data-kind]')]
+		.map(li => ({kind: li.dataset.kind, color: li.dataset.color, count: li.dataset.count})))`)), &kinds))
+	want := map[string]string{"disk": "15", "net": "14", "stack": "1"}
+	colors := map[string]bool{}
+	for _, k := range kinds {
+		if want[k.Kind] != k.Count {
+			t.Errorf("kind legend %s: %s nodes, want %s", k.Kind, k.Count, want[k.Kind])
+		}
+		colors[k.Color] = true
+	}
+	if len(kinds) != 3 || len(colors) != 3 {
+		t.Errorf("kind legend = %+v; want disk, net and stack, each its own colour", kinds)
+	}
+
+	t.Log("graph: no two labels overlap at the default zoom")
+	labels := func() [][4]float64 {
+		var boxes [][4]float64
+		must(t, json.Unmarshal([]byte(browsertest.Eval[string](b, `document.querySelector('[data-testid="graph"]').dataset.labels ?? "[]"`)), &boxes))
+		return boxes
+	}
+	b.WaitTrue("labels drawn", `JSON.parse(document.querySelector('[data-testid="graph"]').dataset.labels ?? "[]").length >= 3`, 30*time.Second)
+	boxes := labels()
+	for i := range boxes {
+		for j := i + 1; j < len(boxes); j++ {
+			a, c := boxes[i], boxes[j]
+			if a[0] < c[0]+c[2] && c[0] < a[0]+a[2] && a[1] < c[1]+c[3] && c[1] < a[1]+a[3] {
+				t.Errorf("labels %v and %v intersect", a, c)
+			}
+		}
+	}
+	t.Logf("%d of 30 labels drawn at the default zoom", len(boxes))
+	b.Screenshot("graph-labels")
+
+	t.Log("graph: the selected node's neighbourhood is lit, the rest dimmed")
+	child := "net/alpha-network-interface-07"
+	fill(b, `form[role="search"] input`, "alpha-network-interface-07")
+	browsertest.Eval[bool](b, `(document.querySelector('form[role="search"]').requestSubmit(), true)`)
+	b.WaitTrue("the selection's neighbourhood", `document.querySelector('[data-testid="graph"]').dataset.neighbourhood === `+js(`["`+child+`","stack/alpha"]`), 30*time.Second)
+	b.WaitTrue("the selected node's panel", `document.querySelector('aside[aria-label="Selected node"] h2')?.textContent === `+js(child), 30*time.Second)
+	b.Screenshot("graph-neighbourhood")
+
+	t.Log("graph: colour by kind")
+	browsertest.Eval[bool](b, `(() => { const el = document.querySelector('select[name="color-by"]');
+		Object.getOwnPropertyDescriptor(HTMLSelectElement.prototype, "value").set.call(el, "kind");
+		el.dispatchEvent(new Event("change", {bubbles: true})); return true; })()`)
+	b.WaitTrue("the kind swatches filled", `[...document.querySelectorAll('[data-testid="kind-legend"] .swatch')].every(s => s.style.background !== "transparent")`, 30*time.Second)
+	b.Screenshot("graph-by-kind")
 	b.CheckClean()
 }
