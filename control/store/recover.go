@@ -18,17 +18,15 @@ const (
 	RecoverLimitMax     = 1000
 )
 
-// RecoverPhases are the phases Recover may select: the ones a reconcile
-// can lift (a failure of the current generation, a Ready=False report).
-var RecoverPhases = []model.Phase{model.PhaseFailed, model.PhaseDegraded}
-
 // RecoverParams selects the resources Recover re-drives.
 type RecoverParams struct {
 	// Kind keeps one kind; "" keeps every kind.
 	Kind string
 	// Selector keeps resources whose labels meet every requirement.
 	Selector LabelSelector
-	// Phase is one of RecoverPhases; "" is PhaseFailed.
+	// Phase is PhaseFailed ("" too) or PhaseDegraded: the phases a
+	// reconcile can lift (a failure of the current generation, a
+	// Ready=False report).
 	Phase model.Phase
 	// Since keeps resources that entered the phase at or after it: their
 	// newest failed or succeeded event at their current generation (the
@@ -85,11 +83,7 @@ func (s *Store) Recover(ctx context.Context, p RecoverParams) (RecoverResult, er
 	if phase == "" {
 		phase = model.PhaseFailed
 	}
-	okPhase := false
-	for _, ph := range RecoverPhases {
-		okPhase = okPhase || ph == phase
-	}
-	if !okPhase {
+	if phase != model.PhaseFailed && phase != model.PhaseDegraded {
 		return RecoverResult{}, &InvalidError{Location: "phase", Message: fmt.Sprintf("must be %s or %s", model.PhaseFailed, model.PhaseDegraded)}
 	}
 	if err := p.Selector.validate(); err != nil {
