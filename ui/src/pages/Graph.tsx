@@ -294,12 +294,16 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
           const el = box.current;
           if (!el) return;
           el.dataset.labels = JSON.stringify(boxes.map((b) => [b.x, b.y, b.w, b.h].map(Math.round)));
-          el.dataset.neighbourhood = JSON.stringify(
-            s
-              .getGraph()
-              .filterNodes((n) => s.getNodeDisplayData(n)?.color !== dimmed)
-              .sort(),
-          );
+          // Read from what the reducers drew, and only with a selection: a
+          // walk of every node per frame is no cost to pay without one.
+          el.dataset.neighbourhood = s.getSetting("nodeReducer")
+            ? JSON.stringify(
+                s
+                  .getGraph()
+                  .filterNodes((n) => s.getNodeDisplayData(n)?.color !== dimmed)
+                  .sort(),
+              )
+            : "";
         });
         s.once("afterRender", () => {
           performance.mark("graph:rendered");
