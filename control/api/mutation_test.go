@@ -393,6 +393,7 @@ var seedBodies = map[string]string{
 	"PUT /api/v1/kinds/{kind}/versions/{version}/config": `{"max_inflight":4,"task_deadline_secs":60,"resync_interval_secs":0,"resync_recomposes":false,"orphan_grace_secs":5,"max_transient_attempts":3}`,
 	"POST /api/v1/resources":                             boxApply,
 	"POST /api/v1/resources:batch":                       `{"items":[` + boxApply + `,{"kind":"box","kind_version":1,"name":"b2","spec":{"n":2}}]}`,
+	"POST /api/v1/resources:reconcile":                   `{"since":"2020-01-01T00:00:00Z","label_selector":"team=a","limit":5}`,
 	"POST /api/v1/providerconfigs":                       pcApply,
 	"POST /api/v1/reactor-bindings":                      bindApply,
 	"POST /api/v1/endpoints":                             epApply,
