@@ -33,7 +33,6 @@ func (p *brokenProvider) Work(context.Context, webhooksdk.Request) (webhooksdk.O
 }
 
 type recoverAnswer struct {
-	DryRun     bool `json:"dry_run"`
 	Matched    int  `json:"matched"`
 	Reconciled int  `json:"reconciled"`
 	More       bool `json:"more"`
@@ -123,8 +122,8 @@ func TestRecoverFailedSince(t *testing.T) {
 		}
 	}
 	// Dry runs: counts, a bound, nothing changed.
-	if a := s.recover("?dry_run=true", map[string]any{"since": t0, "label_selector": "team=a"}); !a.DryRun || a.Matched != 3 || a.Reconciled != 0 || a.More {
-		t.Errorf("dry run team=a since t0 = %+v; want 3 matched, none re-driven", a)
+	if a := s.recover("?dry_run=true", map[string]any{"since": t0, "label_selector": "team=a"}); a.Matched != 3 || a.Reconciled != 3 || a.More {
+		t.Errorf("dry run team=a since t0 = %+v; want 3 matched, 3 that would be re-driven", a)
 	}
 	if a := s.recover("?dry_run=true", map[string]any{"since": t0, "limit": 2}); a.Matched != 2 || !a.More {
 		t.Errorf("dry run limit 2 = %+v; want 2 matched and more", a)
@@ -174,7 +173,7 @@ func TestRecoverFailedSince(t *testing.T) {
 
 	// conctl: the dry-run count, then the re-drive of b1.
 	code, out, errs := s.conctl("reconcile", "--selector", "team=b", "--failed-since", t0, "--dry-run")
-	if code != 0 || !strings.Contains(out, "1 matched, none re-driven (dry run)") {
+	if code != 0 || !strings.Contains(out, "1 matched, 1 would be re-driven (server dry run)") {
 		t.Fatalf("conctl reconcile --dry-run: exit %d\n%s%s", code, out, errs)
 	}
 	if code, out, errs := s.conctl("reconcile", "--selector", "team=b", "--failed-since", "yesterday"); code != 2 || !strings.Contains(errs, "--failed-since") {

@@ -27,15 +27,13 @@ type ResourceRecover struct {
 
 // RecoverResult is the answer of POST /resources:reconcile.
 type RecoverResult struct {
-	DryRun     bool                  `json:"dry_run" doc:"True when nothing was re-driven: only counted."`
 	Matched    int                   `json:"matched" doc:"The resources matched, at most limit."`
-	Reconciled int                   `json:"reconciled" doc:"Of those, the ones re-driven (0 on a dry run). An orphaned resource is matched but not re-driven."`
+	Reconciled int                   `json:"reconciled" doc:"Of those, the ones re-driven (on a dry run, the ones that would be). An orphaned resource is matched but not re-driven."`
 	More       bool                  `json:"more" doc:"More resources match beyond limit: call again (the ones re-driven no longer match) or raise limit."`
 	Items      []store.RecoverTarget `json:"items" doc:"The matched resources, oldest first, each with whether it was re-driven."`
 }
 
 type recoverInput struct {
-	DryRun  bool `query:"dry_run" doc:"Count and list what would be re-driven; change nothing."`
 	RawBody []byte
 }
 
@@ -48,7 +46,7 @@ func (s *Server) registerRecover() {
 			"a new claim on its current spec (a terminal failure is lifted and scheduled anew, a queued retry runs now with its " +
 			"attempts reset), never a resend of an old request. Each re-driven resource's events get reconcile_requested and recovered (naming the phase and since), one pair per resource. " +
 			"A re-driven resource leaves the phase, so a second call re-drives none of them again once their tasks run " +
-			"(before then it at most runs the same queued task at once again). ?dry_run=true only counts. " +
+			"(before then it at most runs the same queued task at once again). ?dry_run=true answers what would be re-driven and changes nothing. " +
 			"400 names the field of a bad body and changes nothing.",
 		Errors: []int{400, 422},
 	}, ResourceRecover{}, s.recoverResources)
@@ -59,7 +57,7 @@ func (s *Server) recoverResources(ctx context.Context, in *recoverInput) (*bodyO
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
 	}
-	params := store.RecoverParams{Kind: b.Kind, Phase: model.Phase(b.Phase), Limit: b.Limit, DryRun: in.DryRun}
+	params := store.RecoverParams{Kind: b.Kind, Phase: model.Phase(b.Phase), Limit: b.Limit}
 	if b.Phase != "" && b.Phase != string(model.PhaseFailed) && b.Phase != string(model.PhaseDegraded) {
 		return nil, malformed("body.phase", "must be Failed or Degraded", b.Phase)
 	}
@@ -89,6 +87,6 @@ func (s *Server) recoverResources(ctx context.Context, in *recoverInput) (*bodyO
 			return nil
 		}})
 	}
-	return &bodyOutput[RecoverResult]{Body: RecoverResult{DryRun: in.DryRun, Matched: len(res.Targets),
+	return &bodyOutput[RecoverResult]{Body: RecoverResult{Matched: len(res.Targets),
 		Reconciled: res.Reconciled, More: res.More, Items: res.Targets}}, nil
 }

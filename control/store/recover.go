@@ -36,8 +36,6 @@ type RecoverParams struct {
 	// Limit bounds the resources matched: RecoverLimitDefault when 0, at
 	// most RecoverLimitMax.
 	Limit int
-	// DryRun counts and lists the matches without re-driving any.
-	DryRun bool
 }
 
 // RecoverTarget is one resource Recover matched.
@@ -109,13 +107,11 @@ func (s *Store) Recover(ctx context.Context, p RecoverParams) (RecoverResult, er
 		            AND e.type IN ('failed', 'succeeded') ORDER BY e.id DESC LIMIT 1) >= ` + arg(p.Since)
 	}
 	q += ` ORDER BY r.created_at, r.id LIMIT ` + arg(limit+1)
-	if !p.DryRun {
-		q += ` FOR UPDATE OF r`
-	}
+	q += ` FOR UPDATE OF r`
 	var out RecoverResult
-	run := func(db querier, tx pgx.Tx) error {
+	run := func(tx pgx.Tx) error {
 		out = RecoverResult{}
-		rows, err := db.Query(ctx, q, qa...)
+		rows, err := tx.Query(ctx, q, qa...)
 		if err != nil {
 			return err
 		}
@@ -130,9 +126,6 @@ func (s *Store) Recover(ctx context.Context, p RecoverParams) (RecoverResult, er
 			targets, out.More = targets[:limit], true
 		}
 		out.Targets = targets
-		if tx == nil {
-			return nil
-		}
 		ids := make([]string, len(out.Targets))
 		for i, t := range out.Targets {
 			ids[i] = t.ID
@@ -151,10 +144,7 @@ func (s *Store) Recover(ctx context.Context, p RecoverParams) (RecoverResult, er
 		return err
 	}
 	err := pgrun.RetryDeadlock(func() error {
-		if p.DryRun {
-			return run(s.reader(ctx), nil)
-		}
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return run(tx, tx) })
+		return pgx.BeginFunc(ctx, s.pool, run)
 	})
 	if err != nil {
 		return RecoverResult{}, fmt.Errorf("recover: %w", err)

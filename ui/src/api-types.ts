@@ -691,7 +691,7 @@ export interface paths {
         put?: never;
         /**
          * Re-drive the resources that failed since a time
-         * @description Selects the resources in phase (Failed by default) that entered it at or after since, by kind and label selector, at most limit of them oldest first, and reconciles each as POST /resources/{kind}/{name}/reconcile does: a new claim on its current spec (a terminal failure is lifted and scheduled anew, a queued retry runs now with its attempts reset), never a resend of an old request. Each re-driven resource's events get reconcile_requested and recovered (naming the phase and since), one pair per resource. A re-driven resource leaves the phase, so a second call re-drives none of them again once their tasks run (before then it at most runs the same queued task at once again). ?dry_run=true only counts. 400 names the field of a bad body and changes nothing.
+         * @description Selects the resources in phase (Failed by default) that entered it at or after since, by kind and label selector, at most limit of them oldest first, and reconciles each as POST /resources/{kind}/{name}/reconcile does: a new claim on its current spec (a terminal failure is lifted and scheduled anew, a queued retry runs now with its attempts reset), never a resend of an old request. Each re-driven resource's events get reconcile_requested and recovered (naming the phase and since), one pair per resource. A re-driven resource leaves the phase, so a second call re-drives none of them again once their tasks run (before then it at most runs the same queued task at once again). ?dry_run=true answers what would be re-driven and changes nothing. 400 names the field of a bad body and changes nothing.
          */
         post: operations["reconcile-resources"];
         delete?: never;
@@ -954,7 +954,7 @@ export interface components {
              * @description When the request was sent.
              */
             at: string;
-            /** @description ok for a healthy answer (200 with a readable body), else rate_limited, redirect, client_error, server_error, too_large, malformed, timeout, blocked, gone or network. */
+            /** @description ok for a healthy answer (200 with a readable body), else rate_limited, redirect, client_error, server_error, too_large, malformed, timeout, blocked, gone or network; not_sent for a dry run (?dry_run=true), which sends nothing. */
             classification: string;
             endpoint: string;
             /** @description Why the answer is not a healthy one; absent when classification is ok. */
@@ -1450,8 +1450,6 @@ export interface components {
             status: "ok" | "unavailable";
         };
         RecoverResult: {
-            /** @description True when nothing was re-driven: only counted. */
-            dry_run: boolean;
             /** @description The matched resources, oldest first, each with whether it was re-driven. */
             items: components["schemas"]["RecoverTarget"][] | null;
             /**
@@ -1463,7 +1461,7 @@ export interface components {
             more: boolean;
             /**
              * Format: int64
-             * @description Of those, the ones re-driven (0 on a dry run). An orphaned resource is matched but not re-driven.
+             * @description Of those, the ones re-driven (on a dry run, the ones that would be). An orphaned resource is matched but not re-driven.
              */
             reconciled: number;
         };
@@ -2522,7 +2520,10 @@ export interface operations {
     };
     "test-endpoint-delivery": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
                 "Idempotency-Key"?: string;
@@ -2538,15 +2539,37 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["EndpointTest"];
                 };
             };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2556,6 +2579,8 @@ export interface operations {
             /** @description Conflict */
             409: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2565,6 +2590,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2574,6 +2601,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2583,6 +2612,8 @@ export interface operations {
             /** @description Service Unavailable */
             503: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5421,7 +5452,7 @@ export interface operations {
     "reconcile-resources": {
         parameters: {
             query?: {
-                /** @description Count and list what would be re-driven; change nothing. */
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
             };
             header?: {
@@ -5440,6 +5471,8 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5448,6 +5481,26 @@ export interface operations {
             };
             /** @description Bad Request */
             400: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5458,6 +5511,8 @@ export interface operations {
             /** @description Unprocessable Entity */
             422: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5467,6 +5522,8 @@ export interface operations {
             /** @description Internal Server Error */
             500: {
                 headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {

@@ -86,7 +86,7 @@ func (a *app) recoverMany(cmd *cobra.Command, r *recoverFlags) error {
 			more = " (more match: run it again)"
 		}
 		if r.dryRun {
-			return fmt.Sprintf("%s matched, none re-driven (dry run)%s", o.str("matched"), more)
+			return fmt.Sprintf("%s matched, %s would be re-driven (server dry run)%s", o.str("matched"), o.str("reconciled"), more)
 		}
 		return fmt.Sprintf("%s matched, %s re-driven%s", o.str("matched"), o.str("reconciled"), more)
 	})
