@@ -73,6 +73,9 @@ type ReplayAccepted struct {
 	store.Replay
 }
 
+// ClassificationNotSent is a dry-run test delivery's classification.
+const ClassificationNotSent = "not_sent"
+
 // EndpointTest is the round trip of a test delivery: POST
 // /endpoints/{name}/test-delivery.
 type EndpointTest struct {
@@ -82,7 +85,7 @@ type EndpointTest struct {
 	LatencyMS  int       `json:"latency_ms" doc:"From sending to the answer, or to the failure."`
 	// Classification names the outcome as the delivery log names an
 	// attempt's.
-	Classification string          `json:"classification" doc:"ok for a healthy answer (200 with a readable body), else rate_limited, redirect, client_error, server_error, too_large, malformed, timeout, blocked, gone or network."`
+	Classification string          `json:"classification" doc:"ok for a healthy answer (200 with a readable body), else rate_limited, redirect, client_error, server_error, too_large, malformed, timeout, blocked, gone or network; not_sent for a dry run (?dry_run=true), which sends nothing."`
 	Ready          map[string]bool `json:"ready,omitempty" doc:"The readiness the endpoint reported, per kind/kind_version (classification ok)."`
 	Excerpt        string          `json:"excerpt,omitempty" doc:"The answer body's first bytes (at most 200), or why no answer came."`
 	Error          string          `json:"error,omitempty" doc:"Why the answer is not a healthy one; absent when classification is ok."`
@@ -138,6 +141,12 @@ func (s *Server) testEndpointDelivery(ctx context.Context, in *namePath) (*bodyO
 	if test == nil {
 		return nil, newProblem(http.StatusServiceUnavailable, typeUnavailable,
 			"this server runs no dispatcher (role control): send the test delivery through a server of role all")
+	}
+	if store.IsDryRun(ctx) {
+		// The route's one effect is the request it sends, which no
+		// rollback could take back: a dry run checks and sends nothing.
+		return &bodyOutput[EndpointTest]{Body: EndpointTest{Endpoint: in.Name, At: time.Now(),
+			Classification: ClassificationNotSent, Error: "dry run: nothing was sent"}}, nil
 	}
 	res, err := test(ctx, in.Name)
 	if err != nil {

@@ -73,6 +73,12 @@ var dryRunCreates = map[string]string{
 	"POST /api/v1/alert-sinks":          `{"name":"pager","sink_type":"sns","target":"arn:aws:sns:eu-west-1:123456789012:pager","event_types":["kind.parked"]}`,
 }
 
+// dryRunUnsent are the routes whose one effect is a request sent out, which
+// no rollback takes back: their dry run checks the request, sends nothing
+// and says so (classification not_sent), so only its status is the real
+// call's.
+var dryRunUnsent = map[string]bool{"/api/v1/endpoints/{name}/test-delivery": true}
+
 // dryRunVolatile are the members of an answer that differ between two runs
 // of one write: when it ran, and what a sequence or a random source gave it.
 var dryRunVolatile = []string{"id", "created_at", "updated_at", "finished_at", "resource_version", "requested_at",
@@ -183,12 +189,15 @@ func (m *mutator) checkDryRun(t *testing.T, c dryRunCase) {
 	if len(req.body) > 0 {
 		req.contentType = "application/json"
 	}
-	before := m.fingerprint()
+	before, sent := m.fingerprint(), m.sent.Load()
 	dryReq := req
 	dryReq.query = "dry_run=true"
 	dry := m.send(dryReq)
 	if dry.err != nil {
 		t.Fatal(dry.err)
+	}
+	if n := m.sent.Load() - sent; n != 0 {
+		t.Errorf("the dry run sent %d test deliveries: %s", n, dry.dump(dryReq))
 	}
 	if after := m.fingerprint(); after != before {
 		t.Errorf("the dry run wrote to the database:\n before %s\n after  %s\n%s", before, after, dry.dump(dryReq))
@@ -211,6 +220,12 @@ func (m *mutator) checkDryRun(t *testing.T, c dryRunCase) {
 	}
 	if d, r := dry.header.Get("X-Apply-Result"), real.header.Get("X-Apply-Result"); d != r {
 		t.Errorf("X-Apply-Result: dry run %q, real %q", d, r)
+	}
+	if dryRunUnsent[req.tmpl] {
+		if c.valid && !strings.Contains(string(dry.body), `"classification":"not_sent"`) {
+			t.Errorf("the dry run's answer does not say nothing was sent: %s", dry.body)
+		}
+		return
 	}
 	realBody, _ := normalAnswer(t, real.body)
 	dryBody, secret := normalAnswer(t, dry.body)

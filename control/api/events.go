@@ -22,11 +22,13 @@ import (
 // channels that wake it. A topic names what a page should re-read:
 // resources (a task was queued, outcomes were applied, or a composition
 // is about to be),
-// kinds, providerconfigs, endpoints, cluster (a member joined or left).
+// kinds, providerconfigs, bindings (reactor bindings), endpoints, cluster
+// (a member joined or left).
 var EventChannels = map[string][]string{
 	"resources":       {"work_ready", "outcomes_applied", "outbox_ready"},
 	"kinds":           {store.KindManifestChannel},
 	"providerconfigs": {"providerconfig_changed"},
+	"bindings":        {"reactor_bindings_changed"},
 	"endpoints":       {"endpoints_changed"},
 	"cluster":         {"cluster_changed"},
 }

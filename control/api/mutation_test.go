@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,7 +168,9 @@ type mutator struct {
 	// deliveryID is the delivery the replay route's {id} names, once
 	// TestDryRun has recorded one.
 	deliveryID string
-	fails      int
+	// sent counts the test deliveries the stub answered.
+	sent  atomic.Int64
+	fails int
 }
 
 func (m *mutator) panicked() bool { return strings.Contains(m.logs.String(), "panic") }
@@ -202,7 +205,9 @@ func newMutator(t *testing.T, seed uint64) *mutator {
 	// crossing it.
 	// No dispatcher runs here: a test delivery's round trip is a stub's, so
 	// that its route answers rather than refusing with 503.
+	var sent *atomic.Int64 // the mutator's, once made
 	test := func(_ context.Context, name string) (api.EndpointTest, error) {
+		sent.Add(1)
 		return api.EndpointTest{Endpoint: name, At: time.Now(), Classification: "network", Excerpt: "refused: no provider here"}, nil
 	}
 	srv, err := api.New(api.Config{BodyLimit: 256 << 10, BatchMaxItems: 50,
@@ -212,6 +217,7 @@ func newMutator(t *testing.T, seed uint64) *mutator {
 	}
 	m := &mutator{t: t, db: db, base: apitest.Serve(t, srv), logs: logs, rnd: rand.New(rand.NewPCG(seed, 14)),
 		client: &http.Client{Timeout: time.Minute}}
+	sent = &m.sent
 	t.Cleanup(m.client.CloseIdleConnections)
 	var parts []string
 	rows, err := db.Pool.Query(t.Context(), `SELECT format('%I.%I', schemaname, tablename) FROM pg_tables
@@ -389,6 +395,7 @@ var seedBodies = map[string]string{
 	"PUT /api/v1/kinds/{kind}/versions/{version}/config": `{"max_inflight":4,"task_deadline_secs":60,"resync_interval_secs":0,"resync_recomposes":false,"orphan_grace_secs":5,"max_transient_attempts":3}`,
 	"POST /api/v1/resources":                             boxApply,
 	"POST /api/v1/resources:batch":                       `{"items":[` + boxApply + `,{"kind":"box","kind_version":1,"name":"b2","spec":{"n":2}}]}`,
+	"POST /api/v1/resources:reconcile":                   `{"since":"2020-01-01T00:00:00Z","label_selector":"team=a","limit":5}`,
 	"POST /api/v1/providerconfigs":                       pcApply,
 	"POST /api/v1/reactor-bindings":                      bindApply,
 	"POST /api/v1/endpoints":                             epApply,

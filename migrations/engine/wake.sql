@@ -50,3 +50,9 @@ CREATE OR REPLACE TRIGGER endpoints_changed AFTER INSERT OR UPDATE OR DELETE ON 
 -- inserted or deleted: a join, a leave, a dead member forgotten.
 CREATE OR REPLACE TRIGGER cluster_members_changed AFTER INSERT OR DELETE ON cluster_members
     FOR EACH ROW EXECUTE FUNCTION notify_wake('cluster_changed');
+
+-- Reactor bindings: wakes the consoles showing them (the change stream's
+-- bindings topic). A statement trigger: a binding is written by an operator,
+-- one at a time.
+CREATE OR REPLACE TRIGGER reactor_bindings_changed AFTER INSERT OR UPDATE OR DELETE ON reactor_bindings
+    FOR EACH STATEMENT EXECUTE FUNCTION notify_wake('reactor_bindings_changed');

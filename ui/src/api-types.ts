@@ -736,6 +736,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/resources:reconcile": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Re-drive the resources that failed since a time
+         * @description Selects the resources in phase (Failed by default) that entered it at or after since, by kind and label selector, at most limit of them oldest first, and reconciles each as POST /resources/{kind}/{name}/reconcile does: a new claim on its current spec (a terminal failure is lifted and scheduled anew, a queued retry runs now with its attempts reset), never a resend of an old request. Each re-driven resource's events get reconcile_requested and recovered (naming the phase and since), one pair per resource. A re-driven resource leaves the phase, so a second call re-drives none of them again once their tasks run (before then it at most runs the same queued task at once again). ?dry_run=true answers what would be re-driven and changes nothing. 400 names the field of a bad body and changes nothing.
+         */
+        post: operations["reconcile-resources"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/version": {
         parameters: {
             query?: never;
@@ -1085,7 +1105,7 @@ export interface components {
              * @description When the request was sent.
              */
             at: string;
-            /** @description ok for a healthy answer (200 with a readable body), else rate_limited, redirect, client_error, server_error, too_large, malformed, timeout, blocked, gone or network. */
+            /** @description ok for a healthy answer (200 with a readable body), else rate_limited, redirect, client_error, server_error, too_large, malformed, timeout, blocked, gone or network; not_sent for a dry run (?dry_run=true), which sends nothing. */
             classification: string;
             endpoint: string;
             /** @description Why the answer is not a healthy one; absent when classification is ok. */
@@ -1580,6 +1600,28 @@ export interface components {
              */
             status: "ok" | "unavailable";
         };
+        RecoverResult: {
+            /** @description The matched resources, oldest first, each with whether it was re-driven. */
+            items: components["schemas"]["RecoverTarget"][] | null;
+            /**
+             * Format: int64
+             * @description The resources matched, at most limit.
+             */
+            matched: number;
+            /** @description More resources match beyond limit: call again (the ones re-driven no longer match) or raise limit. */
+            more: boolean;
+            /**
+             * Format: int64
+             * @description Of those, the ones re-driven (on a dry run, the ones that would be). An orphaned resource is matched but not re-driven.
+             */
+            reconciled: number;
+        };
+        RecoverTarget: {
+            id: string;
+            kind: string;
+            name: string;
+            reconciled: boolean;
+        };
         Ref: {
             kind: string;
             name: string;
@@ -1698,6 +1740,30 @@ export interface components {
             items: components["schemas"]["ListedResource"][] | null;
             /** @description Pass as ?cursor= for the next page; absent on the last page. A page ends before limit when the next item would take it past the server's byte budget (LIST_PAGE_BYTES). */
             next_cursor?: string;
+        };
+        ResourceRecover: {
+            /** @description Only this kind. Omitted = every kind. */
+            kind?: string;
+            /**
+             * @description Requirements the labels must all meet, as GET /resources takes them: key=value, key!=value, key in (v1,v2), key notin (v1,v2), key, !key. Omitted = every resource.
+             * @example team=payments
+             */
+            label_selector?: string;
+            /**
+             * Format: int64
+             * @description The most resources matched and re-driven by one call; more says whether others remain. Omitted (or 0) = 100; at most 1000.
+             */
+            limit?: number;
+            /**
+             * @description The phase to recover. Omitted = Failed.
+             * @enum {string}
+             */
+            phase?: "Failed" | "Degraded";
+            /**
+             * @description RFC 3339 time: only resources that entered the phase at or after it (their newest failure, or for Degraded the health flip, at their current generation). Required; send an old time for every one.
+             * @example 2026-12-05T01:00:00Z
+             */
+            since: string;
         };
         ResourceView: {
             conditions: components["schemas"]["StoredCondition"][] | null;
@@ -5815,6 +5881,89 @@ export interface operations {
                 headers: {
                     /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
                     "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "reconcile-resources": {
+        parameters: {
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
+            header?: {
+                /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
+                "Idempotency-Key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ResourceRecover"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RecoverResult"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {

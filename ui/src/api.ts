@@ -116,8 +116,8 @@ export const staleVersion = (p: Problem) =>
 export const enc = encodeURIComponent;
 
 // Topics of the change stream (see control/api/events.go).
-export type Topic = "resources" | "kinds" | "providerconfigs" | "endpoints" | "cluster";
-const allTopics: Topic[] = ["resources", "kinds", "providerconfigs", "endpoints", "cluster"];
+export type Topic = "resources" | "kinds" | "providerconfigs" | "bindings" | "endpoints" | "cluster";
+const allTopics: Topic[] = ["resources", "kinds", "providerconfigs", "bindings", "endpoints", "cluster"];
 
 type ChangeListener = (topics: Set<Topic>) => void;
 

@@ -21,6 +21,7 @@ export type DepEdge = Schemas["DepEdge"];
 export type Dependencies = Schemas["Dependencies"];
 export type OperationList = Schemas["OperationList"];
 export type EventList = Schemas["EventList"];
+export type RecoverResult = Schemas["RecoverResult"];
 export type Topology = Schemas["Topology"];
 export type TopologyNode = Schemas["TopologyNode"];
 

@@ -90,12 +90,41 @@ reconciles to its latest spec. It prints the resulting phase; -o json or
 }
 
 func (a *app) reconcileCommand() *cobra.Command {
-	return a.resourceAction("reconcile", "Run a resource's reaction again now",
+	c := a.resourceAction("reconcile", "Run a resource's reaction again now, or every one failed since a time",
 		`Reconcile asks the server to run a resource's reaction again now
 (POST …/reconcile, answered 202): a queued task runs at once with its
 attempts reset, a terminal failure is retried, a settled resource re-runs
 without a new generation, and a resource being deleted retries its
-teardown. An orphaned or quarantined resource is refused (409).`,
-		`  conctl reconcile vpc/sample-vpc`,
+teardown. An orphaned or quarantined resource is refused (409).
+
+With --failed-since instead of KIND/NAME it re-drives, the same way, every
+resource (of --kind, meeting --selector) in phase Failed (or --phase
+Degraded) since that time, at most --limit of them (POST
+/resources:reconcile), and prints how many matched and were re-driven, and
+whether more remain. --dry-run only counts.`,
+		`  conctl reconcile vpc/sample-vpc
+  conctl reconcile --selector team=payments --failed-since 2026-12-05T01:00:00Z --dry-run
+  conctl reconcile --kind vpc --failed-since 2026-12-05T01:00:00Z --limit 500`,
 		"/reconcile", func(id string, o obj) string { return id + " " + o.str("message") })
+	var r recoverFlags
+	r.register(c)
+	one := c.RunE
+	c.Use = "reconcile (KIND/NAME | --failed-since TIME)"
+	c.Args = cobra.MaximumNArgs(1)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		switch {
+		case r.since == "" && r.set(cmd):
+			return usagef("--selector, --phase, --limit and --dry-run need --failed-since")
+		case r.since == "":
+			if err := exactArgs(1, "KIND/NAME")(cmd, args); err != nil {
+				return err
+			}
+			return one(cmd, args)
+		case len(args) > 0:
+			return usagef("unexpected argument %q: --failed-since re-drives many resources, not one KIND/NAME", args[0])
+		}
+		r.kind, _ = cmd.Flags().GetString("kind")
+		return a.recoverMany(cmd, &r)
+	}
+	return c
 }

@@ -17,8 +17,8 @@ import (
 
 // changeTopics maps a type to the topic of the API's change stream
 // (GET /events/stream) that announces its changes. A type missing here
-// has none (reactor bindings; kind configs, whose writes notify nothing),
-// and cannot be watched.
+// has none (kind configs, whose writes notify nothing), and cannot be
+// watched.
 var changeTopics = map[*objectType]string{
 	typeResource:       "resources",
 	typeManifest:       "kinds",
@@ -26,6 +26,7 @@ var changeTopics = map[*objectType]string{
 	typeProviderConfig: "providerconfigs",
 	typeEndpoint:       "endpoints",
 	typeClusterMember:  "cluster",
+	typeReactorBinding: "bindings",
 }
 
 // streamReconnectWait is how long a watch waits before it opens the change

@@ -6,8 +6,9 @@ import type { Binding, BindingList } from "../types";
 import { DocEditor, deleteDoc } from "./Documents";
 
 export function Bindings() {
-  // No NOTIFY announces bindings; the page re-reads after its own writes.
-  const list = useLive(() => get<BindingList>("/reactor-bindings"), [], []);
+  // The bindings topic (reactor_bindings_changed) announces every write,
+  // this tab's and anyone's; subscribing also opens the change stream.
+  const list = useLive(() => get<BindingList>("/reactor-bindings"), [], ["bindings"]);
   const items = list.data?.items ?? [];
   const [editing, setEditing] = useState<Binding | "new" | null>(null);
   const [error, setError] = useState<unknown>();

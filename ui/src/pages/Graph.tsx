@@ -2,6 +2,7 @@ import { hierarchy, tree, type HierarchyNode } from "d3-hierarchy";
 import Graphology from "graphology";
 import { useEffect, useMemo, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
 import Sigma from "sigma";
+import { drawDiscNodeLabel, type NodeLabelDrawingFunction } from "sigma/rendering";
 import { enc, get } from "../api";
 import { Loading, PhaseBadge, ProblemView } from "../components";
 import { useLive } from "../hooks";
@@ -21,6 +22,11 @@ export const phaseColor: Partial<Record<string, string>> = {
   Quarantined: "#8250df",
   Deleting: "#e16f24",
 } satisfies Record<Phase, string>;
+// Kind colours: Okabe and Ito's palette for colour-vision deficiencies,
+// then more, assigned to the tree's kinds in name order (the same tree
+// always gets the same colours); past the palette they repeat.
+const kindPalette = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#8c6d31", "#6b6ecf", "#bcbd22", "#17becf"];
+const dimmed = "#8c959f40";
 const ownerEdge = "#8c959f99";
 const depEdge = "#e16f24aa";
 
@@ -87,14 +93,51 @@ function layout(t: Tree): { x: number; y: number; depth: number }[] {
   return out;
 }
 
-function build(t: Tree, showDeps: boolean, showOwners: boolean): Graphology {
+// kindColors maps each kind of the tree to its colour.
+function kindColors(t: Tree): Map<string, string> {
+  const kinds = [...new Set(t.nodes.map((n) => n.kind))].sort();
+  return new Map(kinds.map((k, i) => [k, kindPalette[i % kindPalette.length]]));
+}
+
+type ColorBy = "phase" | "kind";
+
+const nodeColor = (n: TopologyNode, by: ColorBy, kinds: Map<string, string>) => (by === "kind" ? kinds.get(n.kind) : phaseColor[n.phase]) ?? "#999";
+
+// Box is a drawn label's rectangle in viewport pixels.
+interface Box {
+  x: number;
+  y: number;
+  w: number;
+  h: number;
+}
+
+const overlaps = (a: Box, b: Box) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h;
+
+// labelPlacer draws a label only where it overlaps none drawn before it in
+// the same frame (sigma offers labels biggest node first, so a root's or a
+// child's name wins over a grandchild's); the rest appear on hover or as
+// the view zooms in and they spread apart. boxes holds this frame's drawn
+// labels; reset it before each render.
+function labelPlacer(boxes: Box[]): NodeLabelDrawingFunction {
+  return (ctx, data, settings) => {
+    if (!data.label) return;
+    ctx.font = `${settings.labelWeight} ${settings.labelSize}px ${settings.labelFont}`;
+    const b = { x: data.x + data.size + 3, y: data.y - settings.labelSize * 0.7, w: ctx.measureText(data.label).width, h: settings.labelSize * 1.05 };
+    if (boxes.some((o) => overlaps(o, b))) return;
+    boxes.push(b);
+    drawDiscNodeLabel(ctx, data, settings);
+  };
+}
+
+function build(t: Tree, showDeps: boolean, showOwners: boolean, by: ColorBy): Graphology {
+  const kinds = kindColors(t);
   const g = new Graphology({ multi: false, type: "directed" });
   const pos = layout(t);
   const large = t.nodes.length > 1000;
   t.nodes.forEach((n, i) => {
     const p = pos[i] ?? { x: 0, y: 0, depth: 1 };
     const size = p.depth === 0 ? 12 : p.depth === 1 ? (large ? 6 : 9) : large ? 2.5 : 6;
-    g.addNode(key(n), { x: p.x, y: p.y, size, label: key(n), color: phaseColor[n.phase] ?? "#999", phase: n.phase });
+    g.addNode(key(n), { x: p.x, y: p.y, size, label: key(n), color: nodeColor(n, by, kinds), phase: n.phase, kind: n.kind });
   });
   if (showOwners) {
     t.nodes.forEach((n, i) => {
@@ -198,6 +241,7 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
   const [ready, setReady] = useState<number | null>(null);
   const [renderError, setRenderError] = useState<unknown>();
   const [find, setFind] = useState("");
+  const [colorBy, setColorBy] = useState<ColorBy>("phase");
 
   // Build or update the rendered graph from each new answer: when the set
   // of nodes and edges is unchanged only colours change (no re-layout);
@@ -206,18 +250,18 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
     const d = doc.data;
     if (!d || d.nodes.length === 0 || !layer.current) return;
     const owners = showOwners ?? d.nodes.length <= 2000;
-    const sig = `${showDeps}|${owners}|${d.nodes.map((n) => `${key(n)}<${n.owner}`).join(",")}|${d.edges.length}`;
+    const sig = `${colorBy}|${showDeps}|${owners}|${d.nodes.map((n) => `${key(n)}<${n.owner}`).join(",")}|${d.edges.length}`;
     try {
       if (sigma.current && shape.current === sig) {
         const g = sigma.current.getGraph();
         for (const n of d.nodes) {
           const k = key(n);
-          if (g.getNodeAttribute(k, "phase") !== n.phase) g.mergeNodeAttributes(k, { phase: n.phase, color: phaseColor[n.phase] });
+          if (g.getNodeAttribute(k, "phase") !== n.phase) g.mergeNodeAttributes(k, colorBy === "phase" ? { phase: n.phase, color: phaseColor[n.phase] } : { phase: n.phase });
         }
         return;
       }
       performance.mark("graph:fetched");
-      const g = build(d, showDeps, owners);
+      const g = build(d, showDeps, owners, colorBy);
       performance.mark("graph:laid-out");
       shape.current = sig;
       if (sigma.current) {
@@ -226,8 +270,10 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
         sigma.current.setSettings(detail(d.nodes.length));
         sigma.current.getCamera().setState(cam);
       } else {
+        const boxes: Box[] = [];
         const s = new Sigma(g, layer.current!, {
           ...detail(d.nodes.length),
+          defaultDrawNodeLabel: labelPlacer(boxes),
           renderEdgeLabels: false,
           zIndex: true,
           minCameraRatio: 0.01,
@@ -239,6 +285,26 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
         s.on("clickNode", ({ node }) => ignoreClick() || setSelected(node));
         s.on("clickStage", () => ignoreClick() || setSelected(null));
         sigma.current = s;
+        s.on("beforeRender", () => {
+          boxes.length = 0;
+        });
+        // What this frame shows, for the browser tests: the drawn labels'
+        // boxes and the nodes the selection's neighbourhood keeps lit.
+        s.on("afterRender", () => {
+          const el = box.current;
+          if (!el) return;
+          el.dataset.labels = JSON.stringify(boxes.map((b) => [b.x, b.y, b.w, b.h].map(Math.round)));
+          // Read from what the reducers drew, and only with a selection: a
+          // walk of every node per frame is no cost to pay without one.
+          el.dataset.neighbourhood = s.getSetting("nodeReducer")
+            ? JSON.stringify(
+                s
+                  .getGraph()
+                  .filterNodes((n) => s.getNodeDisplayData(n)?.color !== dimmed)
+                  .sort(),
+              )
+            : "";
+        });
         s.once("afterRender", () => {
           performance.mark("graph:rendered");
           setReady(Math.round(performance.now()));
@@ -248,7 +314,7 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
     } catch (e) {
       setRenderError(e);
     }
-  }, [doc.data, showDeps, showOwners]);
+  }, [doc.data, showDeps, showOwners, colorBy]);
 
   useEffect(
     () => () => {
@@ -258,13 +324,34 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
     [],
   );
 
-  // Selected node highlighted: others dimmed through a reducer, which sigma
-  // applies at render time without touching the graph.
+  // The selected node's neighbourhood highlighted: the node, its owner, its
+  // children and its dependency edges' other ends keep their colours and
+  // names; every other node is dimmed and unnamed and every edge not
+  // touching the selection hidden, through reducers, which sigma applies at
+  // render time without touching the graph.
   useEffect(() => {
     const s = sigma.current;
     if (!s) return;
-    s.setSetting("nodeReducer", selected ? (n, a) => (n === selected ? { ...a, highlighted: true, size: Math.max(a.size, 8), zIndex: 1 } : a) : null);
-  }, [selected]);
+    const g = s.getGraph();
+    if (!selected || !g.hasNode(selected)) {
+      s.setSetting("nodeReducer", null);
+      s.setSetting("edgeReducer", null);
+      return;
+    }
+    const hood = new Set([selected, ...g.neighbors(selected)]);
+    s.setSetting("nodeReducer", (n, a) =>
+      n === selected ? { ...a, highlighted: true, size: Math.max(a.size, 8), zIndex: 2 } : hood.has(n) ? { ...a, zIndex: 1 } : { ...a, color: dimmed, label: null, zIndex: 0 },
+    );
+    s.setSetting("edgeReducer", (e, a) => (g.extremities(e).includes(selected) ? { ...a, size: 2, color: a.dep ? depEdge : "#57606a" } : { ...a, hidden: true }));
+  }, [selected, doc.data]);
+
+  const kindCounts = useMemo(() => {
+    const t = doc.data;
+    const colors = t ? kindColors(t) : new Map<string, string>();
+    const c = new Map<string, number>();
+    for (const n of t?.nodes ?? []) c.set(n.kind, (c.get(n.kind) ?? 0) + 1);
+    return [...colors].map(([kind, color]) => ({ kind, color, count: c.get(kind) ?? 0 }));
+  }, [doc.data]);
 
   const counts = useMemo(() => {
     const c: Partial<Record<string, number>> = {};
@@ -323,10 +410,24 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
         <ul className="legend" aria-label="Phases in this tree" data-testid="legend" data-total={total}>
           {phases.map((p) => (
             <li key={p} data-phase={p} data-count={counts[p] ?? 0}>
-              <span className="swatch" style={{ background: phaseColor[p] }} aria-hidden="true" /> {p} {counts[p] ?? 0}
+              <span className="swatch" style={{ background: colorBy === "phase" ? phaseColor[p] : "transparent", borderColor: phaseColor[p] }} aria-hidden="true" /> {p} {counts[p] ?? 0}
             </li>
           ))}
         </ul>
+        <ul className="legend" aria-label="Kinds in this tree" data-testid="kind-legend">
+          {kindCounts.map((k) => (
+            <li key={k.kind} data-kind={k.kind} data-count={k.count} data-color={k.color}>
+              <span className="swatch" style={{ background: colorBy === "kind" ? k.color : "transparent", borderColor: k.color }} aria-hidden="true" /> {k.kind} {k.count}
+            </li>
+          ))}
+        </ul>
+        <label>
+          colour by{" "}
+          <select value={colorBy} onChange={(e) => setColorBy(e.target.value as ColorBy)} name="color-by">
+            <option value="phase">phase</option>
+            <option value="kind">kind</option>
+          </select>
+        </label>
         <span className="muted">
           {total} nodes · {doc.data?.edges.length ?? 0} dependency edges
         </span>
@@ -369,7 +470,10 @@ function GraphView({ kind, name }: { kind: string; name: string }) {
           </aside>
         )}
       </div>
-      <p className="muted">Drag to pan, scroll to zoom; names appear as you zoom in. Owner edges are grey, dependency edges orange arrows.</p>
+      <p className="muted">
+        Drag to pan, scroll to zoom; a name that would overlap another appears as you zoom in or hover. Click a node to light its neighbourhood. Owner edges are grey,
+        dependency edges orange arrows.
+      </p>
     </>
   );
 }

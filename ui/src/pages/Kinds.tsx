@@ -50,11 +50,15 @@ export function Kinds() {
 // gate's 409 lists each change at its schema location.
 export function ApplyManifest({ initial, onApplied }: { initial?: Manifest; onApplied?: () => void }) {
   const [text, setText] = useState(initial ? JSON.stringify(initial, null, 2) : "");
+  // edited: the text holds the user's changes. A live reload of the
+  // manifest (any kinds event, repeated a second after a burst) must not
+  // overwrite them; it refreshes the text only while it is unedited.
+  const [edited, setEdited] = useState(false);
   const [error, setError] = useState<unknown>();
   const [result, setResult] = useState("");
   useEffect(() => {
-    if (initial) setText(JSON.stringify(initial, null, 2));
-  }, [initial]);
+    if (initial && !edited) setText(JSON.stringify(initial, null, 2));
+  }, [initial, edited]);
   const apply = async () => {
     setError(undefined);
     setResult("");
@@ -72,6 +76,7 @@ export function ApplyManifest({ initial, onApplied }: { initial?: Manifest; onAp
     try {
       const a = await call<Manifest>("PUT", `/kinds/${enc(kind)}/manifest`, text);
       setResult(`${kind}/${a.data.kind_version}: ${a.headers.get("X-Apply-Result") ?? "applied"}`);
+      setEdited(false);
       onApplied?.();
     } catch (e) {
       setError(e);
@@ -81,7 +86,7 @@ export function ApplyManifest({ initial, onApplied }: { initial?: Manifest; onAp
     <Section title={initial ? "Republish this manifest" : "Apply a manifest"} id="apply-manifest">
       <label className="block">
         Manifest (JSON)
-        <textarea rows={14} value={text} onChange={(e) => setText(e.target.value)} spellCheck={false} data-testid="manifest-text" />
+        <textarea rows={14} value={text} onChange={(e) => { setText(e.target.value); setEdited(true); }} spellCheck={false} data-testid="manifest-text" />
       </label>
       <button type="button" onClick={() => void apply()}>
         Apply manifest

@@ -4,6 +4,7 @@ import { Loading, PhaseBadge, ProblemView, When } from "../components";
 import { useLive } from "../hooks";
 import { Link, navigate } from "../router";
 import { phases, type KindList, type ResourceList } from "../types";
+import { Recover } from "./Recover";
 
 // The filters the list keeps in its URL, so that a filtered view is a link.
 const filterKeys = ["kind", "kind_version", "label_selector", "owner", "name_prefix"] as const;
@@ -88,6 +89,7 @@ export function Resources({ search }: { search: URLSearchParams }) {
           </button>
         )}
       </div>
+      {selected.length === 1 && selected[0] === "Failed" && <Recover kind={search.get("kind") ?? ""} labelSelector={search.get("label_selector") ?? ""} />}
       <ProblemView error={list.error} />
       {list.loading && !list.data && <Loading what="resources" />}
       {list.data && (
