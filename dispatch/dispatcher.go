@@ -259,6 +259,7 @@ func New(cfg Config, eng *engine.Engine, st *store.Store, wake Wakeups) (*Dispat
 		Egress:             egress.Policy{DevMode: cfg.DevMode, AllowHTTP: cfg.AllowHTTP, AllowCIDRs: cfg.AllowCIDRs},
 		Resolver:           cfg.Resolver,
 		AWS:                cfg.AWS,
+		Source:             cfg.Claimer,
 		UserAgent:          "converge-dispatch/" + cfg.Version,
 		MaxResponseBytes:   cfg.MaxResponseBytes,
 		Refresh:            cfg.RegistryRefresh,

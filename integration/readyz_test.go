@@ -105,7 +105,7 @@ func TestReadyzAPI(t *testing.T) {
 	url := "http://" + srv.Addr() + "/readyz"
 
 	r := getReadyz(t, url)
-	duties := []string{"cluster", "kinds", "drainer", "reaper", "events", "dispatcher", "listener"}
+	duties := []string{"cluster", "kinds", "drainer", "reaper", "events", "dispatcher", "alerts", "listener"}
 	if r.code != http.StatusOK || r.status != "ok" {
 		t.Fatalf("readyz on a normal start = %d %+v", r.code, r)
 	}
@@ -179,7 +179,7 @@ func TestReadyzDispatchPod(t *testing.T) {
 	if r.code != http.StatusOK || r.status != "ok" || r.ctype != "application/json" {
 		t.Fatalf("readyz on a normal start = %d %+v", r.code, r)
 	}
-	for _, name := range []string{"database", "migrations", "cluster", "kinds", "dispatcher", "listener"} {
+	for _, name := range []string{"database", "migrations", "cluster", "kinds", "dispatcher", "alerts", "listener"} {
 		if r.checks[name] != "ok" {
 			t.Errorf("check %s = %q on a normal start, want ok", name, r.checks[name])
 		}

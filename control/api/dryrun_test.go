@@ -56,6 +56,9 @@ var dryRunRefusals = map[string][]dryRunCase{
 	"POST /api/v1/resources:batch": {
 		{name: "empty", req: request{body: []byte(`{"items":[]}`)}},
 	},
+	"POST /api/v1/alert-sinks": {
+		{name: "unknown event type", req: request{body: []byte(`{"name":"pager","sink_type":"sqs","target":"https://sqs.example/1/q","event_types":["exploded"]}`)}},
+	},
 }
 
 // dryRunCreates are valid requests that create rather than re-apply a
@@ -67,6 +70,7 @@ var dryRunCreates = map[string]string{
 	"POST /api/v1/providerconfigs":      `{"name":"pc2","kind":"box","kind_version":1,"spec":{"region":"us"}}`,
 	"POST /api/v1/reactor-bindings":     `{"name":"bind2","watch_kind":"box","transition":"failed","reactor":"sink"}`,
 	"POST /api/v1/endpoints":            `{"name":"ep2","kinds":[{"kind":"box","kind_version":1}],"target":{"type":"https","url":"https://p.example/"}}`,
+	"POST /api/v1/alert-sinks":          `{"name":"pager","sink_type":"sns","target":"arn:aws:sns:eu-west-1:123456789012:pager","event_types":["kind.parked"]}`,
 }
 
 // dryRunUnsent are the routes whose one effect is a request sent out, which

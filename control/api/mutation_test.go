@@ -338,7 +338,8 @@ const (
 	bindApply    = `{"name":"bind","watch_kind":"box","transition":"failed","reactor":"sink","label_match":{"team":"a"}}`
 	epApply      = `{"name":"ep","kinds":[{"kind":"box","kind_version":1}],"target":{"type":"https","url":"https://p.example/"},
 	  "secret":"whsec_WlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlo="}`
-	opApply = `{"verb":"snapshot","input":{"label":"a"}}`
+	opApply   = `{"verb":"snapshot","input":{"label":"a"}}`
+	sinkApply = `{"name":"alerts","sink_type":"sqs","target":"https://sqs.eu-west-1.amazonaws.com/123456789012/alerts","event_types":["resource.failed"],"kinds":["box"]}`
 )
 
 // restore puts back the objects the seeds name, after a request that
@@ -354,6 +355,7 @@ func (m *mutator) restore() {
 		{method: http.MethodPost, path: "/api/v1/providerconfigs", body: []byte(pcApply)},
 		{method: http.MethodPost, path: "/api/v1/reactor-bindings", body: []byte(bindApply)},
 		{method: http.MethodPost, path: "/api/v1/endpoints", body: []byte(epApply)},
+		{method: http.MethodPost, path: "/api/v1/alert-sinks", body: []byte(sinkApply)},
 	} {
 		if w.body != nil {
 			w.contentType = "application/json"
@@ -397,6 +399,7 @@ var seedBodies = map[string]string{
 	"POST /api/v1/providerconfigs":                       pcApply,
 	"POST /api/v1/reactor-bindings":                      bindApply,
 	"POST /api/v1/endpoints":                             epApply,
+	"POST /api/v1/alert-sinks":                           sinkApply,
 	"POST /api/v1/resources/{kind}/{name}/ops":           opApply,
 	"POST /api/v1/resources/{kind}/{name}/rollback":      `{"revision":1}`,
 }
@@ -468,6 +471,8 @@ func (m *mutator) fill(tmpl string) string {
 		name = "ep"
 	case strings.Contains(tmpl, "/reactor-bindings/"):
 		name = "bind"
+	case strings.Contains(tmpl, "/alert-sinks/"):
+		name = "alerts"
 	}
 	id := m.opID
 	if m.deliveryID != "" && strings.HasPrefix(tmpl, "/api/v1/deliveries/") {

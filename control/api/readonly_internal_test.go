@@ -33,6 +33,7 @@ func TestReadOnlyFields(t *testing.T) {
 		{"providerconfig", store.ProviderConfig{}, ProviderConfigApply{}, providerConfigReadOnly{}},
 		{"reactorbinding", store.ReactorBinding{}, ReactorBindingApply{}, bindingReadOnly{}},
 		{"endpoint", EndpointView{}, EndpointApply{}, endpointReadOnly{}},
+		{"alertsink", AlertSinkView{}, AlertSinkApply{}, bindingReadOnly{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			get, apply := jsonFields(reflect.TypeOf(tc.get)), jsonFields(reflect.TypeOf(tc.apply))

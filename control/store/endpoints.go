@@ -677,14 +677,25 @@ func (s *Store) RotateEndpointSecret(ctx context.Context, box *SecretBox, name s
 
 // DisableEndpoint stops deliveries to the endpoint and records why (the
 // dispatcher calls it when a target answers 410 Gone). Re-applying the
-// endpoint enabled, or PutEndpoint with Enabled true, turns it back on.
+// endpoint enabled, or PutEndpoint with Enabled true, turns it back on. The
+// statement that turns an enabled endpoint off logs the endpoint.disabled
+// alert too, so the alert commits exactly when the change does.
 func (s *Store) DisableEndpoint(ctx context.Context, name, reason string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE endpoints SET enabled = false, disabled_reason = $2, updated_at = clock_timestamp()
-		WHERE name = $1 AND (enabled OR disabled_reason <> $2)`, name, reason)
+	var n int
+	err := s.pool.QueryRow(ctx, `WITH old AS (
+    SELECT name, enabled FROM endpoints WHERE name = $1 FOR UPDATE
+), up AS (
+    UPDATE endpoints e SET enabled = false, disabled_reason = $2, updated_at = clock_timestamp()
+      FROM old WHERE e.name = old.name AND (old.enabled OR e.disabled_reason <> $2)
+    RETURNING old.enabled AS was_enabled
+), alert AS (
+    SELECT emit_alert('endpoint.disabled', $1, '', 0, NULL, '', '', $2) FROM up WHERE was_enabled
+)
+SELECT (SELECT count(*) FROM up)::int + 0 * (SELECT count(*) FROM alert)::int`, name, reason).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("disable endpoint %s: %w", name, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		if _, err := s.GetEndpoint(ctx, name); err != nil {
 			return err
 		}

@@ -78,6 +78,9 @@ type Config struct {
 	// (credentials, their chain). Defaults to config.LoadDefaultConfig,
 	// called once, when the first Lambda endpoint is seen.
 	AWS func(context.Context) (aws.Config, error)
+	// Source names this pod in the alerts it logs (a breaker opened or
+	// closed, a kind parked by readiness: each pod's own view).
+	Source string
 }
 
 // Defaults for Config.
@@ -124,6 +127,10 @@ type Registry struct {
 	loop   startstop.Loop
 	shared *http.Client // endpoints without their own TLS settings
 	freed  chan struct{}
+	// alerts queues the pod-local alerts for alertLoop to log, so a
+	// breaker or a probe never waits for the database under mu.
+	alerts    chan store.AlertEvent
+	alertLoop startstop.Loop
 
 	mu     sync.Mutex
 	loaded bool
@@ -146,19 +153,76 @@ func New(cfg Config, st *store.Store, wake <-chan struct{}) (*Registry, error) {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	return &Registry{cfg: cfg, st: st, wake: wake, shared: shared, freed: make(chan struct{}, 1),
-		eps: map[string]*Endpoint{}, byPair: map[string][]*Endpoint{}}, nil
+		alerts: make(chan store.AlertEvent, alertQueue), eps: map[string]*Endpoint{}, byPair: map[string][]*Endpoint{}}, nil
 }
 
 // Start loads the endpoints, then keeps them fresh until Stop.
 func (r *Registry) Start(ctx context.Context) error {
 	r.loop.Start(ctx, r.run)
+	r.alertLoop.Start(context.WithoutCancel(ctx), r.logAlerts)
 	return nil
 }
 
-// Stop stops refreshing and closes idle connections.
+// Stop stops refreshing, logs the alerts still queued and closes idle
+// connections.
 func (r *Registry) Stop() {
 	r.loop.Stop()
+	r.alertLoop.Stop()
 	r.shared.CloseIdleConnections()
+}
+
+// alertQueue bounds the pod-local alerts waiting to be logged.
+const alertQueue = 256
+
+// alert queues a pod-local alert without blocking; a full queue (the
+// database has been unreachable for a while) drops it, logged.
+func (r *Registry) alert(ev store.AlertEvent) {
+	ev.Source = r.cfg.Source
+	select {
+	case r.alerts <- ev:
+	default:
+		r.cfg.Logger.Error("alert queue full: alert dropped", "type", ev.Type, "endpoint", ev.Endpoint, "kind", ev.Kind)
+	}
+}
+
+// logAlerts logs the queued alerts until Stop, then those still queued.
+func (r *Registry) logAlerts(ctx context.Context) {
+	emit := func(ev store.AlertEvent) {
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, err := r.st.EmitAlert(ectx, ev); err != nil {
+			r.cfg.Logger.Error("cannot log an alert", "type", ev.Type, "endpoint", ev.Endpoint, "kind", ev.Kind, "err", err)
+		}
+	}
+	for {
+		select {
+		case ev := <-r.alerts:
+			emit(ev)
+		case <-ctx.Done():
+			for {
+				select {
+				case ev := <-r.alerts:
+					emit(ev)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// breakerAlert queues breaker.opened when the endpoint's breaker went from
+// closed to open, breaker.closed when a trial closed it. A failed trial
+// re-opening it is no new alert.
+func (e *Endpoint) breakerAlert(before, after breaker.State) {
+	switch {
+	case before == breaker.Closed && after == breaker.Open:
+		e.reg.alert(store.AlertEvent{Type: store.AlertBreakerOpened, Endpoint: e.name,
+			Message: fmt.Sprintf("endpoint %s: circuit breaker opened after repeated delivery failures; next trial at %s", e.name, e.breaker.Until().UTC().Format(time.RFC3339))})
+	case before != breaker.Closed && after == breaker.Closed:
+		e.reg.alert(store.AlertEvent{Type: store.AlertBreakerClosed, Endpoint: e.name,
+			Message: fmt.Sprintf("endpoint %s: circuit breaker closed: a trial succeeded", e.name)})
+	}
 }
 
 func (r *Registry) run(ctx context.Context) {
@@ -620,6 +684,7 @@ func (s *Slot) Done(v Verdict) {
 		return
 	}
 	e := s.ep
+	before := e.breaker.State(time.Now())
 	switch v {
 	case Success:
 		e.breaker.Success()
@@ -628,6 +693,7 @@ func (s *Slot) Done(v Verdict) {
 	default:
 		e.breaker.Abandon(s.trial)
 	}
+	e.breakerAlert(before, e.breaker.State(time.Now()))
 	e.reg.mu.Lock()
 	e.inflight--
 	if v == Failure && e.breaker.State(time.Now()) == breaker.Open {

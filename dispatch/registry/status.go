@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/convergeplane/converge/control/store"
@@ -175,6 +177,7 @@ func (e *Endpoint) ReportProbe(res ProbeResult) {
 			switch {
 			case res.Err == nil:
 				e.breaker.Success()
+				e.breakerAlert(breaker.HalfOpen, e.breaker.State(now))
 			case early:
 				e.breaker.Abandon(trial)
 			default:
@@ -226,7 +229,7 @@ func (e *Endpoint) ReportProbe(res ProbeResult) {
 				h.reason = fmt.Sprintf("it reports %s not ready", pair)
 			}
 		}
-		was := h.ready
+		was, wasKnown := h.ready, h.known
 		switch {
 		case !h.known:
 			h.known, h.ready = true, ok
@@ -236,8 +239,26 @@ func (e *Endpoint) ReportProbe(res ProbeResult) {
 			h.ready = false
 		}
 		changed = changed || h.ready != was
+		if !h.ready && (was || !wasKnown) {
+			e.parkAlertLocked(pair, h.reason, now)
+		}
 	}
 	if changed {
 		r.notifyLocked()
 	}
+}
+
+// parkAlertLocked queues kind.parked when pair, just turned unready at the
+// endpoint, has no ready endpoint left on this pod: its resources park.
+func (e *Endpoint) parkAlertLocked(pair, reason string, now time.Time) {
+	r := e.reg
+	for _, o := range r.byPair[pair] {
+		if n, why := o.capacityLocked(pair, now); why == "" || n > 0 {
+			return
+		}
+	}
+	kind, v, _ := strings.Cut(pair, "/")
+	version, _ := strconv.Atoi(v)
+	r.alert(store.AlertEvent{Type: store.AlertKindParked, Endpoint: e.name, Kind: kind, KindVersion: version,
+		Message: fmt.Sprintf("%s parked: no ready endpoint; endpoint %s: %s", pair, e.name, reason)})
 }

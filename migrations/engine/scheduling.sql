@@ -297,6 +297,14 @@ BEGIN
         PERFORM emit_lifecycle(v_failed, 'failed');
         PERFORM emit_lifecycle(v_degraded, 'degraded');
     END IF;
+    IF EXISTS (SELECT 1 FROM alert_sinks WHERE enabled AND 'resource.failed' = ANY (event_types)) THEN
+        EXECUTE $q$
+        SELECT array_agg(n.id) FROM new_rows n JOIN old_rows o ON o.id = n.id
+         WHERE n.failure_gen = n.generation AND n.failure_terminal
+           AND NOT (o.failure_gen = o.generation AND o.failure_terminal)
+        $q$ INTO v_failed;
+        PERFORM emit_resource_failed_alerts(v_failed);
+    END IF;
     RETURN NULL;
 END
 $$;

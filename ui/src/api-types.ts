@@ -3,6 +3,62 @@
 // `make test-ui` fails when it is stale (ui/README.md).
 
 export interface paths {
+    "/api/v1/alert-events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the newest alert events */
+        get: operations["list-alert-events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/alert-sinks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List alert sinks */
+        get: operations["list-alert-sinks"];
+        put?: never;
+        /**
+         * Apply an alert sink
+         * @description Creates (201) or updates (200) the sink by name; X-Apply-Result says created, configured or unchanged. Every alert event of a selected type (and kind and endpoint, when the sink names any) logged from then on is delivered to it at least once, carrying the event's id as its dedup id (docs/operations.md, Paging on alerts).
+         */
+        post: operations["apply-alert-sink"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/alert-sinks/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get an alert sink */
+        get: operations["get-alert-sink"];
+        put?: never;
+        post?: never;
+        /** Delete an alert sink and its undelivered alerts */
+        delete: operations["delete-alert-sink"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/cluster-members": {
         parameters: {
             query?: never;
@@ -763,6 +819,101 @@ export interface components {
     schemas: {
         Accepted: {
             message: string;
+        };
+        AlertEvent: {
+            /** Format: date-time */
+            at: string;
+            endpoint?: string;
+            /** @description Stable across redeliveries: the dedup id every sink carries. */
+            id: string;
+            kind?: string;
+            /** Format: int64 */
+            kind_version?: number;
+            message: string;
+            resource_id?: string;
+            resource_name?: string;
+            /** @description The pod that saw a pod-local change (a breaker, a parked kind). */
+            source?: string;
+            /** @enum {string} */
+            type: "endpoint.disabled" | "breaker.opened" | "breaker.closed" | "resource.failed" | "kind.parked";
+        };
+        AlertEventList: {
+            items: components["schemas"]["AlertEvent"][] | null;
+        };
+        AlertSink: {
+            /** Format: date-time */
+            readonly created_at: string;
+            /** @description A disabled sink gets no new alerts, and those already queued for it wait until it is enabled again. */
+            enabled: boolean;
+            /** @description Only events of these endpoints (events naming no endpoint never match a non-empty list); [] = every endpoint. */
+            endpoints: string[] | null;
+            /** @description The alert event types delivered. */
+            event_types: string[] | null;
+            /** @description Only events of these kinds (events naming no kind never match a non-empty list); [] = every kind. */
+            kinds: string[] | null;
+            /** @description Unique, operator-chosen handle. */
+            name: string;
+            /**
+             * @description Where the alerts go. (Not "type": conctl reads a document's type field as the object's type.)
+             * @enum {string}
+             */
+            sink_type: "webhook" | "eventbridge" | "sns" | "sqs";
+            /** @description webhook: the https URL; eventbridge: the event bus name or ARN; sns: the topic ARN; sqs: the queue URL. */
+            target: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        AlertSinkApply: {
+            /** @description A disabled sink gets no new alerts, and those already queued for it wait until it is enabled again. Default true. */
+            enabled?: boolean;
+            /** @description Only events of these endpoints; omitted = every endpoint. */
+            endpoints?: string[] | null;
+            /** @description The alert event types to deliver: endpoint.disabled, breaker.opened, breaker.closed, resource.failed, kind.parked. */
+            event_types: string[] | null;
+            /** @description Only events of these kinds; omitted = every kind. */
+            kinds?: string[] | null;
+            /**
+             * @description Unique, operator-chosen handle.
+             * @example oncall
+             */
+            name: string;
+            /** @description webhook only: the signing secret, whsec_ followed by the standard base64 of 24 to 64 bytes. Never echoed back. Omitted = kept, or generated for a new webhook sink and returned once. */
+            secret?: string;
+            /**
+             * @description Where the alerts go.
+             * @enum {string}
+             */
+            sink_type: "webhook" | "eventbridge" | "sns" | "sqs";
+            /** @description webhook: the URL (the dispatcher's egress policy applies); eventbridge: the event bus name or ARN; sns: the topic ARN; sqs: the queue URL. A target ending in .fifo is a FIFO queue or topic: its messages carry MessageDeduplicationId. */
+            target: string;
+        };
+        AlertSinkList: {
+            items: components["schemas"]["AlertSink"][] | null;
+        };
+        AlertSinkView: {
+            /** Format: date-time */
+            readonly created_at: string;
+            /** @description A disabled sink gets no new alerts, and those already queued for it wait until it is enabled again. */
+            enabled: boolean;
+            /** @description Only events of these endpoints (events naming no endpoint never match a non-empty list); [] = every endpoint. */
+            endpoints: string[] | null;
+            /** @description The alert event types delivered. */
+            event_types: string[] | null;
+            /** @description Only events of these kinds (events naming no kind never match a non-empty list); [] = every kind. */
+            kinds: string[] | null;
+            /** @description Unique, operator-chosen handle. */
+            name: string;
+            /** @description A webhook sink's signing secret, shown only when it was just set. Store it now. */
+            secret?: string;
+            /**
+             * @description Where the alerts go. (Not "type": conctl reads a document's type field as the object's type.)
+             * @enum {string}
+             */
+            sink_type: "webhook" | "eventbridge" | "sns" | "sqs";
+            /** @description webhook: the https URL; eventbridge: the event bus name or ARN; sns: the topic ARN; sqs: the queue URL. */
+            target: string;
+            /** Format: date-time */
+            readonly updated_at: string;
         };
         ChildList: {
             items: components["schemas"]["ListedResource"][] | null;
@@ -1786,6 +1937,317 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    "list-alert-events": {
+        parameters: {
+            query?: {
+                /** @description At most this many, newest first. */
+                limit?: number;
+            };
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertEventList"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "list-alert-sinks": {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertSinkList"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "apply-alert-sink": {
+        parameters: {
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
+            header?: {
+                /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
+                "Idempotency-Key"?: string;
+                /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
+                "If-Match"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AlertSinkApply"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    ETag?: string;
+                    "X-Apply-Result"?: "created" | "configured" | "unchanged";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertSinkView"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "get-alert-sink": {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path: {
+                /** @description The object's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertSink"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "delete-alert-sink": {
+        parameters: {
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description The object's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
     "list-cluster-members": {
         parameters: {
             query?: never;

@@ -103,6 +103,7 @@ is removed before the object is sent. Types and their aliases:
   endpoint        ep, endpoints
   kindconfig      config, configs (per-version operational config; the
                   object names its kind and kind_version)
+  alertsink       sink, sinks, alertsinks
 
 Several resources in a row (a JSON array, a JSON or NDJSON stream, YAML
 documents) are sent together through POST /api/v1/resources:batch, 1,000 per
@@ -215,7 +216,7 @@ func (a *app) apply(ctx context.Context, cmd *cobra.Command, o *applyOpts) error
 				return err
 			}
 		}
-		if strings.HasPrefix(id, typeEndpoint.name+"/") {
+		if strings.HasPrefix(id, typeEndpoint.name+"/") || strings.HasPrefix(id, typeAlertSink.name+"/") {
 			a.showSecret(p, id, resp.Body)
 		}
 	}
@@ -268,6 +269,8 @@ func targetOf(t *objectType, d document) (applyTarget, error) {
 		to.id, to.path, to.get = t.name+"/"+name, "/reactor-bindings", "/reactor-bindings/"+seg(name)
 	case typeEndpoint:
 		to.id, to.path, to.get = t.name+"/"+name, "/endpoints", "/endpoints/"+seg(name)
+	case typeAlertSink:
+		to.id, to.path, to.get = t.name+"/"+name, "/alert-sinks", "/alert-sinks/"+seg(name)
 	}
 	return to, nil
 }

@@ -56,7 +56,7 @@ func (a *app) addCompletions(root *cobra.Command) {
 			complete = a.completeContexts
 		case arg == "NAME":
 			t, ok := lookupType(c.Name())
-			if !ok || (t != typeProviderConfig && t != typeReactorBinding && t != typeEndpoint) {
+			if !ok || (t != typeProviderConfig && t != typeReactorBinding && t != typeEndpoint && t != typeAlertSink) {
 				return
 			}
 			complete = func(cmd *cobra.Command, toComplete string) ([]string, cobra.ShellCompDirective) {

@@ -97,7 +97,7 @@ deleted, with exit status 1.`)
 		cmd.AddCommand(c)
 	}
 	// by name
-	for _, t := range []*objectType{typeProviderConfig, typeReactorBinding, typeEndpoint} {
+	for _, t := range []*objectType{typeProviderConfig, typeReactorBinding, typeEndpoint, typeAlertSink} {
 		cmd.AddCommand(&cobra.Command{
 			Use:     t.name + " NAME...",
 			Aliases: t.aliases,

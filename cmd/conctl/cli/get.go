@@ -122,7 +122,7 @@ With --watch it then prints the object again each time it changes.`)
 		cmd.AddCommand(c)
 	}
 	// by name
-	for _, t := range []*objectType{typeProviderConfig, typeReactorBinding, typeEndpoint} {
+	for _, t := range []*objectType{typeProviderConfig, typeReactorBinding, typeEndpoint, typeAlertSink} {
 		cmd.AddCommand(&cobra.Command{
 			Use:     t.name + " NAME",
 			Aliases: t.aliases,
@@ -150,6 +150,8 @@ func collectionPath(t *objectType) string {
 		return "/reactor-bindings"
 	case typeEndpoint:
 		return "/endpoints"
+	case typeAlertSink:
+		return "/alert-sinks"
 	case typeKinds:
 		return "/kinds"
 	case typeClusterMember:

@@ -188,7 +188,7 @@ that change.`)
 		cmd.AddCommand(c)
 	}
 	// the rest take no filters
-	for _, t := range []*objectType{typeReactorBinding, typeEndpoint, typeKinds, typeClusterMember} {
+	for _, t := range []*objectType{typeReactorBinding, typeEndpoint, typeKinds, typeClusterMember, typeAlertSink} {
 		short := "List " + t.plural
 		switch t {
 		case typeKinds:

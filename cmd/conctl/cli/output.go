@@ -316,6 +316,12 @@ func columnsFor(t *objectType) []column {
 			{"KINDS", func(o obj, _ time.Time) string { return kindVersions(o.get("kinds")) }},
 			field("ENABLED", "enabled"), ageColumn(),
 		}
+	case typeAlertSink:
+		return []column{
+			field("NAME", "name"), field("TYPE", "sink_type"), field("TARGET", "target"),
+			{"EVENTS", func(o obj, _ time.Time) string { return joinList(o.get("event_types")) }},
+			field("ENABLED", "enabled"), ageColumn(),
+		}
 	case typeKinds:
 		return []column{
 			field("KIND", "kind"),

@@ -23,6 +23,7 @@ func TestRoundTrip(t *testing.T) {
 	b.seed(t, "rb", "name: bind\nwatch_kind: vpc\ntransition: synced\nreactor: statussink\nlabel_match: {team: payments}\nenabled: true\n")
 	b.seed(t, "ep", "name: net\ntarget: {type: https, url: 'https://x/converge'}\nkinds: [{kind: vpc, kind_version: 1}]\nenabled: true\n")
 	b.seed(t, "config", "kind: vpc\nkind_version: 1\nmax_inflight: 10\n")
+	b.seed(t, "sink", "name: oncall\nsink_type: sqs\ntarget: 'https://sqs.eu-west-1.amazonaws.com/123456789012/alerts'\nevent_types: [kind.parked]\n")
 	// The resource as a provider leaves it: a status, a condition, a last
 	// task, the binding's reaction pending; then a reconcile queues a task.
 	complete(t, b, claim(t, b, "vpc/1", 1)[0], webhooksdk.Result{Outcome: &webhooksdk.Outcome{
@@ -43,6 +44,7 @@ func TestRoundTrip(t *testing.T) {
 		{"providerconfig", []string{"cfg"}, "providerconfig/cfg", []string{"created_at", "updated_at"}},
 		{"reactorbinding", []string{"bind"}, "reactorbinding/bind", []string{"created_at", "updated_at"}},
 		{"endpoint", []string{"net"}, "endpoint/net", []string{"created_at", "updated_at"}},
+		{"alertsink", []string{"oncall"}, "alertsink/oncall", []string{"created_at", "updated_at"}},
 	} {
 		for _, format := range []string{"yaml", "json"} {
 			t.Run(tc.typ+"/"+format, func(t *testing.T) {

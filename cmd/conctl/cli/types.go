@@ -26,6 +26,8 @@ var (
 		aliases: []string{"ep", "eps", "endpoints"}}
 	typeKindConfig = &objectType{name: "kindconfig", plural: "kind configs",
 		aliases: []string{"config", "configs", "kindconfigs"}}
+	typeAlertSink = &objectType{name: "alertsink", plural: "alert sinks",
+		aliases: []string{"sink", "sinks", "alertsinks"}}
 
 	// typeKinds is the kinds listing (GET /kinds); only `list` knows it.
 	typeKinds = &objectType{name: "kinds", plural: "kinds", aliases: []string{"kind"}}
@@ -43,7 +45,7 @@ var (
 
 // applyTypes are the types `apply --type` and a document's `type` field accept.
 var applyTypes = []*objectType{typeResource, typeManifest, typeProviderConfig,
-	typeReactorBinding, typeEndpoint, typeKindConfig}
+	typeReactorBinding, typeEndpoint, typeKindConfig, typeAlertSink}
 
 // lookupType resolves a type name or alias among applyTypes.
 func lookupType(s string) (*objectType, bool) {

@@ -40,6 +40,7 @@ import (
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
 	"github.com/convergeplane/converge/dispatch/egress"
+	"github.com/convergeplane/converge/dispatch/sinks"
 	"github.com/convergeplane/converge/internal/acceptor"
 	"github.com/convergeplane/converge/internal/framing"
 	"github.com/convergeplane/converge/internal/problem"
@@ -501,7 +502,26 @@ func (s *Server) startDispatch(ctx context.Context, lis *store.Listener, member 
 	}
 	s.dispatcher.Store(d)
 	s.duties = append(s.duties, namedDuty{"dispatcher", d.Running})
+	if err := s.startAlerts(ctx, box); err != nil {
+		return nil, err
+	}
 	return d, nil
+}
+
+// startAlerts starts the delivery of alert events to their sinks on this
+// dispatching pod; webhooks go out under the dispatcher's egress policy.
+func (s *Server) startAlerts(ctx context.Context, box *store.SecretBox) error {
+	client, err := egress.NewClient(egress.ClientConfig{Policy: egress.Policy{DevMode: s.cfg.Dev, AllowCIDRs: s.cfg.AllowCIDRs}})
+	if err != nil {
+		return fmt.Errorf("alert sinks: %w", err)
+	}
+	client.Timeout = sinks.TimeoutDefault
+	d, err := sinks.New(sinks.Config{Box: box, HTTP: client, AWS: s.cfg.AWS,
+		UserAgent: "converge-alerts/" + version.Version, Logger: s.log, Metrics: s.metrics}, s.store)
+	if err != nil {
+		return err
+	}
+	return s.startDuty(ctx, "alerts", d)
 }
 
 // startKeyRefresh takes up key rotations on this pod: a control pod first
