@@ -305,6 +305,7 @@ func documentTags() []*huma.Tag {
 		{Name: "Reactor bindings", Description: "Subscriptions that run a reactor kind when a watched kind crosses a lifecycle transition."},
 		{Name: "Endpoints", Description: "Provider endpoints the dispatcher delivers tasks to: their URLs, signing secrets and live health."},
 		{Name: "Deliveries", Description: "The delivery log: every attempt to deliver a task to an endpoint, and replaying one."},
+		{Name: "Alerts", Description: "Alert events (an endpoint disabled, a breaker opened or closed, a resource failed for good, a kind parked) and the sinks that deliver them: a signed webhook, SQS, SNS or EventBridge."},
 		{Name: "Cluster", Description: "The running converge processes: role, shard range, load and heartbeat."},
 		{Name: "Health", Description: "Liveness, readiness and the build version."},
 	}
