@@ -118,8 +118,8 @@ func TestDeliveries(t *testing.T) {
 		f   store.DeliveryFilter
 		loc string
 	}{
-		{store.DeliveryFilter{Kind: "leaf"}, "name"},
 		{store.DeliveryFilter{Name: "r1"}, "kind"},
+		{store.DeliveryFilter{Since: time.Unix(100, 0), Until: time.Unix(100, 0)}, "until"},
 		{store.DeliveryFilter{Classification: "fine"}, "classification"},
 		{store.DeliveryFilter{Cursor: "eA"}, "cursor"},
 		{store.DeliveryFilter{Limit: 1001}, "limit"},
