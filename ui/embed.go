@@ -18,6 +18,13 @@ var site embed.FS
 // root, hashed files under assets/) when site/dist was built before this
 // binary, else the placeholder page. built says which.
 func Files() (files fs.FS, built bool) {
+	return Site(site, "ui")
+}
+
+// Site picks, in an embedded site folder, site/dist when it was built
+// (it holds index.html), else the committed site/placeholder. pkg names
+// the embedding package in the panic a missing placeholder would be.
+func Site(site fs.FS, pkg string) (files fs.FS, built bool) {
 	if dist, err := fs.Sub(site, "site/dist"); err == nil {
 		if _, err := fs.Stat(dist, "index.html"); err == nil {
 			return dist, true
@@ -25,7 +32,7 @@ func Files() (files fs.FS, built bool) {
 	}
 	placeholder, err := fs.Sub(site, "site/placeholder")
 	if err != nil {
-		panic("ui: the embedded placeholder is missing: " + err.Error()) // cannot happen: it is committed
+		panic(pkg + ": the embedded placeholder is missing: " + err.Error()) // cannot happen: it is committed
 	}
 	return placeholder, false
 }

@@ -9,6 +9,8 @@ package apidocs
 import (
 	"embed"
 	"io/fs"
+
+	"github.com/convergeplane/converge/ui"
 )
 
 //go:embed all:site
@@ -18,14 +20,5 @@ var site embed.FS
 // (index.html, the page, beside Swagger UI's files) when site/dist was
 // built before this binary, else the placeholder page. built says which.
 func Files() (files fs.FS, built bool) {
-	if dist, err := fs.Sub(site, "site/dist"); err == nil {
-		if _, err := fs.Stat(dist, "index.html"); err == nil {
-			return dist, true
-		}
-	}
-	placeholder, err := fs.Sub(site, "site/placeholder")
-	if err != nil {
-		panic("apidocs: the embedded placeholder is missing: " + err.Error()) // cannot happen: it is committed
-	}
-	return placeholder, false
+	return ui.Site(site, "apidocs")
 }
