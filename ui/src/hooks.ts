@@ -1,5 +1,6 @@
 import { useCallback, useEffect, useRef, useState, useSyncExternalStore } from "react";
 import { changes, type Topic } from "./api";
+import { navigate } from "./router";
 
 export interface Live<T> {
   data?: T;
@@ -98,4 +99,48 @@ export function usePoll(fn: () => void, ms: number) {
     }, ms);
     return () => clearInterval(id);
   }, [ms]);
+}
+
+// KeysetPages is a keyset-paged list's navigation, kept in the URL: the
+// cursor of the page shown, go (a change of the URL's query, which starts
+// again from the first page unless keepCursor), and next and prev (Next
+// follows the server's cursor, Previous pops a stack of the cursors behind).
+export interface KeysetPages {
+  cursor: string;
+  go: (mut: (p: URLSearchParams) => void, keepCursor?: boolean) => void;
+  next: (nextCursor?: string) => void;
+  prev: () => void;
+  // page counts from 1: the cursors behind this page, plus one.
+  page: number;
+}
+
+// useKeysetPages pages the list at path whose URL query is search.
+export function useKeysetPages(path: string, search: URLSearchParams): KeysetPages {
+  const cursor = search.get("cursor") ?? "";
+  const [stack, setStack] = useState<string[]>([]);
+  // The first page has no cursor behind it, however it was reached.
+  useEffect(() => {
+    if (!cursor) setStack([]);
+  }, [cursor]);
+  const go = (mut: (p: URLSearchParams) => void, keepCursor = false) => {
+    const p = new URLSearchParams(search);
+    mut(p);
+    if (!keepCursor) {
+      p.delete("cursor");
+      setStack([]);
+    }
+    navigate(`${path}?${p.toString()}`);
+  };
+  const next = (nextCursor?: string) => {
+    if (!nextCursor) return;
+    setStack([...stack, cursor]);
+    go((p) => p.set("cursor", nextCursor), true);
+  };
+  const prev = () => {
+    const s = [...stack];
+    const back = s.pop() ?? "";
+    setStack(s);
+    go((p) => (back ? p.set("cursor", back) : p.delete("cursor")), true);
+  };
+  return { cursor, go, next, prev, page: stack.length + 1 };
 }

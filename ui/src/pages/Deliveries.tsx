@@ -1,8 +1,8 @@
-import { useEffect, useState, type FormEvent } from "react";
+import { useState, type FormEvent } from "react";
 import { call, enc, get } from "../api";
 import { Fields, Json, Loading, ProblemView, Section, When } from "../components";
-import { useLive } from "../hooks";
-import { Link, navigate } from "../router";
+import { useKeysetPages, useLive } from "../hooks";
+import { Link } from "../router";
 import type { Delivery, DeliveryList, EndpointList, KindList, ReplayAccepted } from "../types";
 
 // The filters the page keeps in its URL, so that a filtered view is a link;
@@ -31,11 +31,7 @@ const fromInput = (local: string) => (local ? new Date(local).toISOString() : ""
 // Resources list is: Next follows the server's cursor, Previous pops a
 // cursor stack.
 export function Deliveries({ search }: { search: URLSearchParams }) {
-  const cursor = search.get("cursor") ?? "";
-  const [stack, setStack] = useState<string[]>([]);
-  useEffect(() => {
-    if (!cursor) setStack([]);
-  }, [cursor]);
+  const { cursor, go, next, prev, page } = useKeysetPages("/deliveries", search);
 
   const query = new URLSearchParams();
   for (const k of ["endpoint", "kind", "name", "since", "until"] as const) {
@@ -50,26 +46,6 @@ export function Deliveries({ search }: { search: URLSearchParams }) {
   const q = query.toString();
   const list = useLive(() => get<DeliveryList>(`/deliveries?${q}`), [q], ["resources"], 2000);
 
-  const go = (mut: (p: URLSearchParams) => void, keepCursor = false) => {
-    const p = new URLSearchParams(search);
-    mut(p);
-    if (!keepCursor) {
-      p.delete("cursor");
-      setStack([]);
-    }
-    navigate(`/deliveries?${p.toString()}`);
-  };
-  const next = () => {
-    if (!list.data?.next_cursor) return;
-    setStack([...stack, cursor]);
-    go((p) => p.set("cursor", list.data!.next_cursor!), true);
-  };
-  const prev = () => {
-    const s = [...stack];
-    const back = s.pop() ?? "";
-    setStack(s);
-    go((p) => (back ? p.set("cursor", back) : p.delete("cursor")), true);
-  };
 
   const items = list.data?.items ?? [];
   return (
@@ -86,7 +62,7 @@ export function Deliveries({ search }: { search: URLSearchParams }) {
       {list.data && (
         <>
           <p className="muted" aria-live="polite" data-testid="page-summary">
-            {items.length} attempt{items.length === 1 ? "" : "s"} · page {stack.length + 1}
+            {items.length} attempt{items.length === 1 ? "" : "s"} · page {page}
             {list.data.next_cursor ? "" : " (last)"}
           </p>
           <DeliveryTable items={items} label="Deliveries" />
@@ -95,7 +71,7 @@ export function Deliveries({ search }: { search: URLSearchParams }) {
             <button type="button" onClick={prev} disabled={!cursor}>
               ← Previous
             </button>
-            <button type="button" onClick={next} disabled={!list.data.next_cursor}>
+            <button type="button" onClick={() => next(list.data?.next_cursor)} disabled={!list.data.next_cursor}>
               Next →
             </button>
           </nav>

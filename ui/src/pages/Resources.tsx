@@ -1,8 +1,8 @@
-import { useEffect, useState, type FormEvent } from "react";
+import { useState, type FormEvent } from "react";
 import { enc, get } from "../api";
 import { Loading, PhaseBadge, ProblemView, When } from "../components";
-import { useLive } from "../hooks";
-import { Link, navigate } from "../router";
+import { useKeysetPages, useLive } from "../hooks";
+import { Link } from "../router";
 import { phases, type KindList, type ResourceList } from "../types";
 import { Recover } from "./Recover";
 
@@ -14,13 +14,8 @@ const filterKeys = ["kind", "kind_version", "label_selector", "owner", "name_pre
 // No total is asked for; the phase chips are a server-side union.
 export function Resources({ search }: { search: URLSearchParams }) {
   const selected = search.getAll("phase");
-  const cursor = search.get("cursor") ?? "";
+  const { cursor, go, next, prev, page } = useKeysetPages("/resources", search);
   const limit = search.get("limit") ?? "50";
-  const [stack, setStack] = useState<string[]>([]);
-  // The first page has no cursor behind it, however it was reached.
-  useEffect(() => {
-    if (!cursor) setStack([]);
-  }, [cursor]);
 
   const query = new URLSearchParams();
   for (const k of filterKeys) {
@@ -36,15 +31,6 @@ export function Resources({ search }: { search: URLSearchParams }) {
 
   const list = useLive(() => get<ResourceList>(`/resources?${q}`), [q], ["resources"]);
 
-  const go = (mut: (p: URLSearchParams) => void, keepCursor = false) => {
-    const p = new URLSearchParams(search);
-    mut(p);
-    if (!keepCursor) {
-      p.delete("cursor");
-      setStack([]);
-    }
-    navigate(`/resources?${p.toString()}`);
-  };
 
   const toggle = (phase: string) =>
     go((p) => {
@@ -53,17 +39,6 @@ export function Resources({ search }: { search: URLSearchParams }) {
       for (const x of now.includes(phase) ? now.filter((x) => x !== phase) : [...now, phase]) p.append("phase", x);
     });
 
-  const next = () => {
-    if (!list.data?.next_cursor) return;
-    setStack([...stack, cursor]);
-    go((p) => p.set("cursor", list.data!.next_cursor!), true);
-  };
-  const prev = () => {
-    const s = [...stack];
-    const back = s.pop() ?? "";
-    setStack(s);
-    go((p) => (back ? p.set("cursor", back) : p.delete("cursor")), true);
-  };
 
   const items = list.data?.items ?? [];
   return (
@@ -95,7 +70,7 @@ export function Resources({ search }: { search: URLSearchParams }) {
       {list.data && (
         <>
           <p className="muted" aria-live="polite" data-testid="page-summary">
-            {items.length} resource{items.length === 1 ? "" : "s"} · page {stack.length + 1}
+            {items.length} resource{items.length === 1 ? "" : "s"} · page {page}
             {list.data.next_cursor ? "" : " (last)"}
           </p>
           <div className="scroll">
@@ -143,7 +118,7 @@ export function Resources({ search }: { search: URLSearchParams }) {
             <button type="button" onClick={prev} disabled={!cursor}>
               ← Previous
             </button>
-            <button type="button" onClick={next} disabled={!list.data.next_cursor}>
+            <button type="button" onClick={() => next(list.data?.next_cursor)} disabled={!list.data.next_cursor}>
               Next →
             </button>
           </nav>
