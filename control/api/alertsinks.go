@@ -9,7 +9,6 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/convergeplane/converge/control/store"
-	"github.com/convergeplane/converge/webhooksdk"
 )
 
 // AlertSinkApply is the body of POST /alert-sinks.
@@ -107,13 +106,8 @@ func (s *Server) applyAlertSink(ctx context.Context, in *applyInput) (*applyOutp
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
 	}
-	if b.Secret != "" {
-		if _, err := webhooksdk.ParseSecret(b.Secret); err != nil {
-			// The value is a secret: never echoed, not even when invalid.
-			const msg = "must be whsec_ followed by the standard base64 of 24 to 64 bytes"
-			return nil, newProblem(http.StatusUnprocessableEntity, typeInvalid, "body.secret "+msg,
-				ProblemError{Location: "body.secret", Message: msg})
-		}
+	if p := checkSecret(b.Secret); p != nil {
+		return nil, p
 	}
 	params := store.PutAlertSinkParams{Name: b.Name, Type: b.Type, Target: b.Target, EventTypes: b.EventTypes,
 		Kinds: b.Kinds, Endpoints: b.Endpoints, Enabled: b.Enabled == nil || *b.Enabled, Secret: store.EndpointSecret(b.Secret)}

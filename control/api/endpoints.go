@@ -112,18 +112,28 @@ func (s *Server) registerEndpoints() {
 	s.registerDeliveries()
 }
 
+// checkSecret refuses a signing secret given in a body (body.secret) that
+// is not whsec_ and base64 of 24 to 64 bytes; none given is fine.
+func checkSecret(secret string) *Problem {
+	if secret == "" {
+		return nil
+	}
+	if _, err := webhooksdk.ParseSecret(secret); err != nil {
+		// The value is a secret: never echoed, not even when invalid.
+		const msg = "must be whsec_ followed by the standard base64 of 24 to 64 bytes"
+		return newProblem(http.StatusUnprocessableEntity, typeInvalid, "body.secret "+msg,
+			ProblemError{Location: "body.secret", Message: msg})
+	}
+	return nil
+}
+
 func (s *Server) applyEndpoint(ctx context.Context, in *applyInput) (*applyOutput[EndpointView], error) {
 	var b endpointApplyBody
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
 	}
-	if b.Secret != "" {
-		if _, err := webhooksdk.ParseSecret(b.Secret); err != nil {
-			// The value is a secret: never echoed, not even when invalid.
-			const msg = "must be whsec_ followed by the standard base64 of 24 to 64 bytes"
-			return nil, newProblem(http.StatusUnprocessableEntity, typeInvalid, "body.secret "+msg,
-				ProblemError{Location: "body.secret", Message: msg})
-		}
+	if p := checkSecret(b.Secret); p != nil {
+		return nil, p
 	}
 	ec := s.cfg.Endpoints
 	for loc, u := range map[string]string{"target.url": b.Target.URL, "target.endpoint_url": b.Target.EndpointURL, "health.url": b.Health.URL} {
