@@ -34,25 +34,9 @@ import (
 //   - after the second rotation an endpoint created under the first key
 //     opens with the third alone: nothing was lost.
 func TestKeyRotation(t *testing.T) {
-	awstest.Start(t)
 	ctx := t.Context()
-	awsCfg, err := loadAWS(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sm := secretsmanager.NewFromConfig(awsCfg)
-	create := func(name string, n int) (string, []byte) {
-		key := bytes.Repeat([]byte{byte(n)}, n)
-		out, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(base64.StdEncoding.EncodeToString(key))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return *out.ARN, key
-	}
-	secretARN, secretA := create("converge/secret-key", keyrotation.SecretKeyBytes)
-	callbackARN, callbackA := create("converge/callback-key", keyrotation.CallbackKeyBytes)
-	rotator := keyrotation.New(sm, keyrotation.Config{KeyBytes: map[string]int{secretARN: keyrotation.SecretKeyBytes, callbackARN: keyrotation.CallbackKeyBytes},
-		Propagation: -1, MinKeyAge: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	k := newRotatingKeys(t)
+	sm, rotator, secretARN, callbackARN, secretA, callbackA := k.sm, k.rotator, k.secretARN, k.callbackARN, k.secretA, k.callbackA
 
 	cfg := Config{SecretKeyARN: secretARN, CallbackKeyARN: callbackARN}
 	src, err := cfg.fetchKeys(ctx)
@@ -224,25 +208,9 @@ func mustBox(t *testing.T, key []byte) *store.SecretBox {
 // been re-sealed under the new one; after the second, a token of the first
 // key is refused.
 func TestKeyRotationOnAServer(t *testing.T) {
-	awstest.Start(t)
 	ctx := t.Context()
-	awsCfg, err := loadAWS(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sm := secretsmanager.NewFromConfig(awsCfg)
-	create := func(name string, n int) (string, []byte) {
-		key := bytes.Repeat([]byte{byte(n)}, n)
-		out, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(base64.StdEncoding.EncodeToString(key))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return *out.ARN, key
-	}
-	secretARN, _ := create("converge/secret-key", keyrotation.SecretKeyBytes)
-	callbackARN, callbackA := create("converge/callback-key", keyrotation.CallbackKeyBytes)
-	rotator := keyrotation.New(sm, keyrotation.Config{KeyBytes: map[string]int{secretARN: keyrotation.SecretKeyBytes, callbackARN: keyrotation.CallbackKeyBytes},
-		Propagation: -1, MinKeyAge: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	k := newRotatingKeys(t)
+	sm, rotator, secretARN, callbackARN, callbackA := k.sm, k.rotator, k.secretARN, k.callbackARN, k.callbackA
 
 	db := pgtest.New(t)
 	cfg, err := LoadConfig(env(map[string]string{"DATABASE_URL": db.DSN, "LISTEN_ADDR": "127.0.0.1:0", "HEALTH_ADDR": "127.0.0.1:0",
@@ -361,5 +329,37 @@ func decodeKey(t *testing.T, s string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return k
+}
+
+// rotatingKeys are the two keys in Secrets Manager (a moto_server the
+// helper starts), first values A, and a rotation function for both.
+type rotatingKeys struct {
+	sm                     *secretsmanager.Client
+	rotator                *keyrotation.Rotator
+	secretARN, callbackARN string
+	secretA, callbackA     []byte
+}
+
+func newRotatingKeys(t *testing.T) rotatingKeys {
+	t.Helper()
+	awstest.Start(t)
+	awsCfg, err := loadAWS(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := rotatingKeys{sm: secretsmanager.NewFromConfig(awsCfg)}
+	create := func(name string, n int) (string, []byte) {
+		key := bytes.Repeat([]byte{byte(n)}, n)
+		out, err := k.sm.CreateSecret(t.Context(), &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(base64.StdEncoding.EncodeToString(key))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *out.ARN, key
+	}
+	k.secretARN, k.secretA = create("converge/secret-key", keyrotation.SecretKeyBytes)
+	k.callbackARN, k.callbackA = create("converge/callback-key", keyrotation.CallbackKeyBytes)
+	k.rotator = keyrotation.New(k.sm, keyrotation.Config{KeyBytes: map[string]int{k.secretARN: keyrotation.SecretKeyBytes, k.callbackARN: keyrotation.CallbackKeyBytes},
+		Propagation: -1, MinKeyAge: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return k
 }
