@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -15,6 +16,8 @@ type auth struct {
 	read, admin [][32]byte
 }
 
+// Static tokens are named by their list and position ("admin-0", "read-1"):
+// the name, never the token, is what the audit trail records.
 func newAuth(read, admin []string) *auth {
 	a := &auth{}
 	for _, t := range read {
@@ -28,19 +31,22 @@ func newAuth(read, admin []string) *auth {
 
 func (a *auth) enabled() bool { return len(a.read)+len(a.admin) > 0 }
 
-// anyOf compares in constant time against every token, so timing reveals
-// neither which token matched nor how much of one did.
-func anyOf(sum [32]byte, tokens [][32]byte) bool {
-	found := 0
-	for _, t := range tokens {
-		found |= subtle.ConstantTimeCompare(sum[:], t[:])
+// indexOf compares in constant time against every token, so timing reveals
+// neither which token matched nor how much of one did; it returns the
+// matching token's position, or -1.
+func indexOf(sum [32]byte, tokens [][32]byte) int {
+	at := -1
+	for i, t := range tokens {
+		eq := subtle.ConstantTimeCompare(sum[:], t[:])
+		at = subtle.ConstantTimeSelect(eq, i, at)
 	}
-	return found == 1
+	return at
 }
 
 func (a *auth) middleware(c *fiber.Ctx) error {
 	p, challenge := a.check(c.Get(fiber.HeaderAuthorization), c.Method())
 	if p == nil {
+		c.SetUserContext(withPrincipal(c.UserContext(), a.principal(c.Get(fiber.HeaderAuthorization))))
 		return c.Next()
 	}
 	if challenge != "" {
@@ -62,8 +68,8 @@ func (a *auth) check(header, method string) (*Problem, string) {
 			"a bearer token is required: send Authorization: Bearer <token>"), `Bearer realm="converge"`
 	}
 	sum := tokenSum(strings.TrimSpace(token))
-	admin := anyOf(sum, a.admin)
-	read := admin || anyOf(sum, a.read)
+	admin := indexOf(sum, a.admin) >= 0
+	read := admin || indexOf(sum, a.read) >= 0
 	switch {
 	case !read:
 		return newProblem(http.StatusUnauthorized, typeUnauthorized, "the bearer token is not valid"),
@@ -73,6 +79,20 @@ func (a *auth) check(header, method string) (*Problem, string) {
 			"this token may only read; "+method+" needs an admin token"), ""
 	}
 	return nil, ""
+}
+
+// principal names the caller of a request check let through.
+func (a *auth) principal(header string) Principal {
+	if !a.enabled() {
+		return Principal{Subject: "anonymous", Anonymous: true}
+	}
+	_, token, _ := strings.Cut(header, " ")
+	sum := tokenSum(strings.TrimSpace(token))
+	name := "read-" + strconv.Itoa(indexOf(sum, a.read))
+	if i := indexOf(sum, a.admin); i >= 0 {
+		name = "admin-" + strconv.Itoa(i)
+	}
+	return Principal{Subject: "token:" + name, TokenName: name}
 }
 
 // RequireReadToken guards h (a net/http handler outside the API, such as
