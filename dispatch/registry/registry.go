@@ -288,6 +288,7 @@ func (r *Registry) Refresh(ctx context.Context) error {
 			old.client.CloseIdleConnections()
 		}
 		e.resetHealthLocked(c)
+		e.configureRateLocked(c.cfg.RateLimit, c.cfg.Burst)
 		if c.cfg.Enabled {
 			e.goneReason = ""
 		}
@@ -491,6 +492,7 @@ type Endpoint struct {
 	// probedHealthy: a probe of healthURL has been answered properly at
 	// least once; until then failed probes do not count (ReportProbe).
 	probedHealthy bool
+	rate          limiter // the rate limit's tokens on this pod (rate.go)
 }
 
 // pairHealth is the probed readiness of one pair at one endpoint.
@@ -612,7 +614,25 @@ func (e *Endpoint) capacityLocked(pair string, now time.Time) (int, string) {
 	if bc >= 0 {
 		spare = min(spare, bc)
 	}
+	rc, why := e.rateCapacityLocked(now)
+	if why != "" {
+		return 0, why
+	}
+	if rc >= 0 {
+		spare = min(spare, rc)
+	}
 	return spare, ""
+}
+
+// capacityLimitLocked is the most deliveries the endpoint may have in
+// flight on this pod: its share of max_concurrency, and with a rate limit
+// no more than a lease's chunk of tokens.
+func (e *Endpoint) capacityLimitLocked() int {
+	n := e.reg.limit(e.conf.Load())
+	if e.rate.limited() {
+		n = min(n, e.rate.chunk())
+	}
+	return n
 }
 
 // Claimable returns the "kind/version" pairs worth claiming now — those
@@ -641,7 +661,7 @@ func (r *Registry) Claimable(queued map[string]int) (pairs []string, spare, capa
 			if !used[e] {
 				used[e] = true
 				spare += n
-				capacity += r.limit(e.conf.Load()) * e.MaxBatch()
+				capacity += e.capacityLimitLocked() * e.MaxBatch()
 			}
 		}
 		if sum > queued[pair] {
@@ -717,7 +737,7 @@ func (r *Registry) Acquire(pair string, exclude ...string) (*Slot, bool) {
 		if slices.Contains(exclude, e.name) {
 			continue
 		}
-		if n, _ := e.capacityLocked(pair, now); n > 0 && (best == nil || e.inflight < best.inflight) {
+		if n, _ := e.capacityLocked(pair, now); n > 0 && (best == nil || e.inflight < best.inflight) && e.hasTokenLocked(now) {
 			best = e
 		}
 	}
@@ -728,6 +748,7 @@ func (r *Registry) Acquire(pair string, exclude ...string) (*Slot, bool) {
 	if !ok {
 		return nil, false
 	}
+	best.takeTokenLocked(now)
 	best.inflight++
 	return &Slot{ep: best, trial: trial}, true
 }
