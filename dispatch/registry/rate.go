@@ -148,19 +148,33 @@ func (e *Endpoint) takeTokenLocked(now time.Time) {
 	}
 }
 
+// goLocked runs f in the background until the registry stops; false once
+// it has.
+func (r *Registry) goLocked(f func(ctx context.Context)) bool {
+	if r.stopped {
+		return false
+	}
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		f(r.bgCtx)
+	}()
+	return true
+}
+
 // leaseLocked starts leasing a chunk.
 func (e *Endpoint) leaseLocked() {
 	l := &e.rate
-	l.leasing = true
 	want, waited := l.chunk(), l.waited
-	l.waited = 0
-	go e.lease(want, waited)
+	if e.reg.goLocked(func(ctx context.Context) { e.lease(ctx, want, waited) }) {
+		l.leasing, l.waited = true, 0
+	}
 }
 
 // lease takes up to want tokens from the shared bucket, reporting waited
 // requests, and wakes the claim loop with what it got.
-func (e *Endpoint) lease(want int, waited int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), rateLeaseTimeout)
+func (e *Endpoint) lease(ctx context.Context, want int, waited int64) {
+	ctx, cancel := context.WithTimeout(ctx, rateLeaseTimeout)
 	got, err := e.reg.st.LeaseRateTokens(ctx, e.name, want, waited)
 	cancel()
 	r := e.reg
@@ -170,6 +184,9 @@ func (e *Endpoint) lease(want int, waited int64) {
 	l.leasing = false
 	now := time.Now()
 	if err != nil {
+		if r.stopped {
+			return
+		}
 		r.cfg.Logger.Error("cannot lease rate-limit tokens; holding the endpoint's deliveries back", "endpoint", e.name, "err", err)
 		l.waited += waited
 		e.dryLocked(now.Add(rateLeaseRetry))
@@ -205,7 +222,7 @@ func (e *Endpoint) dryLocked(until time.Time) {
 		defer r.mu.Unlock()
 		l := &e.rate
 		now := time.Now()
-		if e.removed || !l.limited() || l.leasing || l.tokens > 0 || now.Before(l.dryUntil) {
+		if r.stopped || e.removed || !l.limited() || l.leasing || l.tokens > 0 || now.Before(l.dryUntil) {
 			return
 		}
 		if l.wanted || now.Sub(l.lastSpend) < rateDemand {
@@ -223,24 +240,22 @@ func (e *Endpoint) dryLocked(until time.Time) {
 func (e *Endpoint) Throttled() {
 	r := e.reg
 	r.mu.Lock()
-	limited := e.rate.limited()
-	e.rate.tokens = 0
-	r.mu.Unlock()
-	if !limited {
+	defer r.mu.Unlock()
+	if !e.rate.limited() {
 		return
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), rateLeaseTimeout)
+	e.rate.tokens = 0
+	r.goLocked(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, rateLeaseTimeout)
 		eff, err := r.st.ReportRateThrottle(ctx, e.name)
 		cancel()
-		if err != nil {
-			r.cfg.Logger.Error("cannot report a throttle to the endpoint's shared rate limit", "endpoint", e.name, "err", err)
-			return
-		}
 		r.mu.Lock()
-		if eff > 0 && e.rate.limited() {
+		defer r.mu.Unlock()
+		switch {
+		case err != nil && !r.stopped:
+			r.cfg.Logger.Error("cannot report a throttle to the endpoint's shared rate limit", "endpoint", e.name, "err", err)
+		case err == nil && eff > 0 && e.rate.limited():
 			e.rate.effective = eff
 		}
-		r.mu.Unlock()
-	}()
+	})
 }

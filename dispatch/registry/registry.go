@@ -131,6 +131,11 @@ type Registry struct {
 	// breaker or a probe never waits for the database under mu.
 	alerts    chan store.AlertEvent
 	alertLoop startstop.Loop
+	// bg runs the rate limit's leases and throttle reports (rate.go) on
+	// bgCtx; Stop cancels them and waits.
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 
 	mu     sync.Mutex
 	loaded bool
@@ -138,7 +143,9 @@ type Registry struct {
 	byPair map[string][]*Endpoint
 	subs   []chan struct{}
 	rr     int
-	aws    *aws.Config // loaded with the first Lambda endpoint
+	// stopped: Stop was called; no more background work starts.
+	stopped bool
+	aws     *aws.Config // loaded with the first Lambda endpoint
 }
 
 // New returns a Registry reading endpoints through st, woken by wake (an
@@ -152,7 +159,8 @@ func New(cfg Config, st *store.Store, wake <-chan struct{}) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	return &Registry{cfg: cfg, st: st, wake: wake, shared: shared, freed: make(chan struct{}, 1),
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	return &Registry{cfg: cfg, st: st, wake: wake, shared: shared, freed: make(chan struct{}, 1), bgCtx: bgCtx, bgCancel: bgCancel,
 		alerts: make(chan store.AlertEvent, alertQueue), eps: map[string]*Endpoint{}, byPair: map[string][]*Endpoint{}}, nil
 }
 
@@ -163,10 +171,15 @@ func (r *Registry) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops refreshing, logs the alerts still queued and closes idle
-// connections.
+// Stop stops refreshing and leasing rate-limit tokens, logs the alerts
+// still queued and closes idle connections.
 func (r *Registry) Stop() {
 	r.loop.Stop()
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+	r.bgCancel()
+	r.bg.Wait()
 	r.alertLoop.Stop()
 	r.shared.CloseIdleConnections()
 }
