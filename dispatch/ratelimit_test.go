@@ -13,8 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/convergeplane/converge/control/model"
+	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/dispatch"
+	"github.com/convergeplane/converge/dispatch/transport/lambdatest"
 	"github.com/convergeplane/converge/webhooksdk"
+	sdklambda "github.com/convergeplane/converge/webhooksdk/lambda"
 )
 
 // arrivals wraps a provider, recording when each task request (a single
@@ -250,4 +253,37 @@ func TestRateLimitAdaptive(t *testing.T) {
 	if got := metricValue(t, e, "converge_dispatch_endpoint_rate_effective", map[string]string{"endpoint": "adaptive"}); got != rate {
 		t.Errorf("the pod's effective-rate gauge reads %v after recovery, want %v", got, rate)
 	}
+}
+
+// TestRateLimitAdaptiveLambdaThrottle: a Lambda TooManyRequestsException
+// (the transport answers it as a 429) lowers an adaptive endpoint's rate
+// as a 429 does, and the task still converges without a burnt attempt.
+func TestRateLimitAdaptiveLambdaThrottle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.kind("leaf", model.Policy{TaskDeadlineSecs: 30})
+	fn, err := sdklambda.New([]webhooksdk.Provider{newProvider("leaf", echo)}, webhooksdk.WithLogger(e.log),
+		webhooksdk.WithSecrets(string(lambdaSecret)))
+	must(t, err)
+	ls := lambdatest.New(t)
+	f := ls.Add("leaf-fn", fn.Serve)
+	f.Throttle.Store(1)
+	rate := 8.0
+	_, _, err = e.st.CreateEndpoint(e.ctx, e.box, store.PutEndpointParams{Name: "leaf-lambda", RateLimit: &rate, RateAdaptive: true,
+		Kinds:  []store.EndpointKind{{Kind: "leaf", KindVersion: 1}},
+		Target: store.EndpointTarget{Type: store.TargetLambda, Function: "leaf-fn", Region: lambdatest.Region, EndpointURL: ls.URL},
+		Health: store.EndpointHealth{Type: store.HealthNone}, Secret: lambdaSecret})
+	must(t, err)
+	e.apply("leaf", "a", map[string]any{})
+	e.dispatcher(dispatch.Config{AWS: lambdatest.AWSConfig, RateLimitBackoff: 50 * time.Millisecond})
+	e.listen()
+	e.waitReady("leaf", 1, 30*time.Second)
+	if f.Throttled.Load() != 1 || f.Invocations.Load() != 1 {
+		t.Fatalf("%d throttled, %d ran; want 1, 1", f.Throttled.Load(), f.Invocations.Load())
+	}
+	waitFor(t, 10*time.Second, "the throttle in the shared bucket", func() bool {
+		ep, err := e.st.GetEndpoint(e.ctx, "leaf-lambda")
+		must(t, err)
+		return ep.RateState != nil && ep.RateState.Throttles == 1 && ep.RateState.EffectiveRate < rate
+	})
 }

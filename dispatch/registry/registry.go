@@ -3,12 +3,14 @@
 // endpoints_changed NOTIFY, and on a failsafe interval), and the runtime
 // state that decides where each task may go — in-flight counts against
 // max_concurrency, per-(kind, kind_version) readiness from health probes, the
-// circuit breaker, a 429 back-off, a 410 disable.
+// circuit breaker, a 429 back-off, a 410 disable, and the tokens this pod
+// leased from a rate-limited endpoint's shared bucket (rate.go).
 //
 // An endpoint is ready for a pair when it serves the pair, is enabled and
 // usable (its secret opens, its target passes the egress policy), is not
-// backing off, its breaker is not open (half-open admits one trial), and —
-// if it has a health URL — its probes say the pair is ready. A pair with no
+// backing off, its breaker is not open (half-open admits one trial), its
+// rate limit's shared bucket (if any) is not dry, and — if it has a health URL —
+// its probes say the pair is ready. A pair with no
 // ready endpoint on this pod is not claimed: its resources park, and
 // PairStatus says why.
 //
