@@ -8,7 +8,8 @@ import (
 	"github.com/convergeplane/converge/control/store"
 )
 
-func ptr[T any](v T) *T { return &v }
+// rateRef returns a pointer to v, for the optional rate settings.
+func rateRef[T any](v T) *T { return &v }
 
 // rateEndpoint creates endpoint name limited to rate requests per second
 // with burst (nil: the default) and returns the stored endpoint.
@@ -65,7 +66,7 @@ func TestEndpointRateSettings(t *testing.T) {
 func TestRateLeaseBucket(t *testing.T) {
 	t.Parallel()
 	b := endpointSetup(t)
-	rateEndpoint(t, b, "b", 10, ptr(4), false)
+	rateEndpoint(t, b, "b", 10, rateRef(4), false)
 
 	l, err := b.st.LeaseRateTokens(b.ctx, "b", 3, 0)
 	if err != nil || l.Granted != 3 || l.Effective != 10 {

@@ -55,6 +55,7 @@ type limiter struct {
 	leasing     bool      // a lease is in flight
 	wanted      bool      // a delivery waits for a token
 	lastSpend   time.Time
+	leases      int64 // leases this pod started (database round trips)
 }
 
 // limited reports whether the endpoint has a rate limit.
@@ -81,7 +82,7 @@ func (e *Endpoint) configureRateLocked(rate *float64, burst *int) {
 	if r == l.rate && b == l.burst {
 		return
 	}
-	*l = limiter{rate: r, burst: b, effective: r, waitedTotal: l.waitedTotal}
+	*l = limiter{rate: r, burst: b, effective: r, waitedTotal: l.waitedTotal, leases: l.leases}
 }
 
 // rateCapacityLocked returns how many requests the rate limit lets the
@@ -168,6 +169,7 @@ func (e *Endpoint) leaseLocked() {
 	want, waited := l.chunk(), l.waited
 	if e.reg.goLocked(func(ctx context.Context) { e.lease(ctx, want, waited) }) {
 		l.leasing, l.waited = true, 0
+		l.leases++
 	}
 }
 

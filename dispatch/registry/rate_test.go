@@ -59,8 +59,24 @@ func TestRateLeaseOnThePod(t *testing.T) {
 		t.Fatal("Acquire without a token succeeded")
 	}
 	poll(t, "a chunk of 5 tokens", func() bool { return rateStatus(t, r, "lim").RateTokens == 5 })
+	if n := rateStatus(t, r, "lim").RateLeases; n != 1 {
+		t.Fatalf("%d leases for the first chunk, want 1", n)
+	}
+	// Leasing ahead starts (synchronously, inside Acquire) only when half
+	// the chunk is spent: 5 → 4 → 3 lease nothing, 3 → 2 leases the next.
+	for i, want := range []int64{1, 1, 2} {
+		slot, ok := r.Acquire("leaf/1")
+		if !ok {
+			t.Fatalf("request %d: no slot with tokens in hand", i+1)
+		}
+		slot.Done(registry.Neutral)
+		if n := rateStatus(t, r, "lim").RateLeases; n != want {
+			t.Fatalf("after request %d: %d leases, want %d", i+1, n, want)
+		}
+	}
+	poll(t, "the next chunk, leased ahead", func() bool { return rateStatus(t, r, "lim").RateTokens == 2+5 })
 
-	sent := 0
+	sent := 3
 	start := time.Now()
 	most := 0
 	for {

@@ -77,5 +77,6 @@ interface EndpointLive {
   effective_rate?: number;
   rate_tokens?: number;
   rate_waited?: number;
+  rate_leases?: number;
   kinds: { kind: string; kind_version: number; ready: boolean; reason?: string }[];
 }
