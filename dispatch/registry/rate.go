@@ -71,8 +71,8 @@ func (l *limiter) chunk() int {
 	return max(1, min(int(math.Ceil(eff*rateChunkPeriod.Seconds())), l.burst))
 }
 
-// configureLocked takes the endpoint's rate settings; a changed limit drops
-// the tokens leased under the old one.
+// configureRateLocked takes the endpoint's rate settings; a changed limit
+// drops the tokens leased under the old one (a lease in flight still lands).
 func (e *Endpoint) configureRateLocked(rate *float64, burst *int) {
 	l := &e.rate
 	r, b := 0.0, 0
@@ -82,7 +82,7 @@ func (e *Endpoint) configureRateLocked(rate *float64, burst *int) {
 	if r == l.rate && b == l.burst {
 		return
 	}
-	*l = limiter{rate: r, burst: b, effective: r, waitedTotal: l.waitedTotal, leases: l.leases}
+	*l = limiter{rate: r, burst: b, effective: r, waitedTotal: l.waitedTotal, leases: l.leases, leasing: l.leasing}
 }
 
 // rateCapacityLocked returns how many requests the rate limit lets the
