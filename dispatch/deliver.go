@@ -206,6 +206,9 @@ func (d *Dispatcher) deliver(items []*item, slot *registry.Slot, ops chan<- op) 
 		if v.backoff > 0 {
 			ep.BackOff(time.Now().Add(v.backoff), fmt.Sprintf("it answered %d %s", v.status, http.StatusText(v.status)))
 		}
+		if v.result == resultRateLimited {
+			ep.Throttled() // a 429, or a Lambda throttle (transport.Lambda answers it as a 429)
+		}
 		if v.disable != "" {
 			d.disable(ctx, ep, v.disable)
 		}

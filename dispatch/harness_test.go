@@ -238,7 +238,10 @@ type endpointOpts struct {
 	healthy        int
 	interval       int
 	timeoutSecs    int
-	maxRequest     int // the target's max_request_bytes: larger envelopes go thin
+	maxRequest     int     // the target's max_request_bytes: larger envelopes go thin
+	rate           float64 // rate_limit; 0 = unlimited
+	burst          int     // 0 = the default, ceil(rate)
+	adaptive       bool
 }
 
 // server is a provider endpoint on loopback whose handler can be swapped
@@ -274,6 +277,12 @@ func (e *env) endpoint(name string, o endpointOpts) *server {
 	}
 	for _, k := range o.kinds {
 		p.Kinds = append(p.Kinds, store.EndpointKind{Kind: k, KindVersion: 1})
+	}
+	if o.rate > 0 {
+		p.RateLimit, p.RateAdaptive = &o.rate, o.adaptive
+		if o.burst > 0 {
+			p.Burst = &o.burst
+		}
 	}
 	if o.health {
 		p.Health = store.EndpointHealth{URL: s.URL + "/converge/health", IntervalSecs: max(o.interval, 1),

@@ -123,6 +123,12 @@ var ( // immutable descriptors
 		"This pod's share of the endpoint's max_concurrency.", []string{"endpoint"}, nil)
 	breakerDesc = prometheus.NewDesc("converge_dispatch_endpoint_breaker_state",
 		"Circuit breaker state per endpoint: 0 closed, 1 half-open, 2 open.", []string{"endpoint"}, nil)
+	rateLimitDesc = prometheus.NewDesc("converge_dispatch_endpoint_rate_limit",
+		"The endpoint's configured rate limit (requests per second), for endpoints that have one.", []string{"endpoint"}, nil)
+	rateEffectiveDesc = prometheus.NewDesc("converge_dispatch_endpoint_rate_effective",
+		"The endpoint's effective rate (requests per second) as this pod's last lease of its shared bucket said; below rate_limit while an adaptive endpoint recovers from a throttle.", []string{"endpoint"}, nil)
+	rateWaitedDesc = prometheus.NewDesc("converge_dispatch_endpoint_rate_waited_total",
+		"Requests this pod sent to the endpoint only after waiting for a rate-limit token (its shared bucket had run dry).", []string{"endpoint"}, nil)
 	readyDesc = prometheus.NewDesc("converge_dispatch_endpoint_ready",
 		"1 if the endpoint takes tasks of the (kind, kind_version) now.", []string{"endpoint", "kind", "kind_version"}, nil)
 )
@@ -135,6 +141,9 @@ func (c endpointCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inflightDesc
 	ch <- limitDesc
 	ch <- breakerDesc
+	ch <- rateLimitDesc
+	ch <- rateEffectiveDesc
+	ch <- rateWaitedDesc
 	ch <- readyDesc
 }
 
@@ -143,6 +152,11 @@ func (c endpointCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(s.InFlight), s.Name)
 		ch <- prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(s.Limit), s.Name)
 		ch <- prometheus.MustNewConstMetric(breakerDesc, prometheus.GaugeValue, float64(s.Breaker), s.Name)
+		if s.RateLimit > 0 {
+			ch <- prometheus.MustNewConstMetric(rateLimitDesc, prometheus.GaugeValue, s.RateLimit, s.Name)
+			ch <- prometheus.MustNewConstMetric(rateEffectiveDesc, prometheus.GaugeValue, s.EffectiveRate, s.Name)
+			ch <- prometheus.MustNewConstMetric(rateWaitedDesc, prometheus.CounterValue, float64(s.RateWaited), s.Name)
+		}
 		for _, k := range s.Kinds {
 			v := 0.0
 			if k.Ready {

@@ -36,7 +36,7 @@ func serveMain() int {
 // database, ROLE all: `converge`, or `converge dev` (production settings
 // but for plain-http loopback providers).
 type process struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	logs   *logbuf.Buffer
 	exited chan struct{} // closed when the process has exited
@@ -58,7 +58,7 @@ type processOpts struct {
 // startProcess starts converge on the database at dsn and waits until its
 // /readyz on HEALTH_ADDR answers 200. The process is stopped (SIGTERM) when
 // the test ends, and its log shown if the test failed.
-func startProcess(t *testing.T, dsn string, o processOpts) *process {
+func startProcess(t testing.TB, dsn string, o processOpts) *process {
 	t.Helper()
 	key := func() string {
 		b := make([]byte, 32)

@@ -43,6 +43,9 @@ type EndpointApply struct {
 	MaxConcurrency     int                  `json:"max_concurrency,omitempty" doc:"Defaults to 64."`
 	MaxBatch           int                  `json:"max_batch,omitempty" doc:"Most tasks per request (1..256); defaults to 1, one task per request."`
 	RequestTimeoutSecs int                  `json:"request_timeout_secs,omitempty" doc:"Defaults to 30."`
+	RateLimit          *float64             `json:"rate_limit,omitempty" doc:"Most requests per second across every dispatch pod (a batch is one request), above 0; omitted = unlimited."`
+	Burst              *int                 `json:"burst,omitempty" doc:"The token bucket's size, at least 1; defaults to ceil(rate_limit). Only with rate_limit."`
+	RateAdaptive       bool                 `json:"rate_adaptive,omitempty" doc:"Let a 429 or a Lambda throttle lower the rate (halved, floor rate_limit/32), recovering to rate_limit within 60 s. Only with rate_limit."`
 	Enabled            *bool                `json:"enabled,omitempty" doc:"Defaults to true."`
 	// Secret lets the operator choose the signing secret, so the provider
 	// can hold it before the endpoint exists and its first health probe
@@ -151,6 +154,7 @@ func (s *Server) applyEndpoint(ctx context.Context, in *applyInput) (*applyOutpu
 	ep, res, secret, err := s.store.PutEndpoint(ctx, ec.Box, store.PutEndpointParams{
 		Name: b.Name, Kinds: b.Kinds, Target: b.Target, Health: b.Health,
 		MaxConcurrency: b.MaxConcurrency, MaxBatch: b.MaxBatch, RequestTimeoutSecs: b.RequestTimeoutSecs, Enabled: b.Enabled,
+		RateLimit: b.RateLimit, Burst: b.Burst, RateAdaptive: b.RateAdaptive,
 		Secret: store.EndpointSecret(b.Secret), Precondition: pre.Precondition,
 	})
 	if err != nil {

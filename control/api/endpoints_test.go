@@ -114,3 +114,40 @@ func TestEndpointMaxBatch(t *testing.T) {
 			wantProblem(t, http.StatusUnprocessableEntity, "body.max_batch")
 	}
 }
+
+// TestEndpointRateLimit: rate_limit, burst (defaulting to ceil(rate_limit))
+// and rate_adaptive are stored and shown with the shared bucket's state; bad
+// values are problems naming the field, and nothing is written.
+func TestEndpointRateLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{Endpoints: endpointsConfig(t)})
+	body := func(name, extra string) string {
+		return `{"name":"` + name + `","kinds":[{"kind":"vpc","kind_version":1}],"target":{"type":"https","url":"https://p.example/"}` + extra + `}`
+	}
+	r := b.do(http.MethodPost, "/api/v1/endpoints", body("limited", `,"rate_limit":2.5,"rate_adaptive":true`)).wantApply(t, "created")
+	o := r.object(t)
+	if o["rate_limit"] != 2.5 || o["burst"] != float64(3) || o["rate_adaptive"] != true {
+		t.Fatalf("rate_limit %v, burst %v, rate_adaptive %v; want 2.5, 3, true", o["rate_limit"], o["burst"], o["rate_adaptive"])
+	}
+	got := b.do(http.MethodGet, "/api/v1/endpoints/limited", "").object(t)
+	if st, _ := got["rate_state"].(map[string]any); st == nil || st["effective_rate"] != 2.5 || st["waited"] != float64(0) {
+		t.Fatalf("rate_state = %v, want effective_rate 2.5, waited 0", got["rate_state"])
+	}
+	b.do(http.MethodPost, "/api/v1/endpoints", body("limited", `,"rate_limit":20,"burst":5`)).wantApply(t, "configured")
+	if got := b.do(http.MethodGet, "/api/v1/endpoints/limited", "").object(t); got["burst"] != float64(5) || got["rate_adaptive"] != nil {
+		t.Fatalf("after re-apply: burst %v, rate_adaptive %v; want 5, omitted", got["burst"], got["rate_adaptive"])
+	}
+	if got := b.do(http.MethodGet, "/api/v1/endpoints/limited", "").object(t); got["rate_limit"] != float64(20) {
+		t.Fatalf("rate_limit = %v, want 20", got["rate_limit"])
+	}
+	for _, tc := range []struct{ extra, field string }{
+		{`,"rate_limit":0`, "body.rate_limit"},
+		{`,"rate_limit":-3`, "body.rate_limit"},
+		{`,"rate_limit":10,"burst":0`, "body.burst"},
+		{`,"burst":4`, "body.burst"},
+		{`,"rate_adaptive":true`, "body.rate_adaptive"},
+	} {
+		b.do(http.MethodPost, "/api/v1/endpoints", body("bad", tc.extra)).wantProblem(t, http.StatusUnprocessableEntity, tc.field)
+	}
+	b.do(http.MethodGet, "/api/v1/endpoints/bad", "").wantProblem(t, http.StatusNotFound, "")
+}

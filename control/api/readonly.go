@@ -73,4 +73,5 @@ type endpointReadOnly struct {
 	CreatedAt            ignored `json:"created_at"`
 	UpdatedAt            ignored `json:"updated_at"`
 	Live                 ignored `json:"live"`
+	RateState            ignored `json:"rate_state"`
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"net/url"
 	"regexp"
@@ -31,8 +32,14 @@ type Endpoint struct {
 	MaxConcurrency     int            `json:"max_concurrency" db:"max_concurrency" doc:"Most deliveries in flight at once (HTTP requests awaiting an answer)."`
 	MaxBatch           int            `json:"max_batch" db:"max_batch" doc:"Most tasks sent in one signed request (a {\"type\":\"batch\"} body, docs/protocol.md §16); 1 = one task per request. One batch takes one max_concurrency slot."`
 	RequestTimeoutSecs int            `json:"request_timeout_secs" db:"request_timeout_secs" doc:"Timeout of one HTTP request; separate from the kind's task deadline."`
-	Enabled            bool           `json:"enabled" db:"enabled" doc:"A disabled endpoint gets no deliveries."`
-	DisabledReason     string         `json:"disabled_reason,omitempty" db:"disabled_reason" readOnly:"true" doc:"Why the endpoint was disabled, e.g. it answered 410 Gone."`
+	// RateLimit, Burst and RateAdaptive are the endpoint's rate limit,
+	// enforced across every dispatch pod (docs/operations.md "Rate limits").
+	RateLimit      *float64           `json:"rate_limit,omitempty" db:"rate_limit" doc:"Most requests per second, across every dispatch pod (a batch is one request); omitted = unlimited."`
+	Burst          *int               `json:"burst,omitempty" db:"burst" doc:"Most requests sent at once after a quiet spell (the token bucket's size); defaults to ceil(rate_limit). Only with rate_limit."`
+	RateAdaptive   bool               `json:"rate_adaptive,omitempty" db:"rate_adaptive" doc:"A 429 or a Lambda throttle halves the effective rate (floor rate_limit/32, at most once a second), which climbs back by rate_limit/60 per second: full again within 60 s of the last throttle. Only with rate_limit."`
+	RateState      *EndpointRateState `json:"rate_state,omitempty" db:"rate_state" readOnly:"true" doc:"The shared bucket's state, with a rate limit: the effective rate and what was held back."`
+	Enabled        bool               `json:"enabled" db:"enabled" doc:"A disabled endpoint gets no deliveries."`
+	DisabledReason string             `json:"disabled_reason,omitempty" db:"disabled_reason" readOnly:"true" doc:"Why the endpoint was disabled, e.g. it answered 410 Gone."`
 	// SecretRotationEndsAt is when the previous signing secret stops signing
 	// after a rotation; nil when no rotation is in progress.
 	SecretRotationEndsAt *time.Time `json:"secret_rotation_ends_at,omitempty" db:"secret_rotation_ends_at" readOnly:"true" doc:"Until this instant both the previous and the current secret sign each delivery."`
@@ -41,6 +48,21 @@ type Endpoint struct {
 	// ResourceVersion changes on every write of the endpoint: an apply, a
 	// secret rotation, or the dispatcher disabling it (410 Gone).
 	ResourceVersion int64 `json:"resource_version" db:"resource_version" doc:"Changes on every write of the endpoint (an apply, a secret rotation, a 410 disabling it); send it back (or If-Match) to make a write conditional on it."`
+}
+
+// EndpointRateState is a rate-limited endpoint's shared bucket as every
+// dispatch pod sees it.
+type EndpointRateState struct {
+	// EffectiveRate is the rate now: rate_limit, or less while an adaptive
+	// endpoint recovers from a throttle.
+	EffectiveRate float64 `json:"effective_rate" doc:"Requests per second allowed now: rate_limit, or less while an adaptive endpoint recovers from a throttle."`
+	// LoweredAt is the last decrease still recovering; nil at full rate.
+	LoweredAt *time.Time `json:"lowered_at,omitempty" doc:"When a throttle last lowered the rate, while it is still climbing back."`
+	// Waited counts requests sent only after the limiter held them back
+	// (the bucket was empty), across every pod.
+	Waited int64 `json:"waited" doc:"Requests sent only after waiting for a token (the bucket was empty), across every dispatch pod."`
+	// Throttles counts the provider's 429s and Lambda throttles.
+	Throttles int64 `json:"throttles" doc:"429 answers and Lambda throttles from the provider."`
 }
 
 // EndpointKind is one (kind, kind_version) pair an endpoint serves.
@@ -136,6 +158,12 @@ type PutEndpointParams struct {
 	MaxBatch int
 	// RequestTimeoutSecs defaults to EndpointRequestTimeoutDefault when 0.
 	RequestTimeoutSecs int
+	// RateLimit is the most requests per second; nil = unlimited.
+	RateLimit *float64
+	// Burst defaults to ceil(RateLimit) when nil; it needs a RateLimit.
+	Burst *int
+	// RateAdaptive lets throttles lower the rate; it needs a RateLimit.
+	RateAdaptive bool
 	// Enabled defaults to true when nil. Enabling clears DisabledReason.
 	Enabled *bool
 	// Secret, when set, is the signing secret a created endpoint gets
@@ -155,6 +183,10 @@ const (
 	EndpointRequestTimeoutMax     = 3600
 	// EndpointMaxBatchMax bounds max_batch (the migration's CHECK agrees).
 	EndpointMaxBatchMax = 256
+	// EndpointRateLimitMax and EndpointBurstMax bound rate_limit and burst
+	// (the migration's CHECKs agree).
+	EndpointRateLimitMax = 1000000
+	EndpointBurstMax     = 1000000
 	// SecretRotationGraceDefault is how long the previous secret keeps
 	// signing after a rotation.
 	SecretRotationGraceDefault = 24 * time.Hour
@@ -166,7 +198,13 @@ var endpointNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-
 // jsonb columns (kinds, target, health) decode straight into their structs.
 const endpointCols = `name, kinds, target, health, max_concurrency, max_batch, request_timeout_secs, enabled, disabled_reason,
        CASE WHEN prev_secret_expires > now() THEN prev_secret_expires END AS secret_rotation_ends_at, created_at, updated_at,
-       resource_version`
+       resource_version,
+       rate_limit, burst, rate_adaptive,
+       CASE WHEN rate_limit IS NOT NULL THEN coalesce(
+           (SELECT jsonb_build_object('effective_rate', rate_effective(rate_limit, b.lowered_rate, b.lowered_at, now()),
+                                      'lowered_at', b.lowered_at, 'waited', b.waited, 'throttles', b.throttles)
+              FROM endpoint_rate_buckets b WHERE b.endpoint = name),
+           jsonb_build_object('effective_rate', rate_limit, 'waited', 0, 'throttles', 0)) END AS rate_state`
 
 // rowToEndpoint scans endpointCols.
 func rowToEndpoint(row pgx.CollectableRow) (Endpoint, error) {
@@ -216,6 +254,9 @@ func (p *PutEndpointParams) normalize() error {
 	case p.RequestTimeoutSecs < 1 || p.RequestTimeoutSecs > EndpointRequestTimeoutMax:
 		return &InvalidError{Location: "request_timeout_secs", Message: fmt.Sprintf("must be in 1..%d", EndpointRequestTimeoutMax)}
 	}
+	if err := p.normalizeRate(); err != nil {
+		return err
+	}
 	seen := make(map[EndpointKind]bool, len(p.Kinds))
 	for i, k := range p.Kinds {
 		loc := fmt.Sprintf("kinds[%d]", i)
@@ -233,6 +274,32 @@ func (p *PutEndpointParams) normalize() error {
 		return err
 	}
 	return p.Health.validate(p.Target)
+}
+
+// normalizeRate defaults burst to ceil(rate_limit) and checks the rate
+// fields.
+func (p *PutEndpointParams) normalizeRate() error {
+	if p.RateLimit == nil {
+		switch {
+		case p.Burst != nil:
+			return &InvalidError{Location: "burst", Message: "needs rate_limit"}
+		case p.RateAdaptive:
+			return &InvalidError{Location: "rate_adaptive", Message: "needs rate_limit"}
+		}
+		return nil
+	}
+	r := *p.RateLimit
+	if !(r > 0 && r <= EndpointRateLimitMax) { // NaN fails too
+		return &InvalidError{Location: "rate_limit", Message: fmt.Sprintf("must be a number of requests per second above 0, at most %d", EndpointRateLimitMax)}
+	}
+	if p.Burst == nil {
+		b := int(math.Ceil(r))
+		p.Burst = &b
+	}
+	if *p.Burst < 1 || *p.Burst > EndpointBurstMax {
+		return &InvalidError{Location: "burst", Message: fmt.Sprintf("must be in 1..%d", EndpointBurstMax)}
+	}
+	return nil
 }
 
 func (t *EndpointTarget) validate() error {
@@ -513,8 +580,9 @@ func newSealedSecret(ctx context.Context, box *SecretBox, name string, given End
 	return EndpointSecret(s), enc, nil
 }
 
-const endpointInsertSQL = `INSERT INTO endpoints (name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason, secret_enc, max_batch)
-VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7 THEN '' ELSE 'disabled by the operator' END, $8, $9)
+const endpointInsertSQL = `INSERT INTO endpoints (name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason, secret_enc, max_batch,
+       rate_limit, burst, rate_adaptive)
+VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7 THEN '' ELSE 'disabled by the operator' END, $8, $9, $10, $11, $12)
 RETURNING ` + endpointCols
 
 // CreateEndpoint registers a new endpoint and returns it with its freshly
@@ -530,7 +598,7 @@ func (s *Store) CreateEndpoint(ctx context.Context, box *SecretBox, p PutEndpoin
 	}
 	kinds, target, health := mustJSON(p.Kinds), mustJSON(p.Target), mustJSON(p.Health)
 	e, err := pgrun.CollectOne(ctx, s.pool, rowToEndpoint, endpointInsertSQL, p.Name, kinds, target, health,
-		p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch)
+		p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch, p.RateLimit, p.Burst, p.RateAdaptive)
 	if err != nil {
 		if code, _ := pgCode(err); code == codeUniqueViolation {
 			return Endpoint{}, "", &ConflictError{Message: fmt.Sprintf("endpoint %q already exists", p.Name)}
@@ -541,16 +609,20 @@ func (s *Store) CreateEndpoint(ctx context.Context, box *SecretBox, p PutEndpoin
 }
 
 const endpointUpsertSQL = `WITH up AS (
-    INSERT INTO endpoints AS e (name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason, secret_enc, max_batch)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7 THEN '' ELSE 'disabled by the operator' END, $8, $9)
+    INSERT INTO endpoints AS e (name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason, secret_enc, max_batch,
+           rate_limit, burst, rate_adaptive)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7 THEN '' ELSE 'disabled by the operator' END, $8, $9, $10, $11, $12)
     ON CONFLICT (name) DO UPDATE SET kinds = EXCLUDED.kinds, target = EXCLUDED.target, health = EXCLUDED.health,
         max_concurrency = EXCLUDED.max_concurrency, max_batch = EXCLUDED.max_batch, request_timeout_secs = EXCLUDED.request_timeout_secs,
         enabled = EXCLUDED.enabled,
+        rate_limit = EXCLUDED.rate_limit, burst = EXCLUDED.burst, rate_adaptive = EXCLUDED.rate_adaptive,
         disabled_reason = CASE WHEN EXCLUDED.enabled THEN '' WHEN e.enabled THEN EXCLUDED.disabled_reason ELSE e.disabled_reason END,
         updated_at = clock_timestamp()
-    WHERE (e.kinds, e.target, e.health, e.max_concurrency, e.max_batch, e.request_timeout_secs, e.enabled)
+    WHERE (e.kinds, e.target, e.health, e.max_concurrency, e.max_batch, e.request_timeout_secs, e.enabled,
+           e.rate_limit, e.burst, e.rate_adaptive)
           IS DISTINCT FROM (EXCLUDED.kinds, EXCLUDED.target, EXCLUDED.health, EXCLUDED.max_concurrency,
-                            EXCLUDED.max_batch, EXCLUDED.request_timeout_secs, EXCLUDED.enabled)
+                            EXCLUDED.max_batch, EXCLUDED.request_timeout_secs, EXCLUDED.enabled,
+                            EXCLUDED.rate_limit, EXCLUDED.burst, EXCLUDED.rate_adaptive)
     RETURNING e.*, e.xmax = 0 AS inserted
 )
 SELECT ` + endpointCols + `, CASE WHEN inserted THEN 'created' ELSE 'configured' END AS result FROM up
@@ -573,7 +645,8 @@ func (s *Store) PutEndpoint(ctx context.Context, box *SecretBox, p PutEndpointPa
 	var a endpointApplied
 	err = s.writeIf(ctx, p.Precondition, endpointWhat(p.Name), endpointVersionLock, []any{p.Name}, func(q writer) (err error) {
 		a, err = pgrun.CollectOne(ctx, q, pgx.RowToStructByName[endpointApplied], endpointUpsertSQL, p.Name, mustJSON(p.Kinds),
-			mustJSON(p.Target), mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch)
+			mustJSON(p.Target), mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch,
+			p.RateLimit, p.Burst, p.RateAdaptive)
 		return err
 	})
 	if err != nil {

@@ -174,6 +174,12 @@ func TestEndpointValidation(t *testing.T) {
 		{"batch too large", func(p *store.PutEndpointParams) { p.MaxBatch = store.EndpointMaxBatchMax + 1 }, "max_batch"},
 		{"negative batch", func(p *store.PutEndpointParams) { p.MaxBatch = -1 }, "max_batch"},
 		{"negative timeout", func(p *store.PutEndpointParams) { p.RequestTimeoutSecs = -1 }, "request_timeout_secs"},
+		{"zero rate", func(p *store.PutEndpointParams) { p.RateLimit = rateRef(0.0) }, "rate_limit"},
+		{"negative rate", func(p *store.PutEndpointParams) { p.RateLimit = rateRef(-1.0) }, "rate_limit"},
+		{"rate too high", func(p *store.PutEndpointParams) { p.RateLimit = rateRef(2e6) }, "rate_limit"},
+		{"zero burst", func(p *store.PutEndpointParams) { p.RateLimit, p.Burst = rateRef(5.0), rateRef(0) }, "burst"},
+		{"burst without rate", func(p *store.PutEndpointParams) { p.Burst = rateRef(3) }, "burst"},
+		{"adaptive without rate", func(p *store.PutEndpointParams) { p.RateAdaptive = true }, "rate_adaptive"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,12 +3,14 @@
 // endpoints_changed NOTIFY, and on a failsafe interval), and the runtime
 // state that decides where each task may go — in-flight counts against
 // max_concurrency, per-(kind, kind_version) readiness from health probes, the
-// circuit breaker, a 429 back-off, a 410 disable.
+// circuit breaker, a 429 back-off, a 410 disable, and the tokens this pod
+// leased from a rate-limited endpoint's shared bucket (rate.go).
 //
 // An endpoint is ready for a pair when it serves the pair, is enabled and
 // usable (its secret opens, its target passes the egress policy), is not
-// backing off, its breaker is not open (half-open admits one trial), and —
-// if it has a health URL — its probes say the pair is ready. A pair with no
+// backing off, its breaker is not open (half-open admits one trial), its
+// rate limit's shared bucket (if any) is not dry, and — if it has a health URL —
+// its probes say the pair is ready. A pair with no
 // ready endpoint on this pod is not claimed: its resources park, and
 // PairStatus says why.
 //
@@ -131,6 +133,11 @@ type Registry struct {
 	// breaker or a probe never waits for the database under mu.
 	alerts    chan store.AlertEvent
 	alertLoop startstop.Loop
+	// bg runs the rate limit's leases and throttle reports (rate.go) on
+	// bgCtx; Stop cancels them and waits.
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 
 	mu     sync.Mutex
 	loaded bool
@@ -138,7 +145,9 @@ type Registry struct {
 	byPair map[string][]*Endpoint
 	subs   []chan struct{}
 	rr     int
-	aws    *aws.Config // loaded with the first Lambda endpoint
+	// stopped: Stop was called; no more background work starts.
+	stopped bool
+	aws     *aws.Config // loaded with the first Lambda endpoint
 }
 
 // New returns a Registry reading endpoints through st, woken by wake (an
@@ -152,7 +161,8 @@ func New(cfg Config, st *store.Store, wake <-chan struct{}) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	return &Registry{cfg: cfg, st: st, wake: wake, shared: shared, freed: make(chan struct{}, 1),
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	return &Registry{cfg: cfg, st: st, wake: wake, shared: shared, freed: make(chan struct{}, 1), bgCtx: bgCtx, bgCancel: bgCancel,
 		alerts: make(chan store.AlertEvent, alertQueue), eps: map[string]*Endpoint{}, byPair: map[string][]*Endpoint{}}, nil
 }
 
@@ -163,10 +173,15 @@ func (r *Registry) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops refreshing, logs the alerts still queued and closes idle
-// connections.
+// Stop stops refreshing and leasing rate-limit tokens, logs the alerts
+// still queued and closes idle connections.
 func (r *Registry) Stop() {
 	r.loop.Stop()
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+	r.bgCancel()
+	r.bg.Wait()
 	r.alertLoop.Stop()
 	r.shared.CloseIdleConnections()
 }
@@ -288,6 +303,7 @@ func (r *Registry) Refresh(ctx context.Context) error {
 			old.client.CloseIdleConnections()
 		}
 		e.resetHealthLocked(c)
+		e.configureRateLocked(c.cfg.RateLimit, c.cfg.Burst)
 		if c.cfg.Enabled {
 			e.goneReason = ""
 		}
@@ -491,6 +507,7 @@ type Endpoint struct {
 	// probedHealthy: a probe of healthURL has been answered properly at
 	// least once; until then failed probes do not count (ReportProbe).
 	probedHealthy bool
+	rate          limiter // the rate limit's tokens on this pod (rate.go)
 }
 
 // pairHealth is the probed readiness of one pair at one endpoint.
@@ -612,7 +629,25 @@ func (e *Endpoint) capacityLocked(pair string, now time.Time) (int, string) {
 	if bc >= 0 {
 		spare = min(spare, bc)
 	}
+	rc, why := e.rateCapacityLocked(now)
+	if why != "" {
+		return 0, why
+	}
+	if rc >= 0 {
+		spare = min(spare, rc)
+	}
 	return spare, ""
+}
+
+// capacityLimitLocked is the most deliveries the endpoint may have in
+// flight on this pod: its share of max_concurrency, and with a rate limit
+// no more than a lease's chunk of tokens.
+func (e *Endpoint) capacityLimitLocked() int {
+	n := e.reg.limit(e.conf.Load())
+	if e.rate.limited() {
+		n = min(n, e.rate.chunk())
+	}
+	return n
 }
 
 // Claimable returns the "kind/version" pairs worth claiming now — those
@@ -641,7 +676,7 @@ func (r *Registry) Claimable(queued map[string]int) (pairs []string, spare, capa
 			if !used[e] {
 				used[e] = true
 				spare += n
-				capacity += r.limit(e.conf.Load()) * e.MaxBatch()
+				capacity += e.capacityLimitLocked() * e.MaxBatch()
 			}
 		}
 		if sum > queued[pair] {
@@ -717,7 +752,7 @@ func (r *Registry) Acquire(pair string, exclude ...string) (*Slot, bool) {
 		if slices.Contains(exclude, e.name) {
 			continue
 		}
-		if n, _ := e.capacityLocked(pair, now); n > 0 && (best == nil || e.inflight < best.inflight) {
+		if n, _ := e.capacityLocked(pair, now); n > 0 && (best == nil || e.inflight < best.inflight) && e.hasTokenLocked(now) {
 			best = e
 		}
 	}
@@ -728,6 +763,7 @@ func (r *Registry) Acquire(pair string, exclude ...string) (*Slot, bool) {
 	if !ok {
 		return nil, false
 	}
+	best.takeTokenLocked(now)
 	best.inflight++
 	return &Slot{ep: best, trial: trial}, true
 }

@@ -24,15 +24,26 @@ type EndpointStatus struct {
 	Unusable string `json:"unusable,omitempty"`
 	InFlight int    `json:"in_flight"`
 	// Limit is this pod's share of max_concurrency.
-	Limit        int             `json:"limit"`
-	Breaker      breaker.State   `json:"-"`
-	BreakerState string          `json:"breaker_state" enum:"closed,half-open,open"`
-	BreakerUntil *time.Time      `json:"breaker_until,omitempty"`
-	BackoffUntil *time.Time      `json:"backoff_until,omitempty"`
-	BackoffWhy   string          `json:"backoff_reason,omitempty"`
-	LastProbe    *time.Time      `json:"last_probe,omitempty"`
-	ProbeError   string          `json:"probe_error,omitempty"`
-	Kinds        []PairReadiness `json:"kinds"`
+	Limit        int           `json:"limit"`
+	Breaker      breaker.State `json:"-"`
+	BreakerState string        `json:"breaker_state" enum:"closed,half-open,open"`
+	BreakerUntil *time.Time    `json:"breaker_until,omitempty"`
+	BackoffUntil *time.Time    `json:"backoff_until,omitempty"`
+	BackoffWhy   string        `json:"backoff_reason,omitempty"`
+	// RateLimit is the configured requests per second (0: unlimited),
+	// EffectiveRate the rate as this pod's last lease said (lower while an
+	// adaptive endpoint recovers from a throttle), RateTokens the tokens
+	// this pod holds, RateWaited the requests it sent only after waiting
+	// for a token, and RateLeases the leases of the shared bucket it
+	// started (each one database round trip).
+	RateLimit     float64         `json:"rate_limit,omitempty"`
+	EffectiveRate float64         `json:"effective_rate,omitempty"`
+	RateTokens    int             `json:"rate_tokens,omitempty"`
+	RateWaited    int64           `json:"rate_waited,omitempty"`
+	RateLeases    int64           `json:"rate_leases,omitempty"`
+	LastProbe     *time.Time      `json:"last_probe,omitempty"`
+	ProbeError    string          `json:"probe_error,omitempty"`
+	Kinds         []PairReadiness `json:"kinds"`
 }
 
 // PairReadiness is whether the endpoint takes one pair's tasks now.
@@ -74,6 +85,7 @@ func (e *Endpoint) statusLocked(now time.Time) EndpointStatus {
 		InFlight: e.inflight, Limit: e.reg.limit(c), Breaker: e.breaker.State(now), ProbeError: e.probeErr,
 	}
 	s.BreakerState = s.Breaker.String()
+	s.RateLimit, s.EffectiveRate, s.RateTokens, s.RateWaited, s.RateLeases = e.rate.rate, e.rate.effective, e.rate.tokens, e.rate.waitedTotal, e.rate.leases
 	if u := e.breaker.Until(); !u.IsZero() {
 		s.BreakerUntil = &u
 	}

@@ -998,6 +998,11 @@ export interface components {
             upstream: components["schemas"]["DepEdge"][] | null;
         };
         EndpointApply: {
+            /**
+             * Format: int64
+             * @description The token bucket's size, at least 1; defaults to ceil(rate_limit). Only with rate_limit.
+             */
+            burst?: number;
             /** @description Defaults to true. */
             enabled?: boolean;
             health?: components["schemas"]["EndpointHealth"];
@@ -1013,6 +1018,13 @@ export interface components {
              */
             max_concurrency?: number;
             name: string;
+            /** @description Let a 429 or a Lambda throttle lower the rate (halved, floor rate_limit/32), recovering to rate_limit within 60 s. Only with rate_limit. */
+            rate_adaptive?: boolean;
+            /**
+             * Format: double
+             * @description Most requests per second across every dispatch pod (a batch is one request), above 0; omitted = unlimited.
+             */
+            rate_limit?: number;
             /**
              * Format: int64
              * @description Defaults to 30.
@@ -1058,6 +1070,28 @@ export interface components {
         };
         EndpointList: {
             items: components["schemas"]["EndpointView"][] | null;
+        };
+        EndpointRateState: {
+            /**
+             * Format: double
+             * @description Requests per second allowed now: rate_limit, or less while an adaptive endpoint recovers from a throttle.
+             */
+            effective_rate: number;
+            /**
+             * Format: date-time
+             * @description When a throttle last lowered the rate, while it is still climbing back.
+             */
+            lowered_at?: string;
+            /**
+             * Format: int64
+             * @description 429 answers and Lambda throttles from the provider.
+             */
+            throttles: number;
+            /**
+             * Format: int64
+             * @description Requests sent only after waiting for a token (the bucket was empty), across every dispatch pod.
+             */
+            waited: number;
         };
         EndpointTarget: {
             /**
@@ -1128,6 +1162,11 @@ export interface components {
             };
         };
         EndpointView: {
+            /**
+             * Format: int64
+             * @description Most requests sent at once after a quiet spell (the token bucket's size); defaults to ceil(rate_limit). Only with rate_limit.
+             */
+            burst?: number;
             /** Format: date-time */
             readonly created_at: string;
             /** @description Why the endpoint was disabled, e.g. it answered 410 Gone. */
@@ -1152,6 +1191,15 @@ export interface components {
             max_concurrency: number;
             /** @description Unique name: letters, digits, '.', '_' or '-', at most 63. */
             name: string;
+            /** @description A 429 or a Lambda throttle halves the effective rate (floor rate_limit/32, at most once a second), which climbs back by rate_limit/60 per second: full again within 60 s of the last throttle. Only with rate_limit. */
+            rate_adaptive?: boolean;
+            /**
+             * Format: double
+             * @description Most requests per second, across every dispatch pod (a batch is one request); omitted = unlimited.
+             */
+            rate_limit?: number;
+            /** @description The shared bucket's state, with a rate limit: the effective rate and what was held back. */
+            readonly rate_state?: components["schemas"]["EndpointRateState"];
             /**
              * Format: int64
              * @description Timeout of one HTTP request; separate from the kind's task deadline.

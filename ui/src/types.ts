@@ -73,5 +73,10 @@ interface EndpointLive {
   last_probe?: string;
   probe_error?: string;
   unusable?: string;
+  rate_limit?: number;
+  effective_rate?: number;
+  rate_tokens?: number;
+  rate_waited?: number;
+  rate_leases?: number;
   kinds: { kind: string; kind_version: number; ready: boolean; reason?: string }[];
 }

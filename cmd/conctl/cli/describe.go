@@ -238,9 +238,23 @@ func describeEndpoint(w io.Writer, o obj) {
 	k.add("Target", endpointTarget(o))
 	k.add("Kinds", kindVersions(o.get("kinds")))
 	k.add("Enabled", o.str("enabled"))
+	if rate := o.str("rate_limit"); rate != "" {
+		k.add("Rate limit", rate+"/s, burst "+o.str("burst")+adaptiveText(o))
+		k.add("Effective rate", o.str("rate_state", "effective_rate")+"/s")
+		k.add("Waited", o.str("rate_state", "waited")+" requests (sent after the shared bucket ran dry)")
+		k.add("Throttles", o.str("rate_state", "throttles")+" (429s and Lambda throttles)")
+	}
 	k.add("Created", timestamp(o.str("created_at")))
 	k.add("Updated", timestamp(o.str("updated_at")))
 	k.flush()
+}
+
+// adaptiveText marks an adaptive rate limit.
+func adaptiveText(o obj) string {
+	if o.str("rate_adaptive") == "true" {
+		return ", adaptive"
+	}
+	return ""
 }
 
 // writeJSONBlock writes "Title:" and v as indented JSON, or "Title: <none>".

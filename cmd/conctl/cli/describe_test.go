@@ -80,6 +80,19 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 
+	// A rate limit set in the manifest is shown with its shared state.
+	b.seed(t, "ep", "name: slow\ntarget: {type: https, url: 'https://x/slow'}\nkinds: [{kind: box, kind_version: 1}]\nrate_limit: 2.5\nrate_adaptive: true\n")
+	r = b.run(t, "", "describe", "endpoint", "slow")
+	wantCode(t, r, ExitOK)
+	for _, want := range []string{"Rate limit:     2.5/s, burst 3, adaptive\n", "Effective rate: 2.5/s\n", "Waited:         0 requests", "Throttles:      0 "} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("describe endpoint slow lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if r = b.run(t, "", "describe", "endpoint", "net"); strings.Contains(r.stdout, "Rate limit") {
+		t.Errorf("describe of an endpoint without a rate limit shows one:\n%s", r.stdout)
+	}
+
 	r = b.run(t, "", "describe", "resource", "box/nope")
 	wantCode(t, r, ExitFailure)
 }

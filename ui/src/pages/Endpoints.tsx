@@ -29,6 +29,92 @@ function Health({ e }: { e: Endpoint }) {
   );
 }
 
+function rateText(e: Endpoint): string {
+  if (e.rate_limit == null) return "unlimited";
+  return `${e.rate_limit}/s, burst ${e.burst ?? ""}${e.rate_adaptive ? ", adaptive" : ""}`;
+}
+
+// RateLimit shows an endpoint's rate limit with the shared bucket's state,
+// and edits it: the endpoint is applied again (POST /endpoints) with its
+// other settings as they are, conditional on its resource_version.
+function RateLimit({ e, reload }: { e: Endpoint; reload: () => void }) {
+  const [rate, setRate] = useState<string | null>(null);
+  const [burst, setBurst] = useState<string | null>(null);
+  const [adaptive, setAdaptive] = useState<boolean | null>(null);
+  const [error, setError] = useState<unknown>();
+  const [result, setResult] = useState("");
+  const vRate = rate ?? (e.rate_limit == null ? "" : String(e.rate_limit));
+  const vBurst = burst ?? (e.burst == null ? "" : String(e.burst));
+  const vAdaptive = adaptive ?? !!e.rate_adaptive;
+  const edited = rate !== null || burst !== null || adaptive !== null;
+  const save = async () => {
+    setError(undefined);
+    const body = {
+      name: e.name,
+      kinds: e.kinds,
+      target: e.target,
+      health: e.health,
+      max_concurrency: e.max_concurrency,
+      max_batch: e.max_batch,
+      request_timeout_secs: e.request_timeout_secs,
+      enabled: e.enabled,
+      rate_limit: vRate.trim() === "" ? undefined : Number(vRate),
+      burst: vBurst.trim() === "" ? undefined : Number(vBurst),
+      rate_adaptive: vAdaptive || undefined,
+      resource_version: e.resource_version,
+    };
+    try {
+      const a = await call<Endpoint>("POST", "/endpoints", body);
+      setResult(a.headers.get("X-Apply-Result") ?? "saved");
+      setRate(null);
+      setBurst(null);
+      setAdaptive(null);
+      reload();
+    } catch (err) {
+      setError(err);
+    }
+  };
+  const st = e.rate_state;
+  return (
+    <Section title="Rate limit">
+      <Fields
+        rows={[
+          ["rate limit", <span data-testid="rate-limit">{rateText(e)}</span>],
+          ["effective rate", st ? <span data-testid="effective-rate">{`${Math.round(st.effective_rate * 100) / 100}/s`}</span> : undefined],
+          ["lowered by a throttle", st?.lowered_at ? <When at={st.lowered_at} /> : undefined],
+          ["requests that waited", st ? <span data-testid="rate-waited">{st.waited}</span> : undefined],
+          ["throttles (429s)", st ? <span data-testid="rate-throttles">{st.throttles}</span> : undefined],
+        ]}
+      />
+      <p className="muted">Requests per second across every dispatch pod; a batch is one request. Empty = unlimited; burst empty = the rate, rounded up.</p>
+      <form
+        className="filters"
+        aria-label="Rate limit"
+        onSubmit={(ev) => {
+          ev.preventDefault();
+          void save();
+        }}
+      >
+        <label>
+          rate limit /s <input type="number" name="rate_limit" min={0} step="any" value={vRate} onChange={(ev) => setRate(ev.target.value)} />
+        </label>
+        <label>
+          burst <input type="number" name="burst" min={1} step={1} value={vBurst} onChange={(ev) => setBurst(ev.target.value)} />
+        </label>
+        <label>
+          <input type="checkbox" name="rate_adaptive" checked={vAdaptive} onChange={(ev) => setAdaptive(ev.target.checked)} /> adaptive (a 429 halves
+          it; back within 60 s)
+        </label>
+        <button type="submit" disabled={!edited}>
+          Save rate limit
+        </button>
+      </form>
+      <p aria-live="polite">{result}</p>
+      <ProblemView error={error} />
+    </Section>
+  );
+}
+
 export function Endpoints() {
   const list = useLive(() => get<EndpointList>("/endpoints"), [], ["endpoints"]);
   const items = list.data?.items ?? [];
@@ -175,6 +261,7 @@ export function EndpointDetail({ name }: { name: string }) {
                   ["target", `${e.target.type}: ${target(e)}`],
                   ["health probe", e.health.url ?? e.health.type],
                   ["max concurrency", e.max_concurrency],
+                  ["rate limit", rateText(e)],
                   ["request timeout", `${e.request_timeout_secs} s`],
                   ["enabled", e.enabled ? "yes" : `no ${e.disabled_reason ?? ""}`],
                   ["secret rotation ends", e.secret_rotation_ends_at ? <When at={e.secret_rotation_ends_at} /> : undefined],
@@ -187,6 +274,12 @@ export function EndpointDetail({ name }: { name: string }) {
                   rows={[
                     ["breaker", <Breaker e={e} />],
                     ["in flight / max", <span data-testid="inflight">{`${e.live.in_flight} / ${e.max_concurrency} (limit now ${e.live.limit})`}</span>],
+                    [
+                      "rate (this pod)",
+                      e.live.rate_limit
+                        ? `${Math.round((e.live.effective_rate ?? 0) * 100) / 100}/s effective, ${e.live.rate_tokens ?? 0} tokens held, ${e.live.rate_waited ?? 0} sent after waiting`
+                        : undefined,
+                    ],
                     ["backing off until", e.live.backoff_until ? <When at={e.live.backoff_until} /> : undefined],
                     ["back-off reason", e.live.backoff_reason],
                     ["last probe", <When at={e.live.last_probe} />],
@@ -199,6 +292,7 @@ export function EndpointDetail({ name }: { name: string }) {
               )}
             </Section>
           </div>
+          <RateLimit e={e} reload={ep.reload} />
           <Section title="Health per kind">
             <Health e={e} />
           </Section>
