@@ -756,6 +756,54 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/role-bindings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List role bindings
+         * @description The bindings that grant a role in the namespace (its own and the cluster-wide ones), by name, or with namespace=* every binding. Reading them needs the viewer role there.
+         */
+        get: operations["list-role-bindings"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/role-bindings/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a role binding
+         * @description Needs the viewer role in the binding's namespace; a cluster-wide binding, a role in any namespace.
+         */
+        get: operations["get-role-binding"];
+        /**
+         * Create or replace a role binding
+         * @description Grants role to user or group in the namespace, or everywhere with cluster_wide. Creates (201) or replaces (200); X-Apply-Result says created, configured or unchanged. Needs the admin role in the binding's namespace, and in the namespace of the binding it replaces; a cluster-wide binding needs a cluster-wide admin. Takes effect at once.
+         */
+        put: operations["put-role-binding"];
+        post?: never;
+        /**
+         * Delete a role binding
+         * @description Needs the admin role in the binding's namespace; a cluster-wide binding, a cluster-wide admin. Takes effect at once.
+         */
+        delete: operations["delete-role-binding"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/version": {
         parameters: {
             query?: never;
@@ -1807,6 +1855,44 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
+        RoleBinding: {
+            /** @description The role is granted in every namespace and, for admin, over the cluster-wide objects. */
+            cluster_wide: boolean;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** @description The group bound: any caller whose groups claim holds it. Exactly one of user and group. */
+            group?: string;
+            /** @description Unique across the plane. */
+            name: string;
+            /** @description The namespace the role is granted in; absent for a cluster-wide binding. */
+            namespace?: string;
+            /** @enum {string} */
+            role: "viewer" | "editor" | "operator" | "admin";
+            /** Format: date-time */
+            readonly updated_at: string;
+            /** @description The user bound: an OIDC token's subject (the username claim). Exactly one of user and group. */
+            user?: string;
+        };
+        RoleBindingApply: {
+            /** @description Grant the role in every namespace (and, for admin, over the cluster-wide objects); the binding then has no namespace. */
+            cluster_wide?: boolean;
+            /** @description The group bound: every caller whose groups claim holds it. Exactly one of user and group. */
+            group?: string;
+            /** @description When present, must equal the path's name. */
+            name?: string;
+            /** @description When present, must equal the namespace query parameter (default: default). */
+            namespace?: string;
+            /**
+             * @description The role granted; each includes the ones before it.
+             * @enum {string}
+             */
+            role: "viewer" | "editor" | "operator" | "admin";
+            /** @description The user bound: an OIDC token's subject (its username claim). Exactly one of user and group. */
+            user?: string;
+        };
+        RoleBindingList: {
+            items: components["schemas"]["RoleBinding"][] | null;
+        };
         RollbackRequest: {
             /**
              * @description The spec revision to re-apply (see spec-history).
@@ -1970,6 +2056,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role cluster-wide. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -2004,6 +2099,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role cluster-wide. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2076,7 +2180,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the admin role cluster-wide. A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2135,6 +2239,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role cluster-wide. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2204,7 +2317,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the admin role cluster-wide. A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2278,6 +2391,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role cluster-wide. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -2339,6 +2461,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -2385,6 +2516,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2459,7 +2599,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the operator role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2544,6 +2684,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -2609,7 +2758,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the operator role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2698,6 +2847,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -2763,7 +2921,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the operator role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2869,6 +3027,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -2936,7 +3103,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the operator role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3018,7 +3185,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the operator role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3114,6 +3281,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs a role in some namespace. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -3177,7 +3353,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the admin role cluster-wide. A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3250,6 +3426,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs a role in some namespace. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3343,7 +3528,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the admin role cluster-wide. A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3444,6 +3629,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs a role in some namespace. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -3508,7 +3702,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the admin role cluster-wide. A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3598,6 +3792,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs a role in some namespace. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -3660,6 +3863,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs a role in some namespace. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -3706,6 +3918,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3787,7 +4008,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3887,6 +4108,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -3952,7 +4182,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4053,6 +4283,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -4118,7 +4357,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4207,6 +4446,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4272,7 +4520,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4379,6 +4627,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -4453,7 +4710,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4555,6 +4812,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4625,7 +4891,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4721,6 +4987,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4778,6 +5053,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4854,6 +5138,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4911,6 +5204,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4981,6 +5283,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5072,7 +5383,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5164,6 +5475,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -5232,7 +5552,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5327,7 +5647,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5422,7 +5742,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5534,7 +5854,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5628,6 +5948,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -5685,6 +6014,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5761,7 +6099,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5867,7 +6205,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5961,9 +6299,317 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "list-role-bindings": {
+        parameters: {
+            query?: {
+                /** @description List the bindings that grant a role in this namespace: its own and the cluster-wide ones. * lists every binding (a cluster-wide role is needed). Default: default. */
+                namespace?: string;
+                /** @description Only bindings of this role. */
+                role?: "viewer" | "editor" | "operator" | "admin";
+                /** @description Only bindings of this user. */
+                user?: string;
+                /** @description Only bindings of this group. */
+                group?: string;
+            };
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoleBindingList"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "get-role-binding": {
+        parameters: {
+            query?: {
+                /** @description When present, the binding must grant its role in this namespace (be of it, or cluster-wide), or it is not found. */
+                namespace?: string;
+            };
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path: {
+                /** @description The binding's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoleBinding"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the role stated above in the binding's namespace (cluster-wide for a cluster-wide binding). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "put-role-binding": {
+        parameters: {
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+                /** @description The namespace the role is granted in. Default: default. Not with cluster_wide. */
+                namespace?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The binding's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RoleBindingApply"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    ETag?: string;
+                    "X-Apply-Result"?: "created" | "configured" | "unchanged";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoleBinding"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the role stated above in the binding's namespace (cluster-wide for a cluster-wide binding). A read token is refused every write. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "delete-role-binding": {
+        parameters: {
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+                /** @description When present, the binding must grant its role in this namespace (be of it, or cluster-wide), or it is not found. */
+                namespace?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The binding's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the role stated above in the binding's namespace (cluster-wide for a cluster-wide binding). A read token is refused every write. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {
