@@ -359,7 +359,9 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 func (s *Server) App() *fiber.App { return s.app }
 
 // API returns the huma API, to register further operations (with paths
-// under Prefix). They get the same auth, limits and problem responses; an
+// under Prefix). They get the same auth, limits and problem responses, and
+// need a cluster-wide admin unless the route-by-role table (rbac.go) lists
+// their operation IDs; an
 // error they return as huma.ErrorXxx or through ErrorFor is rendered as a
 // Problem.
 func (s *Server) API() huma.API { return s.api }

@@ -362,8 +362,9 @@ func operationAccess(doc map[string]json.RawMessage, perms map[string]permission
 				if _, ok := responses["401"]; !ok {
 					responses["401"] = unauthorized
 				}
-				if _, ok := responses["403"]; !ok && (!read || perms[id].scope != authenticated) {
-					responses["403"] = problem("Forbidden: " + perms[id].describe(read))
+				perm := permissionOf(perms, id)
+				if _, ok := responses["403"]; !ok && (!read || perm.scope != authenticated) {
+					responses["403"] = problem("Forbidden: " + perm.describe(read))
 				}
 			}
 			var err error

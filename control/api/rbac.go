@@ -76,8 +76,9 @@ type permission struct {
 
 // permissions is the route-by-role table: every operation of the API by
 // its operation ID (a GET's HEAD twin, "<id>-head", shares its entry). An
-// operation missing from it is refused to every caller (authorize), and
-// TestRouteByRole fails on it. docs/api.md lists it.
+// operation missing from it (one registered later through API) needs the
+// strongest role, a cluster-wide admin (authorize), and TestRouteByRole
+// fails on it. docs/api.md lists it.
 func permissions() map[string]permission {
 	view, edit, operate := permission{roleViewer, inNamespace}, permission{roleEditor, inNamespace}, permission{roleOperator, inNamespace}
 	kindRead, clusterRead, clusterAdmin := permission{roleViewer, anywhere}, permission{roleViewer, clusterWide}, permission{roleAdmin, clusterWide}
@@ -327,19 +328,21 @@ func requestNamespace(c *fiber.Ctx) string {
 	return cmp.Or(c.Query("namespace"), DefaultNamespace)
 }
 
+// permissionOf is operation id's entry in perms; an operation missing
+// from it needs a cluster-wide admin. A GET's HEAD twin takes the GET's.
+func permissionOf(perms map[string]permission, id string) permission {
+	if p, ok := perms[strings.TrimSuffix(id, "-head")]; ok {
+		return p
+	}
+	return permission{roleAdmin, clusterWide}
+}
+
 // authorize is the huma middleware that enforces the route-by-role table
 // (permissions) on every operation, before its handler reads the body:
 // a refusal is a 403 and writes nothing.
 func (s *Server) authorize(ctx huma.Context, next func(huma.Context)) {
 	c := humafiber.Unwrap(ctx)
-	id := strings.TrimSuffix(ctx.Operation().OperationID, "-head")
-	perm, ok := s.perms[id]
-	if !ok {
-		_ = writeProblem(c, newProblem(http.StatusForbidden, typeForbidden,
-			"operation "+id+" has no entry in the route-by-role table; it is refused to every caller"))
-		return
-	}
-	if p := s.check(c.UserContext(), perm, requestNamespace(c)); p != nil {
+	if p := s.check(c.UserContext(), permissionOf(s.perms, ctx.Operation().OperationID), requestNamespace(c)); p != nil {
 		_ = writeProblem(c, p)
 		return
 	}
