@@ -248,7 +248,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, store: st, kinds: kinds, log: log, auth: newAuth(cfg.ReadTokens, cfg.AdminTokens, cfg.Authenticator),
-		perms: permissions(), bindings: &bindingCache{st: st, timeout: cfg.RequestTimeout}}
+		perms: permissions(), bindings: &bindingCache{st: st, ttl: bindingCacheTTL, timeout: cfg.RequestTimeout}}
 
 	s.app = fiber.New(fiber.Config{
 		AppName:        "converge",

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"mime"
 	"net/http"
 	"strconv"
@@ -15,9 +16,10 @@ import (
 // (an OIDC token, say) and names its caller: a Subject and the Groups role
 // bindings may name, with TokenName empty and Anonymous false.
 type Authenticator interface {
-	// Authenticate returns the caller token identifies, or an error saying
-	// why it identifies none (unknown issuer, bad signature, expired, wrong
-	// audience): the request is then refused with 401 and the error's text.
+	// Authenticate returns the caller token identifies, or an error: a
+	// *Problem is answered as is (a 503 while the issuer cannot be reached,
+	// say), any other error means the token identifies no one (bad
+	// signature, expired, wrong audience) and is answered 401 with its text.
 	Authenticate(ctx context.Context, token string) (Principal, error)
 }
 
@@ -58,19 +60,25 @@ func indexOf(sum [32]byte, tokens [][32]byte) int {
 }
 
 func (a *auth) middleware(c *fiber.Ctx) error {
-	p, challenge := a.check(c.Get(fiber.HeaderAuthorization), c.Method())
+	header := c.Get(fiber.HeaderAuthorization)
+	p, challenge := a.check(header, c.Method())
 	if p == nil {
-		c.SetUserContext(withPrincipal(c.UserContext(), a.principal(c.Get(fiber.HeaderAuthorization))))
+		c.SetUserContext(withPrincipal(c.UserContext(), a.principal(header)))
 		return c.Next()
 	}
-	if a.authn != nil && challenge != "" && p.Status == http.StatusUnauthorized && bearer(c.Get(fiber.HeaderAuthorization)) != "" {
-		who, err := a.authn.Authenticate(c.UserContext(), bearer(c.Get(fiber.HeaderAuthorization)))
+	// A bearer token that is none of the static ones: the Authenticator's.
+	if token := bearer(header); a.authn != nil && token != "" && p.Status == http.StatusUnauthorized {
+		who, err := a.authn.Authenticate(c.UserContext(), token)
 		if err == nil {
 			who.TokenName, who.Anonymous = "", false
 			c.SetUserContext(withPrincipal(c.UserContext(), who))
 			return c.Next()
 		}
-		p = newProblem(http.StatusUnauthorized, typeUnauthorized, "the bearer token is not valid: "+err.Error())
+		if !errors.As(err, &p) {
+			p = newProblem(http.StatusUnauthorized, typeUnauthorized, "the bearer token is not valid: "+err.Error())
+		} else if p.Status != http.StatusUnauthorized {
+			challenge = ""
+		}
 	}
 	if challenge != "" {
 		c.Set(fiber.HeaderWWWAuthenticate, challenge)

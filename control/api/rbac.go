@@ -185,7 +185,8 @@ const bindingCacheTTL = 2 * time.Second
 // query.
 type bindingCache struct {
 	st      *store.Store
-	timeout time.Duration
+	ttl     time.Duration // bindingCacheTTL
+	timeout time.Duration // of one read of the table
 
 	mu      sync.Mutex
 	at      time.Time
@@ -194,14 +195,14 @@ type bindingCache struct {
 }
 
 // bindingsOf returns the bindings that name the user subject or any of
-// groups, reading the table when the cache is empty or older than its TTL.
+// groups, reading the table when the cache is empty or older than c.ttl.
 // The read runs outside the request's context: under a dry run, that
 // context is the dry run's transaction (store.DryRun), and the cache holds
 // what is committed.
 func (c *bindingCache) bindingsOf(subject string, groups []string) ([]store.RoleBinding, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.byUser == nil || time.Since(c.at) >= bindingCacheTTL {
+	if c.byUser == nil || time.Since(c.at) >= c.ttl {
 		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 		defer cancel()
 		at := time.Now()

@@ -11,14 +11,19 @@ import (
 	"time"
 
 	"github.com/convergeplane/converge/control/api"
+	problemdoc "github.com/convergeplane/converge/internal/problem"
 )
 
 // testIdP is the tests' Authenticator, standing in for an OIDC verifier:
 // the token "user:<subject>" or "user:<subject>:<group>,<group>" names that
-// caller; any other token is refused.
+// caller; "issuer-down" gets the 503 of an issuer that cannot be reached;
+// any other token is refused.
 type testIdP struct{}
 
 func (testIdP) Authenticate(_ context.Context, token string) (api.Principal, error) {
+	if token == "issuer-down" {
+		return api.Principal{}, problemdoc.New(http.StatusServiceUnavailable, problemdoc.TypeUnavailable, "the issuer cannot be reached")
+	}
 	rest, ok := strings.CutPrefix(token, "user:")
 	if !ok || rest == "" {
 		return api.Principal{}, errors.New("not a test identity")
@@ -435,13 +440,19 @@ func TestRoleBindingsAPI(t *testing.T) {
 }
 
 // TestAuthenticator: a token neither static nor accepted by the
-// Authenticator is a 401 naming why; static tokens keep their roles.
+// Authenticator is a 401 naming why, a problem the Authenticator returns is
+// answered as is; static tokens keep their roles.
 func TestAuthenticator(t *testing.T) {
 	t.Parallel()
 	m := newRBACMutator(t)
 	r := request{method: http.MethodGet, path: "/api/v1/version", token: "forged"}
-	if a := m.send(r); a.status != http.StatusUnauthorized || !strings.Contains(string(a.body), "not a test identity") {
+	if a := m.send(r); a.status != http.StatusUnauthorized || !strings.Contains(string(a.body), "not a test identity") ||
+		a.header.Get("WWW-Authenticate") == "" {
 		t.Errorf("an unknown token: %s", a.dump(r))
+	}
+	r = request{method: http.MethodGet, path: "/api/v1/version", token: "issuer-down"}
+	if a := m.send(r); a.status != http.StatusServiceUnavailable || notProblem(a) != "" || a.header.Get("WWW-Authenticate") != "" {
+		t.Errorf("a token the Authenticator cannot check: %s", a.dump(r))
 	}
 	r = request{method: http.MethodGet, path: "/api/v1/resources", token: "read-token"}
 	if a := m.send(r); a.status != http.StatusOK {
