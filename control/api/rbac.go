@@ -254,10 +254,13 @@ func (s *Server) RoleBindingsOf(ctx context.Context) ([]store.RoleBinding, error
 // grantsOf returns the roles of the caller of ctx: a static admin token
 // and the anonymous caller of an open API are cluster-wide admins, a
 // static read token a cluster-wide viewer, and anyone else holds what its
-// bindings grant.
+// bindings grant. An anonymous caller of an API with authentication (a
+// route the auth middleware let through unnamed) holds no role.
 func (s *Server) grantsOf(ctx context.Context) (grants, error) {
 	p := PrincipalFrom(ctx)
 	switch {
+	case p.Anonymous && s.auth.enabled():
+		return grants{}, nil
 	case p.Anonymous:
 		return grants{cluster: roleAdmin}, nil
 	case p.TokenName != "":

@@ -58,3 +58,28 @@ func TestBindingCache(t *testing.T) {
 		t.Errorf("past its lifetime: %v, want [a a2 d o]", got)
 	}
 }
+
+// TestUnnamedCallerRoles: a request that reaches a role check without a
+// principal (a route the auth middleware let through unnamed) is the
+// anonymous caller, a cluster-wide admin only while the API has no
+// authentication at all.
+func TestUnnamedCallerRoles(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		auth *auth
+		want role
+	}{
+		{newAuth(nil, nil, nil), roleAdmin},
+		{newAuth(nil, []string{"admin-token"}, nil), noRole},
+		{newAuth([]string{"read-token"}, nil, nil), noRole},
+	} {
+		s := &Server{auth: c.auth}
+		g, err := s.grantsOf(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.cluster != c.want || g.anywhere() != c.want {
+			t.Errorf("auth enabled %v: the unnamed caller holds %s, want %s", c.auth.enabled(), g.anywhere(), c.want)
+		}
+	}
+}
