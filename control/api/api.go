@@ -73,9 +73,14 @@ type Config struct {
 	// routes under /api/v1.
 	ReadTokens []string
 	// AdminTokens are bearer tokens that may call every route. When neither
-	// ReadTokens nor AdminTokens is set, the API is open. /livez, /readyz,
-	// /openapi.json and /docs never need a token; /metrics needs a read one.
+	// ReadTokens nor AdminTokens nor an Authenticator is set, the API is
+	// open. /livez, /readyz, /openapi.json and /docs never need a token;
+	// /metrics needs a read one.
 	AdminTokens []string
+	// Authenticator, when set, verifies the bearer tokens that are none of
+	// the static ones (OIDC tokens): its callers may do what their role
+	// bindings allow (docs/api.md, "Roles and role bindings").
+	Authenticator Authenticator
 	// RequestTimeout bounds the work of one request (its database calls).
 	// Defaults to 30 seconds.
 	RequestTimeout time.Duration
@@ -220,6 +225,10 @@ type Server struct {
 	api   huma.API
 	auth  *auth
 	docs  *openAPIDoc
+	// perms is the route-by-role table (rbac.go); bindings caches the role
+	// bindings it is checked against.
+	perms    map[string]permission
+	bindings *bindingCache
 }
 
 // New builds the API. st is the store every handler writes through; kinds
@@ -238,7 +247,8 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, store: st, kinds: kinds, log: log, auth: newAuth(cfg.ReadTokens, cfg.AdminTokens)}
+	s := &Server{cfg: cfg, store: st, kinds: kinds, log: log, auth: newAuth(cfg.ReadTokens, cfg.AdminTokens, cfg.Authenticator),
+		perms: permissions(), bindings: &bindingCache{st: st, ttl: bindingCacheTTL, timeout: cfg.RequestTimeout}}
 
 	s.app = fiber.New(fiber.Config{
 		AppName:        "converge",
@@ -292,7 +302,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	if cfg.Metrics != nil {
 		// Metrics name endpoints, kinds and error counts: a read, guarded
 		// like one.
-		s.app.Get("/metrics", s.auth.middleware, adaptor.HTTPHandler(cfg.Metrics))
+		s.app.Get("/metrics", s.auth.middleware, s.guard(metricsPermission), adaptor.HTTPHandler(cfg.Metrics))
 	}
 
 	hc := huma.DefaultConfig("Converge API", cfg.Version)
@@ -316,9 +326,12 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	hc.DocsPath = ""
 	if cfg.Events != nil {
 		// Before huma's routes: a stream is written by Fiber directly.
-		s.app.Get(Prefix+"/events/stream", cfg.Events.handler(cfg.WriteTimeout))
+		s.app.Get(Prefix+"/events/stream", s.guard(eventStreamPermission), cfg.Events.handler(cfg.WriteTimeout))
 	}
 	s.api = humafiber.NewWithGroup(s.app, literalColons{s.app}, hc)
+	// Before any operation is registered: huma wraps each in the
+	// middlewares it has when the operation is registered.
+	s.api.UseMiddleware(s.authorize)
 
 	s.registerHealth()
 	s.registerManifests()
@@ -330,6 +343,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.registerProviderConfigs()
 	s.registerBindings()
 	s.registerAlertSinks()
+	s.registerRoleBindings()
 	s.registerEndpoints()
 	s.registerCluster()
 	s.registerTopology()
@@ -345,7 +359,9 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 func (s *Server) App() *fiber.App { return s.app }
 
 // API returns the huma API, to register further operations (with paths
-// under Prefix). They get the same auth, limits and problem responses; an
+// under Prefix). They get the same auth, limits and problem responses, and
+// need a cluster-wide admin unless the route-by-role table (rbac.go) lists
+// their operation IDs; an
 // error they return as huma.ErrorXxx or through ErrorFor is rendered as a
 // Problem.
 func (s *Server) API() huma.API { return s.api }

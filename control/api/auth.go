@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	"crypto/subtle"
+	"errors"
 	"mime"
 	"net/http"
 	"strconv"
@@ -10,16 +12,30 @@ import (
 	"github.com/gofiber/fiber/v2"
 )
 
+// Authenticator verifies a bearer token that is none of the static tokens
+// (an OIDC token, say) and names its caller: a Subject and the Groups role
+// bindings may name, with TokenName empty and Anonymous false.
+type Authenticator interface {
+	// Authenticate returns the caller token identifies, or an error: a
+	// *Problem is answered as is (a 503 while the issuer cannot be reached,
+	// say), any other error means the token identifies no one (bad
+	// signature, expired, wrong audience) and is answered 401 with its text.
+	Authenticate(ctx context.Context, token string) (Principal, error)
+}
+
 // auth checks bearer tokens: a read token may call GET and HEAD, an admin
-// token anything. With no tokens configured every request passes.
+// token anything; a token the Authenticator accepts may call what its
+// caller's role bindings allow (rbac.go). With no tokens and no
+// Authenticator configured every request passes.
 type auth struct {
 	read, admin [][32]byte
+	authn       Authenticator
 }
 
 // Static tokens are named by their list and position ("admin-0", "read-1"):
 // the name, never the token, is what the audit trail records.
-func newAuth(read, admin []string) *auth {
-	a := &auth{}
+func newAuth(read, admin []string, authn Authenticator) *auth {
+	a := &auth{authn: authn}
 	for _, t := range read {
 		a.read = append(a.read, tokenSum(t))
 	}
@@ -29,7 +45,7 @@ func newAuth(read, admin []string) *auth {
 	return a
 }
 
-func (a *auth) enabled() bool { return len(a.read)+len(a.admin) > 0 }
+func (a *auth) enabled() bool { return len(a.read)+len(a.admin) > 0 || a.authn != nil }
 
 // indexOf compares in constant time against every token, so timing reveals
 // neither which token matched nor how much of one did; it returns the
@@ -44,10 +60,25 @@ func indexOf(sum [32]byte, tokens [][32]byte) int {
 }
 
 func (a *auth) middleware(c *fiber.Ctx) error {
-	p, challenge := a.check(c.Get(fiber.HeaderAuthorization), c.Method())
+	header := c.Get(fiber.HeaderAuthorization)
+	p, challenge := a.check(header, c.Method())
 	if p == nil {
-		c.SetUserContext(withPrincipal(c.UserContext(), a.principal(c.Get(fiber.HeaderAuthorization))))
+		c.SetUserContext(withPrincipal(c.UserContext(), a.principal(header)))
 		return c.Next()
+	}
+	// A bearer token that is none of the static ones: the Authenticator's.
+	if token := bearer(header); a.authn != nil && token != "" && p.Status == http.StatusUnauthorized {
+		who, err := a.authn.Authenticate(c.UserContext(), token)
+		if err == nil {
+			who.TokenName, who.Anonymous = "", false
+			c.SetUserContext(withPrincipal(c.UserContext(), who))
+			return c.Next()
+		}
+		if !errors.As(err, &p) {
+			p = newProblem(http.StatusUnauthorized, typeUnauthorized, "the bearer token is not valid: "+err.Error())
+		} else if p.Status != http.StatusUnauthorized {
+			challenge = ""
+		}
 	}
 	if challenge != "" {
 		c.Set(fiber.HeaderWWWAuthenticate, challenge)
@@ -62,12 +93,12 @@ func (a *auth) check(header, method string) (*Problem, string) {
 	if !a.enabled() {
 		return nil, ""
 	}
-	scheme, token, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+	token := bearer(header)
+	if token == "" {
 		return newProblem(http.StatusUnauthorized, typeUnauthorized,
 			"a bearer token is required: send Authorization: Bearer <token>"), `Bearer realm="converge"`
 	}
-	sum := tokenSum(strings.TrimSpace(token))
+	sum := tokenSum(token)
 	admin := indexOf(sum, a.admin) >= 0
 	read := admin || indexOf(sum, a.read) >= 0
 	switch {
@@ -79,6 +110,25 @@ func (a *auth) check(header, method string) (*Problem, string) {
 			"this token may only read; "+method+" needs an admin token"), ""
 	}
 	return nil, ""
+}
+
+// bearer is the token of an Authorization header of the Bearer scheme, or
+// "".
+func bearer(header string) string {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
+// staticRole is the role a static token's name (principal) grants
+// cluster-wide: an admin token's admin, a read token's viewer.
+func staticRole(tokenName string) role {
+	if strings.HasPrefix(tokenName, "admin-") {
+		return roleAdmin
+	}
+	return roleViewer
 }
 
 // principal names the caller of a request check let through.
@@ -100,7 +150,7 @@ func (a *auth) principal(header string) Principal {
 // tokens configured, a read or admin bearer token is required and only
 // GET and HEAD pass; with none, h is open.
 func RequireReadToken(readTokens, adminTokens []string, h http.Handler) http.Handler {
-	a := newAuth(readTokens, adminTokens)
+	a := newAuth(readTokens, adminTokens, nil)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, challenge := a.check(r.Header.Get("Authorization"), r.Method)
 		if p == nil {

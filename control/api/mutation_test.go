@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -171,6 +172,9 @@ type mutator struct {
 	// sent counts the test deliveries the stub answered.
 	sent  atomic.Int64
 	fails int
+	// token, when set, is the bearer token of every request that names
+	// none of its own.
+	token string
 }
 
 func (m *mutator) panicked() bool { return strings.Contains(m.logs.String(), "panic") }
@@ -187,6 +191,13 @@ func (m *mutator) failf(format string, args ...any) {
 }
 
 func newMutator(t *testing.T, seed uint64) *mutator {
+	t.Helper()
+	return newMutatorConfig(t, seed, func(*api.Config) {})
+}
+
+// newMutatorConfig is newMutator with adjust changing the server's Config
+// (its tokens, say) before the server is built.
+func newMutatorConfig(t *testing.T, seed uint64, adjust func(*api.Config)) *mutator {
 	t.Helper()
 	db := pgtest.New(t)
 	logs := &logbuf.Buffer{}
@@ -210,8 +221,10 @@ func newMutator(t *testing.T, seed uint64) *mutator {
 		sent.Add(1)
 		return api.EndpointTest{Endpoint: name, At: time.Now(), Classification: "network", Excerpt: "refused: no provider here"}, nil
 	}
-	srv, err := api.New(api.Config{BodyLimit: 256 << 10, BatchMaxItems: 50,
-		Endpoints: &api.EndpointsConfig{Box: box, ValidateURL: func(string) error { return nil }, Test: test}}, st, kinds, log)
+	cfg := api.Config{BodyLimit: 256 << 10, BatchMaxItems: 50,
+		Endpoints: &api.EndpointsConfig{Box: box, ValidateURL: func(string) error { return nil }, Test: test}}
+	adjust(&cfg)
+	srv, err := api.New(cfg, st, kinds, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,6 +269,7 @@ type request struct {
 	method, path, query, contentType string
 	body                             []byte
 	tmpl                             string // the OpenAPI path, for fill
+	token                            string // the bearer token, else the mutator's
 }
 
 type answer struct {
@@ -289,6 +303,9 @@ func (m *mutator) send(r request) answer {
 	req.URL.RawQuery = r.query
 	if r.contentType != "" {
 		req.Header.Set("Content-Type", r.contentType)
+	}
+	if token := cmp.Or(r.token, m.token); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := m.client.Do(req)
 	if err != nil {
@@ -340,6 +357,7 @@ const (
 	  "secret":"whsec_WlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlo="}`
 	opApply   = `{"verb":"snapshot","input":{"label":"a"}}`
 	sinkApply = `{"name":"alerts","sink_type":"sqs","target":"https://sqs.eu-west-1.amazonaws.com/123456789012/alerts","event_types":["resource.failed"],"kinds":["box"]}`
+	rbApply   = `{"name":"rb","role":"editor","group":"team-a"}`
 )
 
 // restore puts back the objects the seeds name, after a request that
@@ -356,6 +374,7 @@ func (m *mutator) restore() {
 		{method: http.MethodPost, path: "/api/v1/reactor-bindings", body: []byte(bindApply)},
 		{method: http.MethodPost, path: "/api/v1/endpoints", body: []byte(epApply)},
 		{method: http.MethodPost, path: "/api/v1/alert-sinks", body: []byte(sinkApply)},
+		{method: http.MethodPut, path: "/api/v1/role-bindings/rb", body: []byte(rbApply)},
 	} {
 		if w.body != nil {
 			w.contentType = "application/json"
@@ -402,6 +421,7 @@ var seedBodies = map[string]string{
 	"POST /api/v1/alert-sinks":                           sinkApply,
 	"POST /api/v1/resources/{kind}/{name}/ops":           opApply,
 	"POST /api/v1/resources/{kind}/{name}/rollback":      `{"revision":1}`,
+	"PUT /api/v1/role-bindings/{name}":                   rbApply,
 }
 
 // seedQueries are valid query strings, by "METHOD path template".
@@ -473,6 +493,8 @@ func (m *mutator) fill(tmpl string) string {
 		name = "bind"
 	case strings.Contains(tmpl, "/alert-sinks/"):
 		name = "alerts"
+	case strings.Contains(tmpl, "/role-bindings/"):
+		name = "rb"
 	}
 	id := m.opID
 	if m.deliveryID != "" && strings.HasPrefix(tmpl, "/api/v1/deliveries/") {

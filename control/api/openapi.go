@@ -168,7 +168,7 @@ func (d *openAPIDoc) build(kinds []*model.KindManifest) ([]byte, error) {
 		schemas["ErrorModel"] = json.RawMessage(`{"$ref":"#/components/schemas/Problem"}`)
 	}
 	delete(schemas, "ErrorDetail")
-	if err := operationAccess(doc); err != nil {
+	if err := operationAccess(doc, d.s.perms); err != nil {
 		return nil, err
 	}
 
@@ -306,18 +306,21 @@ func documentTags() []*huma.Tag {
 		{Name: "Endpoints", Description: "Provider endpoints the dispatcher delivers tasks to: their URLs, signing secrets and live health."},
 		{Name: "Deliveries", Description: "The delivery log: every attempt to deliver a task to an endpoint, and replaying one."},
 		{Name: "Alerts", Description: "Alert events (an endpoint disabled, a breaker opened or closed, a resource failed for good, a kind parked) and the sinks that deliver them: a signed webhook, SQS, SNS or EventBridge."},
+		{Name: "Access", Description: "Role bindings: who (a user or a group) holds which role (viewer, editor, operator, admin) in which namespace, or cluster-wide."},
 		{Name: "Cluster", Description: "The running converge processes: role, shard range, load and heartbeat."},
 		{Name: "Health", Description: "Liveness, readiness and the build version."},
 	}
 }
 
 // operationAccess states in each operation of doc what the auth middleware
-// enforces: under Prefix a read (GET, HEAD) takes a read or an admin token
-// and anything else an admin token, with the 401 a missing or unknown token
-// gets and, on a write, the 403 a read token gets; outside Prefix (/livez,
-// /readyz) no token. It is derived from isRead, the middleware's own rule,
-// so a route registered later (API) is described as it is guarded.
-func operationAccess(doc map[string]json.RawMessage) error {
+// and the route-by-role table (perms, rbac.go) enforce: under Prefix a read
+// (GET, HEAD) takes a read or an admin token and anything else an admin
+// token (or a token the Authenticator accepts), with the 401 a missing or
+// unknown token gets and the 403 a caller without the operation's role
+// gets, which names the role; outside Prefix (/livez, /readyz) no token.
+// It is derived from isRead and perms, the middlewares' own rules, so a
+// route registered later (API) is described as it is guarded.
+func operationAccess(doc map[string]json.RawMessage, perms map[string]permission) error {
 	var paths map[string]map[string]json.RawMessage
 	if err := json.Unmarshal(doc["paths"], &paths); err != nil {
 		return err
@@ -331,7 +334,6 @@ func operationAccess(doc map[string]json.RawMessage) error {
 		return b
 	}
 	unauthorized := problem("Unauthorized: the server has tokens configured and the request sent none, or one it does not know.")
-	forbidden := problem("Forbidden: a read token on a route that needs an admin token.")
 	for p, item := range paths {
 		guarded := p == Prefix || strings.HasPrefix(p, Prefix+"/")
 		for method, raw := range item {
@@ -343,6 +345,10 @@ func operationAccess(doc map[string]json.RawMessage) error {
 				return err
 			}
 			security := []map[string][]string{}
+			var id string
+			if err := json.Unmarshal(op["operationId"], &id); err != nil {
+				return err
+			}
 			var responses map[string]json.RawMessage
 			if err := json.Unmarshal(op["responses"], &responses); err != nil {
 				return err
@@ -356,8 +362,9 @@ func operationAccess(doc map[string]json.RawMessage) error {
 				if _, ok := responses["401"]; !ok {
 					responses["401"] = unauthorized
 				}
-				if _, ok := responses["403"]; !ok && !read {
-					responses["403"] = forbidden
+				perm := permissionOf(perms, id)
+				if _, ok := responses["403"]; !ok && (!read || perm.scope != authenticated) {
+					responses["403"] = problem("Forbidden: " + perm.describe(read))
 				}
 			}
 			var err error

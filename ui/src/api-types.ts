@@ -756,6 +756,54 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/role-bindings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List role bindings
+         * @description The bindings that grant a role in the namespace (its own and the cluster-wide ones), by name, or with namespace=* every binding. Reading them needs the viewer role there.
+         */
+        get: operations["list-role-bindings"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/role-bindings/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a role binding
+         * @description Needs the viewer role in the binding's namespace; a cluster-wide binding, a role in any namespace.
+         */
+        get: operations["get-role-binding"];
+        /**
+         * Create or replace a role binding
+         * @description Grants role to user or group in the namespace, or everywhere with cluster_wide. Creates (201) or replaces (200); X-Apply-Result says created, configured or unchanged. Needs the admin role in the binding's namespace, and in the namespace of the binding it replaces; a cluster-wide binding needs a cluster-wide admin. Takes effect at once.
+         */
+        put: operations["put-role-binding"];
+        post?: never;
+        /**
+         * Delete a role binding
+         * @description Needs the admin role in the binding's namespace; a cluster-wide binding, a cluster-wide admin. Takes effect at once.
+         */
+        delete: operations["delete-role-binding"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/version": {
         parameters: {
             query?: never;
@@ -1855,6 +1903,44 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
+        RoleBinding: {
+            /** @description The role is granted in every namespace and, for admin, over the cluster-wide objects. */
+            cluster_wide: boolean;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** @description The group bound: any caller whose groups claim holds it. Exactly one of user and group. */
+            group?: string;
+            /** @description Unique across the plane. */
+            name: string;
+            /** @description The namespace the role is granted in; absent for a cluster-wide binding. */
+            namespace?: string;
+            /** @enum {string} */
+            role: "viewer" | "editor" | "operator" | "admin";
+            /** Format: date-time */
+            readonly updated_at: string;
+            /** @description The user bound: an OIDC token's subject (the username claim). Exactly one of user and group. */
+            user?: string;
+        };
+        RoleBindingApply: {
+            /** @description Grant the role in every namespace (and, for admin, over the cluster-wide objects); the binding then has no namespace. */
+            cluster_wide?: boolean;
+            /** @description The group bound: every caller whose groups claim holds it. Exactly one of user and group. */
+            group?: string;
+            /** @description When present, must equal the path's name. */
+            name?: string;
+            /** @description When present, must equal the namespace query parameter (default: default). */
+            namespace?: string;
+            /**
+             * @description The role granted; each includes the ones before it.
+             * @enum {string}
+             */
+            role: "viewer" | "editor" | "operator" | "admin";
+            /** @description The user bound: an OIDC token's subject (its username claim). Exactly one of user and group. */
+            user?: string;
+        };
+        RoleBindingList: {
+            items: components["schemas"]["RoleBinding"][] | null;
+        };
         RollbackRequest: {
             /**
              * @description The spec revision to re-apply (see spec-history).
@@ -2018,6 +2104,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role cluster-wide. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -2052,6 +2147,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role cluster-wide. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2124,7 +2228,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the admin role cluster-wide. A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2183,6 +2287,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role cluster-wide. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2252,7 +2365,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the admin role cluster-wide. A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2326,6 +2439,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role cluster-wide. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -2387,6 +2509,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -2433,6 +2564,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2507,7 +2647,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the operator role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2592,6 +2732,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -2657,7 +2806,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the operator role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2746,6 +2895,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -2811,7 +2969,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the operator role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2917,6 +3075,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -2984,7 +3151,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the operator role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3066,7 +3233,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the operator role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3162,6 +3329,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs a role in some namespace. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -3225,7 +3401,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the admin role cluster-wide. A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3298,6 +3474,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs a role in some namespace. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3391,7 +3576,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the admin role cluster-wide. A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3492,6 +3677,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs a role in some namespace. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -3556,7 +3750,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the admin role cluster-wide. A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3646,6 +3840,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs a role in some namespace. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -3708,6 +3911,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs a role in some namespace. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -3754,6 +3966,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3835,7 +4056,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3935,6 +4156,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4000,7 +4230,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4101,6 +4331,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -4166,7 +4405,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4255,6 +4494,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4320,7 +4568,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4427,6 +4675,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -4501,7 +4758,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4603,6 +4860,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4673,7 +4939,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4769,6 +5035,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4826,6 +5101,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4902,6 +5186,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4959,6 +5252,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5029,6 +5331,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5120,7 +5431,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5212,6 +5523,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -5280,7 +5600,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5375,7 +5695,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5470,7 +5790,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5582,7 +5902,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5676,6 +5996,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -5733,6 +6062,15 @@ export interface operations {
             };
             /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5809,7 +6147,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5915,7 +6253,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6009,9 +6347,317 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: needs the editor role in the request's namespace (cluster-wide for namespace=*). A read token is refused every write. */
             403: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "list-role-bindings": {
+        parameters: {
+            query?: {
+                /** @description List the bindings that grant a role in this namespace: its own and the cluster-wide ones. * lists every binding (a cluster-wide role is needed). Default: default. */
+                namespace?: string;
+                /** @description Only bindings of this role. */
+                role?: "viewer" | "editor" | "operator" | "admin";
+                /** @description Only bindings of this user. */
+                user?: string;
+                /** @description Only bindings of this group. */
+                group?: string;
+            };
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoleBindingList"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the viewer role in the request's namespace (cluster-wide for namespace=*). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "get-role-binding": {
+        parameters: {
+            query?: {
+                /** @description When present, the binding must grant its role in this namespace (be of it, or cluster-wide), or it is not found. */
+                namespace?: string;
+            };
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path: {
+                /** @description The binding's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoleBinding"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the role stated above in the binding's namespace (cluster-wide for a cluster-wide binding). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "put-role-binding": {
+        parameters: {
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+                /** @description The namespace the role is granted in. Default: default. Not with cluster_wide. */
+                namespace?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The binding's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RoleBindingApply"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    ETag?: string;
+                    "X-Apply-Result"?: "created" | "configured" | "unchanged";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoleBinding"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the role stated above in the binding's namespace (cluster-wide for a cluster-wide binding). A read token is refused every write. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "delete-role-binding": {
+        parameters: {
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+                /** @description When present, the binding must grant its role in this namespace (be of it, or cluster-wide), or it is not found. */
+                namespace?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The binding's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the role stated above in the binding's namespace (cluster-wide for a cluster-wide binding). A read token is refused every write. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
                     [name: string]: unknown;
                 };
                 content: {

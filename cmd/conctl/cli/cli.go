@@ -202,6 +202,7 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		a.versionCommand(),
 		a.configCommand(),
 		a.describeCommand(),
+		a.createCommand(),
 	)
 	root.AddCommand(a.quarantineCommands()...)
 	a.addCompletions(root)

@@ -97,7 +97,7 @@ deleted, with exit status 1.`)
 		cmd.AddCommand(c)
 	}
 	// by name
-	for _, t := range []*objectType{typeProviderConfig, typeReactorBinding, typeEndpoint, typeAlertSink} {
+	for _, t := range []*objectType{typeProviderConfig, typeReactorBinding, typeEndpoint, typeAlertSink, typeRoleBinding} {
 		cmd.AddCommand(&cobra.Command{
 			Use:     t.name + " NAME...",
 			Aliases: t.aliases,

@@ -74,7 +74,8 @@ With --watch it then prints the object again each time it changes.`)
   conctl get providerconfig vpc-v1-payments
   conctl get config vpc --kind-version 2
   conctl get res vpc/sample-vpc -o jsonpath='{.spec.cidr}'
-  conctl get res vpc/sample-vpc --watch`
+  conctl get res vpc/sample-vpc --watch
+  conctl get rolebindings --namespace team-a`
 
 	// resource
 	{
@@ -133,6 +134,7 @@ With --watch it then prints the object again each time it changes.`)
 			},
 		})
 	}
+	cmd.AddCommand(a.getRoleBindingsCommand())
 	a.addWatchFlag(cmd)
 	return cmd
 }
@@ -152,6 +154,8 @@ func collectionPath(t *objectType) string {
 		return "/endpoints"
 	case typeAlertSink:
 		return "/alert-sinks"
+	case typeRoleBinding:
+		return "/role-bindings"
 	case typeKinds:
 		return "/kinds"
 	case typeClusterMember:

@@ -322,6 +322,18 @@ func columnsFor(t *objectType) []column {
 			{"EVENTS", func(o obj, _ time.Time) string { return joinList(o.get("event_types")) }},
 			field("ENABLED", "enabled"), ageColumn(),
 		}
+	case typeRoleBinding:
+		return []column{
+			field("NAME", "name"), field("ROLE", "role"),
+			{"SUBJECT", func(o obj, _ time.Time) string {
+				if o.str("user") != "" {
+					return "user:" + o.str("user")
+				}
+				return "group:" + o.str("group")
+			}},
+			{"NAMESPACE", func(o obj, _ time.Time) string { return cmpOrText(o.str("namespace"), "* (cluster-wide)") }},
+			ageColumn(),
+		}
 	case typeKinds:
 		return []column{
 			field("KIND", "kind"),

@@ -28,6 +28,9 @@ var (
 		aliases: []string{"config", "configs", "kindconfigs"}}
 	typeAlertSink = &objectType{name: "alertsink", plural: "alert sinks",
 		aliases: []string{"sink", "sinks", "alertsinks"}}
+	// typeRoleBinding is a role binding: `create`, `get` and `delete` know it.
+	typeRoleBinding = &objectType{name: "rolebinding", plural: "role bindings",
+		aliases: []string{"rolebindings"}}
 
 	// typeKinds is the kinds listing (GET /kinds); only `list` knows it.
 	typeKinds = &objectType{name: "kinds", plural: "kinds", aliases: []string{"kind"}}
