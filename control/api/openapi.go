@@ -306,6 +306,7 @@ func documentTags() []*huma.Tag {
 		{Name: "Endpoints", Description: "Provider endpoints the dispatcher delivers tasks to: their URLs, signing secrets and live health."},
 		{Name: "Deliveries", Description: "The delivery log: every attempt to deliver a task to an endpoint, and replaying one."},
 		{Name: "Alerts", Description: "Alert events (an endpoint disabled, a breaker opened or closed, a resource failed for good, a kind parked) and the sinks that deliver them: a signed webhook, SQS, SNS or EventBridge."},
+		{Name: "Audit", Description: "The audit trail: every request that changed or tried to change something, who made it, what it addressed and how it ended."},
 		{Name: "Cluster", Description: "The running converge processes: role, shard range, load and heartbeat."},
 		{Name: "Health", Description: "Liveness, readiness and the build version."},
 	}
