@@ -75,3 +75,6 @@ interface EndpointLive {
   unusable?: string;
   kinds: { kind: string; kind_version: number; ready: boolean; reason?: string }[];
 }
+
+export type AuditList = Schemas["AuditList"];
+export type AuditEntry = Schemas["AuditEntry"];
