@@ -172,7 +172,7 @@ func settings() []setting {
 		count("DELIVERY_LOG_KEEP", store.DeliveryLogKeepDefault, func(c *Config) *int { return &c.DeliveryLogKeep },
 			"how many attempts the delivery log keeps per endpoint; the reaper drops the rest, oldest first"),
 		duration("AUDIT_RETENTION", store.AuditRetentionDefault, func(c *Config) *time.Duration { return &c.AuditRetention },
-			"how long the audit trail keeps a request (`GET /api/v1/audit`, [api.md](api.md#audit-trail)); the reaper deletes older entries"),
+			"how long the audit trail keeps a request (`GET /api/v1/audit`, [api.md](api.md#audit-trail)); `2160h` is 90 days. The reaper deletes older entries ([the audit trail](#the-audit-trail))"),
 		count("SPEC_HISTORY_LIMIT", store.SpecHistoryLimitDefault, func(c *Config) *int { return &c.SpecHistoryLimit },
 			"how many spec revisions each root resource keeps (`GET .../spec-history`, `POST .../rollback`)"),
 		duration("IDEMPOTENCY_KEY_RETENTION", api.IdempotencyRetentionDefault, func(c *Config) *time.Duration { return &c.IdempotencyRetention },
