@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/store"
 )
@@ -272,6 +274,43 @@ func TestAudit(t *testing.T) {
 			t.Fatalf("%d entries after 4 refused writes to the trail, want %d (each recorded, none removed)", m, n+4)
 		}
 	})
+}
+
+// TestAuditWriteFailure: an audit row that cannot be written leaves the
+// request's answer as it was, and is counted.
+func TestAuditWriteFailure(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	b := setup(t, api.Config{MetricsRegistry: reg})
+	failures := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "converge_audit_write_failures_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		t.Fatal("no converge_audit_write_failures_total")
+		return 0
+	}
+	b.putManifest("widget", widgetKind).wantApply(t, "created")
+	if n := failures(); n != 0 {
+		t.Fatalf("%v failures before any", n)
+	}
+	// Every insert into the trail now fails.
+	b.exec(`ALTER TABLE audit_log ADD CONSTRAINT refuse_all CHECK (false) NOT VALID`)
+	b.do(http.MethodPost, "/api/v1/resources", `{"kind":"widget","kind_version":1,"name":"w","spec":{"image":"a"}}`).wantApply(t, "created")
+	b.do(http.MethodPost, "/api/v1/resources", `{"kind":"widget","kind_version":1,"name":"BAD NAME","spec":{"image":"a"}}`).
+		want(t, http.StatusUnprocessableEntity)
+	if n := failures(); n != 2 {
+		t.Fatalf("%v failures counted, want 2", n)
+	}
+	if n := b.count(`SELECT count(*) FROM resources WHERE name = 'w'`); n != 1 {
+		t.Fatalf("the apply whose audit row failed left %d resources", n)
+	}
 }
 
 func ids(es []store.AuditEntry) []int64 {
