@@ -178,6 +178,20 @@ func TestAudit(t *testing.T) {
 			t.Fatalf("events %+v, want the engine's by system", evs.Items)
 		}
 	})
+	t.Run("a rollback records the versions before and after", func(t *testing.T) {
+		n := entries()
+		r := b.do(http.MethodPost, "/api/v1/resources/widget/w/rollback", `{"revision":1}`, admin).want(t, http.StatusOK)
+		var back struct {
+			ResourceVersion int64 `json:"resource_version"`
+		}
+		r.decode(t, &back)
+		e := one(t, n)
+		if e.Route != "/api/v1/resources/{kind}/{name}/rollback" || e.ObjectKind != "widget" || e.ObjectName != "w" ||
+			e.VersionBefore == nil || *e.VersionBefore != v2 || e.VersionAfter == nil || *e.VersionAfter != back.ResourceVersion || back.ResourceVersion <= v2 {
+			t.Fatalf("entry %+v, want v%d -> v%d", e, v2, back.ResourceVersion)
+		}
+		v2 = back.ResourceVersion
+	})
 	t.Run("a delete records the version it marked", func(t *testing.T) {
 		n := entries()
 		r := b.do(http.MethodDelete, "/api/v1/resources/widget/w", nil, admin).want(t, http.StatusAccepted)
