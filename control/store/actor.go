@@ -19,11 +19,11 @@ import (
 // author. The engine's own transactions (drain, reaper, dispatch) carry no
 // actor and store NULL, which the API shows as ActorSystem.
 //
-// Where the setting is made: a transaction (Begin) runs actorSQL first; a
-// batch (SendBatch), and a single Exec or QueryRow, are sent as a batch
-// with actorSQL queued first, in the same round trip and the same implicit
-// transaction; a dry run's one transaction runs it once, as it begins. A
-// context without an actor costs nothing. Query is not marked: the store
+// Where the setting is made: a transaction (Begin) runs actorSQL first, one
+// round trip more; a batch (SendBatch), and a single Exec or QueryRow, are
+// sent as a batch with actorSQL queued first, in the same round trip and
+// the same implicit transaction; a dry run's one transaction runs it once,
+// as it begins. A context without an actor costs nothing. Query is not marked: the store
 // uses it for reads only.
 
 // ActorSystem is the author the API shows for a row no request wrote.

@@ -89,8 +89,8 @@ func (d *dryRun) settle(ctx context.Context) error {
 // pool is the store's connection pool, seen through dry runs: Begin, Exec,
 // Query, QueryRow and SendBatch run in the dry run's transaction when their
 // context is marked by DryRun, else on the pool (attributed to the
-// context's actor, actor.go). Everything else (Acquire
-// for LISTEN, Ping) is the pool's own.
+// context's actor, actor.go). Everything else (Acquire for LISTEN, Ping) is
+// the pool's own.
 type pool struct{ *pgxpool.Pool }
 
 // Begin starts a transaction, or under a dry run a savepoint of its
