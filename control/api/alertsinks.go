@@ -106,6 +106,7 @@ func (s *Server) applyAlertSink(ctx context.Context, in *applyInput) (*applyOutp
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
 	}
+	noteObject(ctx, "alert-sinks", b.Name)
 	if p := checkSecret(b.Secret); p != nil {
 		return nil, p
 	}

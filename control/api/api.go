@@ -284,7 +284,14 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	}
 	s.app.Use(recover.New(recover.Config{EnableStackTrace: true, StackTraceHandler: s.logPanic}))
 	s.app.Use(s.withTimeout)
+	// Around auth, so its refusals are recorded too (audit.go).
+	audit, err := newAuditLog(st, log, s.fiberError, cfg.MetricsRegistry)
+	if err != nil {
+		return nil, err
+	}
+	s.app.Use(Prefix, audit.middleware)
 	s.app.Use(Prefix, s.auth.middleware)
+	s.app.Use(Prefix, attributeWrites)
 	s.app.Use(Prefix, checkQuery)
 	s.app.Use(Prefix, readPool)
 	s.app.Use(Prefix, requireJSONBody)
@@ -347,6 +354,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.registerEndpoints()
 	s.registerCluster()
 	s.registerTopology()
+	s.registerAudit()
 	if cfg.Console != nil {
 		if err := s.registerConsole(cfg.Console); err != nil {
 			return nil, err

@@ -74,6 +74,7 @@ func (s *Server) applyBinding(ctx context.Context, in *applyInput) (*applyOutput
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
 	}
+	noteObject(ctx, "reactor-bindings", b.Name)
 	watchVersion, p := optionalVersion(b.WatchKindVersion, "body.watch_kind_version")
 	if p != nil {
 		return nil, p
@@ -111,6 +112,7 @@ func (s *Server) applyBinding(ctx context.Context, in *applyInput) (*applyOutput
 			return nil
 		}})
 	}
+	noteVersions(ctx, 0, out.ResourceVersion)
 	return &applyOutput[store.ReactorBinding]{Status: applyStatus(res), ApplyResult: res, ETag: etag(out.ResourceVersion), Body: out}, nil
 }
 

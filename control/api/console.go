@@ -14,7 +14,7 @@ import (
 // ConsolePages are the console's client-side routes: /<page> and anything
 // under it answer the console's index.html, and the app routes in the
 // browser. Every other path outside the API keeps its 404 problem.
-var ConsolePages = []string{"resources", "graph", "kinds", "providerconfigs", "bindings", "endpoints", "cluster", "deliveries"}
+var ConsolePages = []string{"resources", "graph", "kinds", "providerconfigs", "bindings", "endpoints", "cluster", "deliveries", "audit"}
 
 // consoleCSP keeps the console to its own origin: scripts, styles, images
 // and API calls all come from the server that served it, and it cannot be

@@ -135,6 +135,7 @@ func (s *Server) applyEndpoint(ctx context.Context, in *applyInput) (*applyOutpu
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
 	}
+	noteObject(ctx, "endpoints", b.Name)
 	if p := checkSecret(b.Secret); p != nil {
 		return nil, p
 	}
@@ -164,6 +165,7 @@ func (s *Server) applyEndpoint(ctx context.Context, in *applyInput) (*applyOutpu
 	if b.Secret == "" {
 		v.Secret = secret.Reveal() // generated: shown this once
 	}
+	noteVersions(ctx, 0, ep.ResourceVersion)
 	return &applyOutput[EndpointView]{Status: applyStatus(res), ApplyResult: res, ETag: etag(ep.ResourceVersion), Body: v}, nil
 }
 

@@ -307,6 +307,7 @@ func documentTags() []*huma.Tag {
 		{Name: "Deliveries", Description: "The delivery log: every attempt to deliver a task to an endpoint, and replaying one."},
 		{Name: "Alerts", Description: "Alert events (an endpoint disabled, a breaker opened or closed, a resource failed for good, a kind parked) and the sinks that deliver them: a signed webhook, SQS, SNS or EventBridge."},
 		{Name: "Access", Description: "Role bindings: who (a user or a group) holds which role (viewer, editor, operator, admin) in which namespace, or cluster-wide."},
+		{Name: "Audit", Description: "The audit trail: every request that changed or tried to change something, who made it, what it addressed and how it ended."},
 		{Name: "Cluster", Description: "The running converge processes: role, shard range, load and heartbeat."},
 		{Name: "Health", Description: "Liveness, readiness and the build version."},
 	}

@@ -200,5 +200,6 @@ func (s *Server) rollback(ctx context.Context, in *resourceBodyInput) (*applyOut
 			return nil
 		}})
 	}
+	noteVersions(ctx, r.PriorVersion, r.ResourceVersion)
 	return &applyOutput[model.Resource]{Status: http.StatusOK, ApplyResult: res, Body: r}, nil
 }

@@ -89,6 +89,7 @@ func (s *Server) applyProviderConfig(ctx context.Context, in *applyInput) (*appl
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
 	}
+	noteObject(ctx, "providerconfigs", b.Name)
 	version, p := b.KindVersion.value("body.kind_version")
 	if p != nil {
 		return nil, p
@@ -116,6 +117,7 @@ func (s *Server) applyProviderConfig(ctx context.Context, in *applyInput) (*appl
 			return nil
 		}})
 	}
+	noteVersions(ctx, 0, c.ResourceVersion)
 	return &applyOutput[store.ProviderConfig]{Status: applyStatus(res), ApplyResult: res, ETag: etag(c.ResourceVersion), Body: c}, nil
 }
 

@@ -149,10 +149,12 @@ func (s *Server) applyResource(ctx context.Context, in *applyResourceInput) (*ap
 		return nil, p
 	}
 	params.Precondition = pre.Precondition
+	noteObject(ctx, params.Kind, params.Name)
 	r, res, err := s.store.ApplyResource(ctx, params)
 	if err != nil {
 		return nil, s.resourceProblem(ctx, err, params, pre.in)
 	}
+	noteVersions(ctx, r.PriorVersion, r.ResourceVersion)
 	return &applyOutput[model.Resource]{Status: applyStatus(res), ApplyResult: res, ETag: etag(r.ResourceVersion), Body: r}, nil
 }
 
@@ -302,5 +304,6 @@ func (s *Server) deleteResource(ctx context.Context, in *deleteResourceInput) (*
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path", version: pre.in})
 	}
+	noteVersions(ctx, r.PriorVersion, r.ResourceVersion)
 	return &versionedOutput[model.Resource]{ETag: etag(r.ResourceVersion), Body: r}, nil
 }

@@ -45,6 +45,11 @@ type Resource struct {
 	// labels, kind_version, provider config, quarantine, deletion), never
 	// on the engine's status writes; a write may be made conditional on it.
 	ResourceVersion int64 `json:"resource_version"`
+	// PriorVersion is, on the answer of a write (apply, rollback, delete),
+	// the resource_version the resource had before it, 0 when the write
+	// created it: the audit trail records both. Reads leave it 0; it is not
+	// part of the API's documents.
+	PriorVersion int64 `json:"-"`
 }
 
 // PhaseOf is the resource's phase, typed.

@@ -4,7 +4,8 @@
 // claimed for a long window, recounts per-kind in-flight caps, sweeps
 // orphans whose grace expired, re-pends resources of kinds that resync,
 // bounds per-resource event logs, and prunes the delivery log by age and
-// per endpoint by count, and drops expired idempotency keys. Every pass
+// per endpoint by count, drops expired idempotency keys, and prunes the
+// audit trail by age. Every pass
 // is shard-range scoped, SKIP LOCKED, and probes an index that is empty on a
 // settled fleet, so an idle tick costs a few index lookups.
 package reaper
@@ -55,6 +56,10 @@ type Config struct {
 	// DeliveryKeep is how many attempts the delivery log keeps per
 	// endpoint. Defaults to store.DeliveryLogKeepDefault (10,000).
 	DeliveryKeep int
+	// AuditRetention is how long the audit trail keeps a request; the
+	// reaper prunes older ones with the delivery log. Defaults to
+	// store.AuditRetentionDefault (90 days).
+	AuditRetention time.Duration
 	// DeliveryPruneEvery is the least time between two prunes of the
 	// delivery log (the count prune walks each endpoint's newest
 	// DeliveryKeep index entries). Defaults to 1m.
@@ -96,6 +101,7 @@ func (c Config) withDefaults() Config {
 	c.MemberRetention = cmp.Or(c.MemberRetention, MemberRetentionDefault)
 	c.DeliveryMaxAge = cmp.Or(c.DeliveryMaxAge, store.DeliveryLogMaxAgeDefault)
 	c.DeliveryKeep = cmp.Or(c.DeliveryKeep, store.DeliveryLogKeepDefault)
+	c.AuditRetention = cmp.Or(c.AuditRetention, store.AuditRetentionDefault)
 	c.DeliveryPruneEvery = cmp.Or(c.DeliveryPruneEvery, DeliveryPruneDefault)
 	c.PhaseCountEvery = cmp.Or(c.PhaseCountEvery, PhaseCountEveryDefault)
 	c.PhaseCountTimeout = cmp.Or(c.PhaseCountTimeout, PhaseCountTimeoutDefault)
@@ -106,7 +112,7 @@ func (c Config) withDefaults() Config {
 type Reaper struct {
 	cfg     Config
 	engine  *engine.Engine
-	store   *store.Store // the delivery log, idempotency keys, cluster members
+	store   *store.Store // the delivery log, idempotency keys, audit trail, cluster members
 	log     *slog.Logger
 	loop    startstop.Loop
 	eventWM int64
@@ -280,7 +286,7 @@ func (r *Reaper) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var aged, counted, keys int64
+	var aged, counted, keys, audited int64
 	if time.Since(r.pruned) >= r.cfg.DeliveryPruneEvery {
 		// Every control pod prunes the whole log and the idempotency keys
 		// (neither is sharded); the deletes are idempotent, so pods racing
@@ -292,9 +298,12 @@ func (r *Reaper) pass(ctx context.Context) error {
 		if keys, err = r.store.PruneIdempotencyKeys(ctx, window); err != nil {
 			return err
 		}
+		if audited, err = r.store.PruneAudit(ctx, r.cfg.AuditRetention, window); err != nil {
+			return err
+		}
 		// A full window of aged rows: more may be due, so the next pass
 		// prunes again rather than a DeliveryPruneEvery later.
-		if aged < int64(window) && keys < int64(window) {
+		if aged < int64(window) && keys < int64(window) && audited < int64(window) {
 			r.pruned = time.Now()
 		}
 	}
@@ -302,8 +311,9 @@ func (r *Reaper) pass(ctx context.Context) error {
 		r.log.Info("reaper pass", "reclaimed", reclaimed, "requeued", requeued, "dropped", dropped, "orphans_swept", orphans,
 			"members_forgotten", forgotten)
 	}
-	if aged+counted+keys > 0 {
-		r.log.Debug("reaper pass", "deliveries_aged_out", aged, "deliveries_over_keep", counted, "idempotency_keys_expired", keys)
+	if aged+counted+keys+audited > 0 {
+		r.log.Debug("reaper pass", "deliveries_aged_out", aged, "deliveries_over_keep", counted, "idempotency_keys_expired", keys,
+			"audit_entries_expired", audited)
 	}
 	if resyncs > 0 {
 		r.log.Debug("reaper pass", "resyncs", resyncs)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,5 +115,42 @@ func TestPhaseCountOnOnePod(t *testing.T) {
 	}
 	if got := phases(other); len(got) != 0 {
 		t.Fatalf("a reaper not holding shard 0 exports converge_resources %v, want none", got)
+	}
+}
+
+// TestPassPrunesTheAuditTrail: a pass deletes the audit entries older than
+// AuditRetention and keeps the rest.
+func TestPassPrunesTheAuditTrail(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	st := store.New(db.Pool, store.Config{})
+	for i := range 5 {
+		if _, err := st.RecordAudit(ctx, store.AuditEntry{Subject: "token:admin-0", Method: "POST", Route: "/api/v1/resources",
+			Path: "/api/v1/resources", Namespace: "default", RequestID: "r" + strconv.Itoa(i), Status: 201, Outcome: store.AuditOK}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first three are two days old; the retention is one.
+	if _, err := db.Pool.Exec(ctx, `UPDATE audit_log SET at = now() - interval '2 days' WHERE request_id IN ('r0', 'r1', 'r2')`); err != nil {
+		t.Fatal(err)
+	}
+	r, err := reaper.New(reaper.Config{AuditRetention: 24 * time.Hour}, engine.New(db.Pool, engine.Config{}), st, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	page, err := st.ListAudit(ctx, store.AuditFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range page.Items {
+		left = append(left, e.RequestID)
+	}
+	if strings.Join(left, ",") != "r4,r3" {
+		t.Fatalf("entries left %v, want the two within the retention (r4, r3)", left)
 	}
 }

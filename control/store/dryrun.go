@@ -53,6 +53,9 @@ func (s *Store) DryRun(ctx context.Context, fn func(context.Context) error) erro
 		// transaction uncommitted all the same.
 		_ = tx.Rollback(rctx)
 	}()
+	if err := setActor(ctx, tx); err != nil {
+		return fmt.Errorf("begin a dry run: %w", err)
+	}
 	return fn(context.WithValue(ctx, dryRunKey{}, &dryRun{tx: tx}))
 }
 
@@ -85,8 +88,9 @@ func (d *dryRun) settle(ctx context.Context) error {
 
 // pool is the store's connection pool, seen through dry runs: Begin, Exec,
 // Query, QueryRow and SendBatch run in the dry run's transaction when their
-// context is marked by DryRun, else on the pool. Everything else (Acquire
-// for LISTEN, Ping) is the pool's own.
+// context is marked by DryRun, else on the pool (attributed to the
+// context's actor, actor.go). Everything else (Acquire for LISTEN, Ping) is
+// the pool's own.
 type pool struct{ *pgxpool.Pool }
 
 // Begin starts a transaction, or under a dry run a savepoint of its
@@ -95,13 +99,16 @@ func (p pool) Begin(ctx context.Context) (pgx.Tx, error) {
 	if d := dryRunOf(ctx); d != nil {
 		return d.tx.Begin(ctx)
 	}
-	return p.Pool.Begin(ctx)
+	return beginAs(ctx, p.Pool)
 }
 
 // Exec runs one statement.
 func (p pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	d := dryRunOf(ctx)
 	if d == nil {
+		if a := actorOf(ctx); a != "" {
+			return execAs(ctx, p.Pool, a, sql, args...)
+		}
 		return p.Pool.Exec(ctx, sql, args...)
 	}
 	if err := d.savepoint(ctx); err != nil {
@@ -136,6 +143,11 @@ func (p pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, err
 // Scan.
 func (p pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if dryRunOf(ctx) == nil {
+		if a := actorOf(ctx); a != "" {
+			b := &pgx.Batch{}
+			b.Queue(sql, args...)
+			return actorRow{br: sendBatchAs(ctx, p.Pool, a, b)}
+		}
 		return p.Pool.QueryRow(ctx, sql, args...)
 	}
 	rows, err := p.Query(ctx, sql, args...)
@@ -147,6 +159,9 @@ func (p pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 func (p pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	d := dryRunOf(ctx)
 	if d == nil {
+		if a := actorOf(ctx); a != "" {
+			return sendBatchAs(ctx, p.Pool, a, b)
+		}
 		return p.Pool.SendBatch(ctx, b)
 	}
 	if err := d.savepoint(ctx); err != nil {

@@ -17,6 +17,9 @@ type Event struct {
 	Type       string    `json:"type" db:"type"`
 	Generation *int64    `json:"generation,omitempty" db:"generation"`
 	Message    string    `json:"message,omitempty" db:"message"`
+	// Actor is the subject of the request whose transaction logged it, or
+	// ActorSystem for the engine's own.
+	Actor string `json:"actor" db:"actor" doc:"Who caused it: the subject of the API request whose write logged it, or system for the engine's own (a delivery's outcome, a cascade, the reaper)."`
 }
 
 // EventsParams selects one page of a resource's event log.
@@ -33,7 +36,7 @@ type EventsParams struct {
 // Events returns the resource's events, newest first, before the id cursor.
 func (s *Store) Events(ctx context.Context, p EventsParams) ([]Event, error) {
 	out, err := pgrun.Collect(ctx, s.reader(ctx), pgx.RowToStructByName[Event],
-		`SELECT id, at, type, generation, message FROM resource_events
+		`SELECT id, at, type, generation, message, coalesce(actor, '`+ActorSystem+`') AS actor FROM resource_events
 		WHERE resource_id = $1 AND ($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3`, p.ResourceID, p.Before, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)

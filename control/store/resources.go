@@ -153,9 +153,12 @@ func resourceScanTargets(r *model.Resource) ([]any, func()) {
 //     revision, and cut keeps the newest $7 (composed children are written
 //     by the engine, not here, and a child applied here records none).
 //   - the result is the written row, or the stored one when nothing was
-//     written, together with the gate's findings.
+//     written, together with the gate's findings and, from prev, the
+//     version the statement's snapshot saw before the write (NULL: none).
 const resourceApplySQL = `WITH m AS (
     SELECT is_reactor FROM kind_manifest WHERE kind = $1 AND kind_version = $2
+), prev AS (
+    SELECT resource_version FROM resources WHERE kind = $1 AND name = $3
 ), pc AS (
     SELECT kind, kind_version FROM providerconfigs WHERE name = $6 FOR SHARE
 ), gate AS (
@@ -195,7 +198,7 @@ const resourceApplySQL = `WITH m AS (
      WHERE r.kind = $1 AND r.name = $3 AND NOT EXISTS (SELECT 1 FROM up)
 )
 SELECT (SELECT pass FROM gate), (SELECT is_reactor FROM m), (SELECT kind FROM pc), (SELECT kind_version::int FROM pc),
-       res.*
+       res.*, (SELECT resource_version FROM prev)
   FROM (SELECT 1) one LEFT JOIN res ON true`
 
 // resourceScheduleSQL runs in the apply's implicit transaction, after the
@@ -272,6 +275,7 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 		pass, reactor, deleting *bool
 		pcKind, rid, result     *string
 		pcVersion               *int
+		prior                   *int64
 		r                       model.Resource
 	)
 	targets, finishScanned := resourceScanTargets(&r)
@@ -280,11 +284,11 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 		// so read the gate and the id first and the resource only if there
 		// is one. pgx allows scanning one row twice.
 		head := append([]any{&pass, &reactor, &pcKind, &pcVersion, &rid}, make([]any, len(targets))...)
-		head = append(head, &result)
+		head = append(head, &result, &prior)
 		err = rows.Scan(head...)
 		if err == nil && rid != nil {
 			full := append([]any{nil, nil, nil, nil}, targets...)
-			err = rows.Scan(append(full, &deleting, nil)...)
+			err = rows.Scan(append(full, &deleting, nil, nil)...)
 		}
 	}
 	rows.Close()
@@ -316,6 +320,9 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 			"%s/%s is being deleted; re-apply it once the deletion has finished", p.Kind, p.Name)}
 	}
 	finishScanned()
+	if prior != nil {
+		r.PriorVersion = *prior
+	}
 	return r, ApplyResult(*result), nil
 }
 
@@ -733,6 +740,7 @@ func (s *Store) deleteTx(ctx context.Context, tx pgx.Tx, kind, name string, r *m
 		return err
 	}
 	finish()
+	r.PriorVersion = r.ResourceVersion
 	if r.Phase == string(model.PhaseDeleting) {
 		return nil
 	}

@@ -23,15 +23,18 @@ type SpecRevision struct {
 	Spec        json.RawMessage   `json:"spec"`
 	Labels      map[string]string `json:"labels"`
 	AppliedAt   time.Time         `json:"applied_at"`
+	// Author is the subject of the request that applied it (ActorSystem
+	// for one the engine wrote, or written before authors were recorded).
+	Author string `json:"author" doc:"Who applied it: the subject of the API request that wrote it (a static token's token:<name>, an OIDC subject, anonymous when the API is open), or system when no request wrote it."`
 }
 
-const specHistoryCols = `h.revision, h.generation, h.kind_version::int, h.spec, h.labels, h.applied_at`
+const specHistoryCols = `h.revision, h.generation, h.kind_version::int, h.spec, h.labels, h.applied_at, coalesce(h.author, '` + ActorSystem + `')`
 
 // scanRevision scans specHistoryCols, then the row's further columns into
 // tail.
 func scanRevision(row pgx.Row, tail ...any) (SpecRevision, error) {
 	var r SpecRevision
-	err := row.Scan(append([]any{&r.Revision, &r.Generation, &r.KindVersion, &r.Spec, &r.Labels, &r.AppliedAt}, tail...)...)
+	err := row.Scan(append([]any{&r.Revision, &r.Generation, &r.KindVersion, &r.Spec, &r.Labels, &r.AppliedAt, &r.Author}, tail...)...)
 	return r, err
 }
 

@@ -2,6 +2,7 @@ import { useEffect, useState, useSyncExternalStore, type FormEvent } from "react
 import { auth } from "./api";
 import { useStreamConnected } from "./hooks";
 import { Link, useLocation } from "./router";
+import { Audit } from "./pages/Audit";
 import { Bindings } from "./pages/Bindings";
 import { Cluster } from "./pages/Cluster";
 import { Deliveries, DeliveryDetail } from "./pages/Deliveries";
@@ -20,6 +21,7 @@ const nav: [string, string][] = [
   ["/bindings", "Reactor bindings"],
   ["/endpoints", "Endpoints"],
   ["/deliveries", "Deliveries"],
+  ["/audit", "Audit"],
   ["/cluster", "Cluster"],
 ];
 
@@ -57,6 +59,8 @@ function page(parts: string[], search: URLSearchParams) {
       return <Cluster />;
     case "deliveries":
       return a ? <DeliveryDetail id={a} /> : <Deliveries search={search} />;
+    case "audit":
+      return <Audit search={search} />;
   }
   return <p>No such page.</p>;
 }

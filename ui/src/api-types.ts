@@ -59,6 +59,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List audited requests
+         * @description The audit trail, newest first with a keyset cursor: every request under /api/v1 that is not a read (GET, HEAD, OPTIONS), whatever its outcome, refusals included: who (subject, groups, token name), what (method, route, path, namespace, object, resource_version before and after), when, from where, the request id, the status and outcome, and whether it was a dry run. No route changes it; entries older than the server's AUDIT_RETENTION are pruned. Filters: namespace (* for all), kind and name of the object, subject, outcome, and the window since..until.
+         */
+        get: operations["list-audit"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/cluster-members": {
         parameters: {
             query?: never;
@@ -963,6 +983,63 @@ export interface components {
             /** Format: date-time */
             readonly updated_at: string;
         };
+        AuditEntry: {
+            /**
+             * Format: date-time
+             * @description When the request was answered.
+             */
+            at: string;
+            /** @description The request asked for a dry run (?dry_run=true): nothing it did was kept. */
+            dry_run: boolean;
+            /** @description The caller's groups (OIDC); empty for static tokens. */
+            groups: string[] | null;
+            /** Format: int64 */
+            id: number;
+            method: string;
+            /** @description The request's namespace query parameter as sent, default when absent. */
+            namespace: string;
+            /** @description What the request addressed: a resource's kind for a resource's routes, else the collection in the path (endpoints, providerconfigs, kinds, ...). */
+            object_kind?: string;
+            /** @description The addressed object's name (a kind's for /kinds/{kind}/...), from the path or, for an apply, its body. */
+            object_name?: string;
+            /**
+             * @description ok (1xx-3xx), refused (401, 403) or error (any other status of 400 and above).
+             * @enum {string}
+             */
+            outcome: "ok" | "refused" | "error";
+            /** @description The request's path as sent, without its query. */
+            path: string;
+            /** @description The client's address as the server saw it. */
+            remote_addr?: string;
+            /** @description The request's X-Request-Id (the client's, or one the server made), echoed in its answer. */
+            request_id: string;
+            /** @description The route's template as the OpenAPI document spells it (/api/v1/resources/{kind}/{name}), or unrouted when no route answered. */
+            route: string;
+            /**
+             * Format: int64
+             * @description The answer's HTTP status.
+             */
+            status: number;
+            /** @description Who called: token:<name> for a static token, an OIDC subject, anonymous when the API is open, unauthenticated when the request was refused before its caller was known (a 401). */
+            subject: string;
+            /** @description The static token used (admin-0, read-1, ...), never the token. */
+            token_name?: string;
+            /**
+             * Format: int64
+             * @description Its resource_version after the write; absent when the write failed, was a dry run, or the route does not say.
+             */
+            version_after?: number;
+            /**
+             * Format: int64
+             * @description The object's resource_version before the write; absent when it did not exist or the route does not say.
+             */
+            version_before?: number;
+        };
+        AuditList: {
+            items: components["schemas"]["AuditEntry"][] | null;
+            /** @description Pass as ?cursor= for the next (older) page; absent on the last page. */
+            next_cursor?: string;
+        };
         ChildList: {
             items: components["schemas"]["ListedResource"][] | null;
             /** @description Pass as ?cursor= for the next page; absent on the last page. A page ends when the next child would take it past the server's byte budget (LIST_PAGE_BYTES). */
@@ -1272,6 +1349,8 @@ export interface components {
         };
         ErrorModel: components["schemas"]["Problem"];
         Event: {
+            /** @description Who caused it: the subject of the API request whose write logged it, or system for the engine's own (a delivery's outcome, a cascade, the reaper). */
+            actor: string;
             /** Format: date-time */
             at: string;
             /** Format: int64 */
@@ -1962,6 +2041,8 @@ export interface components {
         SpecRevision: {
             /** Format: date-time */
             applied_at: string;
+            /** @description Who applied it: the subject of the API request that wrote it (a static token's token:<name>, an OIDC subject, anonymous when the API is open), or system when no request wrote it. */
+            author: string;
             /** Format: int64 */
             generation: number;
             /** Format: int64 */
@@ -2401,6 +2482,85 @@ export interface operations {
                 headers: {
                     /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
                     "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "list-audit": {
+        parameters: {
+            query?: {
+                /** @description Only requests made in this namespace (the namespace query parameter they sent, default when none); * for every namespace. */
+                namespace?: string;
+                /** @description Only requests that addressed an object of this kind: a resource's kind, or a collection (endpoints, providerconfigs, kinds, ...). */
+                kind?: string;
+                /** @description Only requests that addressed an object of this name (with kind or alone). */
+                name?: string;
+                /** @description Only this caller's requests (token:admin-0, an OIDC subject, anonymous, unauthenticated). */
+                subject?: string;
+                /** @description Only requests with this outcome. */
+                outcome?: "ok" | "refused" | "error";
+                /** @description Only requests at or after this RFC 3339 time. */
+                since?: string;
+                /** @description Only requests before this RFC 3339 time; after since when both are given. */
+                until?: string;
+                /** @description Page size. */
+                limit?: number;
+                /** @description The next_cursor of the previous page. */
+                cursor?: string;
+            };
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Next-Cursor"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditList"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: needs the admin role cluster-wide. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {

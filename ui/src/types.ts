@@ -80,3 +80,6 @@ interface EndpointLive {
   rate_leases?: number;
   kinds: { kind: string; kind_version: number; ready: boolean; reason?: string }[];
 }
+
+export type AuditList = Schemas["AuditList"];
+export type AuditEntry = Schemas["AuditEntry"];

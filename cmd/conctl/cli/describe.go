@@ -220,13 +220,14 @@ func describeResource(w io.Writer, o obj, events []json.RawMessage, now time.Tim
 	}
 	fmt.Fprintf(w, "\nEvents (newest %d):\n", len(events))
 	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(tw, "  AT\tTYPE\tGEN\tMESSAGE")
+	fmt.Fprintln(tw, "  AT\tTYPE\tGEN\tBY\tMESSAGE")
 	for _, raw := range events {
 		e, err := decodeObject(raw)
 		if err != nil {
 			continue
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", timestamp(e.str("at")), cell(e.str("type")), cell(e.str("generation")), cell(truncate(e.str("message"), 100)))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", timestamp(e.str("at")), cell(e.str("type")), cell(e.str("generation")), cell(e.str("actor")),
+			cell(truncate(e.str("message"), 100)))
 	}
 	_ = tw.Flush()
 }

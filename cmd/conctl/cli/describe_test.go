@@ -54,7 +54,7 @@ func TestDescribe(t *testing.T) {
 			t.Errorf("describe lacks %q", want)
 		}
 	}
-	if !regexp.MustCompile(`(?s)Events \(newest \d+\):\n  AT +TYPE +GEN +MESSAGE\n.*quota exceeded`).MatchString(out) {
+	if !regexp.MustCompile(`(?s)Events \(newest \d+\):\n  AT +TYPE +GEN +BY +MESSAGE\n.*quota exceeded`).MatchString(out) {
 		t.Errorf("describe shows no event of the failure")
 	}
 

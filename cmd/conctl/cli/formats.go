@@ -252,7 +252,7 @@ func objectName(t *objectType, o obj) string {
 		return "kind/" + o.str("kind")
 	case typeClusterMember:
 		return t.name + "/" + o.str("member_id")
-	case typeDelivery, typeOperation:
+	case typeDelivery, typeOperation, typeAudit:
 		return t.name + "/" + o.str("id")
 	case typeRevision:
 		return t.name + "/" + o.str("revision")
@@ -275,6 +275,9 @@ func wideColumns(t *objectType) []column {
 		return []column{field("UPDATED", "updated_at")}
 	case typeDelivery:
 		return []column{field("TASK_ID", "task_id"), field("FAILED", "failed")}
+	case typeAudit:
+		return []column{field("NAMESPACE", "namespace"), field("TOKEN", "token_name"), field("REQUEST_ID", "request_id"),
+			field("REMOTE", "remote_addr"), field("ROUTE", "route")}
 	}
 	return nil
 }

@@ -162,6 +162,8 @@ func collectionPath(t *objectType) string {
 		return "/cluster-members"
 	case typeDelivery:
 		return "/deliveries"
+	case typeAudit:
+		return "/audit"
 	}
 	panic("conctl: no collection for " + t.name)
 }

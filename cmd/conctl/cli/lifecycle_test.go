@@ -399,9 +399,9 @@ func TestHistoryAndRollback(t *testing.T) {
 	var rows []string
 	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
 		f := strings.Fields(l)
-		rows = append(rows, strings.Join(f[:len(f)-1], " "))
+		rows = append(rows, strings.Join(append(f[:len(f)-2:len(f)-2], f[len(f)-1]), " ")) // all but APPLIED_AT
 	}
-	wantOutput(t, strings.Join(rows, "\n"), "REVISION GENERATION VERSION\n3 3 1\n2 2 1\n1 1 1")
+	wantOutput(t, strings.Join(rows, "\n"), "REVISION GENERATION VERSION AUTHOR\n3 3 1 anonymous\n2 2 1 anonymous\n1 1 1 anonymous")
 
 	r = b.run(t, "", "history", "vpc/sample-vpc", "-o", "json")
 	wantCode(t, r, ExitOK)

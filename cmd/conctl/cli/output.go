@@ -384,6 +384,23 @@ func columnsFor(t *objectType) []column {
 		return []column{
 			field("REVISION", "revision"), field("GENERATION", "generation"), field("VERSION", "kind_version"),
 			{"APPLIED_AT", func(o obj, _ time.Time) string { return timestamp(o.str("applied_at")) }},
+			field("AUTHOR", "author"),
+		}
+	case typeAudit:
+		return []column{
+			field("ID", "id"),
+			{"AT", func(o obj, _ time.Time) string { return timestamp(o.str("at")) }},
+			field("SUBJECT", "subject"), field("METHOD", "method"), field("PATH", "path"),
+			{"OBJECT", func(o obj, _ time.Time) string {
+				if o.str("object_name") == "" {
+					return cmpOrText(o.str("object_kind"), "-")
+				}
+				return o.str("object_kind") + "/" + o.str("object_name")
+			}},
+			{"VERSIONS", func(o obj, _ time.Time) string {
+				return cmpOrText(o.str("version_before"), "-") + "->" + cmpOrText(o.str("version_after"), "-")
+			}},
+			field("STATUS", "status"), field("OUTCOME", "outcome"), field("DRY_RUN", "dry_run"),
 		}
 	}
 	return []column{field("NAME", "name")}

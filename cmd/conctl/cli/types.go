@@ -44,6 +44,8 @@ var (
 	typeRevision = &objectType{name: "revision", plural: "spec revisions"}
 	// typeDelivery is an attempt of the delivery log (`deliveries`).
 	typeDelivery = &objectType{name: "delivery", plural: "deliveries"}
+	// typeAudit is an entry of the audit trail (`audit`).
+	typeAudit = &objectType{name: "auditentry", plural: "audit entries"}
 )
 
 // applyTypes are the types `apply --type` and a document's `type` field accept.

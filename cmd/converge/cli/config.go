@@ -133,6 +133,9 @@ type Config struct {
 	// (DELIVERY_LOG_MAX_AGE, DELIVERY_LOG_KEEP).
 	DeliveryLogMaxAge time.Duration
 	DeliveryLogKeep   int
+	// AuditRetention is how long the audit trail keeps a request
+	// (AUDIT_RETENTION).
+	AuditRetention time.Duration
 	// SpecHistoryLimit is how many spec revisions each root resource keeps
 	// (SPEC_HISTORY_LIMIT).
 	SpecHistoryLimit int

@@ -465,7 +465,7 @@ func (s *Server) startShared(ctx context.Context, lis *store.Listener) (*cluster
 // pod's one LISTEN connection.
 func (s *Server) startControl(ctx context.Context, lis *store.Listener, member *cluster.Member) error {
 	rp, err := reaper.New(reaper.Config{Range: member.Range, RetryWindow: s.cfg.ReaperRetryWindow, PhaseCountEvery: s.cfg.PhaseCountInterval, Metrics: s.metrics,
-		DeliveryMaxAge: s.cfg.DeliveryLogMaxAge, DeliveryKeep: s.cfg.DeliveryLogKeep}, s.engine, s.store, s.log)
+		DeliveryMaxAge: s.cfg.DeliveryLogMaxAge, DeliveryKeep: s.cfg.DeliveryLogKeep, AuditRetention: s.cfg.AuditRetention}, s.engine, s.store, s.log)
 	if err != nil {
 		return err
 	}

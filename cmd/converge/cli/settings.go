@@ -171,6 +171,8 @@ func settings() []setting {
 			"how long the delivery log keeps an attempt; the reaper drops older ones ([the delivery log](#the-delivery-log))"),
 		count("DELIVERY_LOG_KEEP", store.DeliveryLogKeepDefault, func(c *Config) *int { return &c.DeliveryLogKeep },
 			"how many attempts the delivery log keeps per endpoint; the reaper drops the rest, oldest first"),
+		duration("AUDIT_RETENTION", store.AuditRetentionDefault, func(c *Config) *time.Duration { return &c.AuditRetention },
+			"how long the audit trail keeps a request (`GET /api/v1/audit`, [api.md](api.md#audit-trail)); `2160h` is 90 days. The reaper deletes older entries ([the audit trail](#the-audit-trail))"),
 		count("SPEC_HISTORY_LIMIT", store.SpecHistoryLimitDefault, func(c *Config) *int { return &c.SpecHistoryLimit },
 			"how many spec revisions each root resource keeps (`GET .../spec-history`, `POST .../rollback`)"),
 		duration("IDEMPOTENCY_KEY_RETENTION", api.IdempotencyRetentionDefault, func(c *Config) *time.Duration { return &c.IdempotencyRetention },

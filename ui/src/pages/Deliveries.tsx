@@ -19,13 +19,13 @@ const outcomes = [
 ];
 
 // A datetime-local input shows local time; the URL and the API hold RFC 3339.
-const toInput = (iso: string) => {
+export const toInput = (iso: string) => {
   if (!iso) return "";
   const d = new Date(iso);
   if (isNaN(d.getTime())) return "";
   return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
 };
-const fromInput = (local: string) => (local ? new Date(local).toISOString() : "");
+export const fromInput = (local: string) => (local ? new Date(local).toISOString() : "");
 
 // Deliveries is the delivery log, keyset-paged newest first as the
 // Resources list is: Next follows the server's cursor, Previous pops a

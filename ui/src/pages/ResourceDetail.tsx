@@ -386,6 +386,7 @@ function Events({ path }: { path: string }) {
               <th scope="col">at</th>
               <th scope="col">event</th>
               <th scope="col">generation</th>
+              <th scope="col">by</th>
               <th scope="col">message</th>
             </tr>
           </thead>
@@ -397,6 +398,7 @@ function Events({ path }: { path: string }) {
                 </td>
                 <td>{e.type}</td>
                 <td>{e.generation ?? ""}</td>
+                <td data-testid="event-actor">{e.actor}</td>
                 <td>{e.message}</td>
               </tr>
             ))}
