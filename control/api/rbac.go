@@ -107,6 +107,8 @@ func permissions() map[string]permission {
 		"apply-alert-sink": clusterAdmin, "delete-alert-sink": clusterAdmin,
 		"list-cluster-members": clusterRead,
 
+		"list-audit": permission{roleAdmin, inNamespace},
+
 		"list-role-bindings": view, "get-role-binding": binding, "put-role-binding": binding, "delete-role-binding": binding,
 	}
 }

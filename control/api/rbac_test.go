@@ -134,6 +134,7 @@ var routeRoles = map[string]needs{
 	"POST /api/v1/alert-sinks":                          {"admin", inCluster},
 	"DELETE /api/v1/alert-sinks/{name}":                 {"admin", inCluster},
 	"GET /api/v1/cluster-members":                       {"viewer", inCluster},
+	"GET /api/v1/audit":                                 {"admin", inNS},
 	"GET /api/v1/role-bindings":                         {"viewer", inNS},
 	"GET /api/v1/role-bindings/{name}":                  {"viewer", ofBinding},
 	"PUT /api/v1/role-bindings/{name}":                  {"admin", inNS},

@@ -2540,7 +2540,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: needs the admin role cluster-wide. */
+            /** @description Forbidden: needs the admin role in the request's namespace (cluster-wide for namespace=*). */
             403: {
                 headers: {
                     [name: string]: unknown;
