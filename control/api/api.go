@@ -73,9 +73,14 @@ type Config struct {
 	// routes under /api/v1.
 	ReadTokens []string
 	// AdminTokens are bearer tokens that may call every route. When neither
-	// ReadTokens nor AdminTokens is set, the API is open. /livez, /readyz,
-	// /openapi.json and /docs never need a token; /metrics needs a read one.
+	// ReadTokens nor AdminTokens nor OIDC is set, the API is open. /livez,
+	// /readyz, /openapi.json, /docs and /api/v1/auth/config never need a
+	// token; /metrics needs a read one.
 	AdminTokens []string
+	// OIDC, when set, also accepts bearer tokens its issuer signed (see
+	// OIDCConfig): a token shaped like a JWT is verified as one, any other
+	// is compared with the static tokens. Its callers may call GET and HEAD.
+	OIDC *OIDCConfig
 	// RequestTimeout bounds the work of one request (its database calls).
 	// Defaults to 30 seconds.
 	RequestTimeout time.Duration
@@ -205,6 +210,9 @@ func (c Config) validate() error {
 			return fmt.Errorf("api: AdminTokens[%d] is empty", i)
 		}
 	}
+	if c.OIDC != nil {
+		return c.OIDC.validate()
+	}
 	return nil
 }
 
@@ -238,7 +246,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, store: st, kinds: kinds, log: log, auth: newAuth(cfg.ReadTokens, cfg.AdminTokens)}
+	s := &Server{cfg: cfg, store: st, kinds: kinds, log: log, auth: newAuth(cfg.ReadTokens, cfg.AdminTokens, cfg.OIDC)}
 
 	s.app = fiber.New(fiber.Config{
 		AppName:        "converge",
@@ -321,6 +329,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.api = humafiber.NewWithGroup(s.app, literalColons{s.app}, hc)
 
 	s.registerHealth()
+	s.registerAuth()
 	s.registerManifests()
 	s.registerResources()
 	s.registerResourceBatch()

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	"crypto/subtle"
+	"errors"
 	"mime"
 	"net/http"
 	"strconv"
@@ -11,14 +13,17 @@ import (
 )
 
 // auth checks bearer tokens: a read token may call GET and HEAD, an admin
-// token anything. With no tokens configured every request passes.
+// token anything; an OIDC token (when OIDC is configured) names a user, who
+// may call GET and HEAD. With no tokens and no OIDC every request passes.
 type auth struct {
 	read, admin [][32]byte
+	oidc        *oidcVerifier
 }
 
 // Static tokens are named by their list and position ("admin-0", "read-1"):
-// the name, never the token, is what the audit trail records.
-func newAuth(read, admin []string) *auth {
+// the name, never the token, is what the audit trail records. oc, when not
+// nil, adds OIDC tokens.
+func newAuth(read, admin []string, oc *OIDCConfig) *auth {
 	a := &auth{}
 	for _, t := range read {
 		a.read = append(a.read, tokenSum(t))
@@ -26,10 +31,13 @@ func newAuth(read, admin []string) *auth {
 	for _, t := range admin {
 		a.admin = append(a.admin, tokenSum(t))
 	}
+	if oc != nil {
+		a.oidc = newOIDCVerifier(*oc)
+	}
 	return a
 }
 
-func (a *auth) enabled() bool { return len(a.read)+len(a.admin) > 0 }
+func (a *auth) enabled() bool { return len(a.read)+len(a.admin) > 0 || a.oidc != nil }
 
 // indexOf compares in constant time against every token, so timing reveals
 // neither which token matched nor how much of one did; it returns the
@@ -44,65 +52,89 @@ func indexOf(sum [32]byte, tokens [][32]byte) int {
 }
 
 func (a *auth) middleware(c *fiber.Ctx) error {
-	p, challenge := a.check(c.Get(fiber.HeaderAuthorization), c.Method())
-	if p == nil {
-		c.SetUserContext(withPrincipal(c.UserContext(), a.principal(c.Get(fiber.HeaderAuthorization))))
+	if c.Path() == Prefix+authConfigPath {
+		// How to sign in is asked before signing in.
+		return c.Next()
+	}
+	p, refused, challenge := a.check(c.UserContext(), c.Get(fiber.HeaderAuthorization), c.Method())
+	if refused == nil {
+		c.SetUserContext(withPrincipal(c.UserContext(), p))
 		return c.Next()
 	}
 	if challenge != "" {
 		c.Set(fiber.HeaderWWWAuthenticate, challenge)
 	}
-	return writeProblem(c, p)
+	return writeProblem(c, refused)
 }
 
-// check decides a request from its Authorization header and method: nil
-// when it may proceed, else the problem to answer and, for a 401, the
-// WWW-Authenticate challenge.
-func (a *auth) check(header, method string) (*Problem, string) {
+// check decides a request from its Authorization header and method: the
+// caller when it may proceed, else the problem to answer and, for a 401,
+// the WWW-Authenticate challenge (RFC 6750: error="invalid_token" with an
+// error_description saying why a token was refused).
+func (a *auth) check(ctx context.Context, header, method string) (Principal, *Problem, string) {
 	if !a.enabled() {
-		return nil, ""
+		return Principal{Subject: "anonymous", Anonymous: true}, nil, ""
 	}
 	scheme, token, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return newProblem(http.StatusUnauthorized, typeUnauthorized,
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return Principal{}, newProblem(http.StatusUnauthorized, typeUnauthorized,
 			"a bearer token is required: send Authorization: Bearer <token>"), `Bearer realm="converge"`
 	}
-	sum := tokenSum(strings.TrimSpace(token))
-	admin := indexOf(sum, a.admin) >= 0
-	read := admin || indexOf(sum, a.read) >= 0
-	switch {
-	case !read:
-		return newProblem(http.StatusUnauthorized, typeUnauthorized, "the bearer token is not valid"),
-			`Bearer realm="converge", error="invalid_token"`
-	case !admin && !isRead(method):
-		return newProblem(http.StatusForbidden, typeForbidden,
-			"this token may only read; "+method+" needs an admin token"), ""
+	var p Principal
+	mayWrite := false
+	if a.oidc != nil && looksLikeJWT(token) {
+		var err error
+		p, err = a.oidc.verify(ctx, token)
+		var te *tokenError
+		switch {
+		case errors.As(err, &te):
+			return Principal{}, newProblem(http.StatusUnauthorized, typeUnauthorized, "the bearer token is not valid: "+te.description),
+				`Bearer realm="converge", error="invalid_token", error_description=` + strconv.Quote(te.description)
+		case err != nil:
+			return Principal{}, newProblem(http.StatusServiceUnavailable, typeUnavailable,
+				err.Error()+"; retry the request later").RetryAfter(RetryAfterUnreachable), ""
+		}
+	} else {
+		sum := tokenSum(token)
+		admin, read := indexOf(sum, a.admin), indexOf(sum, a.read)
+		switch {
+		case admin >= 0:
+			p.TokenName, mayWrite = "admin-"+strconv.Itoa(admin), true
+		case read >= 0:
+			p.TokenName = "read-" + strconv.Itoa(read)
+		default:
+			return Principal{}, newProblem(http.StatusUnauthorized, typeUnauthorized, "the bearer token is not valid"),
+				`Bearer realm="converge", error="invalid_token", error_description="the token is not one this server knows"`
+		}
+		p.Subject = "token:" + p.TokenName
 	}
-	return nil, ""
+	if !mayWrite && !isRead(method) {
+		return Principal{}, newProblem(http.StatusForbidden, typeForbidden,
+			"this caller may only read; "+method+" needs an admin token"), ""
+	}
+	return p, nil, ""
 }
 
-// principal names the caller of a request check let through.
-func (a *auth) principal(header string) Principal {
-	if !a.enabled() {
-		return Principal{Subject: "anonymous", Anonymous: true}
+// readyCheck is the "oidc" readiness check, or nil without OIDC. It is
+// advisory: while the issuer cannot be reached, OIDC tokens are answered
+// 503 but static tokens and everything else work, so the process stays
+// ready.
+func (a *auth) readyCheck() *ReadyCheck {
+	if a.oidc == nil {
+		return nil
 	}
-	_, token, _ := strings.Cut(header, " ")
-	sum := tokenSum(strings.TrimSpace(token))
-	name := "read-" + strconv.Itoa(indexOf(sum, a.read))
-	if i := indexOf(sum, a.admin); i >= 0 {
-		name = "admin-" + strconv.Itoa(i)
-	}
-	return Principal{Subject: "token:" + name, TokenName: name}
+	return &ReadyCheck{Name: "oidc", Check: a.oidc.check, Advisory: true}
 }
 
 // RequireReadToken guards h (a net/http handler outside the API, such as
 // /metrics on a pod without the API) like the API's read routes: with
-// tokens configured, a read or admin bearer token is required and only
-// GET and HEAD pass; with none, h is open.
-func RequireReadToken(readTokens, adminTokens []string, h http.Handler) http.Handler {
-	a := newAuth(readTokens, adminTokens)
+// tokens or OIDC configured, a read or admin bearer token or an OIDC token
+// is required and only GET and HEAD pass; with neither, h is open.
+func RequireReadToken(readTokens, adminTokens []string, oc *OIDCConfig, h http.Handler) http.Handler {
+	a := newAuth(readTokens, adminTokens, oc)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, challenge := a.check(r.Header.Get("Authorization"), r.Method)
+		_, p, challenge := a.check(r.Context(), r.Header.Get("Authorization"), r.Method)
 		if p == nil {
 			h.ServeHTTP(w, r)
 			return

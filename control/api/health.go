@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -92,7 +93,8 @@ func (s *Server) registerHealth() {
 			"is at this binary's migration version, and each duty of this process runs. Else 503, a problem naming " +
 			"the failed checks in its detail and errors (location checks.<name>). With a read replica " +
 			"(DATABASE_READ_URL) the read_database check says whether it answers, and never fails readiness: " +
-			"reads fall back to the primary.",
+			"reads fall back to the primary. With OIDC (OIDC_ISSUER_URL) the oidc check says whether the issuer's " +
+			"discovery document has been fetched, and never fails readiness either: static tokens work without it.",
 		Errors: []int{503},
 	}, s.readyz)
 	register(s, huma.Operation{
@@ -109,6 +111,9 @@ func (s *Server) readyz(ctx context.Context, _ *struct{}) (*bodyOutput[ReadyStat
 	checks := s.cfg.ReadyChecks
 	if checks == nil {
 		checks = []ReadyCheck{DatabaseCheck(s.store, s.log)}
+	}
+	if c := s.auth.readyCheck(); c != nil {
+		checks = append(slices.Clip(checks), *c)
 	}
 	st, failed := CheckReady(ctx, checks)
 	if failed == nil {

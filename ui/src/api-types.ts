@@ -59,6 +59,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/config": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * How to sign in
+         * @description Whether the server takes OIDC tokens and, if so, how a client signs in for one. Needs no token.
+         */
+        get: operations["get-auth-config"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/whoami": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Who is calling
+         * @description The caller as the server sees it: the subject and groups of an OIDC token, the name of a static token, or anonymous.
+         */
+        get: operations["get-whoami"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/cluster-members": {
         parameters: {
             query?: never;
@@ -802,7 +842,7 @@ export interface paths {
         };
         /**
          * Readiness
-         * @description 200 when every readiness check passes within the ready timeout: the database answers, its schema is at this binary's migration version, and each duty of this process runs. Else 503, a problem naming the failed checks in its detail and errors (location checks.<name>). With a read replica (DATABASE_READ_URL) the read_database check says whether it answers, and never fails readiness: reads fall back to the primary.
+         * @description 200 when every readiness check passes within the ready timeout: the database answers, its schema is at this binary's migration version, and each duty of this process runs. Else 503, a problem naming the failed checks in its detail and errors (location checks.<name>). With a read replica (DATABASE_READ_URL) the read_database check says whether it answers, and never fails readiness: reads fall back to the primary. With OIDC (OIDC_ISSUER_URL) the oidc check says whether the issuer's discovery document has been fetched, and never fails readiness either: static tokens work without it.
          */
         get: operations["readyz"];
         put?: never;
@@ -1352,6 +1392,32 @@ export interface components {
         };
         ManifestList: {
             items: components["schemas"]["KindManifest"][] | null;
+        };
+        OIDCSignIn: {
+            /**
+             * @description The OAuth client to sign in as (OIDC_CONSOLE_CLIENT_ID).
+             * @example converge
+             */
+            client_id: string;
+            /**
+             * @description The issuer URL (OIDC_ISSUER_URL); its discovery document is at issuer/.well-known/openid-configuration.
+             * @example https://idp.example.com/realms/converge
+             */
+            issuer: string;
+            /**
+             * @description The scopes to ask for (OIDC_CONSOLE_SCOPES).
+             * @example [
+             *       "openid",
+             *       "profile",
+             *       "email"
+             *     ]
+             */
+            scopes: string[] | null;
+            /**
+             * @description Which token of the token endpoint's answer to send: the ID token when client_id is the API's audience (OIDC_AUDIENCE), else the access token, whose audience the provider sets from the scopes.
+             * @enum {string}
+             */
+            token: "id_token" | "access_token";
         };
         Operation: {
             /**
@@ -1928,6 +1994,22 @@ export interface components {
              */
             version: string;
         };
+        WhoAmI: {
+            /** @description True when the server has no authentication configured: every caller is anonymous. */
+            anonymous: boolean;
+            /** @description The caller's groups (OIDC_GROUPS_CLAIM); empty for a static token. */
+            groups: string[] | null;
+            /**
+             * @description Who is calling: the OIDC token's username claim (OIDC_USERNAME_CLAIM), token:<name> for a static token, or anonymous.
+             * @example alice@example.com
+             */
+            subject: string;
+            /**
+             * @description The static token used, by list and position (admin-0, read-1); absent for other callers.
+             * @example admin-0
+             */
+            token_name?: string;
+        };
     };
     responses: never;
     parameters: never;
@@ -1961,7 +2043,7 @@ export interface operations {
                     "application/json": components["schemas"]["AlertEventList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2002,7 +2084,7 @@ export interface operations {
                     "application/json": components["schemas"]["AlertSinkList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2067,7 +2149,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2076,7 +2158,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2133,7 +2215,7 @@ export interface operations {
                     "application/json": components["schemas"]["AlertSink"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2195,7 +2277,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2204,7 +2286,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2248,6 +2330,82 @@ export interface operations {
             };
         };
     };
+    "get-auth-config": {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description How to sign in with OIDC; null when the server takes no OIDC tokens (static tokens only, or no authentication). */
+                        oidc: components["schemas"]["OIDCSignIn"] | null;
+                    };
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "get-whoami": {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WhoAmI"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
     "list-cluster-members": {
         parameters: {
             query?: never;
@@ -2269,7 +2427,7 @@ export interface operations {
                     "application/json": components["schemas"]["ClusterList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2330,7 +2488,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeliveryList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2383,7 +2541,7 @@ export interface operations {
                     "application/json": components["schemas"]["Delivery"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2450,7 +2608,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReplayAccepted"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2459,7 +2617,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2535,7 +2693,7 @@ export interface operations {
                     "application/json": components["schemas"]["EndpointList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2600,7 +2758,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2609,7 +2767,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2689,7 +2847,7 @@ export interface operations {
                     "application/json": components["schemas"]["EndpointView"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2754,7 +2912,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2763,7 +2921,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2860,7 +3018,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeliveryList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2927,7 +3085,7 @@ export interface operations {
                     "application/json": components["schemas"]["RotatedSecret"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2936,7 +3094,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3009,7 +3167,7 @@ export interface operations {
                     "application/json": components["schemas"]["EndpointTest"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3018,7 +3176,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3105,7 +3263,7 @@ export interface operations {
                     "application/json": components["schemas"]["KindList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3168,7 +3326,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3177,7 +3335,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3248,7 +3406,7 @@ export interface operations {
                     "application/json": components["schemas"]["KindConfig"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3334,7 +3492,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3343,7 +3501,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3435,7 +3593,7 @@ export interface operations {
                     "application/json": components["schemas"]["KindManifest"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3499,7 +3657,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3508,7 +3666,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3589,7 +3747,7 @@ export interface operations {
                     "application/json": components["schemas"]["KindSchemas"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3651,7 +3809,7 @@ export interface operations {
                     "application/json": components["schemas"]["ManifestList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3704,7 +3862,7 @@ export interface operations {
                     "application/json": components["schemas"]["ProviderConfigList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3778,7 +3936,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3787,7 +3945,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3878,7 +4036,7 @@ export interface operations {
                     "application/json": components["schemas"]["ProviderConfig"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3943,7 +4101,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3952,7 +4110,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4044,7 +4202,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReactorBindingList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4109,7 +4267,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4118,7 +4276,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4198,7 +4356,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReactorBinding"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4263,7 +4421,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4272,7 +4430,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4370,7 +4528,7 @@ export interface operations {
                     "application/json": components["schemas"]["ResourceList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4444,7 +4602,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4453,7 +4611,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4546,7 +4704,7 @@ export interface operations {
                     "application/json": components["schemas"]["ResourceView"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4616,7 +4774,7 @@ export interface operations {
                     "application/json": components["schemas"]["Resource"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4625,7 +4783,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4712,7 +4870,7 @@ export interface operations {
                     "application/json": components["schemas"]["ChildList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4776,7 +4934,7 @@ export interface operations {
                     "application/json": components["schemas"]["Dependencies"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4845,7 +5003,7 @@ export interface operations {
                     "application/json": components["schemas"]["EventList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4909,7 +5067,7 @@ export interface operations {
                     "application/json": components["schemas"]["Graph"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4979,7 +5137,7 @@ export interface operations {
                     "application/json": components["schemas"]["OperationList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5063,7 +5221,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5072,7 +5230,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5155,7 +5313,7 @@ export interface operations {
                     "application/json": components["schemas"]["Operation"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5223,7 +5381,7 @@ export interface operations {
                     "application/json": components["schemas"]["Operation"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5232,7 +5390,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5318,7 +5476,7 @@ export interface operations {
                     "application/json": components["schemas"]["Resource"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5327,7 +5485,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5413,7 +5571,7 @@ export interface operations {
                     "application/json": components["schemas"]["Accepted"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5422,7 +5580,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5525,7 +5683,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5534,7 +5692,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5619,7 +5777,7 @@ export interface operations {
                     "application/json": components["schemas"]["SpecHistory"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5683,7 +5841,7 @@ export interface operations {
                     "application/json": components["schemas"]["Topology"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5752,7 +5910,7 @@ export interface operations {
                     "application/json": components["schemas"]["Resource"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5761,7 +5919,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5858,7 +6016,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5867,7 +6025,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5952,7 +6110,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5961,7 +6119,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: a read token on a route that needs an admin token. */
+            /** @description Forbidden: a read token or an OIDC token on a route that needs an admin token. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6015,7 +6173,7 @@ export interface operations {
                     "application/json": components["schemas"]["VersionInfo"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;

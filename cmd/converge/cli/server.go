@@ -553,7 +553,7 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	if !built {
 		s.log.Info("this binary has no web console built in: / serves a page saying how to build it (make ui)")
 	}
-	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens, ListPageBytes: s.cfg.ListPageBytes,
+	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens, OIDC: s.cfg.OIDCConfig(), ListPageBytes: s.cfg.ListPageBytes,
 		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), MetricsRegistry: s.metrics, Console: console, Events: s.events,
 		ReadyChecks: s.readyChecks(), IdempotencyRetention: s.cfg.IdempotencyRetention, HeaderTimeout: s.cfg.HTTPHeaderTimeout,
 		ReadTimeout: s.cfg.HTTPReadTimeout, WriteTimeout: s.cfg.HTTPWriteTimeout, IdleTimeout: s.cfg.HTTPIdleTimeout,
@@ -640,7 +640,7 @@ func detached(h http.Handler, timeout time.Duration) http.Handler {
 func (s *Server) serveDispatch(d *dispatch.Dispatcher, callbackBase string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/tasks/", d.Callbacks())
-	mux.Handle("GET /metrics", api.RequireReadToken(s.cfg.ReadTokens, s.cfg.AdminTokens, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})))
+	mux.Handle("GET /metrics", api.RequireReadToken(s.cfg.ReadTokens, s.cfg.AdminTokens, s.cfg.OIDCConfig(), promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})))
 	// A callback's work is bounded by the callback receiver (30 s).
 	s.dispatchHTTP = s.httpServer(mux, api.RequestTimeoutDefault)
 	go func() { s.served <- s.dispatchHTTP.Serve(s.ln) }()
