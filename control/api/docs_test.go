@@ -81,11 +81,12 @@ func TestDocsServedFromTheBinary(t *testing.T) {
 	b.do(http.MethodGet, "/docs/nothing.js", nil).wantProblem(t, http.StatusNotFound, "")
 }
 
-// TestOpenAPISecurityAndServers: the document carries the two bearer
+// TestOpenAPISecurityAndServers: the document carries the three bearer
 // schemes and a relative server, and each operation's security says what
 // the server enforces: every operation is called with a read token, and a
 // read one passes auth while a write (admin token only, with a 403
-// documented) is refused 403; /livez and /readyz take none.
+// documented) is refused 403; /livez, /readyz and /api/v1/auth/config take
+// none.
 func TestOpenAPISecurityAndServers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, api.Config{ReadTokens: []string{"reader-token"}, AdminTokens: []string{"admin-token"}, Endpoints: endpointsConfig(t)})
@@ -107,7 +108,7 @@ func TestOpenAPISecurityAndServers(t *testing.T) {
 	if len(doc.Servers) != 1 || doc.Servers[0].URL != "/" {
 		t.Errorf("servers %+v, want one, the relative /", doc.Servers)
 	}
-	for _, name := range []string{"readToken", "adminToken"} {
+	for _, name := range []string{"readToken", "adminToken", "oidcToken"} {
 		s, ok := doc.Components.SecuritySchemes[name]
 		if !ok || s.Type != "http" || s.Scheme != "bearer" || s.Description == "" {
 			t.Errorf("securitySchemes.%s = %+v, want an http bearer scheme with a description", name, s)
@@ -135,10 +136,10 @@ func TestOpenAPISecurityAndServers(t *testing.T) {
 			isRead := method == "get" || method == "head"
 			want := []string{"adminToken"}
 			switch {
-			case !strings.HasPrefix(p, api.Prefix):
+			case !strings.HasPrefix(p, api.Prefix) || p == api.Prefix+"/auth/config":
 				want = nil
 			case isRead:
-				want = []string{"adminToken", "readToken"}
+				want = []string{"adminToken", "oidcToken", "readToken"}
 			}
 			if !slices.Equal(schemes, want) {
 				t.Errorf("%s: security %v, want %v", what, schemes, want)
