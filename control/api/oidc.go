@@ -101,6 +101,7 @@ type oidcVerifier struct {
 
 	mu       sync.Mutex
 	verifier *oidc.IDTokenVerifier
+	tokenURL string // the discovered token endpoint
 	tried    time.Time
 	err      error
 }
@@ -136,8 +137,27 @@ func (o *oidcVerifier) discover(ctx context.Context) (*oidc.IDTokenVerifier, err
 	// failed; go-oidc checks the signature against the issuer's keys.
 	o.verifier = p.VerifierContext(oidc.ClientContext(context.Background(), o.cfg.HTTPClient),
 		&oidc.Config{SkipClientIDCheck: true, SkipIssuerCheck: true, SkipExpiryCheck: true})
+	o.tokenURL = p.Endpoint().TokenURL
 	o.err = nil
 	return o.verifier, nil
+}
+
+// connectSources are the origins the console's page must reach to sign in:
+// the issuer's (discovery) and, once discovered, the token endpoint's
+// (Cognito's, for one, is on another host). It tries discovery first.
+func (o *oidcVerifier) connectSources(ctx context.Context) []string {
+	_, _ = o.discover(ctx) // without it, the issuer's origin alone
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []string
+	for _, raw := range []string{o.cfg.IssuerURL, o.tokenURL} {
+		if u, err := url.Parse(raw); err == nil && u.Host != "" {
+			if origin := u.Scheme + "://" + u.Host; !slices.Contains(out, origin) {
+				out = append(out, origin)
+			}
+		}
+	}
+	return out
 }
 
 // check is the readiness check: nil once discovery succeeded.
