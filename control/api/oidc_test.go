@@ -43,7 +43,8 @@ func TestOIDC(t *testing.T) {
 	t.Parallel()
 	is := oidctest.New(t, oidctest.Options{TLS: true})
 	b := setup(t, api.Config{ReadTokens: []string{"reader-token-0123"}, AdminTokens: []string{"admin-token-01234"},
-		OIDC: &api.OIDCConfig{IssuerURL: is.URL(), Audience: is.Audience(), ClockSkew: time.Minute, HTTPClient: is.Client()}})
+		OIDC:    &api.OIDCConfig{IssuerURL: is.URL(), Audience: is.Audience(), ClockSkew: time.Minute, HTTPClient: is.Client()},
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("# metrics\n")) })})
 	me := func(t *testing.T, token string) whoami {
 		t.Helper()
 		var w whoami
@@ -152,6 +153,12 @@ func TestOIDC(t *testing.T) {
 			t.Errorf("auth config = %+v", got.OIDC)
 		}
 		b.do(http.MethodHead, "/api/v1/auth/config", nil).want(t, http.StatusOK)
+	})
+	t.Run("MetricsTakeOIDCTokens", func(t *testing.T) {
+		b.do(http.MethodGet, "/metrics", nil, bearer(is.Sign(is.Claims("prometheus")))).want(t, http.StatusOK)
+		c := is.Claims("prometheus")
+		c["aud"] = "another-api"
+		wantInvalidToken(t, b.do(http.MethodGet, "/metrics", nil, bearer(is.Sign(c))), "audience")
 	})
 	t.Run("ReadinessReportsTheIssuer", func(t *testing.T) {
 		if got := b.do(http.MethodGet, "/readyz", nil).want(t, http.StatusOK).object(t)["checks"].(map[string]any)["oidc"]; got != "ok" {
