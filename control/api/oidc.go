@@ -211,6 +211,11 @@ func (o *oidcVerifier) verify(ctx context.Context, token string) (Principal, err
 	if json.Unmarshal(claims[o.cfg.UsernameClaim], &subject) != nil || subject == "" {
 		return Principal{}, &tokenError{"the token has no " + o.cfg.UsernameClaim + " claim (a non-empty string) to name its caller"}
 	}
+	if reservedSubject(subject) {
+		// A user named token:admin-0 would pass for that token in the
+		// audit trail and in role bindings.
+		return Principal{}, &tokenError{"the token's " + o.cfg.UsernameClaim + " claim names a subject reserved for static tokens and anonymous callers"}
+	}
 	groups, err := groupsOf(claims[o.cfg.GroupsClaim])
 	if err != nil {
 		return Principal{}, &tokenError{"the token's " + o.cfg.GroupsClaim + " claim is neither a string nor an array of strings"}
@@ -256,6 +261,12 @@ func (o *oidcVerifier) checkTimes(claims map[string]json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// reservedSubject says whether subject is one the server gives callers
+// other than OIDC users: "token:<name>" and "anonymous".
+func reservedSubject(subject string) bool {
+	return strings.HasPrefix(subject, "token:") || subject == "anonymous"
 }
 
 // groupsOf reads a groups claim: absent, a string, or an array of strings.

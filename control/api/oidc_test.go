@@ -42,7 +42,7 @@ func wantInvalidToken(t *testing.T, r response, why string) {
 func TestOIDC(t *testing.T) {
 	t.Parallel()
 	is := oidctest.New(t, oidctest.Options{TLS: true})
-	b := setup(t, api.Config{ReadTokens: []string{"reader-token-0123"}, AdminTokens: []string{"admin-token-01234"},
+	b := setup(t, api.Config{ReadTokens: []string{"reader-token-0123"}, AdminTokens: []string{"admin-token-01234", "ci.deploy.token-0123"},
 		OIDC:    &api.OIDCConfig{IssuerURL: is.URL(), Audience: is.Audience(), ClockSkew: time.Minute, HTTPClient: is.Client()},
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("# metrics\n")) })})
 	me := func(t *testing.T, token string) whoami {
@@ -121,12 +121,21 @@ func TestOIDC(t *testing.T) {
 		c := is.Claims("")
 		wantInvalidToken(t, b.do(http.MethodGet, "/api/v1/auth/whoami", nil, bearer(is.Sign(c))), "sub claim")
 	})
+	t.Run("ReservedSubjects", func(t *testing.T) {
+		for _, sub := range []string{"token:admin-0", "anonymous"} {
+			wantInvalidToken(t, b.do(http.MethodGet, "/api/v1/auth/whoami", nil, bearer(is.Sign(is.Claims(sub)))), "reserved")
+		}
+	})
 	t.Run("StaticTokensBesideOIDC", func(t *testing.T) {
 		if got := me(t, "admin-token-01234"); got.Subject != "token:admin-0" || got.TokenName != "admin-0" {
 			t.Errorf("whoami with the admin token = %+v", got)
 		}
 		if got := me(t, "reader-token-0123"); got.Subject != "token:read-0" || got.TokenName != "read-0" {
 			t.Errorf("whoami with the read token = %+v", got)
+		}
+		// Dots do not make a static token a JWT.
+		if got := me(t, "ci.deploy.token-0123"); got.TokenName != "admin-1" {
+			t.Errorf("whoami with a dotted static token = %+v", got)
 		}
 		b.do(http.MethodPut, "/api/v1/kinds/noop/manifest", `{"kind":"noop","kind_version":1,"reactions":[]}`,
 			bearer("admin-token-01234")).wantApply(t, "created")

@@ -190,7 +190,11 @@ class Changes {
     this.started = true;
     void this.run();
     // A token entered after a refusal opens the stream again at once.
+    // A token dropped (signed out, forgotten) closes the stream it opened.
+    let token = auth.token;
     auth.subscribe(() => {
+      if (auth.token !== token && !auth.token) this.abort?.abort();
+      token = auth.token;
       if (!auth.needed) this.retryNow?.();
     });
     // A page left for another keeps no stream open: kept in the back/forward
