@@ -19,7 +19,8 @@ import (
 // call sends the tab through the issuer (authorization code with PKCE,
 // approved at once), the console comes back signed in, shows the subject,
 // calls the API and opens the change stream with the token; signed out it
-// offers to sign in instead of doing it, and signs in again on a click.
+// offers to sign in instead of doing it, and signs in again on a click; a
+// token the API later refuses (expired) sends it through the issuer again.
 // Only the server and the issuer are contacted, and nothing is logged as
 // an error.
 func TestConsoleSignsInWithOIDC(t *testing.T) {
@@ -68,6 +69,17 @@ func TestConsoleSignsInWithOIDC(t *testing.T) {
 	must(t, err)
 	click(b, ".token-prompt", "Sign in with "+issuer.Host)
 	b.WaitTrue("signed in again", `document.querySelector('[data-testid="signed-in-as"]')?.textContent === "alice@example.com"`, 30*time.Second)
+
+
+	t.Log("a token the API refuses (expired) sends the tab through the issuer again")
+	c := is.Claims("alice@example.com")
+	c["iat"], c["exp"] = time.Now().Add(-2*time.Hour).Unix(), time.Now().Add(-time.Hour).Unix()
+	expired := is.Sign(c)
+	browsertest.Eval[bool](b, `(sessionStorage.setItem("converge.token", `+js(expired)+`), sessionStorage.setItem("converge.tokenKind", "oidc"),
+		sessionStorage.setItem("converge.signedInAt", "0"), true)`)
+	b.Open("/kinds", `[data-testid="signed-in-as"]`)
+	b.WaitTrue("signed in again, on the page it was on", `location.pathname === "/kinds" && sessionStorage.getItem("converge.token") !== `+js(expired)+` &&
+		document.querySelector('[data-testid="signed-in-as"]')?.textContent === "alice@example.com"`, 30*time.Second)
 
 	if errs := b.Errors(); len(errs) > 0 {
 		t.Errorf("the console logged %d errors:\n%s", len(errs), strings.Join(errs, "\n"))
