@@ -111,7 +111,7 @@ func (a *auth) check(ctx context.Context, header, method string) (Principal, *Pr
 	}
 	if !mayWrite && !isRead(method) {
 		return Principal{}, newProblem(http.StatusForbidden, typeForbidden,
-			"this caller may only read; "+method+" needs an admin token"), ""
+			"this token may only read; "+method+" needs an admin token"), ""
 	}
 	return p, nil, ""
 }
