@@ -57,8 +57,12 @@ func (a *auth) middleware(c *fiber.Ctx) error {
 		return c.Next()
 	}
 	p, refused, challenge := a.check(c.UserContext(), c.Get(fiber.HeaderAuthorization), c.Method())
-	if refused == nil {
+	if p.Subject != "" {
+		// A refused caller who is known (a read token on a write) is
+		// named too, for whoever records the refusal.
 		c.SetUserContext(withPrincipal(c.UserContext(), p))
+	}
+	if refused == nil {
 		return c.Next()
 	}
 	if challenge != "" {
@@ -68,8 +72,8 @@ func (a *auth) middleware(c *fiber.Ctx) error {
 }
 
 // check decides a request from its Authorization header and method: the
-// caller when it may proceed, else the problem to answer and, for a 401,
-// the WWW-Authenticate challenge (RFC 6750: error="invalid_token" with an
+// caller (when known, even if refused), and the problem to answer when it
+// may not proceed with, for a 401, the WWW-Authenticate challenge (RFC 6750: error="invalid_token" with an
 // error_description saying why a token was refused).
 func (a *auth) check(ctx context.Context, header, method string) (Principal, *Problem, string) {
 	if !a.enabled() {
@@ -110,7 +114,7 @@ func (a *auth) check(ctx context.Context, header, method string) (Principal, *Pr
 		p.Subject = "token:" + p.TokenName
 	}
 	if !mayWrite && !isRead(method) {
-		return Principal{}, newProblem(http.StatusForbidden, typeForbidden,
+		return p, newProblem(http.StatusForbidden, typeForbidden,
 			"this token may only read; "+method+" needs an admin token"), ""
 	}
 	return p, nil, ""

@@ -93,45 +93,73 @@ func (c OIDCConfig) validate() error {
 // through discovery on first need, not at start: a server whose issuer is
 // briefly unreachable still starts (static tokens work), retries discovery
 // at most every oidcRetryInterval, and reports it in readiness (check).
-// go-oidc's remote key set refetches the issuer's keys when a token names
-// a key it has not seen, which is how a rotation is taken up.
+// One discovery runs at a time, in its own goroutine, bounded by
+// oidcFetchTimeout; callers wait for it only as long as their context
+// lets them. go-oidc's remote key set refetches the issuer's keys when a
+// token names a key it has not seen, which is how a rotation is taken up.
 type oidcVerifier struct {
 	cfg OIDCConfig
-	now func() time.Time
 
 	mu       sync.Mutex
 	verifier *oidc.IDTokenVerifier
-	tokenURL string // the discovered token endpoint
-	tried    time.Time
-	err      error
+	tokenURL string        // the discovered token endpoint
+	tried    time.Time     // the last discovery's start
+	err      error         // the last discovery's failure
+	running  chan struct{} // closed when the discovery in flight ends; nil when none is
 }
 
 func newOIDCVerifier(cfg OIDCConfig) *oidcVerifier {
-	return &oidcVerifier{cfg: cfg.withDefaults(), now: time.Now}
+	return &oidcVerifier{cfg: cfg.withDefaults()}
 }
 
 // errIssuerUnreachable is the cause of a token that could not be checked
 // because the issuer's discovery document or keys could not be fetched.
 var errIssuerUnreachable = errors.New("the OIDC issuer cannot be reached to check the token")
 
-// discover returns the verifier, running discovery if it has not succeeded
-// and the last attempt is older than oidcRetryInterval.
+// discover returns the verifier. Until discovery has succeeded it starts
+// one if none runs and the last began oidcRetryInterval ago or more, and
+// waits for the one in flight until ctx ends.
 func (o *oidcVerifier) discover(ctx context.Context) (*oidc.IDTokenVerifier, error) {
+	o.mu.Lock()
+	if o.verifier != nil {
+		defer o.mu.Unlock()
+		return o.verifier, nil
+	}
+	if o.running == nil && (o.tried.IsZero() || time.Since(o.tried) >= oidcRetryInterval) {
+		o.tried = time.Now()
+		o.running = make(chan struct{})
+		go o.run(o.running)
+	}
+	running, err := o.running, o.err
+	o.mu.Unlock()
+	if running == nil {
+		return nil, err
+	}
+	select {
+	case <-running:
+	case <-ctx.Done():
+		return nil, errors.New("discovery did not finish in time")
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.verifier != nil {
 		return o.verifier, nil
 	}
-	if !o.tried.IsZero() && o.now().Sub(o.tried) < oidcRetryInterval {
-		return nil, o.err
-	}
-	o.tried = o.now()
-	ctx, cancel := context.WithTimeout(oidc.ClientContext(context.WithoutCancel(ctx), o.cfg.HTTPClient), oidcFetchTimeout)
+	return nil, o.err
+}
+
+// run fetches the discovery document and closes done.
+func (o *oidcVerifier) run(done chan struct{}) {
+	defer close(done)
+	ctx, cancel := context.WithTimeout(oidc.ClientContext(context.Background(), o.cfg.HTTPClient), oidcFetchTimeout)
 	defer cancel()
 	p, err := oidc.NewProvider(ctx, o.cfg.IssuerURL)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.running = nil
 	if err != nil {
 		o.err = fmt.Errorf("discovery at %s failed: %w", o.cfg.IssuerURL, err)
-		return nil, o.err
+		return
 	}
 	// Issuer, audience and times are checked by verify, which says which
 	// failed; go-oidc checks the signature against the issuer's keys.
@@ -139,7 +167,6 @@ func (o *oidcVerifier) discover(ctx context.Context) (*oidc.IDTokenVerifier, err
 		&oidc.Config{SkipClientIDCheck: true, SkipIssuerCheck: true, SkipExpiryCheck: true})
 	o.tokenURL = p.Endpoint().TokenURL
 	o.err = nil
-	return o.verifier, nil
 }
 
 // connectSources are the origins the console's page must reach to sign in:
@@ -226,7 +253,7 @@ func (o *oidcVerifier) verify(ctx context.Context, token string) (Principal, err
 // checkTimes checks exp (required), nbf and iat against now, each with
 // ClockSkew of leeway.
 func (o *oidcVerifier) checkTimes(claims map[string]json.RawMessage) error {
-	now, skew := o.now(), o.cfg.ClockSkew
+	now, skew := time.Now(), o.cfg.ClockSkew
 	at := func(name string) (time.Time, bool, error) {
 		raw, ok := claims[name]
 		if !ok || string(raw) == "null" {
