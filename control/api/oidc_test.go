@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-jose/go-jose/v4"
+
 	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/internal/testkit/oidctest"
 )
@@ -172,6 +174,12 @@ func TestOIDC(t *testing.T) {
 	t.Run("ReadinessReportsTheIssuer", func(t *testing.T) {
 		if got := b.do(http.MethodGet, "/readyz", nil).want(t, http.StatusOK).object(t)["checks"].(map[string]any)["oidc"]; got != "ok" {
 			t.Errorf("readyz checks.oidc = %v", got)
+		}
+	})
+	t.Run("ECKey", func(t *testing.T) {
+		is.AddKey(jose.ES256)
+		if got := me(t, is.Sign(is.Claims("ec-signed"))); got.Subject != "ec-signed" {
+			t.Errorf("a token signed with ES256: whoami = %+v", got)
 		}
 	})
 	// Last: it retires the key the other subtests sign with.
