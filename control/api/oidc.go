@@ -57,6 +57,7 @@ const (
 	// issuer cannot be reached: requests in between are answered at once.
 	oidcRetryInterval = 5 * time.Second
 	oidcFetchTimeout  = 10 * time.Second
+	oidcPageWait      = 2 * time.Second
 )
 
 // OIDCScopesDefault are OIDCConfig.Scopes' default.
@@ -171,8 +172,11 @@ func (o *oidcVerifier) run(done chan struct{}) {
 
 // connectSources are the origins the console's page must reach to sign in:
 // the issuer's (discovery) and, once discovered, the token endpoint's
-// (Cognito's, for one, is on another host). It tries discovery first.
+// (Cognito's, for one, is on another host). It waits for discovery at most
+// oidcPageWait, so an issuer that does not answer holds a page no longer.
 func (o *oidcVerifier) connectSources(ctx context.Context) []string {
+	ctx, cancel := context.WithTimeout(ctx, oidcPageWait)
+	defer cancel()
 	_, _ = o.discover(ctx) // without it, the issuer's origin alone
 	o.mu.Lock()
 	defer o.mu.Unlock()
