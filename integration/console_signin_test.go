@@ -70,7 +70,6 @@ func TestConsoleSignsInWithOIDC(t *testing.T) {
 	click(b, ".token-prompt", "Sign in with "+issuer.Host)
 	b.WaitTrue("signed in again", `document.querySelector('[data-testid="signed-in-as"]')?.textContent === "alice@example.com"`, 30*time.Second)
 
-
 	t.Log("a token the API refuses (expired) sends the tab through the issuer again")
 	c := is.Claims("alice@example.com")
 	c["iat"], c["exp"] = time.Now().Add(-2*time.Hour).Unix(), time.Now().Add(-time.Hour).Unix()

@@ -67,7 +67,7 @@ func (s *Server) registerAuth() {
 		Description: "The caller as the server sees it: the subject and groups of an OIDC token, the name of a static token, or anonymous.",
 	}, nil, func(ctx context.Context, _ *struct{}) (*bodyOutput[WhoAmI], error) {
 		p := PrincipalFrom(ctx)
-		out := WhoAmI{Subject: p.Subject, Groups: p.Groups, TokenName: p.TokenName, Anonymous: p.Anonymous}
+		out := WhoAmI(p)
 		if out.Groups == nil {
 			out.Groups = []string{}
 		}
