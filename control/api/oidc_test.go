@@ -203,7 +203,8 @@ func TestOIDC(t *testing.T) {
 
 // TestOIDCIssuerUnreachable: a server whose issuer is down starts and
 // serves static tokens; OIDC tokens get 503 and readiness says why (without
-// failing); once the issuer is back, discovery is retried and tokens pass.
+// failing); once the issuer is back, discovery is retried and tokens pass;
+// down again, the cached keys still verify and a new key's token gets 503.
 func TestOIDCIssuerUnreachable(t *testing.T) {
 	t.Parallel()
 	is := oidctest.New(t, oidctest.Options{})
@@ -242,6 +243,13 @@ func TestOIDCIssuerUnreachable(t *testing.T) {
 	if got := b.do(http.MethodGet, "/readyz", nil).want(t, http.StatusOK).object(t)["checks"].(map[string]any)["oidc"]; got != "ok" {
 		t.Errorf("readyz checks.oidc = %v once the issuer is back", got)
 	}
+
+	// Down again: tokens of the cached keys still pass; one of a key the
+	// server has not fetched waits for the JWKS (503), not refused as forged.
+	is.SetAvailable(false)
+	b.do(http.MethodGet, "/api/v1/auth/whoami", nil, bearer(token)).want(t, http.StatusOK)
+	is.Rotate()
+	b.do(http.MethodGet, "/api/v1/auth/whoami", nil, bearer(is.Sign(is.Claims("alice")))).wantProblem(t, http.StatusServiceUnavailable, "")
 }
 
 // TestAuthRoutesWithoutOIDC: without OIDC, /auth/config says so and
