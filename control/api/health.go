@@ -105,9 +105,11 @@ func (s *Server) registerHealth() {
 	})
 }
 
-func (s *Server) readyz(ctx context.Context, _ *struct{}) (*bodyOutput[ReadyStatus], error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
-	defer cancel()
+// ReadyChecks are the checks /readyz runs: Config.ReadyChecks (nil: the
+// database's) and, with OIDC, the advisory "oidc" check (the issuer's
+// discovery document fetched). A process serving /readyz on another
+// listener too runs these there.
+func (s *Server) ReadyChecks() []ReadyCheck {
 	checks := s.cfg.ReadyChecks
 	if checks == nil {
 		checks = []ReadyCheck{DatabaseCheck(s.store, s.log)}
@@ -115,7 +117,13 @@ func (s *Server) readyz(ctx context.Context, _ *struct{}) (*bodyOutput[ReadyStat
 	if c := s.auth.readyCheck(); c != nil {
 		checks = append(slices.Clip(checks), *c)
 	}
-	st, failed := CheckReady(ctx, checks)
+	return checks
+}
+
+func (s *Server) readyz(ctx context.Context, _ *struct{}) (*bodyOutput[ReadyStatus], error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
+	defer cancel()
+	st, failed := CheckReady(ctx, s.ReadyChecks())
 	if failed == nil {
 		return &bodyOutput[ReadyStatus]{Body: st}, nil
 	}
