@@ -73,13 +73,18 @@ type Config struct {
 	// routes under /api/v1.
 	ReadTokens []string
 	// AdminTokens are bearer tokens that may call every route. When neither
-	// ReadTokens nor AdminTokens nor an Authenticator is set, the API is
-	// open. /livez, /readyz, /openapi.json and /docs never need a token;
-	// /metrics needs a read one.
+	// ReadTokens nor AdminTokens nor OIDC nor an Authenticator is set, the
+	// API is open. /livez, /readyz, /openapi.json, /docs and
+	// /api/v1/auth/config never need a token; /metrics needs a read one.
 	AdminTokens []string
-	// Authenticator, when set, verifies the bearer tokens that are none of
-	// the static ones (OIDC tokens): its callers may do what their role
-	// bindings allow (docs/api.md, "Roles and role bindings").
+	// OIDC, when set, also accepts bearer tokens its issuer signed (see
+	// OIDCConfig): a token shaped like a JWT is verified as one, any other
+	// is compared with the static tokens. Its callers may do what their
+	// role bindings allow (docs/api.md, "Roles and role bindings").
+	OIDC *OIDCConfig
+	// Authenticator, when set, verifies the bearer tokens that are neither
+	// static nor OIDC ones (another kind of sign-in); its callers, too, may
+	// do what their role bindings allow.
 	Authenticator Authenticator
 	// RequestTimeout bounds the work of one request (its database calls).
 	// Defaults to 30 seconds.
@@ -210,6 +215,9 @@ func (c Config) validate() error {
 			return fmt.Errorf("api: AdminTokens[%d] is empty", i)
 		}
 	}
+	if c.OIDC != nil {
+		return c.OIDC.validate()
+	}
 	return nil
 }
 
@@ -247,7 +255,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, store: st, kinds: kinds, log: log, auth: newAuth(cfg.ReadTokens, cfg.AdminTokens, cfg.Authenticator),
+	s := &Server{cfg: cfg, store: st, kinds: kinds, log: log, auth: newAuth(cfg.ReadTokens, cfg.AdminTokens, cfg.OIDC, cfg.Authenticator),
 		perms: permissions(), bindings: &bindingCache{st: st, ttl: bindingCacheTTL, timeout: cfg.RequestTimeout}}
 
 	s.app = fiber.New(fiber.Config{
@@ -341,6 +349,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.api.UseMiddleware(s.authorize)
 
 	s.registerHealth()
+	s.registerAuth()
 	s.registerManifests()
 	s.registerResources()
 	s.registerResourceBatch()

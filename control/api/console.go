@@ -32,6 +32,10 @@ type consoleFile struct {
 // console serves the web console's files from memory.
 type console struct {
 	files map[string]consoleFile // by path relative to the root: index.html, assets/app-1a2b.js
+	// oidc, when set, is the issuer the console signs in with: its page
+	// may also connect to the issuer's origins (consoleCSP allows 'self'
+	// only).
+	oidc *oidcVerifier
 }
 
 // newConsole reads every file of fsys, which must hold index.html at its
@@ -96,6 +100,7 @@ func (s *Server) registerConsole(fsys fs.FS) error {
 	if err != nil {
 		return err
 	}
+	c.oidc = s.auth.oidc
 	// Fiber's Get registers HEAD too.
 	s.app.Get("/", c.index)
 	for _, p := range ConsolePages {
@@ -136,6 +141,10 @@ func (c *console) send(ctx *fiber.Ctx, f consoleFile) error {
 	ctx.Set(fiber.HeaderContentType, f.contentType)
 	ctx.Set(fiber.HeaderXContentTypeOptions, "nosniff")
 	ctx.Set(fiber.HeaderReferrerPolicy, "no-referrer")
-	ctx.Set(fiber.HeaderContentSecurityPolicy, consoleCSP)
+	csp := consoleCSP
+	if c.oidc != nil {
+		csp = strings.Replace(csp, "connect-src 'self'", "connect-src 'self' "+strings.Join(c.oidc.connectSources(ctx.UserContext()), " "), 1)
+	}
+	ctx.Set(fiber.HeaderContentSecurityPolicy, csp)
 	return ctx.Send(f.body)
 }

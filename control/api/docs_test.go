@@ -81,11 +81,12 @@ func TestDocsServedFromTheBinary(t *testing.T) {
 	b.do(http.MethodGet, "/docs/nothing.js", nil).wantProblem(t, http.StatusNotFound, "")
 }
 
-// TestOpenAPISecurityAndServers: the document carries the two bearer
+// TestOpenAPISecurityAndServers: the document carries the three bearer
 // schemes and a relative server, and each operation's security says what
 // the server enforces: every operation is called with a read token, and a
 // read one passes auth while a write (admin token only, with a 403
-// documented) is refused 403; /livez and /readyz take none.
+// documented) is refused 403; /livez, /readyz and /api/v1/auth/config take
+// none.
 func TestOpenAPISecurityAndServers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, api.Config{ReadTokens: []string{"reader-token"}, AdminTokens: []string{"admin-token"}, Endpoints: endpointsConfig(t)})
@@ -99,15 +100,16 @@ func TestOpenAPISecurityAndServers(t *testing.T) {
 			} `json:"securitySchemes"`
 		} `json:"components"`
 		Paths map[string]map[string]struct {
-			Security  *[]map[string][]string `json:"security"`
-			Responses map[string]any         `json:"responses"`
+			OperationID string                 `json:"operationId"`
+			Security    *[]map[string][]string `json:"security"`
+			Responses   map[string]any         `json:"responses"`
 		} `json:"paths"`
 	}
 	b.do(http.MethodGet, "/openapi.json", nil).want(t, http.StatusOK).decode(t, &doc)
 	if len(doc.Servers) != 1 || doc.Servers[0].URL != "/" {
 		t.Errorf("servers %+v, want one, the relative /", doc.Servers)
 	}
-	for _, name := range []string{"readToken", "adminToken"} {
+	for _, name := range []string{"readToken", "adminToken", "oidcToken"} {
 		s, ok := doc.Components.SecuritySchemes[name]
 		if !ok || s.Type != "http" || s.Scheme != "bearer" || s.Description == "" {
 			t.Errorf("securitySchemes.%s = %+v, want an http bearer scheme with a description", name, s)
@@ -133,12 +135,14 @@ func TestOpenAPISecurityAndServers(t *testing.T) {
 			}
 			slices.Sort(schemes)
 			isRead := method == "get" || method == "head"
-			want := []string{"adminToken"}
+			want := []string{"adminToken", "oidcToken"}
 			switch {
-			case !strings.HasPrefix(p, api.Prefix):
+			case !strings.HasPrefix(p, api.Prefix) || p == api.Prefix+"/auth/config":
 				want = nil
+			case isRead && op.OperationID == "list-audit":
+				want = []string{"adminToken", "oidcToken"} // an admin's to read
 			case isRead:
-				want = []string{"adminToken", "readToken"}
+				want = []string{"adminToken", "oidcToken", "readToken"}
 			}
 			if !slices.Equal(schemes, want) {
 				t.Errorf("%s: security %v, want %v", what, schemes, want)
@@ -154,9 +158,9 @@ func TestOpenAPISecurityAndServers(t *testing.T) {
 			}
 			r := b.do(strings.ToUpper(method), params.ReplaceAllString(p, "x"), nil, read)
 			switch {
-			case isRead && (r.status == http.StatusUnauthorized || r.status == http.StatusForbidden):
+			case isRead && slices.Contains(want, "readToken") && (r.status == http.StatusUnauthorized || r.status == http.StatusForbidden):
 				t.Errorf("%s with a read token: %d, but the document lets a read token call it", what, r.status)
-			case !isRead && r.status != http.StatusForbidden:
+			case !slices.Contains(want, "readToken") && r.status != http.StatusForbidden:
 				t.Errorf("%s with a read token: %d, want 403 (the document says admin only)", what, r.status)
 			}
 		}

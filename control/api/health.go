@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -92,7 +93,8 @@ func (s *Server) registerHealth() {
 			"is at this binary's migration version, and each duty of this process runs. Else 503, a problem naming " +
 			"the failed checks in its detail and errors (location checks.<name>). With a read replica " +
 			"(DATABASE_READ_URL) the read_database check says whether it answers, and never fails readiness: " +
-			"reads fall back to the primary.",
+			"reads fall back to the primary. With OIDC (OIDC_ISSUER_URL) the oidc check says whether the issuer's " +
+			"discovery document has been fetched, and never fails readiness either: static tokens work without it.",
 		Errors: []int{503},
 	}, s.readyz)
 	register(s, huma.Operation{
@@ -103,14 +105,25 @@ func (s *Server) registerHealth() {
 	})
 }
 
-func (s *Server) readyz(ctx context.Context, _ *struct{}) (*bodyOutput[ReadyStatus], error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
-	defer cancel()
+// ReadyChecks are the checks /readyz runs: Config.ReadyChecks (nil: the
+// database's) and, with OIDC, the advisory "oidc" check (the issuer's
+// discovery document fetched). A process serving /readyz on another
+// listener too runs these there.
+func (s *Server) ReadyChecks() []ReadyCheck {
 	checks := s.cfg.ReadyChecks
 	if checks == nil {
 		checks = []ReadyCheck{DatabaseCheck(s.store, s.log)}
 	}
-	st, failed := CheckReady(ctx, checks)
+	if c := s.auth.readyCheck(); c != nil {
+		checks = append(slices.Clip(checks), *c)
+	}
+	return checks
+}
+
+func (s *Server) readyz(ctx context.Context, _ *struct{}) (*bodyOutput[ReadyStatus], error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
+	defer cancel()
+	st, failed := CheckReady(ctx, s.ReadyChecks())
 	if failed == nil {
 		return &bodyOutput[ReadyStatus]{Body: st}, nil
 	}

@@ -49,7 +49,7 @@ func TestMetricsNeedsReadToken(t *testing.T) {
 	// A dispatch-only pod serves /metrics from net/http, guarded the same.
 	t.Run("RequireReadToken", func(t *testing.T) {
 		t.Parallel()
-		h := api.RequireReadToken([]string{"reader"}, nil, metricsHandler)
+		h := api.RequireReadToken([]string{"reader"}, nil, nil, metricsHandler)
 		for _, tc := range []struct {
 			name, method, auth string
 			want               int
@@ -77,7 +77,7 @@ func TestMetricsNeedsReadToken(t *testing.T) {
 				}
 			})
 		}
-		open := api.RequireReadToken(nil, nil, metricsHandler)
+		open := api.RequireReadToken(nil, nil, nil, metricsHandler)
 		w := httptest.NewRecorder()
 		open.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 		if w.Code != http.StatusOK {

@@ -272,11 +272,12 @@ func problemSchemas() (map[string]json.RawMessage, error) {
 	return out, nil
 }
 
-// The security schemes of the OpenAPI document: the two kinds of bearer
+// The security schemes of the OpenAPI document: the three kinds of bearer
 // token the auth middleware tells apart.
 const (
 	readTokenScheme  = "readToken"
 	adminTokenScheme = "adminToken"
+	oidcTokenScheme  = "oidcToken"
 )
 
 func securitySchemes() map[string]*huma.SecurityScheme {
@@ -289,6 +290,10 @@ func securitySchemes() map[string]*huma.SecurityScheme {
 			"any other method with it is refused 403." + open},
 		adminTokenScheme: {Type: "http", Scheme: "bearer", Description: "An admin token (`CONVERGE_ADMIN_TOKENS`), sent as " +
 			"`Authorization: Bearer <token>`. It may call every route." + open},
+		oidcTokenScheme: {Type: "http", Scheme: "bearer", BearerFormat: "JWT", Description: "A token signed by the OIDC issuer " +
+			"(`OIDC_ISSUER_URL`) for the audience `OIDC_AUDIENCE`, sent as `Authorization: Bearer <token>`; `GET " + Prefix +
+			authConfigPath + "` says how to sign in for one. It may call the GET and HEAD routes under `" + Prefix + "` (and `/metrics`). " +
+			"A refused token is answered 401 with `WWW-Authenticate: Bearer error=\"invalid_token\"` and an `error_description` saying why."},
 	}
 }
 
@@ -310,14 +315,15 @@ func documentTags() []*huma.Tag {
 		{Name: "Audit", Description: "The audit trail: every request that changed or tried to change something, who made it, what it addressed and how it ended."},
 		{Name: "Cluster", Description: "The running converge processes: role, shard range, load and heartbeat."},
 		{Name: "Health", Description: "Liveness, readiness and the build version."},
+		{Name: "Auth", Description: "How to sign in (OIDC with the authorization-code flow and PKCE, when configured) and who the server takes the caller to be."},
 	}
 }
 
 // operationAccess states in each operation of doc what the auth middleware
-// and the route-by-role table (perms, rbac.go) enforce: under Prefix a read
-// (GET, HEAD) takes a read or an admin token and anything else an admin
-// token (or a token the Authenticator accepts), with the 401 a missing or
-// unknown token gets and the 403 a caller without the operation's role
+// and the route-by-role table (perms, rbac.go) enforce: under Prefix (GET
+// /auth/config apart) a read (GET, HEAD) takes a read, an OIDC or an admin
+// token and anything else an OIDC or an admin token, with the 401 a missing
+// or unknown token gets and the 403 a caller without the operation's role
 // gets, which names the role; outside Prefix (/livez, /readyz) no token.
 // It is derived from isRead and perms, the middlewares' own rules, so a
 // route registered later (API) is described as it is guarded.
@@ -334,9 +340,10 @@ func operationAccess(doc map[string]json.RawMessage, perms map[string]permission
 		})
 		return b
 	}
-	unauthorized := problem("Unauthorized: the server has tokens configured and the request sent none, or one it does not know.")
+	unauthorized := problem("Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, " +
+		"or an OIDC token it refuses (expired, another audience or issuer, a bad signature).")
 	for p, item := range paths {
-		guarded := p == Prefix || strings.HasPrefix(p, Prefix+"/")
+		guarded := (p == Prefix || strings.HasPrefix(p, Prefix+"/")) && p != Prefix+authConfigPath
 		for method, raw := range item {
 			if !slices.Contains([]string{"get", "head", "put", "post", "patch", "delete", "options", "trace"}, method) {
 				continue // the path's parameters, summary or description
@@ -356,14 +363,15 @@ func operationAccess(doc map[string]json.RawMessage, perms map[string]permission
 			}
 			if guarded {
 				read := isRead(strings.ToUpper(method))
-				security = append(security, map[string][]string{adminTokenScheme: {}})
-				if read {
+				perm := permissionOf(perms, id)
+				security = append(security, map[string][]string{oidcTokenScheme: {}}, map[string][]string{adminTokenScheme: {}})
+				if read && perm.role <= roleViewer {
+					// A read token is a cluster-wide viewer.
 					security = append([]map[string][]string{{readTokenScheme: {}}}, security...)
 				}
 				if _, ok := responses["401"]; !ok {
 					responses["401"] = unauthorized
 				}
-				perm := permissionOf(perms, id)
 				if _, ok := responses["403"]; !ok && (!read || perm.scope != authenticated) {
 					responses["403"] = problem("Forbidden: " + perm.describe(read))
 				}

@@ -7,8 +7,9 @@ import "context"
 // binding may name instead, and the static token's name when a token was
 // used. With no authentication configured every request is Anonymous.
 type Principal struct {
-	// Subject identifies the caller: an OIDC token's subject, or
-	// "token:<name>" for a static token, or "anonymous".
+	// Subject identifies the caller: an OIDC token's username claim
+	// (OIDC_USERNAME_CLAIM, default sub; never "anonymous" nor
+	// "token:..."), or "token:<name>" for a static token, or "anonymous".
 	Subject string
 	// Groups are the caller's groups (an OIDC claim); static tokens have none.
 	Groups []string

@@ -84,7 +84,7 @@ func permissions() map[string]permission {
 	kindRead, clusterRead, clusterAdmin := permission{roleViewer, anywhere}, permission{roleViewer, clusterWide}, permission{roleAdmin, clusterWide}
 	open, binding := permission{noRole, authenticated}, permission{noRole, byBinding}
 	return map[string]permission{
-		"livez": open, "readyz": open, "get-version": open,
+		"livez": open, "readyz": open, "get-version": open, "get-auth-config": open, "get-whoami": open,
 
 		"list-kinds": kindRead, "list-manifests": kindRead, "get-manifest": kindRead, "get-kind-schema": kindRead, "get-kind-config": kindRead,
 		"put-manifest": clusterAdmin, "delete-manifest": clusterAdmin, "put-kind-config": clusterAdmin,

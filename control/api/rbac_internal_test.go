@@ -69,9 +69,9 @@ func TestUnnamedCallerRoles(t *testing.T) {
 		auth *auth
 		want role
 	}{
-		{newAuth(nil, nil, nil), roleAdmin},
-		{newAuth(nil, []string{"admin-token"}, nil), noRole},
-		{newAuth([]string{"read-token"}, nil, nil), noRole},
+		{newAuth(nil, nil, nil, nil), roleAdmin},
+		{newAuth(nil, []string{"admin-token"}, nil, nil), noRole},
+		{newAuth([]string{"read-token"}, nil, nil, nil), noRole},
 	} {
 		s := &Server{auth: c.auth}
 		g, err := s.grantsOf(t.Context())

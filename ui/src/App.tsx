@@ -1,5 +1,7 @@
 import { useEffect, useState, useSyncExternalStore, type FormEvent } from "react";
-import { auth } from "./api";
+import { auth, get } from "./api";
+import type { components } from "./api-types";
+import { shouldSignInAgain, signIn, signOut } from "./signin";
 import { useStreamConnected } from "./hooks";
 import { Link, useLocation } from "./router";
 import { Audit } from "./pages/Audit";
@@ -69,7 +71,9 @@ export function App() {
   const loc = useLocation();
   const [theme, nextTheme] = useTheme();
   const live = useStreamConnected();
-  const needToken = useSyncExternalStore(auth.subscribe, () => auth.needed);
+  useSyncExternalStore(auth.subscribe, () => auth.version);
+  const needToken = auth.needed;
+  const me = useWhoAmI(auth.token);
   const parts = loc.pathname.split("/").filter(Boolean).map(decodeURIComponent);
   const section = parts[0] ?? "resources";
 
@@ -105,7 +109,17 @@ export function App() {
           <button type="button" onClick={nextTheme} aria-label={`Theme: ${theme}. Switch theme`}>
             Theme: {theme}
           </button>
-          {auth.token && (
+          {auth.token && me && (
+            <span className="signed-in" data-testid="signed-in-as" title={me.groups?.length ? `Groups: ${me.groups.join(", ")}` : undefined}>
+              {me.subject}
+            </span>
+          )}
+          {auth.token && auth.kind === "oidc" && (
+            <button type="button" onClick={signOut}>
+              Sign out
+            </button>
+          )}
+          {auth.token && auth.kind === "static" && (
             <button type="button" onClick={() => auth.set("")}>
               Forget token
             </button>
@@ -120,8 +134,38 @@ export function App() {
   );
 }
 
+type WhoAmI = components["schemas"]["WhoAmI"];
+
+// useWhoAmI is who the server takes the holder of token to be (GET
+// /auth/whoami), null without a token or until it answers.
+function useWhoAmI(token: string): WhoAmI | null {
+  const [me, setMe] = useState<WhoAmI | null>(null);
+  useEffect(() => {
+    setMe(null);
+    if (!token) return;
+    let live = true;
+    get<WhoAmI>("/auth/whoami")
+      .then((w) => live && setMe(w))
+      .catch(() => undefined); // a 401 shows the prompt
+    return () => {
+      live = false;
+    };
+  }, [token]);
+  return me;
+}
+
+// TokenPrompt asks for a way in once the API refused a request: with OIDC,
+// it signs in again by itself (unless the user signed out, or the last
+// sign-in was a minute ago: its token was refused at once), and offers a
+// Sign in button beside the token field.
 function TokenPrompt() {
   const [value, setValue] = useState("");
+  const oidc = auth.oidc;
+  const auto = !!oidc && shouldSignInAgain();
+  useEffect(() => {
+    if (oidc && auto) signIn(oidc).catch((e: unknown) => auth.fail(`Sign-in failed: ${e instanceof Error ? e.message : String(e)}`));
+  }, [oidc, auto]);
+  if (auto) return <p className="token-prompt" role="status">Signing in…</p>;
   const submit = (e: FormEvent) => {
     e.preventDefault();
     auth.set(value.trim());
@@ -130,8 +174,18 @@ function TokenPrompt() {
   return (
     <div className="token-prompt" role="dialog" aria-modal="false" aria-labelledby="token-h">
       <form onSubmit={submit} className="card">
-        <h2 id="token-h">This server needs an API token</h2>
-        <p>Enter a read token to browse, or an admin token to change things. It is kept for this tab only.</p>
+        <h2 id="token-h">{oidc ? "Sign in to this server" : "This server needs an API token"}</h2>
+        {auth.reason && <p className="problem">{auth.reason}</p>}
+        {oidc && (
+          <p>
+            <button type="button" onClick={() => void signIn(oidc).catch((e: unknown) => auth.fail(`Sign-in failed: ${e instanceof Error ? e.message : String(e)}`))}>
+              Sign in with {new URL(oidc.issuer).host}
+            </button>
+          </p>
+        )}
+        <p>
+          {oidc ? "Or enter an API token: a" : "Enter a"} read token to browse, or an admin token to change things. It is kept for this tab only.
+        </p>
         <label>
           Token{" "}
           <input type="password" autoFocus value={value} onChange={(e) => setValue(e.target.value)} autoComplete="off" required />

@@ -79,6 +79,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/config": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * How to sign in
+         * @description Whether the server takes OIDC tokens and, if so, how a client signs in for one. Needs no token.
+         */
+        get: operations["get-auth-config"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/whoami": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Who is calling
+         * @description The caller as the server sees it: the subject and groups of an OIDC token, the name of a static token, or anonymous; and the role bindings that name it.
+         */
+        get: operations["get-whoami"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/cluster-members": {
         parameters: {
             query?: never;
@@ -870,7 +910,7 @@ export interface paths {
         };
         /**
          * Readiness
-         * @description 200 when every readiness check passes within the ready timeout: the database answers, its schema is at this binary's migration version, and each duty of this process runs. Else 503, a problem naming the failed checks in its detail and errors (location checks.<name>). With a read replica (DATABASE_READ_URL) the read_database check says whether it answers, and never fails readiness: reads fall back to the primary.
+         * @description 200 when every readiness check passes within the ready timeout: the database answers, its schema is at this binary's migration version, and each duty of this process runs. Else 503, a problem naming the failed checks in its detail and errors (location checks.<name>). With a read replica (DATABASE_READ_URL) the read_database check says whether it answers, and never fails readiness: reads fall back to the primary. With OIDC (OIDC_ISSUER_URL) the oidc check says whether the issuer's discovery document has been fetched, and never fails readiness either: static tokens work without it.
          */
         get: operations["readyz"];
         put?: never;
@@ -1528,6 +1568,32 @@ export interface components {
         ManifestList: {
             items: components["schemas"]["KindManifest"][] | null;
         };
+        OIDCSignIn: {
+            /**
+             * @description The OAuth client to sign in as (OIDC_CONSOLE_CLIENT_ID).
+             * @example converge
+             */
+            client_id: string;
+            /**
+             * @description The issuer URL (OIDC_ISSUER_URL); its discovery document is at issuer/.well-known/openid-configuration.
+             * @example https://idp.example.com/realms/converge
+             */
+            issuer: string;
+            /**
+             * @description The scopes to ask for (OIDC_CONSOLE_SCOPES).
+             * @example [
+             *       "openid",
+             *       "profile",
+             *       "email"
+             *     ]
+             */
+            scopes: string[] | null;
+            /**
+             * @description Which token of the token endpoint's answer to send: the ID token when client_id is the API's audience (OIDC_AUDIENCE), else the access token, whose audience the provider sets from the scopes.
+             * @enum {string}
+             */
+            token: "id_token" | "access_token";
+        };
         Operation: {
             /**
              * Format: int64
@@ -2143,6 +2209,24 @@ export interface components {
              */
             version: string;
         };
+        WhoAmI: {
+            /** @description True when the server has no authentication configured: every caller is anonymous. */
+            anonymous: boolean;
+            /** @description The role bindings naming the caller or one of its groups; empty for static tokens and the anonymous caller, whose roles need none (a static admin token and an open API: admin cluster-wide; a read token: viewer cluster-wide). */
+            bindings: components["schemas"]["RoleBinding"][] | null;
+            /** @description The caller's groups (OIDC_GROUPS_CLAIM); empty for a static token. */
+            groups: string[] | null;
+            /**
+             * @description Who is calling: the OIDC token's username claim (OIDC_USERNAME_CLAIM), token:<name> for a static token, or anonymous.
+             * @example alice@example.com
+             */
+            subject: string;
+            /**
+             * @description The static token used, by list and position (admin-0, read-1); absent for other callers.
+             * @example admin-0
+             */
+            token_name?: string;
+        };
     };
     responses: never;
     parameters: never;
@@ -2176,7 +2260,7 @@ export interface operations {
                     "application/json": components["schemas"]["AlertEventList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2226,7 +2310,7 @@ export interface operations {
                     "application/json": components["schemas"]["AlertSinkList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2300,7 +2384,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2366,7 +2450,7 @@ export interface operations {
                     "application/json": components["schemas"]["AlertSink"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2437,7 +2521,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2531,7 +2615,7 @@ export interface operations {
                     "application/json": components["schemas"]["AuditList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2569,6 +2653,82 @@ export interface operations {
             };
         };
     };
+    "get-auth-config": {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description How to sign in with OIDC; null when the server takes no OIDC tokens (static tokens only, or no authentication). */
+                        oidc: components["schemas"]["OIDCSignIn"] | null;
+                    };
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "get-whoami": {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WhoAmI"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
     "list-cluster-members": {
         parameters: {
             query?: never;
@@ -2590,7 +2750,7 @@ export interface operations {
                     "application/json": components["schemas"]["ClusterList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2660,7 +2820,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeliveryList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2722,7 +2882,7 @@ export interface operations {
                     "application/json": components["schemas"]["Delivery"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2798,7 +2958,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReplayAccepted"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2883,7 +3043,7 @@ export interface operations {
                     "application/json": components["schemas"]["EndpointList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2957,7 +3117,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3046,7 +3206,7 @@ export interface operations {
                     "application/json": components["schemas"]["EndpointView"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3120,7 +3280,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3226,7 +3386,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeliveryList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3302,7 +3462,7 @@ export interface operations {
                     "application/json": components["schemas"]["RotatedSecret"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3384,7 +3544,7 @@ export interface operations {
                     "application/json": components["schemas"]["EndpointTest"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3480,7 +3640,7 @@ export interface operations {
                     "application/json": components["schemas"]["KindList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3552,7 +3712,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3632,7 +3792,7 @@ export interface operations {
                     "application/json": components["schemas"]["KindConfig"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3727,7 +3887,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3828,7 +3988,7 @@ export interface operations {
                     "application/json": components["schemas"]["KindManifest"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3901,7 +4061,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3991,7 +4151,7 @@ export interface operations {
                     "application/json": components["schemas"]["KindSchemas"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4062,7 +4222,7 @@ export interface operations {
                     "application/json": components["schemas"]["ManifestList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4124,7 +4284,7 @@ export interface operations {
                     "application/json": components["schemas"]["ProviderConfigList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4207,7 +4367,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4307,7 +4467,7 @@ export interface operations {
                     "application/json": components["schemas"]["ProviderConfig"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4381,7 +4541,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4482,7 +4642,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReactorBindingList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4556,7 +4716,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4645,7 +4805,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReactorBinding"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4719,7 +4879,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4826,7 +4986,7 @@ export interface operations {
                     "application/json": components["schemas"]["ResourceList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4909,7 +5069,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5011,7 +5171,7 @@ export interface operations {
                     "application/json": components["schemas"]["ResourceView"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5090,7 +5250,7 @@ export interface operations {
                     "application/json": components["schemas"]["Resource"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5186,7 +5346,7 @@ export interface operations {
                     "application/json": components["schemas"]["ChildList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5259,7 +5419,7 @@ export interface operations {
                     "application/json": components["schemas"]["Dependencies"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5337,7 +5497,7 @@ export interface operations {
                     "application/json": components["schemas"]["EventList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5410,7 +5570,7 @@ export interface operations {
                     "application/json": components["schemas"]["Graph"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5489,7 +5649,7 @@ export interface operations {
                     "application/json": components["schemas"]["OperationList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5582,7 +5742,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5674,7 +5834,7 @@ export interface operations {
                     "application/json": components["schemas"]["Operation"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5751,7 +5911,7 @@ export interface operations {
                     "application/json": components["schemas"]["Operation"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5846,7 +6006,7 @@ export interface operations {
                     "application/json": components["schemas"]["Resource"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5941,7 +6101,7 @@ export interface operations {
                     "application/json": components["schemas"]["Accepted"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6053,7 +6213,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6147,7 +6307,7 @@ export interface operations {
                     "application/json": components["schemas"]["SpecHistory"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6220,7 +6380,7 @@ export interface operations {
                     "application/json": components["schemas"]["Topology"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6298,7 +6458,7 @@ export interface operations {
                     "application/json": components["schemas"]["Resource"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6404,7 +6564,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6498,7 +6658,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6570,7 +6730,7 @@ export interface operations {
                     "application/json": components["schemas"]["RoleBindingList"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6635,7 +6795,7 @@ export interface operations {
                     "application/json": components["schemas"]["RoleBinding"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6727,7 +6887,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6795,7 +6955,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6869,7 +7029,7 @@ export interface operations {
                     "application/json": components["schemas"]["VersionInfo"];
                 };
             };
-            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            /** @description Unauthorized: the server has tokens or OIDC configured and the request sent no token, one it does not know, or an OIDC token it refuses (expired, another audience or issuer, a bad signature). */
             401: {
                 headers: {
                     [name: string]: unknown;

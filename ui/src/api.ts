@@ -2,6 +2,7 @@
 // origin that served the page, with the operator's bearer token when the
 // API asks for one, and the change stream that tells pages when to re-read.
 
+import type { components } from "./api-types";
 import type { Problem, ProblemError } from "./types";
 
 // ApiError is an error answer: its RFC 9457 problem document, as every API
@@ -16,32 +17,58 @@ export class ApiError extends Error {
 }
 
 const tokenKey = "converge.token";
+const tokenKindKey = "converge.tokenKind";
 
-// Auth holds the token (for this tab only) and whether the API refused
-// the one it had, which is when the app shows the token prompt.
+// OIDCSignIn is how the server lets the console sign in (GET /auth/config).
+export type OIDCSignIn = components["schemas"]["OIDCSignIn"];
+
+// Auth holds the token (for this tab only), whether it came from an OIDC
+// sign-in or was typed in, and whether the API refused the one it had (and
+// why), which is when the app signs in again or shows the token prompt.
 class Auth {
   private listeners = new Set<() => void>();
   token = sessionStorage.getItem(tokenKey) ?? "";
+  kind: "static" | "oidc" = sessionStorage.getItem(tokenKindKey) === "oidc" ? "oidc" : "static";
   needed = false;
+  reason = "";
+  // oidc is the server's sign-in, null when it takes no OIDC tokens.
+  oidc: OIDCSignIn | null = null;
+  // version changes on every change, for useSyncExternalStore.
+  version = 0;
 
-  set(token: string) {
+  set(token: string, kind: "static" | "oidc" = "static") {
     this.token = token;
+    this.kind = kind;
     this.needed = false;
-    if (token) sessionStorage.setItem(tokenKey, token);
-    else sessionStorage.removeItem(tokenKey);
+    this.reason = "";
+    if (token) {
+      sessionStorage.setItem(tokenKey, token);
+      sessionStorage.setItem(tokenKindKey, kind);
+    } else {
+      sessionStorage.removeItem(tokenKey);
+      sessionStorage.removeItem(tokenKindKey);
+    }
     this.emit();
   }
-  refuse() {
-    if (!this.needed) {
+  refuse(reason = "") {
+    if (!this.needed || reason !== this.reason) {
       this.needed = true;
+      this.reason = reason;
       this.emit();
     }
+  }
+  // fail shows why a sign-in failed, in the token prompt.
+  fail(reason: string) {
+    this.needed = true;
+    this.reason = reason;
+    this.emit();
   }
   subscribe = (fn: () => void) => {
     this.listeners.add(fn);
     return () => this.listeners.delete(fn);
   };
   private emit() {
+    this.version++;
     this.listeners.forEach((fn) => fn());
   }
   headers(): Record<string, string> {
@@ -50,6 +77,13 @@ class Auth {
 }
 
 export const auth = new Auth();
+
+// loadAuthConfig asks the server how to sign in (a route that takes no
+// token) and keeps the answer in auth.oidc.
+export async function loadAuthConfig() {
+  const resp = await fetch("/api/v1/auth/config", { headers: { Accept: "application/json" } });
+  if (resp.ok) auth.oidc = ((await resp.json()) as { oidc: OIDCSignIn | null }).oidc ?? null;
+}
 
 export interface Answer<T> {
   data: T;
@@ -87,8 +121,8 @@ export async function call<T>(method: string, path: string, body?: unknown, extr
     }
   }
   if (!resp.ok) {
-    if (resp.status === 401) auth.refuse();
     const p = (data && typeof data === "object" ? data : {}) as Partial<Problem>;
+    if (resp.status === 401) auth.refuse(p.detail ?? "");
     throw new ApiError(resp.status, {
       type: p.type ?? "about:blank",
       title: p.title ?? resp.statusText,
@@ -156,7 +190,11 @@ class Changes {
     this.started = true;
     void this.run();
     // A token entered after a refusal opens the stream again at once.
+    // A token dropped (signed out, forgotten) closes the stream it opened.
+    let token = auth.token;
     auth.subscribe(() => {
+      if (auth.token !== token && !auth.token) this.abort?.abort();
+      token = auth.token;
       if (!auth.needed) this.retryNow?.();
     });
     // A page left for another keeps no stream open: kept in the back/forward

@@ -16,6 +16,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/convergeplane/converge/control/api"
 )
 
 // Role selects the duties a process runs.
@@ -91,6 +93,9 @@ type Config struct {
 	// (CONVERGE_READ_TOKENS, CONVERGE_ADMIN_TOKENS). Empty means the API is
 	// open, which is only sensible in dev.
 	ReadTokens, AdminTokens []string
+	// OIDC makes the API accept OIDC tokens too (OIDC_ISSUER_URL and the
+	// other OIDC_ variables); an empty IssuerURL leaves it off.
+	OIDC api.OIDCConfig
 	// CallbackBaseURL is the externally reachable base URL of the dispatch
 	// API, used to build each task's callback URL (CALLBACK_BASE_URL;
 	// defaults to the listen address in dev mode).
@@ -321,6 +326,16 @@ func or(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// OIDCConfig is the API's OIDC configuration, nil when OIDC_ISSUER_URL is
+// unset.
+func (c Config) OIDCConfig() *api.OIDCConfig {
+	if c.OIDC.IssuerURL == "" {
+		return nil
+	}
+	o := c.OIDC
+	return &o
 }
 
 // NewLogger builds the process logger.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convergeplane/converge/control/api"
 	"github.com/convergeplane/converge/control/store"
 	"github.com/google/go-cmp/cmp"
 )
@@ -297,6 +298,55 @@ func TestFormatDuration(t *testing.T) {
 		1500 * time.Millisecond: "1.5s"} {
 		if got := formatDuration(d); got != want {
 			t.Errorf("formatDuration(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// TestLoadConfigOIDC: the OIDC variables are read with their defaults, the
+// console's client ID defaults to the audience, and an issuer without an
+// audience, an audience without an issuer or a plain-http issuer off
+// loopback is refused naming the variable.
+func TestLoadConfigOIDC(t *testing.T) {
+	t.Parallel()
+	c, err := LoadConfig(env(map[string]string{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.OIDCConfig() != nil {
+		t.Errorf("OIDC on without OIDC_ISSUER_URL: %+v", c.OIDC)
+	}
+	c, err = LoadConfig(env(map[string]string{"OIDC_ISSUER_URL": "https://idp.example.com/realms/x", "OIDC_AUDIENCE": "converge"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := api.OIDCConfig{IssuerURL: "https://idp.example.com/realms/x", Audience: "converge", ClientID: "converge",
+		Scopes: []string{"openid", "profile", "email"}, UsernameClaim: "sub", GroupsClaim: "groups", ClockSkew: time.Minute}
+	if diff := cmp.Diff(&want, c.OIDCConfig()); diff != "" {
+		t.Errorf("OIDC defaults (-want +got):\n%s", diff)
+	}
+	c, err = LoadConfig(env(map[string]string{"OIDC_ISSUER_URL": "http://127.0.0.1:9000", "OIDC_AUDIENCE": "api://converge",
+		"OIDC_USERNAME_CLAIM": "email", "OIDC_GROUPS_CLAIM": "cognito:groups", "OIDC_CLOCK_SKEW": "10s",
+		"OIDC_CONSOLE_CLIENT_ID": "console", "OIDC_CONSOLE_SCOPES": "openid, api://converge/access"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = api.OIDCConfig{IssuerURL: "http://127.0.0.1:9000", Audience: "api://converge", ClientID: "console",
+		Scopes: []string{"openid", "api://converge/access"}, UsernameClaim: "email", GroupsClaim: "cognito:groups", ClockSkew: 10 * time.Second}
+	if diff := cmp.Diff(&want, c.OIDCConfig()); diff != "" {
+		t.Errorf("OIDC (-want +got):\n%s", diff)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"OIDC_ISSUER_URL": "https://idp.example.com"}, `OIDC_AUDIENCE="": is required`},
+		{map[string]string{"OIDC_AUDIENCE": "converge"}, `OIDC_AUDIENCE="converge": is set but OIDC_ISSUER_URL is not`},
+		{map[string]string{"OIDC_ISSUER_URL": "http://idp.example.com", "OIDC_AUDIENCE": "x"}, `OIDC_ISSUER_URL="http://idp.example.com": must be https://`},
+		{map[string]string{"OIDC_ISSUER_URL": "idp.example.com", "OIDC_AUDIENCE": "x"}, `OIDC_ISSUER_URL="idp.example.com"`},
+		{map[string]string{"OIDC_ISSUER_URL": "https://idp.example.com", "OIDC_AUDIENCE": "x", "OIDC_CLOCK_SKEW": "-1s"}, `OIDC_CLOCK_SKEW="-1s"`},
+	} {
+		if _, err := LoadConfig(env(tc.env)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want it to say %s", tc.env, err, tc.want)
 		}
 	}
 }

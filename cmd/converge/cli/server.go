@@ -553,7 +553,7 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	if !built {
 		s.log.Info("this binary has no web console built in: / serves a page saying how to build it (make ui)")
 	}
-	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens, ListPageBytes: s.cfg.ListPageBytes,
+	acfg := api.Config{Version: version.Version, ReadTokens: s.cfg.ReadTokens, AdminTokens: s.cfg.AdminTokens, OIDC: s.cfg.OIDCConfig(), ListPageBytes: s.cfg.ListPageBytes,
 		Metrics: promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}), MetricsRegistry: s.metrics, Console: console, Events: s.events,
 		ReadyChecks: s.readyChecks(), IdempotencyRetention: s.cfg.IdempotencyRetention, HeaderTimeout: s.cfg.HTTPHeaderTimeout,
 		ReadTimeout: s.cfg.HTTPReadTimeout, WriteTimeout: s.cfg.HTTPWriteTimeout, IdleTimeout: s.cfg.HTTPIdleTimeout,
@@ -598,7 +598,7 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 	}
 	go func() { s.served <- s.app.Listener(s.ln) }()
 	s.log.Info("serving the API", "addr", s.ln.Addr().String(), "tls", s.cfg.TLS, "role", s.cfg.Role, "callbacks", callbackBase)
-	return s.serveHealth()
+	return s.serveHealth(srv.ReadyChecks())
 }
 
 // testDelivery sends endpoint name a test delivery through d, in the
@@ -640,12 +640,12 @@ func detached(h http.Handler, timeout time.Duration) http.Handler {
 func (s *Server) serveDispatch(d *dispatch.Dispatcher, callbackBase string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/tasks/", d.Callbacks())
-	mux.Handle("GET /metrics", api.RequireReadToken(s.cfg.ReadTokens, s.cfg.AdminTokens, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})))
+	mux.Handle("GET /metrics", api.RequireReadToken(s.cfg.ReadTokens, s.cfg.AdminTokens, s.cfg.OIDCConfig(), promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})))
 	// A callback's work is bounded by the callback receiver (30 s).
 	s.dispatchHTTP = s.httpServer(mux, api.RequestTimeoutDefault)
 	go func() { s.served <- s.dispatchHTTP.Serve(s.ln) }()
 	s.log.Info("serving callbacks", "addr", s.ln.Addr().String(), "callbacks", callbackBase)
-	return s.serveHealth()
+	return s.serveHealth(s.readyChecks())
 }
 
 // listen binds addr with the connection caps of caps; with TLS it serves
@@ -800,9 +800,9 @@ func latestMigration() (int64, error) {
 
 // serveHealth serves /livez and /readyz on HEALTH_ADDR, for every role:
 // its own listener, so probes are answered while LISTEN_ADDR is flooded.
-// /readyz answers ReadyStatus as JSON, 200 or 503.
-func (s *Server) serveHealth() error {
-	checks := s.readyChecks()
+// /readyz runs checks (the API's, where it runs) and answers ReadyStatus as
+// JSON, 200 or 503.
+func (s *Server) serveHealth(checks []api.ReadyCheck) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {

@@ -116,6 +116,50 @@ func settings() []setting {
 			"comma-separated bearer tokens allowed to write (≥ 16 chars each)"),
 		tokens("CONVERGE_READ_TOKENS", func(c *Config) *[]string { return &c.ReadTokens },
 			"comma-separated bearer tokens allowed to read; with neither set the API is **open** (dev only)"),
+		{name: "OIDC_ISSUER_URL",
+			doc:  "the OIDC issuer whose tokens the API accepts beside the static tokens ([OIDC sign-in](#oidc-sign-in)): its discovery document is at `<url>/.well-known/openid-configuration`, and a token's `iss` must equal the URL exactly. `https://`, or `http://` on a loopback host only. Needs `OIDC_AUDIENCE`",
+			read: readIssuerURL},
+		{name: "OIDC_AUDIENCE", def: "— (required with `OIDC_ISSUER_URL`)",
+			doc: "the audience an OIDC token's `aud` must include: the API's identifier at the provider (often the console's client ID)",
+			read: func(c *Config, v string, _ func(string) string) error {
+				c.OIDC.Audience = v
+				switch {
+				case v == "" && c.OIDC.IssuerURL != "":
+					return errors.New("is required when OIDC_ISSUER_URL is set")
+				case v != "" && c.OIDC.IssuerURL == "":
+					return errors.New("is set but OIDC_ISSUER_URL is not")
+				}
+				return nil
+			}},
+		{name: "OIDC_USERNAME_CLAIM", def: code(api.OIDCUsernameClaimDefault),
+			doc: "the claim that names the caller (the subject `whoami`, role bindings and the audit trail use); `email` or `preferred_username` are common choices",
+			read: func(c *Config, v string, _ func(string) string) error {
+				c.OIDC.UsernameClaim = or(v, api.OIDCUsernameClaimDefault)
+				return nil
+			}},
+		{name: "OIDC_GROUPS_CLAIM", def: code(api.OIDCGroupsClaimDefault),
+			doc: "the claim holding the caller's groups, a string or an array of strings (Entra: `groups` or `roles`; Cognito: `cognito:groups`)",
+			read: func(c *Config, v string, _ func(string) string) error {
+				c.OIDC.GroupsClaim = or(v, api.OIDCGroupsClaimDefault)
+				return nil
+			}},
+		duration("OIDC_CLOCK_SKEW", api.OIDCClockSkewDefault, func(c *Config) *time.Duration { return &c.OIDC.ClockSkew },
+			"how far a token's `exp`, `nbf` and `iat` may be off this server's clock"),
+		{name: "OIDC_CONSOLE_CLIENT_ID", def: "`OIDC_AUDIENCE`",
+			doc: "the OAuth client (a public client: no secret) the console signs in as, with the authorization-code flow and PKCE; the console sends the ID token when this equals `OIDC_AUDIENCE`, else the access token",
+			read: func(c *Config, v string, _ func(string) string) error {
+				c.OIDC.ClientID = or(v, c.OIDC.Audience)
+				return nil
+			}},
+		{name: "OIDC_CONSOLE_SCOPES", def: "`" + strings.Join(api.OIDCScopesDefault(), " ") + "`",
+			doc: "the scopes the console asks for, space- or comma-separated (add `groups` where the provider needs it for the groups claim, or the API's scope, such as Entra's `api://<app>/access`, for an access token whose audience is `OIDC_AUDIENCE`)",
+			read: func(c *Config, v string, _ func(string) string) error {
+				c.OIDC.Scopes = strings.Fields(strings.ReplaceAll(v, ",", " "))
+				if len(c.OIDC.Scopes) == 0 {
+					c.OIDC.Scopes = api.OIDCScopesDefault()
+				}
+				return nil
+			}},
 		key(secretKeyVar, 32, 32, func(c *Config) *[]byte { return &c.SecretKey },
 			"base64 of 32 bytes; encrypts endpoint signing secrets at rest (AES-256-GCM)"),
 		key(callbackKeyVar, 32, 1024, func(c *Config) *[]byte { return &c.CallbackKey },
@@ -403,4 +447,24 @@ func configReference() string {
 		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", s.name, or(s.def, "—"), s.doc)
 	}
 	return b.String()
+}
+
+// readIssuerURL reads OIDC_ISSUER_URL: https, or http on a loopback host
+// (a local issuer in development and tests), with no query or fragment.
+func readIssuerURL(c *Config, v string, _ func(string) string) error {
+	c.OIDC.IssuerURL = v
+	if v == "" {
+		return nil
+	}
+	u, err := url.Parse(v)
+	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return errors.New("must be an absolute https:// URL without a query")
+	}
+	if u.Scheme == "https" {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(u.Hostname()); u.Scheme == "http" && (u.Hostname() == "localhost" || err == nil && ip.IsLoopback()) {
+		return nil
+	}
+	return errors.New("must be https:// (http:// only on a loopback host)")
 }
