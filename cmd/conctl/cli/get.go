@@ -74,7 +74,9 @@ With --watch it then prints the object again each time it changes.`)
   conctl get providerconfig vpc-v1-payments
   conctl get config vpc --kind-version 2
   conctl get res vpc/sample-vpc -o jsonpath='{.spec.cidr}'
-  conctl get res vpc/sample-vpc --watch`
+  conctl get res vpc/sample-vpc --watch
+  conctl get res vpc/sample-vpc -n team-a
+  conctl get namespaces`
 
 	// resource
 	{
@@ -133,6 +135,7 @@ With --watch it then prints the object again each time it changes.`)
 			},
 		})
 	}
+	cmd.AddCommand(a.getNamespaceCommand())
 	a.addWatchFlag(cmd)
 	return cmd
 }
@@ -158,6 +161,8 @@ func collectionPath(t *objectType) string {
 		return "/cluster-members"
 	case typeDelivery:
 		return "/deliveries"
+	case typeNamespace:
+		return "/namespaces"
 	}
 	panic("conctl: no collection for " + t.name)
 }

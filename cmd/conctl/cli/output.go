@@ -30,6 +30,9 @@ type printer struct {
 	tmpl   renderer // -o jsonpath=… and go-template=…
 	w      io.Writer
 	now    func() time.Time
+	// allNamespaces (-A) leads the table of a namespaced type with a
+	// NAMESPACE column.
+	allNamespaces bool
 }
 
 // tabular says whether the format prints rows made of an object's fields
@@ -124,6 +127,9 @@ func (p *printer) table(t *objectType, items []json.RawMessage) error {
 // rows prints items as table rows, after the header row if header.
 func (p *printer) rows(t *objectType, items []json.RawMessage, header bool) error {
 	cols := columnsFor(t)
+	if p.allNamespaces && t.namespaced {
+		cols = append([]column{field("NAMESPACE", "namespace")}, cols...)
+	}
 	if p.format == outputWide {
 		cols = append(cols, wideColumns(t)...)
 	}
@@ -321,6 +327,15 @@ func columnsFor(t *objectType) []column {
 			field("NAME", "name"), field("TYPE", "sink_type"), field("TARGET", "target"),
 			{"EVENTS", func(o obj, _ time.Time) string { return joinList(o.get("event_types")) }},
 			field("ENABLED", "enabled"), ageColumn(),
+		}
+	case typeNamespace:
+		quota := func(header, key string) column {
+			return column{header, func(o obj, _ time.Time) string { return cmpOrText(o.str(key), "-") }}
+		}
+		return []column{
+			field("NAME", "name"), quota("MAX_OBJECTS", "max_objects"), quota("MAX_IN_FLIGHT", "max_in_flight"),
+			{"LABELS", func(o obj, _ time.Time) string { return labels(o.get("labels")) }},
+			ageColumn(),
 		}
 	case typeKinds:
 		return []column{
