@@ -1,6 +1,7 @@
 import { useEffect, useState, useSyncExternalStore, type FormEvent } from "react";
-import { auth } from "./api";
+import { auth, changes } from "./api";
 import { useStreamConnected } from "./hooks";
+import { NamespaceSwitcher, namespaceOf } from "./namespace";
 import { Link, useLocation } from "./router";
 import { Bindings } from "./pages/Bindings";
 import { Cluster } from "./pages/Cluster";
@@ -68,6 +69,8 @@ export function App() {
   const needToken = useSyncExternalStore(auth.subscribe, () => auth.needed);
   const parts = loc.pathname.split("/").filter(Boolean).map(decodeURIComponent);
   const section = parts[0] ?? "resources";
+  const ns = namespaceOf(loc.searchParams);
+  useEffect(() => changes.follow(ns), [ns]);
 
   useEffect(() => {
     const title = nav.find(([p]) => p === `/${section}`)?.[1] ?? "Converge";
@@ -95,6 +98,7 @@ export function App() {
           </ul>
         </nav>
         <div className="top-right">
+          <NamespaceSwitcher />
           <span className={`live ${live ? "on" : "off"}`} role="status" title={live ? "Live updates on" : "Live updates reconnecting"}>
             {live ? "live" : "offline"}
           </span>
@@ -109,7 +113,8 @@ export function App() {
         </div>
       </header>
       {needToken && <TokenPrompt />}
-      <main id="main" tabIndex={-1}>
+      {/* Keyed by the namespace: a page shown in another one loads afresh. */}
+      <main id="main" tabIndex={-1} key={ns}>
         {page(parts, loc.searchParams)}
       </main>
     </>
