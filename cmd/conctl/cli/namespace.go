@@ -178,9 +178,8 @@ func (a *app) createCommand() *cobra.Command {
 		Aliases: typeNamespace.aliases,
 		Short:   "Create a namespace, with its quotas of objects and tasks in flight",
 		Long: `Create namespace makes the namespace NAME; it fails if NAME exists.
---max-objects caps how many namespaced objects it may hold, --max-in-flight
-how many of its tasks may be in flight at once; without them it has no
-quota.`,
+--max-objects caps how many resources it may hold, --max-in-flight how
+many of its tasks may be in flight at once; without them it has no quota.`,
 		Args: exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -235,7 +234,7 @@ quota.`,
 			return p.answer(resp.Body, func(obj) string { return typeNamespace.name + "/" + name + " created" })
 		},
 	}
-	c.Flags().IntVar(&maxObjects, "max-objects", 0, "how many namespaced objects it may hold (default: no quota)")
+	c.Flags().IntVar(&maxObjects, "max-objects", 0, "how many resources it may hold (default: no quota)")
 	c.Flags().IntVar(&maxInFlight, "max-in-flight", 0, "how many of its tasks may be in flight at once (default: no quota)")
 	c.Flags().StringArrayVar(&labelPairs, "label", nil, "a label KEY=VALUE; repeatable")
 	cmd.AddCommand(c)

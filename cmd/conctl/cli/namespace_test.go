@@ -46,10 +46,10 @@ func TestNamespaces(t *testing.T) {
 
 	r = b.run(t, "", "get", "namespaces")
 	wantCode(t, r, ExitOK)
-	wantOutput(t, tableFields(r.stdout), "NAME MAX_OBJECTS MAX_IN_FLIGHT LABELS AGE\n"+
-		"default - - <none> 60m\n"+
-		"team-a - - <none> 60m\n"+
-		"team-b 100 5 owner=payments 60m\n")
+	wantOutput(t, tableFields(r.stdout), "NAME OBJECTS MAX_OBJECTS MAX_IN_FLIGHT LABELS AGE\n"+
+		"default 0 - - <none> 60m\n"+
+		"team-a 0 - - <none> 60m\n"+
+		"team-b 0 100 5 owner=payments 60m\n")
 	r = b.run(t, "", "get", "namespace", "team-b", "-o", "jsonpath={.max_objects}/{.max_in_flight}")
 	wantCode(t, r, ExitOK)
 	wantOutput(t, r.stdout, "100/5")

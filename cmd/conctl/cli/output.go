@@ -333,7 +333,8 @@ func columnsFor(t *objectType) []column {
 			return column{header, func(o obj, _ time.Time) string { return cmpOrText(o.str(key), "-") }}
 		}
 		return []column{
-			field("NAME", "name"), quota("MAX_OBJECTS", "max_objects"), quota("MAX_IN_FLIGHT", "max_in_flight"),
+			field("NAME", "name"), field("OBJECTS", "objects"),
+			quota("MAX_OBJECTS", "max_objects"), quota("MAX_IN_FLIGHT", "max_in_flight"),
 			{"LABELS", func(o obj, _ time.Time) string { return labels(o.get("labels")) }},
 			ageColumn(),
 		}
