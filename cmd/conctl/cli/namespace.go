@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -265,6 +264,5 @@ func (a *app) getNamespaceCommand() *cobra.Command {
 
 // completeNamespaces lists the namespaces whose names start with prefix.
 func (a *app) completeNamespaces(cmd *cobra.Command, prefix string) ([]string, cobra.ShellCompDirective) {
-	return a.completeNames(cmd, collectionPath(typeNamespace), url.Values{"limit": {strconv.Itoa(completionLimit)}}, "", prefix),
-		cobra.ShellCompDirectiveNoFileComp
+	return a.completeNames(cmd, collectionPath(typeNamespace), nil, "", prefix), cobra.ShellCompDirectiveNoFileComp
 }

@@ -121,7 +121,7 @@ func TestNamespaces(t *testing.T) {
 	wantOutput(t, r.stderr, "No resources found.\n")
 	r = b.run(t, "", "list", "res", "-A", "-o", "jsonpath={range .items[*]}{.namespace}/{.name} {end}")
 	wantCode(t, r, ExitOK)
-	wantOutput(t, r.stdout, "team-a/sample-vpc team-a/second team-b/sample-vpc team-b/second team-b/third ")
+	wantOutput(t, r.stdout, "team-a/sample-vpc team-b/sample-vpc team-a/second team-b/second team-b/third ")
 	r = b.run(t, "", "list", "res", "--all-namespaces", "--kind", "vpc")
 	wantCode(t, r, ExitOK)
 	var rows []string
@@ -130,8 +130,8 @@ func TestNamespaces(t *testing.T) {
 		rows = append(rows, strings.Join(f[:4], " "))
 	}
 	wantOutput(t, strings.Join(rows, "\n"), "NAMESPACE KIND VERSION NAME\n"+
-		"team-a vpc 1 sample-vpc\nteam-a vpc 1 second\n"+
-		"team-b vpc 1 sample-vpc\nteam-b vpc 1 second\nteam-b vpc 1 third")
+		"team-a vpc 1 sample-vpc\nteam-b vpc 1 sample-vpc\n"+
+		"team-a vpc 1 second\nteam-b vpc 1 second\nteam-b vpc 1 third")
 	r = b.run(t, "", "list", "res", "-n", "team-a", "-o", "name")
 	wantCode(t, r, ExitOK)
 	wantOutput(t, r.stdout, "resource/vpc/sample-vpc\nresource/vpc/second\n")
