@@ -94,7 +94,7 @@ export function NamespaceSwitcher() {
   useEffect(() => {
     get<NamespaceList>("/namespaces").then(
       (l) => {
-        setNames(l.items.map((n) => n.name));
+        setNames((l.items ?? []).map((n) => n.name));
         setFailed(false);
       },
       () => setFailed(true),
