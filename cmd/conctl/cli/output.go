@@ -128,7 +128,7 @@ func (p *printer) table(t *objectType, items []json.RawMessage) error {
 func (p *printer) rows(t *objectType, items []json.RawMessage, header bool) error {
 	cols := columnsFor(t)
 	if p.allNamespaces && t.namespaced {
-		cols = append([]column{field("NAMESPACE", "namespace")}, cols...)
+		cols = append([]column{namespaceColumn(t)}, cols...)
 	}
 	if p.format == outputWide {
 		cols = append(cols, wideColumns(t)...)
@@ -285,6 +285,15 @@ func field(header string, path ...string) column {
 
 func ageColumn() column {
 	return column{"AGE", func(o obj, now time.Time) string { return age(o.str("created_at"), now) }}
+}
+
+// namespaceColumn is the NAMESPACE column of -A: a delivery's is its
+// resource's.
+func namespaceColumn(t *objectType) column {
+	if t == typeDelivery {
+		return field("NAMESPACE", "resource", "namespace")
+	}
+	return field("NAMESPACE", "namespace")
 }
 
 // columnsFor returns the table layout of a type.

@@ -105,9 +105,9 @@ export function DeliveryTable({ items, label }: { items: Delivery[]; label: stri
         <tbody>
           {items.map((d) => (
             <tr key={d.id} data-delivery={d.id} data-classification={d.classification} data-resource={`${d.resource.kind}/${d.resource.name}`} data-endpoint={d.endpoint}>
-              <NamespaceCell ns={d.namespace} />
+              <NamespaceCell ns={d.resource.namespace} />
               <td>
-                <Link to={objectLink(`/deliveries/${d.id}`, d.namespace)}>#{d.id}</Link>
+                <Link to={objectLink(`/deliveries/${d.id}`, d.resource.namespace)}>#{d.id}</Link>
               </td>
               <td>
                 <When at={d.at} />
