@@ -157,6 +157,10 @@ reconciles, invokes their verbs and rolls back their specs. It reads the
 delivery log and replays a delivery's task. It writes a kind's types in Go,
 TypeScript or Python for a provider's handler.
 
+Resources, provider configs, reactor bindings and endpoints live in a
+namespace: -n names it (else $CONVERGE_NAMESPACE, else the context's, else
+default); list -A spans every namespace.
+
 Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		Example: `  conctl apply --type manifest -f account.kind.json
   conctl apply -f resources.yaml
@@ -166,6 +170,8 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
   conctl delete resource vpc/sample-vpc --timeout 5m
   conctl op vpc/sample-vpc snapshot --input '{"label": "nightly"}' --wait
   conctl describe resource vpc/sample-vpc
+  conctl list resources -n team-a
+  conctl list resources -A
   conctl config set-context prod --server https://converge.example.com --token-command 'pass show converge/prod' --current`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
