@@ -40,7 +40,7 @@ type batchItem struct {
 // error when the server is unreachable (the rest of the run is then
 // counted as failed too).
 func (a *app) applyResources(ctx context.Context, c *Client, p *printer, o *applyOpts, ns string, docs []document, first bool) (int, error) {
-	query := withNamespace(o.query(), ns)
+	query := c.queryIn(o.query(), ns)
 	var counts [4]int // created, configured, unchanged, invalid
 	failed := 0
 	size := batchChunk

@@ -242,10 +242,20 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 // addresses namespaced objects, query names no namespace and the client's
 // is not the server's default; query itself is left as it is.
 func (c *Client) inNamespace(path string, query url.Values) url.Values {
-	if c.namespace == "" || !namespacedPath(path) || query.Has("namespace") {
+	if c.namespace == "" || c.namespace == NamespaceDefault || !namespacedPath(path) || query.Has("namespace") {
 		return query
 	}
-	return withNamespace(query, c.namespace)
+	return withParam(query, "namespace", c.namespace)
+}
+
+// withParam is a copy of q with the parameter key set to value.
+func withParam(q url.Values, key, value string) url.Values {
+	out := make(url.Values, len(q)+1)
+	for k, v := range q {
+		out[k] = v
+	}
+	out.Set(key, value)
+	return out
 }
 
 // retryable says whether a request that failed with err may succeed if

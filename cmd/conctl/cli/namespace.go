@@ -130,28 +130,24 @@ func (a *app) documentNamespace(c *Client, t *objectType, d document) (string, e
 }
 
 // documentQuery is the query of a write of the document d of type t (and
-// of the read of its live object): base plus the document's namespace
-// (documentNamespace), which Client.Do otherwise adds.
+// of the read of its live object): base in the document's namespace
+// (documentNamespace; see queryIn).
 func (a *app) documentQuery(c *Client, t *objectType, d document, base url.Values) (url.Values, error) {
 	ns, err := a.documentNamespace(c, t, d)
 	if err != nil || ns == "" {
 		return base, err
 	}
-	return withNamespace(base, ns), nil
+	return c.queryIn(base, ns), nil
 }
 
-// withNamespace is a copy of q naming the namespace ns, unless ns is the
-// server's default (which it assumes when none is named).
-func withNamespace(q url.Values, ns string) url.Values {
-	if ns == NamespaceDefault {
-		return q
+// queryIn is base addressing the namespace ns: as it is when ns is the
+// client's (Client.Do adds that one), else a copy naming ns, even
+// "default", which Do would otherwise replace with the client's.
+func (c *Client) queryIn(base url.Values, ns string) url.Values {
+	if ns == c.namespace {
+		return base
 	}
-	out := make(url.Values, len(q)+1)
-	for k, v := range q {
-		out[k] = v
-	}
-	out.Set("namespace", ns)
-	return out
+	return withParam(base, "namespace", ns)
 }
 
 // namespaceBody is the body of PUT /namespaces/{name}: its labels and

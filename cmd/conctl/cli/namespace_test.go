@@ -110,6 +110,13 @@ func TestNamespaces(t *testing.T) {
 	b.api.forget()
 	wantCode(t, b.run(t, "", "apply", "--type", "res", "-f", fileB), ExitOK)
 	wantRequests(t, b, "POST /resources?namespace=team-b")
+	// Naming default is naming it, though default goes unnamed when
+	// nothing else is chosen.
+	b.api.forget()
+	r = b.run(t, "", "apply", "--dry-run=server", "--type", "res", "-f", b.file(t, "default.json", resourceIn("default")))
+	wantCode(t, r, ExitOK)
+	wantOutput(t, r.stdout, "resource/vpc/sample-vpc created (server dry run)\n")
+	wantRequests(t, b, "POST /resources?dry_run=true&namespace=default")
 	r = b.run(t, "", "config", "get-contexts")
 	wantCode(t, r, ExitOK)
 	wantOutput(t, tableFields(r.stdout), "CURRENT NAME SERVER AUTH CA NAMESPACE\n* a "+b.api.url+" none <none> team-a\n")
