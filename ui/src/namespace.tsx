@@ -56,11 +56,13 @@ export function withNamespace(to: string, ns: string): string {
 }
 
 // keepNamespace is the console path to in the shown namespace, unless it
-// names one itself.
+// names one itself; in default, to as it is.
 export function keepNamespace(to: string): string {
+  const ns = currentNamespace();
+  if (ns === defaultNamespace) return to;
   const u = new URL(to, window.location.origin);
   if (u.searchParams.has("ns")) return to;
-  return withNamespace(to, currentNamespace());
+  return withNamespace(to, ns);
 }
 
 // objectLink is the path to an object's page in the namespace ns that
