@@ -341,7 +341,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	hc.DocsPath = ""
 	if cfg.Events != nil {
 		// Before huma's routes: a stream is written by Fiber directly.
-		s.app.Get(Prefix+"/events/stream", s.guard(eventStreamPermission), cfg.Events.handler(cfg.WriteTimeout))
+		s.app.Get(Prefix+"/events/stream", s.guard(eventStreamPermission), cfg.Events.handler(cfg.WriteTimeout, s.namespaces))
 	}
 	s.api = humafiber.NewWithGroup(s.app, literalColons{s.app}, hc)
 	// Before any operation is registered: huma wraps each in the
@@ -364,6 +364,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.registerCluster()
 	s.registerTopology()
 	s.registerAudit()
+	s.registerNamespaces()
 	if cfg.Console != nil {
 		if err := s.registerConsole(cfg.Console); err != nil {
 			return nil, err

@@ -313,6 +313,7 @@ func documentTags() []*huma.Tag {
 		{Name: "Alerts", Description: "Alert events (an endpoint disabled, a breaker opened or closed, a resource failed for good, a kind parked) and the sinks that deliver them: a signed webhook, SQS, SNS or EventBridge."},
 		{Name: "Access", Description: "Role bindings: who (a user or a group) holds which role (viewer, editor, operator, admin) in which namespace, or cluster-wide."},
 		{Name: "Audit", Description: "The audit trail: every request that changed or tried to change something, who made it, what it addressed and how it ended."},
+		{Name: "Namespaces", Description: "Namespaces group resources, provider configs, reactor bindings and endpoints; each may set quotas on its objects and in-flight tasks. Every operation on a namespaced object takes ?namespace= (omitted: default)."},
 		{Name: "Cluster", Description: "The running converge processes: role, shard range, load and heartbeat."},
 		{Name: "Health", Description: "Liveness, readiness and the build version."},
 		{Name: "Auth", Description: "How to sign in (OIDC with the authorization-code flow and PKCE, when configured) and who the server takes the caller to be."},

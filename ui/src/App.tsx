@@ -1,8 +1,9 @@
 import { useEffect, useState, useSyncExternalStore, type FormEvent } from "react";
-import { auth, get } from "./api";
+import { auth, changes, get } from "./api";
 import type { components } from "./api-types";
 import { shouldSignInAgain, signIn, signOut } from "./signin";
 import { useStreamConnected } from "./hooks";
+import { NamespaceSwitcher, namespaceOf } from "./namespace";
 import { Link, useLocation } from "./router";
 import { Audit } from "./pages/Audit";
 import { Bindings } from "./pages/Bindings";
@@ -76,6 +77,8 @@ export function App() {
   const me = useWhoAmI(auth.token);
   const parts = loc.pathname.split("/").filter(Boolean).map(decodeURIComponent);
   const section = parts[0] ?? "resources";
+  const ns = namespaceOf(loc.searchParams);
+  useEffect(() => changes.follow(ns), [ns]);
 
   useEffect(() => {
     const title = nav.find(([p]) => p === `/${section}`)?.[1] ?? "Converge";
@@ -103,6 +106,7 @@ export function App() {
           </ul>
         </nav>
         <div className="top-right">
+          <NamespaceSwitcher />
           <span className={`live ${live ? "on" : "off"}`} role="status" title={live ? "Live updates on" : "Live updates reconnecting"}>
             {live ? "live" : "offline"}
           </span>
@@ -127,7 +131,8 @@ export function App() {
         </div>
       </header>
       {needToken && <TokenPrompt />}
-      <main id="main" tabIndex={-1}>
+      {/* Keyed by the namespace: a page shown in another one loads afresh. */}
+      <main id="main" tabIndex={-1} key={ns}>
         {page(parts, loc.searchParams)}
       </main>
     </>

@@ -3,6 +3,7 @@
 // API asks for one, and the change stream that tells pages when to re-read.
 
 import type { components } from "./api-types";
+import { currentNamespace, inNamespace } from "./namespace";
 import type { Problem, ProblemError } from "./types";
 
 // ApiError is an error answer: its RFC 9457 problem document, as every API
@@ -101,12 +102,13 @@ function idempotencyKey(): string {
 
 // call sends one API request; an error answer throws an ApiError carrying
 // the problem document. A POST carries an Idempotency-Key; extra headers
-// (If-Match) go as given.
+// (If-Match) go as given. A call to namespaced objects is made in the
+// namespace shown (inNamespace) unless path names one.
 export async function call<T>(method: string, path: string, body?: unknown, extra?: Record<string, string>): Promise<Answer<T>> {
   const headers: Record<string, string> = { Accept: "application/json", ...auth.headers(), ...extra };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   if (method === "POST") headers["Idempotency-Key"] = idempotencyKey();
-  const resp = await fetch(`/api/v1${path}`, {
+  const resp = await fetch(`/api/v1${inNamespace(path)}`, {
     method,
     headers,
     body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
@@ -157,8 +159,10 @@ type ChangeListener = (topics: Set<Topic>) => void;
 
 // Changes is the one open stream of the tab: GET /api/v1/events/stream,
 // read with fetch so that it carries the bearer token like every other
-// call. It reconnects with back-off and, since changes made while it was
-// down are lost, tells every page to re-read when it is back.
+// call, of the namespace shown (every one under "All namespaces"): it is
+// opened again when the namespace changes. It reconnects with back-off
+// and, since changes made while it was down are lost, tells every page to
+// re-read when it is back.
 class Changes {
   private listeners = new Set<ChangeListener>();
   private started = false;
@@ -208,6 +212,17 @@ class Changes {
   }
   private retryNow?: () => void;
   private abort?: AbortController;
+  // namespace is the one the open stream follows; reopen asks the loop to
+  // open it again at once, in the namespace now shown.
+  private namespace = "";
+  private reopen = false;
+
+  // follow opens the stream again when ns is not the namespace it follows.
+  follow(ns: string) {
+    if (!this.started || ns === this.namespace) return;
+    this.reopen = true;
+    this.abort?.abort();
+  }
 
   private async run() {
     let delay = 1000;
@@ -215,7 +230,8 @@ class Changes {
     for (;;) {
       try {
         this.abort = new AbortController();
-        const resp = await fetch("/api/v1/events/stream", {
+        this.namespace = currentNamespace();
+        const resp = await fetch(`/api/v1/events/stream?namespace=${encodeURIComponent(this.namespace)}`, {
           headers: { Accept: "text/event-stream", ...auth.headers() },
           signal: this.abort.signal,
         });
@@ -229,6 +245,11 @@ class Changes {
         }
       } catch {
         // The server is away; wait and try again.
+      }
+      if (this.reopen) {
+        // Another namespace was chosen: its stream, at once.
+        this.reopen = false;
+        continue;
       }
       this.setConnected(false);
       await new Promise<void>((resolve) => {

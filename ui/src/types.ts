@@ -53,6 +53,8 @@ export type Binding = Schemas["ReactorBinding"];
 export type BindingList = Schemas["ReactorBindingList"];
 export type MemberList = Schemas["ClusterList"];
 
+export type NamespaceList = Schemas["NamespaceList"];
+
 export type DeliveryList = Schemas["DeliveryList"];
 export type Delivery = Schemas["Delivery"];
 export type ReplayAccepted = Schemas["ReplayAccepted"];

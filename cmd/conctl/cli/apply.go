@@ -166,16 +166,20 @@ func (a *app) apply(ctx context.Context, cmd *cobra.Command, o *applyOpts) error
 	}
 	types := make([]*objectType, len(docs))
 	typeErrs := make([]error, len(docs))
+	nss := make([]string, len(docs))
 	for i, d := range docs {
 		if d.err == nil {
 			types[i], typeErrs[i] = documentType(def, d.fields)
+		}
+		if d.err == nil && typeErrs[i] == nil {
+			nss[i], _ = a.documentNamespace(c, types[i], d) // "" when refused: applied alone, which reports why
 		}
 	}
 	failed := 0
 	for i := 0; i < len(docs); i++ {
 		// A run of several resources goes to the batch endpoint.
-		if run := resourceRun(docs[i:], types[i:]); run > 1 {
-			f, err := a.applyResources(ctx, c, p, o, docs[i:i+run], i == 0)
+		if run := resourceRun(docs[i:], types[i:], nss[i:]); run > 1 {
+			f, err := a.applyResources(ctx, c, p, o, nss[i], docs[i:i+run], i == 0)
 			failed += f
 			if err != nil {
 				// The server is unreachable; every other object would
@@ -276,8 +280,8 @@ func targetOf(t *objectType, d document) (applyTarget, error) {
 }
 
 // applyDocument sends one document of type t (nil when d could not be
-// read) to the API, with query (dry_run). id names the object for output
-// ("resource/vpc/sample-vpc").
+// read) to the API, with query (dry_run) and its namespace (documentQuery).
+// id names the object for output ("resource/vpc/sample-vpc").
 func (a *app) applyDocument(ctx context.Context, c *Client, t *objectType, d document, query url.Values) (id string, resp *Response, err error) {
 	if d.err != nil {
 		return "", nil, d.err
@@ -296,6 +300,9 @@ func (a *app) applyDocument(ctx context.Context, c *Client, t *objectType, d doc
 	body, err := json.Marshal(fields)
 	if err != nil {
 		return to.id, nil, fmt.Errorf("cannot encode object: %w", err)
+	}
+	if query, err = a.documentQuery(c, t, d, query); err != nil {
+		return to.id, nil, err
 	}
 	resp, err = c.Do(ctx, to.method, to.path, query, body)
 	return to.id, resp, err

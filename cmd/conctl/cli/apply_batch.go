@@ -16,10 +16,11 @@ import (
 const batchChunk = 1000
 
 // resourceRun is how many documents from the start of docs are readable
-// resources: a run that apply sends through the batch endpoint.
-func resourceRun(docs []document, types []*objectType) int {
+// resources of one namespace (ns, each document's; "" when it is refused):
+// a run that apply sends through the batch endpoint.
+func resourceRun(docs []document, types []*objectType, ns []string) int {
 	n := 0
-	for n < len(docs) && docs[n].err == nil && types[n] == typeResource {
+	for n < len(docs) && docs[n].err == nil && types[n] == typeResource && ns[n] != "" && ns[n] == ns[0] {
 		n++
 	}
 	return n
@@ -32,18 +33,20 @@ type batchItem struct {
 	raw    json.RawMessage // as the server sent it, for -o json and yaml
 }
 
-// applyResources applies a run of resource documents through the batch
+// applyResources applies a run of resource documents of the namespace ns
+// through the batch
 // endpoint, batchChunk at a time, printing one line per resource (as a
 // single apply does) and a summary. It returns how many failed, and an
 // error when the server is unreachable (the rest of the run is then
 // counted as failed too).
-func (a *app) applyResources(ctx context.Context, c *Client, p *printer, o *applyOpts, docs []document, first bool) (int, error) {
+func (a *app) applyResources(ctx context.Context, c *Client, p *printer, o *applyOpts, ns string, docs []document, first bool) (int, error) {
+	query := c.queryIn(o.query(), ns)
 	var counts [4]int // created, configured, unchanged, invalid
 	failed := 0
 	size := batchChunk
 	for start := 0; start < len(docs); {
 		n := min(size, len(docs)-start)
-		items, err := a.sendBatch(ctx, c, docs[start:start+n], o.query())
+		items, err := a.sendBatch(ctx, c, docs[start:start+n], query)
 		var (
 			ae *APIError
 			ce *ConnError
@@ -102,7 +105,7 @@ func (a *app) applyResources(ctx context.Context, c *Client, p *printer, o *appl
 	return failed, nil
 }
 
-// sendBatch sends docs as one batch, with query (dry_run), and returns one
+// sendBatch sends docs as one batch, with query (namespace, dry_run), and returns one
 // result per document.
 func (a *app) sendBatch(ctx context.Context, c *Client, docs []document, query url.Values) ([]batchItem, error) {
 	items := make([]map[string]json.RawMessage, len(docs))

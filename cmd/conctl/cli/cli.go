@@ -34,6 +34,10 @@ const (
 	RetriesDefault = 2
 	EnvServer      = "CONVERGE_SERVER"
 	EnvToken       = "CONVERGE_TOKEN"
+	EnvNamespace   = "CONVERGE_NAMESPACE"
+	// NamespaceDefault is the namespace of a command that names none (by
+	// -n, $CONVERGE_NAMESPACE or the context's namespace).
+	NamespaceDefault = "default"
 )
 
 // Run builds the CLI, runs it with args (without the program name) and
@@ -115,7 +119,13 @@ type app struct {
 	token       string
 	contextName string
 	caFile      string
-	output      string
+	// namespace is -n; allNamespaces is list's and get's -A.
+	namespace     string
+	allNamespaces bool
+	// nsExplicit names what chose the namespace, -n or
+	// $CONVERGE_NAMESPACE; "" when the context or the default did.
+	nsExplicit string
+	output     string
 	// objectOutput: the command prints objects in any of objectFormats
 	// (get, list), not only in outputFormats.
 	objectOutput bool
@@ -147,6 +157,10 @@ reconciles, invokes their verbs and rolls back their specs. It reads the
 delivery log and replays a delivery's task. It writes a kind's types in Go,
 TypeScript or Python for a provider's handler.
 
+Resources, provider configs, reactor bindings and endpoints live in a
+namespace: -n names it (else $CONVERGE_NAMESPACE, else the context's, else
+default); list -A spans every namespace.
+
 Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 		Example: `  conctl apply --type manifest -f account.kind.json
   conctl apply -f resources.yaml
@@ -156,6 +170,8 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
   conctl delete resource vpc/sample-vpc --timeout 5m
   conctl op vpc/sample-vpc snapshot --input '{"label": "nightly"}' --wait
   conctl describe resource vpc/sample-vpc
+  conctl list resources -n team-a
+  conctl list resources -A
   conctl config set-context prod --server https://converge.example.com --token-command 'pass show converge/prod' --current`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -175,6 +191,7 @@ Exit status: 0 on success, 1 when anything failed, 2 on a usage error.`,
 	f.StringVar(&a.server, "server", "", "converge server URL (default $"+EnvServer+", else the context's, else "+ServerDefault+")")
 	f.StringVar(&a.token, "token", "", "bearer token for the API (default $"+EnvToken+", else the context's)")
 	f.StringVar(&a.contextName, "context", "", "the config file's context to use (default its current-context; see conctl config)")
+	f.StringVarP(&a.namespace, "namespace", "n", "", "the namespace of namespaced objects (default $"+EnvNamespace+", else the context's, else "+NamespaceDefault+")")
 	f.StringVar(&a.caFile, "certificate-authority", "", "a PEM file of the CAs to trust for an https server (default the context's, else the system's)")
 	f.StringVarP(&a.output, "output", "o", outputTable, "output format: "+strings.Join(outputFormats, "|")+
 		"; get, list, describe and deliveries also take wide|name|jsonpath=TEMPLATE|go-template=TEMPLATE")
@@ -274,7 +291,7 @@ func (a *app) printer() (*printer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &printer{format: format, tmpl: tmpl, w: a.stdout, now: a.now}, nil
+	return &printer{format: format, tmpl: tmpl, w: a.stdout, now: a.now, allNamespaces: a.allNamespaces}, nil
 }
 
 // printError writes err to stderr: a usage hint for usage errors, the

@@ -42,6 +42,13 @@ type ClientConfig struct {
 	// with Timeout.
 	HTTPClient *http.Client
 
+	// Namespace, when set and not "default", is sent as the query
+	// parameter "namespace" of every request to a path of namespaced
+	// objects (see namespacedPath) whose query does not name one itself.
+	// The server's own default is "default": a request in it is sent as
+	// before namespaces were, and works with a server that has none.
+	Namespace string
+
 	// Retries is how many more times a request is sent after it failed in
 	// transit, or was answered 429, 502, 503 or 504 (or 409 because its
 	// idempotency key is held by its own earlier attempt, still running).
@@ -63,6 +70,7 @@ type Client struct {
 	server    string // as the user gave it, for messages
 	base      string // scheme://host[:port][/prefix]/api/v1, no trailing slash
 	token     string
+	namespace string
 	userAgent string
 	timeout   time.Duration
 	retries   int
@@ -101,6 +109,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		server:    server,
 		base:      u.Scheme + "://" + u.Host + path + APIPrefix,
 		token:     cfg.Token,
+		namespace: cfg.Namespace,
 		userAgent: cmp.Or(cfg.UserAgent, "conctl"),
 		timeout:   cfg.Timeout,
 		retries:   max(cfg.Retries, 0),
@@ -201,6 +210,7 @@ func (e *ConnError) Unwrap() error { return e.Err }
 // Idempotency-Key, the same on every retry. A non-2xx answer is returned as
 // *APIError, a transport failure as *ConnError.
 func (c *Client) Do(ctx context.Context, method, path string, query url.Values, body []byte) (*Response, error) {
+	query = c.inNamespace(path, query)
 	target := c.base + path
 	if len(query) > 0 {
 		target += "?" + query.Encode()
@@ -226,6 +236,26 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 		}
 		wait = min(2*wait, retryMaxWait)
 	}
+}
+
+// inNamespace returns query with the client's namespace added when path
+// addresses namespaced objects, query names no namespace and the client's
+// is not the server's default; query itself is left as it is.
+func (c *Client) inNamespace(path string, query url.Values) url.Values {
+	if c.namespace == "" || c.namespace == NamespaceDefault || !namespacedPath(path) || query.Has("namespace") {
+		return query
+	}
+	return withParam(query, "namespace", c.namespace)
+}
+
+// withParam is a copy of q with the parameter key set to value.
+func withParam(q url.Values, key, value string) url.Values {
+	out := make(url.Values, len(q)+1)
+	for k, v := range q {
+		out[k] = v
+	}
+	out.Set(key, value)
+	return out
 }
 
 // retryable says whether a request that failed with err may succeed if

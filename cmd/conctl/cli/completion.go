@@ -22,10 +22,14 @@ const completionLimit = 200
 // powershell through cobra's completion command): KIND/NAME arguments
 // complete kinds, then the kind's resource names; KIND arguments and
 // --kind flags complete kinds; NAME arguments of provider configs, reactor
-// bindings and endpoints their names, and of config's context commands
-// the contexts. A completion that fails (no server, no token) offers
+// bindings and endpoints their names, of get and delete namespace and of
+// -n the namespaces, and of config's context commands the contexts. A
+// completion that fails (no server, no token) offers
 // nothing and prints nothing.
 func (a *app) addCompletions(root *cobra.Command) {
+	_ = root.RegisterFlagCompletionFunc("namespace", func(cmd *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		return a.completeNamespaces(cmd, toComplete)
+	})
 	var walk func(*cobra.Command)
 	walk = func(c *cobra.Command) {
 		for _, sub := range c.Commands() {
@@ -52,6 +56,8 @@ func (a *app) addCompletions(root *cobra.Command) {
 			complete = func(cmd *cobra.Command, toComplete string) ([]string, cobra.ShellCompDirective) {
 				return a.completeKinds(cmd, toComplete, ""), cobra.ShellCompDirectiveNoFileComp
 			}
+		case c.Name() == typeNamespace.name && c.Parent() != nil && c.Parent().Name() != "create":
+			complete = a.completeNamespaces
 		case arg == "NAME" && c.Parent() != nil && c.Parent().Name() == "config":
 			complete = a.completeContexts
 		case arg == "NAME":

@@ -41,6 +41,9 @@ type Context struct {
 	// CertificateAuthority is a PEM file of the CAs to trust for an https
 	// server, instead of the system's.
 	CertificateAuthority string `yaml:"certificate-authority,omitempty"`
+	// Namespace is the namespace of namespaced objects when neither -n
+	// nor $CONVERGE_NAMESPACE names one.
+	Namespace string `yaml:"namespace,omitempty"`
 }
 
 // configFile is a config file and where it lives.
@@ -235,6 +238,9 @@ func (a *app) clientConfig() (cfg ClientConfig, origin string, err error) {
 		if cfg.Token, err = runTokenCommand(tctx, f.path, ctx); err != nil {
 			return cfg, "", err
 		}
+	}
+	if cfg.Namespace, a.nsExplicit, err = a.resolveNamespace(ctx, from("namespace")); err != nil {
+		return cfg, "", err
 	}
 	ca, caOrigin := a.caFile, "--certificate-authority"
 	if ca == "" {

@@ -63,9 +63,9 @@ func TestContexts(t *testing.T) {
 
 		r = b.run(t, "", "config", "get-contexts")
 		wantCode(t, r, ExitOK)
-		wantOutput(t, tableFields(r.stdout), "CURRENT NAME SERVER AUTH CA\n"+
-			"* prod "+b.api.url+" token <none>\n"+
-			"dead "+unreachable+" token-command <none>\n")
+		wantOutput(t, tableFields(r.stdout), "CURRENT NAME SERVER AUTH CA NAMESPACE\n"+
+			"* prod "+b.api.url+" token <none> default\n"+
+			"dead "+unreachable+" token-command <none> default\n")
 		if strings.Contains(r.stdout, testReadToken) {
 			t.Error("get-contexts printed a token")
 		}

@@ -14,15 +14,16 @@ func (a *app) configCommand() *cobra.Command {
 		Use:   "config",
 		Short: "Manage conctl's contexts (named servers and their tokens)",
 		Long: `Config edits conctl's config file: named contexts, each a server URL, a
-token or a token command, and a CA file, one of them current. The file is
+token or a token command, a CA file and a namespace, one of them current. The file is
 $` + EnvConfig + `, else $XDG_CONFIG_HOME/converge/config.yaml, else
 ~/.config/converge/config.yaml; conctl writes it with mode 0600.
 
-A flag wins over the environment ($` + EnvServer + `, $` + EnvToken + `), which wins
+A flag wins over the environment ($` + EnvServer + `, $` + EnvToken + `, $` + EnvNamespace + `), which wins
 over the context (--context NAME, else the current one), which wins over
 the defaults.`,
 		Example: `  conctl config set-context prod --server https://converge.example.com --token-command 'pass show converge/prod' --current
   conctl config set-context local --server http://localhost:8080
+  conctl config set-context team-a --server https://converge.example.com --namespace team-a
   conctl config get-contexts
   conctl config use-context local
   conctl --context prod list resources`,
@@ -60,6 +61,11 @@ one clears the other; an empty value clears a field.`,
 			if fl.Changed("token") && fl.Changed("token-command") {
 				return usagef("--token and --token-command exclude each other")
 			}
+			if fl.Changed("namespace") && c.Namespace != "" {
+				if err := checkNamespace(c.Namespace, "--namespace"); err != nil {
+					return err
+				}
+			}
 			if fl.Changed("server") && c.Server != "" {
 				if _, err := NewClient(ClientConfig{Server: c.Server}); err != nil {
 					return usagef("--server: %v", err)
@@ -82,6 +88,9 @@ one clears the other; an empty value clears a field.`,
 			if fl.Changed("certificate-authority") {
 				ctx.CertificateAuthority = c.CertificateAuthority
 			}
+			if fl.Changed("namespace") {
+				ctx.Namespace = c.Namespace
+			}
 			if current {
 				f.cfg.CurrentContext = args[0]
 			}
@@ -101,6 +110,7 @@ one clears the other; an empty value clears a field.`,
 	fl.StringVar(&c.Token, "token", "", "the bearer token (stored in the file)")
 	fl.StringVar(&c.TokenCommand, "token-command", "", "a command, run by /bin/sh -c, that prints the token (run once per conctl invocation that calls the API)")
 	fl.StringVar(&c.CertificateAuthority, "certificate-authority", "", "a PEM file of the CAs to trust for an https server")
+	fl.StringVarP(&c.Namespace, "namespace", "n", "", "the namespace its commands address when neither -n nor $"+EnvNamespace+" names one")
 	fl.BoolVar(&current, "current", false, "also make it the current context")
 	return cmd
 }
@@ -180,6 +190,7 @@ type contextView struct {
 	Server               string `json:"server,omitempty"`
 	Auth                 string `json:"auth"`
 	CertificateAuthority string `json:"certificate_authority,omitempty"`
+	Namespace            string `json:"namespace,omitempty"`
 }
 
 func (a *app) getContextsCommand() *cobra.Command {
@@ -187,7 +198,7 @@ func (a *app) getContextsCommand() *cobra.Command {
 		Use:   "get-contexts",
 		Short: "List the contexts (tokens are never printed)",
 		Long: `Get-contexts lists the contexts: a table of CURRENT (*), NAME, SERVER,
-AUTH (token, token-command or none) and CA, or with -o json or -o yaml
+AUTH (token, token-command or none), CA and NAMESPACE, or with -o json or -o yaml
 {"items": [...]}. Tokens are never printed.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -209,7 +220,7 @@ AUTH (token, token-command or none) and CA, or with -o json or -o yaml
 					auth = "token-command"
 				}
 				views[i] = contextView{Name: c.Name, Current: c.Name == f.cfg.CurrentContext, Server: c.Server,
-					Auth: auth, CertificateAuthority: c.CertificateAuthority}
+					Auth: auth, CertificateAuthority: c.CertificateAuthority, Namespace: c.Namespace}
 			}
 			if p.format != outputTable {
 				body, err := json.Marshal(map[string]any{"items": views})
@@ -223,13 +234,14 @@ AUTH (token, token-command or none) and CA, or with -o json or -o yaml
 				return nil
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 3, ' ', 0)
-			fmt.Fprintln(tw, "CURRENT\tNAME\tSERVER\tAUTH\tCA")
+			fmt.Fprintln(tw, "CURRENT\tNAME\tSERVER\tAUTH\tCA\tNAMESPACE")
 			for _, v := range views {
 				cur := ""
 				if v.Current {
 					cur = "*"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cur, v.Name, cell(v.Server), v.Auth, cell(v.CertificateAuthority))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cur, v.Name, cell(v.Server), v.Auth, cell(v.CertificateAuthority),
+					cmpOrText(v.Namespace, NamespaceDefault))
 			}
 			return tw.Flush()
 		},

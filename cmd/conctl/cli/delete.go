@@ -25,7 +25,9 @@ deleted, with exit status 1.`)
   conctl delete resource --kind vpc sample-a sample-b --timeout 2m
   conctl delete resource account/team-a --wait=false
   conctl delete manifest vpc --kind-version 1
-  conctl delete pc vpc-v1-payments`
+  conctl delete pc vpc-v1-payments
+  conctl delete resource vpc/sample-vpc -n team-a
+  conctl delete namespace team-a`
 
 	// resources
 	{
@@ -97,7 +99,7 @@ deleted, with exit status 1.`)
 		cmd.AddCommand(c)
 	}
 	// by name
-	for _, t := range []*objectType{typeProviderConfig, typeReactorBinding, typeEndpoint, typeAlertSink, typeRoleBinding} {
+	for _, t := range []*objectType{typeProviderConfig, typeReactorBinding, typeEndpoint, typeAlertSink, typeRoleBinding, typeNamespace} {
 		cmd.AddCommand(&cobra.Command{
 			Use:     t.name + " NAME...",
 			Aliases: t.aliases,

@@ -62,7 +62,8 @@ server's answer. Replay an attempt's task with conctl replay ID.`,
 		Example: `  conctl deliveries --failed
   conctl deliveries --endpoint quickstart --limit 20
   conctl deliveries --resource vpc/sample-vpc -o json
-  conctl deliveries --classification server_error --since 2026-12-01T18:00:00Z`,
+  conctl deliveries --classification server_error --since 2026-12-01T18:00:00Z
+  conctl deliveries -A --failed`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			q, err := o.query()
@@ -79,6 +80,7 @@ server's answer. Replay an attempt's task with conctl replay ID.`,
 	f.BoolVar(&o.failed, "failed", false, "only failed attempts")
 	f.StringVar(&o.since, "since", "", "only attempts at or after this RFC 3339 time")
 	o.page.register(c)
+	a.allNamespacesFlag(c, typeDelivery)
 	return c
 }
 

@@ -151,6 +151,7 @@ func (k kv) flush() { _ = k.tw.Flush() }
 func describeResource(w io.Writer, o obj, events []json.RawMessage, now time.Time) {
 	k := newKV(w)
 	k.add("Name", o.str("kind")+"/"+o.str("name"))
+	k.add("Namespace", o.str("namespace"))
 	k.add("Kind version", o.str("kind_version"))
 	k.add("Phase", o.str("phase"))
 	k.add("Generation", o.str("generation")+" (synced "+o.str("synced_gen")+")")
@@ -235,6 +236,7 @@ func describeResource(w io.Writer, o obj, events []json.RawMessage, now time.Tim
 func describeEndpoint(w io.Writer, o obj) {
 	k := newKV(w)
 	k.add("Name", o.str("name"))
+	k.add("Namespace", o.str("namespace"))
 	k.add("Type", o.str("target", "type"))
 	k.add("Target", endpointTarget(o))
 	k.add("Kinds", kindVersions(o.get("kinds")))

@@ -22,7 +22,7 @@ func TestDescribe(t *testing.T) {
 	b.seed(t, "res", `{"kind": "box", "kind_version": 1, "name": "b1", "labels": {"team": "a"}, "spec": {"size": 3}}`)
 	task := claim(t, b, "box/1", 1)[0]
 	complete(t, b, task, webhooksdk.Result{Error: &webhooksdk.Error{Message: "quota exceeded"}})
-	id, err := b.api.st.ResourceID(t.Context(), "box", "b1")
+	id, err := b.api.st.ResourceID(t.Context(), "", "box", "b1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +39,7 @@ func TestDescribe(t *testing.T) {
 	out := r.stdout
 	for _, want := range []string{
 		"Name:             box/b1\n",
+		"Namespace:        default\n",
 		"Phase:            Failed\n",
 		"Labels:           team=a\n",
 		"Last error:       quota exceeded\n",
@@ -74,7 +75,7 @@ func TestDescribe(t *testing.T) {
 
 	r = b.run(t, "", "describe", "endpoint", "net")
 	wantCode(t, r, ExitOK)
-	for _, want := range []string{"Name:    net\n", "Target:  https://x/converge\n", "Kinds:   box/v1\n", "Deliveries (newest 1):\n"} {
+	for _, want := range []string{"Name:      net\n", "Namespace: default\n", "Target:    https://x/converge\n", "Kinds:     box/v1\n", "Deliveries (newest 1):\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("describe endpoint lacks %q", want)
 		}

@@ -123,8 +123,12 @@ func (a *app) diffDocument(ctx context.Context, c *Client, t *objectType, d docu
 	if err != nil {
 		return to.id, "", err
 	}
+	where, err := a.documentQuery(c, t, d, nil)
+	if err != nil {
+		return to.id, "", err
+	}
 	var live []byte
-	resp, err := c.Do(ctx, http.MethodGet, to.get, nil, nil)
+	resp, err := c.Do(ctx, http.MethodGet, to.get, where, nil)
 	var ae *APIError
 	switch {
 	case err == nil:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -51,12 +52,13 @@ func (a *app) watchContext(cmd *cobra.Command) (context.Context, context.CancelF
 	return context.WithCancel(cmd.Context())
 }
 
-// changes opens the change stream and sends on the returned channel
+// changes opens the change stream (of query's namespace, when it names
+// one) and sends on the returned channel
 // whenever one of topics changed (and once more after each reconnect,
 // when changes may have been missed). The channel closes when ctx ends;
 // the error channel says why the stream could not be (re)opened.
-func (c *Client) changes(ctx context.Context, topics ...string) (<-chan struct{}, <-chan error, error) {
-	body, err := c.openStream(ctx)
+func (c *Client) changes(ctx context.Context, query url.Values, topics ...string) (<-chan struct{}, <-chan error, error) {
+	body, err := c.openStream(ctx, query)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -87,7 +89,7 @@ func (c *Client) changes(ctx context.Context, topics ...string) (<-chan struct{}
 				return
 			case <-time.After(streamReconnectWait):
 			}
-			if body, err = c.openStream(ctx); err != nil {
+			if body, err = c.openStream(ctx, query); err != nil {
 				if ctx.Err() == nil {
 					errc <- fmt.Errorf("the change stream ended, and reopening it failed: %w", err)
 				}
@@ -99,10 +101,14 @@ func (c *Client) changes(ctx context.Context, topics ...string) (<-chan struct{}
 	return out, errc, nil
 }
 
-// openStream opens GET /events/stream. The stream outlives the client's
+// openStream opens GET /events/stream with query. The stream outlives the client's
 // request timeout: only ctx ends it.
-func (c *Client) openStream(ctx context.Context) (io.ReadCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/events/stream", nil)
+func (c *Client) openStream(ctx context.Context, query url.Values) (io.ReadCloser, error) {
+	target := c.base + "/events/stream"
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +166,12 @@ func (a *app) follow(ctx context.Context, c *Client, t *objectType, read func(co
 	if !ok {
 		return usagef("--watch: the server announces no changes of %s", t.plural)
 	}
-	wakes, errc, err := c.changes(ctx, topic)
+	var query url.Values
+	if t.namespaced {
+		// Only the changes of the namespace (or, under -A, of every one).
+		query = url.Values{"namespace": {a.namespaceQuery(c)}}
+	}
+	wakes, errc, err := c.changes(ctx, query, topic)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -230,7 +241,7 @@ func (a *app) watchList(cmd *cobra.Command, c *Client, p *printer, t *objectType
 	defer cancel()
 	seen := map[string]string{}
 	for _, raw := range items {
-		seen[objectNameOf(t, raw)] = string(raw)
+		seen[a.watchKey(t, raw)] = string(raw)
 	}
 	return a.follow(ctx, c, t, func(ctx context.Context) error {
 		page, _, err := c.List(ctx, path, q, all)
@@ -240,7 +251,7 @@ func (a *app) watchList(cmd *cobra.Command, c *Client, p *printer, t *objectType
 		now := map[string]string{}
 		var changed []json.RawMessage
 		for _, raw := range page.Items {
-			name := objectNameOf(t, raw)
+			name := a.watchKey(t, raw)
 			now[name] = string(raw)
 			if seen[name] != string(raw) {
 				changed = append(changed, raw)

@@ -97,7 +97,7 @@ func TestWatchGetAndList(t *testing.T) {
 	t.Run("Get", func(t *testing.T) {
 		w := b.start(t, "get", "res", "box/b1", "--watch")
 		w.waitFor(t, "Reconciling")
-		id, err := b.api.st.ResourceID(t.Context(), "box", "b1")
+		id, err := b.api.st.ResourceID(t.Context(), "", "box", "b1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,6 +120,36 @@ func TestWatchGetAndList(t *testing.T) {
 		r := b.run(t, "", "list", "kinds", "--watch", "--timeout", "1s")
 		wantCode(t, r, ExitOK)
 		wantOutput(t, r.stdout, "KIND   VERSIONS\nbox    1\n")
+	})
+
+	t.Run("AllNamespaces", func(t *testing.T) {
+		// Every namespace's changes, each row led by its namespace; the
+		// same name in another namespace is another object.
+		wantCode(t, b.run(t, "", "create", "namespace", "team-a"), ExitOK)
+		w := b.start(t, "list", "res", "-A", "--watch")
+		rowOf := func(want string) {
+			t.Helper()
+			deadline := time.Now().Add(time.Minute)
+			for !strings.Contains(tableFields(w.stdout.String()), want) {
+				if time.Now().After(deadline) {
+					t.Fatalf("stdout never showed a row %q:\n%s\nstderr:\n%s", want, w.stdout.String(), w.stderr.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		rowOf("NAMESPACE KIND VERSION NAME ")
+		rowOf("\ndefault box 1 b1 ")
+		wantCode(t, b.run(t, "", "apply", "-n", "team-a", "--type", "res", "-f", b.file(t, "b1.json", `{"kind": "box", "kind_version": 1, "name": "b1"}`)), ExitOK)
+		rowOf("\nteam-a box 1 b1 ")
+		// One more change: neither b1 is printed again.
+		b.seed(t, "res", `{"kind": "box", "kind_version": 1, "name": "b9"}`)
+		rowOf("\ndefault box 1 b9 ")
+		if code := w.stop(t); code != ExitOK {
+			t.Errorf("exit status %d after Ctrl+C, want 0", code)
+		}
+		if got := tableFields(w.stdout.String()); strings.Count(got, "\ndefault box 1 b1 ") != 1 || strings.Count(got, "\nteam-a box 1 b1 ") != 1 {
+			t.Errorf("stdout = %q: a b1, unchanged, was printed again", got)
+		}
 	})
 
 	t.Run("NoTopic", func(t *testing.T) {

@@ -75,7 +75,9 @@ With --watch it then prints the object again each time it changes.`)
   conctl get config vpc --kind-version 2
   conctl get res vpc/sample-vpc -o jsonpath='{.spec.cidr}'
   conctl get res vpc/sample-vpc --watch
-  conctl get rolebindings --namespace team-a`
+  conctl get rolebindings --namespace team-a
+  conctl get res vpc/sample-vpc -n team-a
+  conctl get namespaces`
 
 	// resource
 	{
@@ -135,6 +137,7 @@ With --watch it then prints the object again each time it changes.`)
 		})
 	}
 	cmd.AddCommand(a.getRoleBindingsCommand())
+	cmd.AddCommand(a.getNamespaceCommand())
 	a.addWatchFlag(cmd)
 	return cmd
 }
@@ -164,6 +167,8 @@ func collectionPath(t *objectType) string {
 		return "/deliveries"
 	case typeAudit:
 		return "/audit"
+	case typeNamespace:
+		return "/namespaces"
 	}
 	panic("conctl: no collection for " + t.name)
 }

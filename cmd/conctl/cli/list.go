@@ -100,7 +100,10 @@ that change.`)
   conctl list kinds
   conctl list cluster
   conctl list res -o jsonpath='{range .items[*]}{.kind}/{.name}{"\n"}{end}'
-  conctl list res --kind vpc --watch`
+  conctl list res --kind vpc --watch
+  conctl list res -n team-a
+  conctl list res -A
+  conctl list namespaces`
 
 	// resources
 	{
@@ -188,13 +191,15 @@ that change.`)
 		cmd.AddCommand(c)
 	}
 	// the rest take no filters
-	for _, t := range []*objectType{typeReactorBinding, typeEndpoint, typeKinds, typeClusterMember, typeAlertSink} {
+	for _, t := range []*objectType{typeReactorBinding, typeEndpoint, typeKinds, typeClusterMember, typeAlertSink, typeNamespace} {
 		short := "List " + t.plural
 		switch t {
 		case typeKinds:
 			short = "List the kinds and their versions"
 		case typeClusterMember:
 			short = "List the running converge processes: role, shard range, in flight, readiness"
+		case typeNamespace:
+			short = "List the namespaces and their quotas"
 		}
 		cmd.AddCommand(&cobra.Command{
 			Use:     t.name,
@@ -207,6 +212,7 @@ that change.`)
 		})
 	}
 	a.addWatchFlag(cmd)
+	a.addAllNamespacesFlag(cmd)
 	return cmd
 }
 
@@ -215,6 +221,12 @@ func (a *app) list(cmd *cobra.Command, t *objectType, q url.Values, all bool) er
 	c, p, err := a.session()
 	if err != nil {
 		return err
+	}
+	if a.allNamespaces {
+		if q == nil {
+			q = url.Values{}
+		}
+		q.Set("namespace", namespaceAll)
 	}
 	if t == typeResource && p.tabular() {
 		// The table shows neither: left out, they are not even read, and a

@@ -30,6 +30,9 @@ type printer struct {
 	tmpl   renderer // -o jsonpath=… and go-template=…
 	w      io.Writer
 	now    func() time.Time
+	// allNamespaces (-A) leads the table of a namespaced type with a
+	// NAMESPACE column.
+	allNamespaces bool
 }
 
 // tabular says whether the format prints rows made of an object's fields
@@ -124,6 +127,9 @@ func (p *printer) table(t *objectType, items []json.RawMessage) error {
 // rows prints items as table rows, after the header row if header.
 func (p *printer) rows(t *objectType, items []json.RawMessage, header bool) error {
 	cols := columnsFor(t)
+	if p.allNamespaces && t.namespaced {
+		cols = append([]column{namespaceColumn(t)}, cols...)
+	}
 	if p.format == outputWide {
 		cols = append(cols, wideColumns(t)...)
 	}
@@ -281,6 +287,15 @@ func ageColumn() column {
 	return column{"AGE", func(o obj, now time.Time) string { return age(o.str("created_at"), now) }}
 }
 
+// namespaceColumn is the NAMESPACE column of -A: a delivery's is its
+// resource's.
+func namespaceColumn(t *objectType) column {
+	if t == typeDelivery {
+		return field("NAMESPACE", "resource", "namespace")
+	}
+	return field("NAMESPACE", "namespace")
+}
+
 // columnsFor returns the table layout of a type.
 func columnsFor(t *objectType) []column {
 	switch t {
@@ -332,6 +347,16 @@ func columnsFor(t *objectType) []column {
 				return "group:" + o.str("group")
 			}},
 			{"NAMESPACE", func(o obj, _ time.Time) string { return cmpOrText(o.str("namespace"), "* (cluster-wide)") }},
+			ageColumn(),
+		}
+	case typeNamespace:
+		quota := func(header, key string) column {
+			return column{header, func(o obj, _ time.Time) string { return cmpOrText(o.str(key), "-") }}
+		}
+		return []column{
+			field("NAME", "name"), field("OBJECTS", "objects"),
+			quota("MAX_OBJECTS", "max_objects"), quota("MAX_IN_FLIGHT", "max_in_flight"),
+			{"LABELS", func(o obj, _ time.Time) string { return labels(o.get("labels")) }},
 			ageColumn(),
 		}
 	case typeKinds:

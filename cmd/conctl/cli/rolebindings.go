@@ -9,10 +9,10 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// roleBindingFilters are the flags of `get rolebindings`: where, and which.
+// roleBindingFilters are the flags of `get rolebindings`: which (where is
+// -n or -A).
 type roleBindingFilters struct {
-	namespace, role, user, group string
-	allNamespaces                bool
+	role, user, group string
 }
 
 // getRoleBindingsCommand is `get rolebinding [NAME]`: one binding by name,
@@ -30,46 +30,39 @@ func (a *app) getRoleBindingsCommand() *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if f.allNamespaces && f.namespace != "" {
-				return usagef("--namespace and --all-namespaces are exclusive")
-			}
 			if len(args) == 1 {
-				if f.role != "" || f.user != "" || f.group != "" || f.allNamespaces {
+				if f.role != "" || f.user != "" || f.group != "" || a.allNamespaces {
 					return usagef("--role, --user, --group and --all-namespaces filter a list: give no NAME")
 				}
 				return a.getOne(cmd, typeRoleBinding, collectionPath(typeRoleBinding)+"/"+seg(args[0]), nil)
 			}
 			q := url.Values{}
-			for k, v := range map[string]string{"namespace": f.namespace, "role": f.role, "user": f.user, "group": f.group} {
+			for k, v := range map[string]string{"role": f.role, "user": f.user, "group": f.group} {
 				if v != "" {
 					q.Set(k, v)
 				}
 			}
-			if f.allNamespaces {
-				q.Set("namespace", "*")
+			if a.allNamespaces {
+				q.Set("namespace", namespaceAll)
 			}
 			return a.list(cmd, typeRoleBinding, q, false)
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.namespace, "namespace", "", "list the bindings that grant a role in this namespace (its own and the cluster-wide ones; default: default)")
-	fl.BoolVar(&f.allNamespaces, "all-namespaces", false, "list every binding (needs a cluster-wide role)")
+	a.allNamespacesFlag(c, typeRoleBinding)
 	fl.StringVar(&f.role, "role", "", "only bindings of this role (viewer, editor, operator, admin)")
 	fl.StringVar(&f.user, "user", "", "only bindings of this user")
 	fl.StringVar(&f.group, "group", "", "only bindings of this group")
 	return c
 }
 
-// createCommand is `create rolebinding NAME --role R (--user U | --group
-// G) [--namespace N | --cluster]`: PUT /role-bindings/NAME.
-func (a *app) createCommand() *cobra.Command {
-	cmd := typeGroup("create", "Create or replace an object from flags",
-		`Create writes an object described by flags rather than a file.`)
-	cmd.Example = `  conctl create rolebinding alice-edits --role editor --user alice --namespace team-a
-  conctl create rolebinding platform-admins --role admin --group platform --cluster`
+// createRoleBindingCommand is `create rolebinding NAME --role R (--user U
+// | --group G) [-n N | --cluster]`: PUT /role-bindings/NAME in the
+// namespace of -n (Client.Do adds it), or cluster-wide.
+func (a *app) createRoleBindingCommand() *cobra.Command {
 	var (
-		role, user, group, namespace string
-		cluster                      bool
+		role, user, group string
+		cluster           bool
 	)
 	c := &cobra.Command{
 		Use:     typeRoleBinding.name + " NAME",
@@ -82,7 +75,7 @@ func (a *app) createCommand() *cobra.Command {
 				return usagef("--role is required: viewer, editor, operator or admin")
 			case (user == "") == (group == ""):
 				return usagef("give exactly one of --user and --group")
-			case cluster && namespace != "":
+			case cluster && cmd.Flags().Changed("namespace"):
 				return usagef("--namespace and --cluster are exclusive")
 			}
 			body, err := json.Marshal(struct {
@@ -94,15 +87,11 @@ func (a *app) createCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var q url.Values
-			if namespace != "" {
-				q = url.Values{"namespace": {namespace}}
-			}
 			cl, p, err := a.session()
 			if err != nil {
 				return err
 			}
-			resp, err := cl.Do(cmd.Context(), http.MethodPut, collectionPath(typeRoleBinding)+"/"+seg(args[0]), q, body)
+			resp, err := cl.Do(cmd.Context(), http.MethodPut, collectionPath(typeRoleBinding)+"/"+seg(args[0]), nil, body)
 			if err != nil {
 				return err
 			}
@@ -117,8 +106,6 @@ func (a *app) createCommand() *cobra.Command {
 	fl.StringVar(&role, "role", "", "the role granted: viewer, editor, operator or admin (required)")
 	fl.StringVar(&user, "user", "", "the user granted it (an OIDC subject)")
 	fl.StringVar(&group, "group", "", "the group granted it (from the groups claim)")
-	fl.StringVar(&namespace, "namespace", "", "the namespace it is granted in (default: default)")
-	fl.BoolVar(&cluster, "cluster", false, "grant it in every namespace and over the cluster-wide objects")
-	cmd.AddCommand(c)
-	return cmd
+	fl.BoolVar(&cluster, "cluster", false, "grant it in every namespace and over the cluster-wide objects (not with -n)")
+	return c
 }

@@ -10,19 +10,22 @@ type objectType struct {
 	name    string   // canonical, singular: "resource"
 	aliases []string // accepted everywhere a type is named
 	plural  string   // for messages: "resources"
+	// namespaced: its objects live in a namespace (-n, -A), rather than
+	// cluster-wide.
+	namespaced bool
 }
 
 // The object types. Type names and aliases are matched case-insensitively.
 var (
-	typeResource = &objectType{name: "resource", plural: "resources",
+	typeResource = &objectType{name: "resource", plural: "resources", namespaced: true,
 		aliases: []string{"res", "resources"}}
 	typeManifest = &objectType{name: "manifest", plural: "manifests",
 		aliases: []string{"crd", "crds", "manifests", "kind", "kinds"}}
-	typeProviderConfig = &objectType{name: "providerconfig", plural: "provider configs",
+	typeProviderConfig = &objectType{name: "providerconfig", plural: "provider configs", namespaced: true,
 		aliases: []string{"pc", "pcs", "providerconfigs"}}
-	typeReactorBinding = &objectType{name: "reactorbinding", plural: "reactor bindings",
+	typeReactorBinding = &objectType{name: "reactorbinding", plural: "reactor bindings", namespaced: true,
 		aliases: []string{"rb", "rbs", "reactorbindings", "binding", "bindings"}}
-	typeEndpoint = &objectType{name: "endpoint", plural: "endpoints",
+	typeEndpoint = &objectType{name: "endpoint", plural: "endpoints", namespaced: true,
 		aliases: []string{"ep", "eps", "endpoints"}}
 	typeKindConfig = &objectType{name: "kindconfig", plural: "kind configs",
 		aliases: []string{"config", "configs", "kindconfigs"}}
@@ -43,9 +46,12 @@ var (
 	// typeRevision is a resource's spec revision (`history`).
 	typeRevision = &objectType{name: "revision", plural: "spec revisions"}
 	// typeDelivery is an attempt of the delivery log (`deliveries`).
-	typeDelivery = &objectType{name: "delivery", plural: "deliveries"}
+	typeDelivery = &objectType{name: "delivery", plural: "deliveries", namespaced: true}
 	// typeAudit is an entry of the audit trail (`audit`).
 	typeAudit = &objectType{name: "auditentry", plural: "audit entries"}
+	// typeNamespace is a namespace (get, list, create, delete).
+	typeNamespace = &objectType{name: "namespace", plural: "namespaces",
+		aliases: []string{"ns", "namespaces"}}
 )
 
 // applyTypes are the types `apply --type` and a document's `type` field accept.

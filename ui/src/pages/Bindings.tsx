@@ -2,6 +2,7 @@ import { useState } from "react";
 import { get } from "../api";
 import { Loading, ProblemView } from "../components";
 import { useLive } from "../hooks";
+import { NamespaceCell, NamespaceHead } from "../namespace";
 import type { Binding, BindingList } from "../types";
 import { DocEditor, deleteDoc } from "./Documents";
 
@@ -30,6 +31,7 @@ export function Bindings() {
           <table aria-label="Reactor bindings">
             <thead>
               <tr>
+                <NamespaceHead />
                 <th scope="col">name</th>
                 <th scope="col">watches</th>
                 <th scope="col">transition</th>
@@ -42,6 +44,7 @@ export function Bindings() {
             <tbody>
               {items.map((b) => (
                 <tr key={b.name} data-binding={b.name}>
+                  <NamespaceCell ns={b.namespace} />
                   <td>{b.name}</td>
                   <td>
                     {b.watch_kind}
@@ -62,7 +65,7 @@ export function Bindings() {
                     <button type="button" onClick={() => setEditing(b)}>
                       Edit
                     </button>{" "}
-                    <button type="button" className="danger" onClick={async () => { setError(await deleteDoc("/reactor-bindings", b.name, b.resource_version)); list.reload(); }}>
+                    <button type="button" className="danger" onClick={async () => { setError(await deleteDoc("/reactor-bindings", b.name, b.resource_version, b.namespace)); list.reload(); }}>
                       Delete
                     </button>
                   </td>

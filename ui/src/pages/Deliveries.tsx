@@ -2,6 +2,7 @@ import { useState, type FormEvent } from "react";
 import { call, enc, get } from "../api";
 import { Fields, Json, Loading, ProblemView, Section, When } from "../components";
 import { useKeysetPages, useLive } from "../hooks";
+import { NamespaceCell, NamespaceHead, objectLink } from "../namespace";
 import { Link } from "../router";
 import type { Delivery, DeliveryList, EndpointList, KindList, ReplayAccepted } from "../types";
 
@@ -88,6 +89,7 @@ export function DeliveryTable({ items, label }: { items: Delivery[]; label: stri
       <table aria-label={label} className="deliveries">
         <thead>
           <tr>
+            <NamespaceHead />
             <th scope="col">attempt</th>
             <th scope="col">at</th>
             <th scope="col">endpoint</th>
@@ -103,8 +105,9 @@ export function DeliveryTable({ items, label }: { items: Delivery[]; label: stri
         <tbody>
           {items.map((d) => (
             <tr key={d.id} data-delivery={d.id} data-classification={d.classification} data-resource={`${d.resource.kind}/${d.resource.name}`} data-endpoint={d.endpoint}>
+              <NamespaceCell ns={d.resource.namespace} />
               <td>
-                <Link to={`/deliveries/${d.id}`}>#{d.id}</Link>
+                <Link to={objectLink(`/deliveries/${d.id}`, d.resource.namespace)}>#{d.id}</Link>
               </td>
               <td>
                 <When at={d.at} />

@@ -1,6 +1,7 @@
 import { useState, type ReactNode } from "react";
 import { ApiError, call, enc, ifMatch, staleVersion } from "../api";
 import { ProblemView, Section } from "../components";
+import { atNamespace } from "../namespace";
 
 // DocEditor creates, edits and deletes one kind of named document (provider
 // configs, reactor bindings) through its apply route: POST upserts by name,
@@ -8,7 +9,8 @@ import { ProblemView, Section } from "../components";
 // takes, and a refusal is shown field by field. An edited document keeps
 // the resource_version it was read at, so an apply after someone else's
 // change is refused (409) instead of overwriting it; the list then re-reads
-// to show their change.
+// to show their change. A document that names its namespace is applied
+// there (the one it was read from, under "All namespaces").
 export function DocEditor<T extends { name: string }>({
   collection,
   noun,
@@ -38,7 +40,7 @@ export function DocEditor<T extends { name: string }>({
   const apply = async () => {
     setError(undefined);
     try {
-      const a = await call<T>("POST", collection, text);
+      const a = await call<T>("POST", atNamespace(collection, namespaceIn(text)), text);
       setResult(`${a.data.name}: ${a.headers.get("X-Apply-Result") ?? "applied"}`);
       setEditing(null);
       onChanged();
@@ -79,17 +81,27 @@ export function DocEditor<T extends { name: string }>({
   );
 }
 
+// namespaceIn is the namespace a JSON document names, if any.
+function namespaceIn(text: string): string | undefined {
+  try {
+    const ns = (JSON.parse(text) as { namespace?: unknown }).namespace;
+    return typeof ns === "string" && ns ? ns : undefined;
+  } catch {
+    return undefined; // the server says what is wrong with it
+  }
+}
+
 function stripServer<T>(d: T): T {
   const { created_at: _c, updated_at: _u, owner_id: _o, ...rest } = d as Record<string, unknown>;
   return rest as T;
 }
 
-// deleteDoc deletes the document at the version the page shows: one
-// changed since is not deleted unseen (412).
-export async function deleteDoc(collection: string, name: string, version?: number): Promise<unknown> {
+// deleteDoc deletes the document, of the namespace ns, at the version the
+// page shows: one changed since is not deleted unseen (412).
+export async function deleteDoc(collection: string, name: string, version?: number, ns?: string): Promise<unknown> {
   if (!window.confirm(`Delete ${name}?`)) return undefined;
   try {
-    await call("DELETE", `${collection}/${enc(name)}`, undefined, ifMatch(version));
+    await call("DELETE", atNamespace(`${collection}/${enc(name)}`, ns), undefined, ifMatch(version));
     return undefined;
   } catch (e) {
     return e;

@@ -2,6 +2,7 @@ import { useState } from "react";
 import { call, enc, get } from "../api";
 import { Fields, Loading, ProblemView, Section, When } from "../components";
 import { useLive } from "../hooks";
+import { NamespaceCell, NamespaceHead, objectLink } from "../namespace";
 import { Link } from "../router";
 import type { DeliveryList, Endpoint, EndpointList, EndpointTest, RotatedSecret } from "../types";
 import { DeliveryTable } from "./Deliveries";
@@ -128,6 +129,7 @@ export function Endpoints() {
         <table aria-label="Endpoints">
           <thead>
             <tr>
+              <NamespaceHead />
               <th scope="col">name</th>
               <th scope="col">target</th>
               <th scope="col">health per kind</th>
@@ -139,8 +141,9 @@ export function Endpoints() {
           <tbody>
             {items.map((e) => (
               <tr key={e.name} data-endpoint={e.name}>
+                <NamespaceCell ns={e.namespace} />
                 <td>
-                  <Link to={`/endpoints/${enc(e.name)}`}>{e.name}</Link>
+                  <Link to={objectLink(`/endpoints/${enc(e.name)}`, e.namespace)}>{e.name}</Link>
                 </td>
                 <td>
                   {e.target.type}: {target(e)}

@@ -6,6 +6,7 @@ import { drawDiscNodeLabel, type NodeLabelDrawingFunction } from "sigma/renderin
 import { enc, get } from "../api";
 import { Loading, PhaseBadge, ProblemView } from "../components";
 import { useLive } from "../hooks";
+import { objectLink } from "../namespace";
 import { Link, navigate } from "../router";
 import { phases, type ManifestList, type Phase, type ResourceList, type Topology, type TopologyNode } from "../types";
 
@@ -517,7 +518,7 @@ function RootPicker() {
       <ul className="inline-list">
         {(roots.data ?? []).map((r) => (
           <li key={r.id}>
-            <Link to={`/graph/${enc(r.kind)}/${enc(r.name)}`}>
+            <Link to={objectLink(`/graph/${enc(r.kind)}/${enc(r.name)}`, r.namespace)}>
               {r.kind}/{r.name}
             </Link>{" "}
             <PhaseBadge phase={r.phase} />

@@ -2,6 +2,7 @@ import { useState } from "react";
 import { get } from "../api";
 import { Json, Loading, ProblemView } from "../components";
 import { useLive } from "../hooks";
+import { NamespaceCell, NamespaceHead } from "../namespace";
 import { useLocation } from "../router";
 import type { ProviderConfig, ProviderConfigList } from "../types";
 import { DocEditor, deleteDoc } from "./Documents";
@@ -52,6 +53,7 @@ export function ProviderConfigs() {
           <table aria-label="Provider configs">
             <thead>
               <tr>
+                <NamespaceHead />
                 <th scope="col">name</th>
                 <th scope="col">kind</th>
                 <th scope="col">default</th>
@@ -62,6 +64,7 @@ export function ProviderConfigs() {
             <tbody>
               {items.map((c) => (
                 <tr key={c.name} data-config={c.name}>
+                  <NamespaceCell ns={c.namespace} />
                   <td>{c.name}</td>
                   <td>
                     {c.kind}/{c.kind_version}
@@ -74,7 +77,7 @@ export function ProviderConfigs() {
                     <button type="button" onClick={() => setEditing(c)}>
                       Edit
                     </button>{" "}
-                    <button type="button" className="danger" onClick={async () => { setError(await deleteDoc("/providerconfigs", c.name, c.resource_version)); list.reload(); }}>
+                    <button type="button" className="danger" onClick={async () => { setError(await deleteDoc("/providerconfigs", c.name, c.resource_version, c.namespace)); list.reload(); }}>
                       Delete
                     </button>
                   </td>

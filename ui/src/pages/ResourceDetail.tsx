@@ -87,6 +87,7 @@ export function ResourceDetail({ kind, name }: { kind: string; name: string }) {
           <Fields
             rows={[
               ["id", <code>{r.id}</code>],
+              ["namespace", <span data-testid="namespace">{r.namespace}</span>],
               ["kind version", r.kind_version],
               ["generation / synced", <span data-testid="generation">{`${r.generation} / ${r.synced_gen}${r.generation === r.synced_gen ? " (synced)" : " (not synced yet)"}`}</span>],
               ["health", r.health_ok ? "ok" : "reported not ready"],

@@ -2,6 +2,7 @@ import { useState, type FormEvent } from "react";
 import { enc, get } from "../api";
 import { Loading, PhaseBadge, ProblemView, When } from "../components";
 import { useKeysetPages, useLive } from "../hooks";
+import { NamespaceCell, NamespaceHead, objectLink } from "../namespace";
 import { Link } from "../router";
 import { phases, type KindList, type ResourceList } from "../types";
 import { Recover } from "./Recover";
@@ -77,6 +78,7 @@ export function Resources({ search }: { search: URLSearchParams }) {
             <table className="resources" aria-label="Resources">
               <thead>
                 <tr>
+                  <NamespaceHead />
                   <th scope="col">name</th>
                   <th scope="col">kind</th>
                   <th scope="col">phase</th>
@@ -88,8 +90,9 @@ export function Resources({ search }: { search: URLSearchParams }) {
               <tbody>
                 {items.map((r) => (
                   <tr key={r.id} data-resource={`${r.kind}/${r.name}`}>
+                    <NamespaceCell ns={r.namespace} />
                     <td>
-                      <Link to={`/resources/${enc(r.kind)}/${enc(r.name)}`}>{r.name}</Link>
+                      <Link to={objectLink(`/resources/${enc(r.kind)}/${enc(r.name)}`, r.namespace)}>{r.name}</Link>
                     </td>
                     <td>
                       {r.kind}/{r.kind_version}
