@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -83,58 +82,6 @@ type auditLog struct {
 	log      *slog.Logger
 	onError  fiber.ErrorHandler
 	failures prometheus.Counter
-	groups   auditGroups
-}
-
-// auditGroups writes audit rows in groups, one COPY each (group commit):
-// a request waits for its row as before, but the rows of requests that end
-// while a write is in flight share the next write instead of paying a
-// statement each. A request waits at most for the write in flight and then
-// its own group's.
-type auditGroups struct {
-	mu      sync.Mutex
-	forming *auditGroup // the group requests join; nil: the next starts one
-	writing sync.Mutex  // held by the request writing a group
-}
-
-type auditGroup struct {
-	entries []store.AuditEntry
-	done    chan struct{} // closed once written; err is then set
-	err     error
-}
-
-// maxAuditGroup bounds one COPY; a full group is closed to newcomers.
-const maxAuditGroup = 256
-
-// write records e with the group forming now. The group's first request
-// writes it, once the write before it is done, under its own ctx.
-func (g *auditGroups) write(ctx context.Context, st *store.Store, e store.AuditEntry) error {
-	g.mu.Lock()
-	grp := g.forming
-	if grp == nil {
-		grp = &auditGroup{done: make(chan struct{})}
-		g.forming = grp
-	}
-	grp.entries = append(grp.entries, e)
-	first := len(grp.entries) == 1
-	if len(grp.entries) == maxAuditGroup {
-		g.forming = nil
-	}
-	g.mu.Unlock()
-	if !first {
-		<-grp.done
-		return grp.err
-	}
-	g.writing.Lock()
-	g.mu.Lock()
-	if g.forming == grp {
-		g.forming = nil // later requests form the next group
-	}
-	g.mu.Unlock()
-	grp.err = st.RecordAudit(ctx, grp.entries...)
-	g.writing.Unlock()
-	close(grp.done)
-	return grp.err
 }
 
 func newAuditLog(st *store.Store, log *slog.Logger, onError fiber.ErrorHandler, reg prometheus.Registerer) (*auditLog, error) {
@@ -234,7 +181,7 @@ func (a *auditLog) record(base context.Context, c *fiber.Ctx, e *store.AuditEntr
 	e.Outcome = store.OutcomeOf(status)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(base), auditWriteTimeout)
 	defer cancel()
-	if err := a.groups.write(wctx, a.store, *e); err != nil {
+	if _, err := a.store.RecordAudit(wctx, *e); err != nil {
 		a.failures.Inc()
 		a.log.Error("audit: cannot record a request", "err", err, "request_id", e.RequestID, "subject", e.Subject,
 			"token_name", e.TokenName, "method", e.Method, "path", e.Path, "namespace", e.Namespace,

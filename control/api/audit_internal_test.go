@@ -1,75 +1,52 @@
 package api
 
 import (
-	"fmt"
-	"sync"
+	"strings"
 	"testing"
-	"time"
-
-	"github.com/convergeplane/converge/control/store"
-	"github.com/convergeplane/converge/internal/testkit/pgtest"
 )
 
-// TestAuditGroups: requests that end while an audit write is in flight
-// share the next write (one COPY: one transaction, so one `at`), each
-// returns only once its row is written, and none is lost.
-func TestAuditGroups(t *testing.T) {
+// TestObjectOf: what a request addressed, read from its path alone, so that
+// routes added later are covered.
+func TestObjectOf(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	st := store.New(db.Pool, store.Config{})
-	var g auditGroups
-	entry := func(i int) store.AuditEntry {
-		return store.AuditEntry{Subject: "token:admin-0", Method: "POST", Route: "/api/v1/resources", Path: "/api/v1/resources",
-			Namespace: "default", RequestID: fmt.Sprintf("req-%d", i), Status: 201, Outcome: store.AuditOK}
-	}
-	g.writing.Lock() // a write in flight
-	const n = 10
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Go(func() { errs <- g.write(t.Context(), st, entry(i)) })
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		g.mu.Lock()
-		joined := 0
-		if g.forming != nil {
-			joined = len(g.forming.entries)
-		}
-		g.mu.Unlock()
-		if joined == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d requests joined the forming group", joined, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	var rows int
-	if err := db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM audit_log`).Scan(&rows); err != nil || rows != 0 {
-		t.Fatalf("rows before the write in flight ended: %d (%v), want 0", rows, err)
-	}
-	g.writing.Unlock()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
+	for _, c := range []struct{ path, kind, name string }{
+		{"/api/v1/resources", "resources", ""},
+		{"/api/v1/resources:batch", "resources", ""},
+		{"/api/v1/resources:reconcile", "resources", ""},
+		{"/api/v1/resources/vpc/web", "vpc", "web"},
+		{"/api/v1/resources/vpc/web/rollback", "vpc", "web"},
+		{"/api/v1/resources/vpc/web/ops/0b6d", "vpc", "web"},
+		{"/api/v1/resources/vpc", "resources", "vpc"},
+		{"/api/v1/resources/vpc/a%2Fb", "vpc", "a/b"},
+		{"/api/v1/endpoints/quickstart/rotate-secret", "endpoints", "quickstart"},
+		{"/api/v1/kinds/vpc/versions/2/config", "kinds", "vpc"},
+		{"/api/v1/deliveries/42/replay", "deliveries", "42"},
+		{"/api/v1/namespaces/team-a", "namespaces", "team-a"},
+		{"/api/v1/role-bindings/", "role-bindings", ""},
+		{"/api/v1/", "", ""},
+		{"/livez", "", ""},
+	} {
+		if kind, name := objectOf(c.path); kind != c.kind || name != c.name {
+			t.Errorf("objectOf(%q) = %q, %q; want %q, %q", c.path, kind, name, c.kind, c.name)
 		}
 	}
-	var ats, ids int
-	if err := db.Pool.QueryRow(t.Context(), `SELECT count(DISTINCT at), count(DISTINCT request_id) FROM audit_log`).Scan(&ats, &ids); err != nil {
-		t.Fatal(err)
-	}
-	if ids != n || ats != 1 {
-		t.Fatalf("%d requests in %d writes, want %d in one", ids, ats, n)
-	}
+}
 
-	// Alone, a request writes its own row at once.
-	if err := g.write(t.Context(), st, entry(n)); err != nil {
-		t.Fatal(err)
+// TestRequestID: a client's id is kept when it is safe to log, else
+// replaced by a fresh one.
+func TestRequestID(t *testing.T) {
+	t.Parallel()
+	for _, keep := range []string{"deploy-7f3a", "a", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "k8s/ns:pod.1+x=y_z", strings.Repeat("x", 128)} {
+		if got := requestID(keep); got != keep {
+			t.Errorf("requestID(%q) = %q, want it kept", keep, got)
+		}
 	}
-	if err := db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM audit_log WHERE request_id = $1`, fmt.Sprintf("req-%d", n)).Scan(&rows); err != nil || rows != 1 {
-		t.Fatalf("the lone request's row: %d (%v)", rows, err)
+	seen := map[string]bool{}
+	for _, replace := range []string{"", "bad token!", "line\nbreak", "quote\"", strings.Repeat("x", 129), "ünicode"} {
+		got := requestID(replace)
+		if got == replace || len(got) != 36 || seen[got] {
+			t.Errorf("requestID(%q) = %q, want a fresh UUID", replace, got)
+		}
+		seen[got] = true
 	}
 }

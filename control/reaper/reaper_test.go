@@ -126,7 +126,7 @@ func TestPassPrunesTheAuditTrail(t *testing.T) {
 	ctx := context.Background()
 	st := store.New(db.Pool, store.Config{})
 	for i := range 5 {
-		if err := st.RecordAudit(ctx, store.AuditEntry{Subject: "token:admin-0", Method: "POST", Route: "/api/v1/resources",
+		if _, err := st.RecordAudit(ctx, store.AuditEntry{Subject: "token:admin-0", Method: "POST", Route: "/api/v1/resources",
 			Path: "/api/v1/resources", Namespace: "default", RequestID: "r" + strconv.Itoa(i), Status: 201, Outcome: store.AuditOK}); err != nil {
 			t.Fatal(err)
 		}

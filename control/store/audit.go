@@ -80,33 +80,31 @@ func scanAudit(row pgx.CollectableRow) (AuditEntry, error) {
 	return e, err
 }
 
-// RecordAudit appends entries (their ID and At are the database's) in one
-// COPY. Call it outside the request's transaction and dry run: a row must
-// stay whatever became of its request.
-func (s *Store) RecordAudit(ctx context.Context, entries ...AuditEntry) error {
+// RecordAudit appends e (its ID and At are the database's) and returns its
+// id. Call it outside the request's transaction and dry run: the row must
+// stay whatever became of the request.
+func (s *Store) RecordAudit(ctx context.Context, e AuditEntry) (int64, error) {
 	nullable := func(v string) any {
 		if v == "" {
 			return nil
 		}
 		return v
 	}
-	rows := make([][]any, len(entries))
-	for i, e := range entries {
-		groups := e.Groups
-		if groups == nil {
-			groups = []string{}
-		}
-		rows[i] = []any{e.Subject, groups, nullable(e.TokenName), e.Method, e.Route, e.Path, e.Namespace,
-			nullable(e.ObjectKind), nullable(e.ObjectName), e.VersionBefore, e.VersionAfter, nullable(e.RemoteAddr),
-			e.RequestID, e.Status, e.Outcome, e.DryRun}
+	groups := e.Groups
+	if groups == nil {
+		groups = []string{}
 	}
-	_, err := s.pool.CopyFrom(ctx, pgx.Identifier{"audit_log"}, []string{"subject", "groups", "token_name", "method",
-		"route", "path", "namespace", "object_kind", "object_name", "version_before", "version_after", "remote_addr",
-		"request_id", "status", "outcome", "dry_run"}, pgx.CopyFromRows(rows))
+	var id int64
+	err := s.pool.QueryRow(ctx, `INSERT INTO audit_log (subject, groups, token_name, method, route, path, namespace,
+		object_kind, object_name, version_before, version_after, remote_addr, request_id, status, outcome, dry_run)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id`,
+		e.Subject, groups, nullable(e.TokenName), e.Method, e.Route, e.Path, e.Namespace,
+		nullable(e.ObjectKind), nullable(e.ObjectName), e.VersionBefore, e.VersionAfter, nullable(e.RemoteAddr),
+		e.RequestID, e.Status, e.Outcome, e.DryRun).Scan(&id)
 	if err != nil {
-		return fmt.Errorf("record audit entries: %w", err)
+		return 0, fmt.Errorf("record audit entry: %w", err)
 	}
-	return nil
+	return id, nil
 }
 
 // AuditFilter selects and pages ListAudit. Empty fields select everything.
