@@ -145,14 +145,15 @@ func TestNamespaceAddressingRefusals(t *testing.T) {
 
 	var batch struct {
 		Results []struct {
-			Result string
-			Errors []struct{ Location string }
+			Namespace string
+			Result    string
+			Errors    []struct{ Location string }
 		}
 	}
 	b.do(http.MethodPost, "/api/v1/resources:batch?namespace=team-a",
 		`{"items":[`+namespaced("team-a", "w2", "x")+`,`+namespaced("default", "w3", "x")+`]}`).
 		want(t, http.StatusOK).decode(t, &batch)
-	if len(batch.Results) != 2 || batch.Results[0].Result != "created" || batch.Results[1].Result != "invalid" ||
+	if len(batch.Results) != 2 || batch.Results[0].Result != "created" || batch.Results[0].Namespace != "team-a" || batch.Results[1].Result != "invalid" ||
 		len(batch.Results[1].Errors) == 0 || batch.Results[1].Errors[0].Location != "items[1].namespace" {
 		t.Errorf("batch results = %+v; want the first created in team-a, the second refused at items[1].namespace", batch.Results)
 	}

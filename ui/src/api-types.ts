@@ -1837,6 +1837,8 @@ export interface components {
             index: number;
             kind?: string;
             name?: string;
+            /** @description The namespace the batch applies to (?namespace=). */
+            namespace: string;
             /**
              * Format: int64
              * @description The resource's resource_version after the apply; absent for an invalid item.
