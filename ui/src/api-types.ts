@@ -1470,6 +1470,8 @@ export interface components {
             finished_at?: string;
             id: string;
             input: unknown;
+            /** @description The namespace of the resource. */
+            namespace: string;
             /** @description The provider's operation_output, when its reaction emits operationOutput. */
             operation_output?: unknown;
             resource_id: string;
