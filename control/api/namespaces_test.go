@@ -314,3 +314,36 @@ func TestNamespacedConfigsBindingsEndpoints(t *testing.T) {
 		t.Errorf("delete of team-a = %+v; want its resources, provider config and binding counted", p.Errors)
 	}
 }
+
+// TestNamespacedOperations: a verb invoked on a resource of one namespace
+// runs on that one, its operation answers with the namespace, and the
+// same name's resource in another namespace has none.
+func TestNamespacedOperations(t *testing.T) {
+	t.Parallel()
+	b := setupNamespaces(t)
+	b.putManifest("cam", `{"kind":"cam","kind_version":1,"reactions":[{"name":"work","trigger":"specChange","emits":["status"]},
+		{"name":"snap","trigger":"operation","verb":"snapshot","emits":["operationOutput"]}]}`).wantApply(t, "created")
+	ids := map[string]string{}
+	for _, ns := range []string{"default", "team-a"} {
+		var r nsResource
+		b.do(http.MethodPost, "/api/v1/resources?namespace="+ns, `{"kind":"cam","kind_version":1,"name":"c1"}`).
+			wantApply(t, "created").decode(t, &r)
+		ids[ns] = r.ID
+	}
+	var op struct {
+		ID         string `json:"id"`
+		ResourceID string `json:"resource_id"`
+		Namespace  string `json:"namespace"`
+	}
+	b.do(http.MethodPost, "/api/v1/resources/cam/c1/ops?namespace=team-a", `{"verb":"snapshot"}`).want(t, http.StatusAccepted).decode(t, &op)
+	if op.ResourceID != ids["team-a"] || op.Namespace != "team-a" {
+		t.Errorf("operation = %+v; want team-a's c1 (%s) and its namespace", op, ids["team-a"])
+	}
+	b.do(http.MethodGet, "/api/v1/resources/cam/c1/ops/"+op.ID+"?namespace=team-a", nil).want(t, http.StatusOK)
+	b.do(http.MethodGet, "/api/v1/resources/cam/c1/ops/"+op.ID, nil).wantProblem(t, http.StatusNotFound, "")
+	var l struct{ Items []struct{ ID string } }
+	b.do(http.MethodGet, "/api/v1/resources/cam/c1/ops", nil).want(t, http.StatusOK).decode(t, &l)
+	if len(l.Items) != 0 {
+		t.Errorf("the default namespace's c1 has operations %+v; want none", l.Items)
+	}
+}
