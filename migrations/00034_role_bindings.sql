@@ -8,9 +8,8 @@
 -- unique across the plane, as endpoint names are: a name addresses its
 -- binding whatever its namespace.
 --
--- namespace is a name only, not yet a reference: the namespaces table
--- arrives with its own migration, and the reference is added once both are
--- in. The API reads the whole table into a cache (control/api/rbac.go):
+-- A namespace's bindings go with it (they are not objects it must be
+-- emptied of first). The API reads the whole table into a cache (control/api/rbac.go):
 -- bindings are few by nature, so no index beyond the key.
 
 -- +goose Up
@@ -19,7 +18,7 @@ CREATE TABLE IF NOT EXISTS role_bindings (
     role        text NOT NULL CHECK (role IN ('viewer','editor','operator','admin')),
     subject     text CHECK (subject <> ''),     -- the user bound, or NULL
     group_name  text CHECK (group_name <> ''),  -- the group bound, or NULL
-    namespace   text CHECK (namespace ~ '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$'), -- NULL = cluster-wide
+    namespace   text REFERENCES namespaces ON DELETE CASCADE, -- NULL = cluster-wide
     created_at  timestamptz NOT NULL DEFAULT now(),
     updated_at  timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT role_bindings_one_principal CHECK ((subject IS NULL) <> (group_name IS NULL))

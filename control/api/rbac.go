@@ -40,19 +40,12 @@ func (r role) String() string {
 
 func parseRole(s string) role { return role(slices.Index(store.Roles, s) + 1) }
 
-// DefaultNamespace is the namespace a request addresses when it names none.
-const DefaultNamespace = "default"
-
-// AllNamespaces, as a list's namespace, means every namespace: it needs a
-// cluster-wide role.
-const AllNamespaces = "*"
-
 // scope says where a permission's role must be held.
 type scope int
 
 const (
 	// inNamespace: in the request's namespace (its namespace query
-	// parameter, default DefaultNamespace; AllNamespaces needs the role
+	// parameter, default store.DefaultNamespace; store.AllNamespaces needs the role
 	// cluster-wide).
 	inNamespace scope = iota
 	// clusterWide: by a cluster-wide binding (or a static token).
@@ -109,6 +102,10 @@ func permissions() map[string]permission {
 
 		"list-audit": permission{roleAdmin, inNamespace},
 
+		// A namespace's quotas are the cluster admin's: a namespace's own
+		// admin who could raise them would make them no limit.
+		"list-namespaces": kindRead, "get-namespace": kindRead, "put-namespace": clusterAdmin, "delete-namespace": clusterAdmin,
+
 		"list-role-bindings": view, "get-role-binding": binding, "put-role-binding": binding, "delete-role-binding": binding,
 	}
 }
@@ -146,9 +143,9 @@ type grants struct {
 	ns      map[string]role
 }
 
-// in is the caller's role in namespace ns (AllNamespaces: cluster-wide).
+// in is the caller's role in namespace ns (store.AllNamespaces: cluster-wide).
 func (g grants) in(ns string) role {
-	if ns == AllNamespaces {
+	if ns == store.AllNamespaces {
 		return g.cluster
 	}
 	return max(g.cluster, g.ns[ns])
@@ -280,7 +277,7 @@ func (s *Server) grantsOf(ctx context.Context) (grants, error) {
 }
 
 // require returns nil when the caller of ctx holds role r in namespace ns
-// ("" for cluster-wide, AllNamespaces for a list of every namespace), else
+// ("" for cluster-wide, store.AllNamespaces for a list of every namespace), else
 // the 403 naming the role and where it is needed. loc names the request's
 // part that named ns, for the problem's errors.
 func (s *Server) require(ctx context.Context, r role, ns, loc string) *Problem {
@@ -291,7 +288,7 @@ func (s *Server) require(ctx context.Context, r role, ns, loc string) *Problem {
 	where, held := "cluster-wide", g.cluster
 	if ns != "" {
 		where, held = fmt.Sprintf("in namespace %q", ns), g.in(ns)
-		if ns == AllNamespaces {
+		if ns == store.AllNamespaces {
 			where = fmt.Sprintf("cluster-wide (namespace %q is every namespace)", ns)
 		}
 	}
@@ -329,9 +326,9 @@ func (s *Server) check(ctx context.Context, perm permission, ns string) *Problem
 
 // requestNamespace is the namespace a request addresses: its namespace
 // query parameter, read from the raw query so that every route reads it
-// alike, or DefaultNamespace.
+// alike, or store.DefaultNamespace.
 func requestNamespace(c *fiber.Ctx) string {
-	return cmp.Or(c.Query("namespace"), DefaultNamespace)
+	return cmp.Or(c.Query("namespace"), store.DefaultNamespace)
 }
 
 // permissionOf is operation id's entry in perms; an operation missing

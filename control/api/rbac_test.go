@@ -49,6 +49,12 @@ func newRBACMutator(t *testing.T) *mutator {
 		c.Authenticator = testIdP{}
 	})
 	m.token = rbacAdminToken
+	for _, ns := range []string{"team-a", "team-b"} {
+		r := request{method: http.MethodPut, path: "/api/v1/namespaces/" + ns, contentType: "application/json", body: []byte(`{}`)}
+		if a := m.send(r); a.err != nil || a.status != http.StatusCreated {
+			t.Fatalf("create namespace: %s", a.dump(r))
+		}
+	}
 	return m
 }
 
@@ -137,6 +143,10 @@ var routeRoles = map[string]needs{
 	"DELETE /api/v1/alert-sinks/{name}":                 {"admin", inCluster},
 	"GET /api/v1/cluster-members":                       {"viewer", inCluster},
 	"GET /api/v1/audit":                                 {"admin", inNS},
+	"GET /api/v1/namespaces":                            {"viewer", anyNS},
+	"GET /api/v1/namespaces/{name}":                     {"viewer", anyNS},
+	"PUT /api/v1/namespaces/{name}":                     {"admin", inCluster},
+	"DELETE /api/v1/namespaces/{name}":                  {"admin", inCluster},
 	"GET /api/v1/role-bindings":                         {"viewer", inNS},
 	"GET /api/v1/role-bindings/{name}":                  {"viewer", ofBinding},
 	"PUT /api/v1/role-bindings/{name}":                  {"admin", inNS},

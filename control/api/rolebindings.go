@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -77,26 +78,45 @@ func (s *Server) registerRoleBindings() {
 	}, nil, s.deleteRoleBinding)
 }
 
-// checkNamespaceParam refuses a namespace query parameter that names no
-// possible namespace (422 query.namespace); all allows AllNamespaces.
-func checkNamespaceParam(ns string, all bool) *Problem {
-	if ns == "" || ns == AllNamespaces && all || store.ValidNamespaceName(ns) {
+// bindingNamespace checks a role binding route's namespace parameter:
+// absent (the binding's own, or default) passes; otherwise it must name
+// an existing namespace (404 otherwise), or with all, be *.
+func (s *Server) bindingNamespace(ctx context.Context, ns string, all bool) *Problem {
+	if ns == "" || all && ns == store.AllNamespaces {
 		return nil
 	}
-	msg := "must be a namespace name (lowercase letters, digits and '-', at most 63)"
-	if all {
-		msg += " or *"
+	_, p := s.namespace(ctx, ns)
+	return p
+}
+
+// bindingNamespaceExists refuses a binding of a namespace that does not
+// exist (404 at body.namespace when the body named it, else at
+// query.namespace); a malformed name is left to the store's 422.
+func (s *Server) bindingNamespaceExists(ctx context.Context, ns string, inBody bool) *Problem {
+	if !store.ValidNamespace(ns) {
+		return nil
 	}
-	return newProblem(http.StatusUnprocessableEntity, typeInvalid, "query.namespace: "+msg,
-		ProblemError{Location: "query.namespace", Message: msg, Value: ns})
+	ok, err := s.store.NamespaceExists(ctx, ns)
+	if err != nil {
+		return s.problemFor(ctx, err, problemOpts{})
+	}
+	if ok {
+		return nil
+	}
+	where := queryNamespace
+	if inBody {
+		where = "body.namespace"
+	}
+	msg := fmt.Sprintf("namespace %q does not exist", ns)
+	return newProblem(http.StatusNotFound, typeNotFound, msg, ProblemError{Location: where, Message: msg, Value: ns})
 }
 
 func (s *Server) listRoleBindings(ctx context.Context, in *listRoleBindingsInput) (*bodyOutput[RoleBindingList], error) {
-	if p := checkNamespaceParam(in.Namespace, true); p != nil {
+	if p := s.bindingNamespace(ctx, in.Namespace, true); p != nil {
 		return nil, p
 	}
-	f := store.RoleBindingFilter{Namespace: cmp.Or(in.Namespace, DefaultNamespace), Role: in.Role, User: in.User, Group: in.Group}
-	if f.Namespace == AllNamespaces {
+	f := store.RoleBindingFilter{Namespace: cmp.Or(in.Namespace, store.DefaultNamespace), Role: in.Role, User: in.User, Group: in.Group}
+	if f.Namespace == store.AllNamespaces {
 		f.Namespace = ""
 	}
 	out, err := s.store.ListRoleBindings(ctx, f)
@@ -125,7 +145,7 @@ func (s *Server) requireOver(ctx context.Context, r role, b store.RoleBinding) *
 }
 
 func (s *Server) getRoleBinding(ctx context.Context, in *roleBindingInput) (*bodyOutput[store.RoleBinding], error) {
-	if p := checkNamespaceParam(in.Namespace, false); p != nil {
+	if p := s.bindingNamespace(ctx, in.Namespace, false); p != nil {
 		return nil, p
 	}
 	b, err := s.store.GetRoleBinding(ctx, in.Name)
@@ -152,7 +172,8 @@ func (s *Server) putRoleBinding(ctx context.Context, in *putRoleBindingInput) (*
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
 	}
-	if p := checkNamespaceParam(in.Namespace, false); p != nil {
+	if in.Namespace != "" && !store.ValidNamespace(in.Namespace) {
+		_, p := s.namespace(ctx, in.Namespace) // its 422 at query.namespace
 		return nil, p
 	}
 	var bad *store.InvalidError
@@ -178,7 +199,10 @@ func (s *Server) putRoleBinding(ctx context.Context, in *putRoleBindingInput) (*
 	}
 	want := store.RoleBinding{Name: in.Name, Role: b.Role, User: b.User, Group: b.Group, ClusterWide: b.ClusterWide}
 	if !b.ClusterWide {
-		want.Namespace = cmp.Or(b.Namespace, in.Namespace, DefaultNamespace)
+		want.Namespace = cmp.Or(b.Namespace, in.Namespace, store.DefaultNamespace)
+		if p := s.bindingNamespaceExists(ctx, want.Namespace, b.Namespace != ""); p != nil {
+			return nil, p
+		}
 	}
 	out, res, err := s.store.PutRoleBinding(ctx, want, func(old *store.RoleBinding) error {
 		if old != nil {
@@ -204,7 +228,7 @@ func (s *Server) putRoleBinding(ctx context.Context, in *putRoleBindingInput) (*
 }
 
 func (s *Server) deleteRoleBinding(ctx context.Context, in *roleBindingInput) (*struct{}, error) {
-	if p := checkNamespaceParam(in.Namespace, false); p != nil {
+	if p := s.bindingNamespace(ctx, in.Namespace, false); p != nil {
 		return nil, p
 	}
 	err := s.store.DeleteRoleBinding(ctx, in.Name, func(b store.RoleBinding) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -18,13 +17,6 @@ import (
 // Roles lists the roles a binding may grant, weakest first: each includes
 // what the ones before it may do (docs/api.md "Roles and role bindings").
 var Roles = []string{"viewer", "editor", "operator", "admin"}
-
-// bindingNamespaceRE is what a binding's namespace must match: a
-// namespace's name (a DNS label).
-var bindingNamespaceRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
-// ValidNamespaceName reports whether name may name a namespace.
-func ValidNamespaceName(name string) bool { return bindingNamespaceRE.MatchString(name) }
 
 // MaxPrincipalNameBytes caps the user or group a binding names.
 const MaxPrincipalNameBytes = 256
@@ -67,7 +59,7 @@ func validateRoleBinding(b RoleBinding) error {
 		return &InvalidError{Location: "user", Message: "exactly one of user and group is required"}
 	case b.ClusterWide && b.Namespace != "":
 		return &InvalidError{Location: "namespace", Message: "a cluster-wide binding has no namespace"}
-	case !b.ClusterWide && !bindingNamespaceRE.MatchString(b.Namespace):
+	case !b.ClusterWide && !ValidNamespace(b.Namespace):
 		return &InvalidError{Location: "namespace", Message: "must be a namespace name (lowercase letters, digits and '-', at most 63)"}
 	}
 	for field, v := range map[string]string{"user": b.User, "group": b.Group} {

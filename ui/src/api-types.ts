@@ -1711,6 +1711,8 @@ export interface components {
             finished_at?: string;
             id: string;
             input: unknown;
+            /** @description The namespace of the resource. */
+            namespace: string;
             /** @description The provider's operation_output, when its reaction emits operationOutput. */
             operation_output?: unknown;
             resource_id: string;
@@ -2078,6 +2080,8 @@ export interface components {
             index: number;
             kind?: string;
             name?: string;
+            /** @description The namespace the batch applies to (?namespace=). */
+            namespace: string;
             /**
              * Format: int64
              * @description The resource's resource_version after the apply; absent for an invalid item.
@@ -4429,7 +4433,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: needs the admin role cluster-wide. */
+            /** @description Forbidden: needs a role in some namespace. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4482,7 +4486,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ErrorModel"];
                 };
             };
-            /** @description Forbidden: needs the admin role cluster-wide. */
+            /** @description Forbidden: needs a role in some namespace. */
             403: {
                 headers: {
                     [name: string]: unknown;
