@@ -11,6 +11,7 @@ import (
 func TestRoleBindingCommands(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	wantCode(t, b.run(t, "", "create", "namespace", "team-a"), ExitOK)
 	r := b.run(t, "", "create", "rolebinding", "alice-edits", "--role", "editor", "--user", "alice", "--namespace", "team-a")
 	wantCode(t, r, ExitOK)
 	if r.stdout != "rolebinding/alice-edits created\n" {
