@@ -80,7 +80,7 @@ func TestAcquireLeastInFlightWithinLimits(t *testing.T) {
 	b.endpoint(t, "b", 3, false, "leaf", "other")
 	r := b.registry(t, registry.Config{})
 
-	pairs, spare, capacity := r.Claimable(nil)
+	pairs, _, spare, capacity := r.Claimable(nil)
 	if len(pairs) != 2 || spare != 5 || capacity != 5 {
 		t.Fatalf("Claimable = %v, %d, %d; want both pairs, 5 spare of 5", pairs, spare, capacity)
 	}
@@ -105,7 +105,7 @@ func TestAcquireLeastInFlightWithinLimits(t *testing.T) {
 	if _, ok := r.Acquire("leaf/1"); ok {
 		t.Fatal("a slot beyond max_concurrency")
 	}
-	if _, spare, _ := r.Claimable(nil); spare != 0 {
+	if _, _, spare, _ := r.Claimable(nil); spare != 0 {
 		t.Fatalf("spare = %d when saturated", spare)
 	}
 	wantStatus(t, r, "leaf", true, "") // saturated is still ready
@@ -118,7 +118,7 @@ func TestAcquireLeastInFlightWithinLimits(t *testing.T) {
 		t.Fatalf("acquired %s though it is excluded and the other is full", s.Endpoint().Name())
 	}
 	// A task queued locally takes the freed slot: nothing more to claim.
-	if _, spare, _ = r.Claimable(map[string]int{"leaf/1": 1}); spare != 0 {
+	if _, _, spare, _ = r.Claimable(map[string]int{"leaf/1": 1}); spare != 0 {
 		t.Fatalf("with one queued: %d spare; want nothing claimable", spare)
 	}
 }
@@ -333,14 +333,14 @@ func TestClaimableCountsBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := b.registry(t, registry.Config{})
-	if _, spare, capacity := r.Claimable(nil); spare != 16 || capacity != 16 {
+	if _, _, spare, capacity := r.Claimable(nil); spare != 16 || capacity != 16 {
 		t.Fatalf("Claimable spare %d of %d, want 16 of 16 (2 slots × max_batch 8)", spare, capacity)
 	}
 	s, ok := r.Acquire("leaf/1")
 	if !ok || s.Endpoint().MaxBatch() != 8 {
 		t.Fatalf("Acquire = %v; want a slot of an endpoint with max_batch 8", ok)
 	}
-	if _, spare, _ := r.Claimable(map[string]int{"leaf/1": 3}); spare != 5 {
+	if _, _, spare, _ := r.Claimable(map[string]int{"leaf/1": 3}); spare != 5 {
 		t.Fatalf("one slot busy, 3 queued: %d spare, want 8 - 3 = 5", spare)
 	}
 	s.Done(registry.Success)

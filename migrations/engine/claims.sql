@@ -49,9 +49,9 @@
 -- claimable when never claimed or when its lease lapsed (the claimer died
 -- or stalled: re-armed, at-least-once), and its backoff is over. It is
 -- routed to its binding's reactor kind: reactor_version if pinned, else the
--- reactor kind's highest version, filtered by p_pairs' bare pairs like a
--- work task of the default namespace, so it counts against its endpoint's
--- concurrency and breaker. It returns task_type 'react' with the transition
+-- reactor kind's highest version, routed like a work task of its
+-- binding's namespace (claim_routable), so it counts against its
+-- endpoint's concurrency and breaker. It returns task_type 'react' with the transition
 -- and the binding's name; resource_id and generation are the watched
 -- resource's and the transition's.
 -- A work task returns the traceparent stored with it (the request that
@@ -283,7 +283,7 @@ BEGIN
          WHERE l.shard_id BETWEEN p_lo AND p_hi
            AND l.not_before <= now()
            AND (l.claimed_by IS NULL OR l.lease_until <= now())
-           AND (p_pairs IS NULL OR (rk.kind || '/' || rk.kind_version) = ANY (p_pairs))
+           AND claim_routable(b.namespace, rk.kind || '/' || rk.kind_version, p_pairs, p_own)
          LIMIT p_limit - v_taken
            FOR UPDATE OF l SKIP LOCKED
     ), claimed AS (
