@@ -620,7 +620,7 @@ func TestCompletedClaimOutlivesItsLease(t *testing.T) {
 	if n := metricValue(t, reg, "converge_drainer_batches_total"); n != 1 {
 		t.Errorf("converge_drainer_batches_total = %v, want 1", n)
 	}
-	got, err := e.st.GetResource(ctx, "comp", "x")
+	got, err := e.st.GetResource(ctx, "", "comp", "x")
 	must(t, err)
 	if string(got.Status) != `{"v": 1}` {
 		t.Errorf("status = %s, want the completed outcome", got.Status)
@@ -780,7 +780,7 @@ func TestReadsAndReconcileNow(t *testing.T) {
 	if len(kids.Items) != 2 {
 		t.Errorf("children = %d, want 2", len(kids.Items))
 	}
-	bID, err := e.st.ResourceID(ctx, "leaf", "b")
+	bID, err := e.st.ResourceID(ctx, "", "leaf", "b")
 	must(t, err)
 	up, down, err := e.st.Dependencies(ctx, bID)
 	must(t, err)
@@ -812,7 +812,7 @@ func TestReadsAndReconcileNow(t *testing.T) {
 		t.Errorf("b ran %d times, want 2 (the failure, then the requested reconcile)", n)
 	}
 	// Reconciling a settled resource re-runs it without a generation bump.
-	aID, _ := e.st.ResourceID(ctx, "leaf", "a")
+	aID, _ := e.st.ResourceID(ctx, "", "leaf", "a")
 	must(t, e.st.ReconcileNow(ctx, aID))
 	waitFor(t, 10*time.Second, "a to re-run", func() bool { return e.calls.get("a") == 2 })
 	if r := e.waitPhase("leaf", "a", "Ready", 10*time.Second); r.Generation != 1 {

@@ -119,7 +119,7 @@ func (e *engine) apply(kind, name string, spec any) string {
 	err := e.db.Pool.QueryRow(e.t.Context(), `
 		WITH up AS (
 			INSERT INTO resources (kind, kind_version, name, spec) VALUES ($1, 1, $2, $3)
-			ON CONFLICT (kind, name) DO UPDATE SET spec = EXCLUDED.spec
+			ON CONFLICT (namespace, kind, name) DO UPDATE SET spec = EXCLUDED.spec
 			RETURNING id)
 		SELECT id FROM up`, kind, name, b).Scan(&id)
 	must(e.t, err)

@@ -316,7 +316,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	hc.DocsPath = ""
 	if cfg.Events != nil {
 		// Before huma's routes: a stream is written by Fiber directly.
-		s.app.Get(Prefix+"/events/stream", cfg.Events.handler(cfg.WriteTimeout))
+		s.app.Get(Prefix+"/events/stream", cfg.Events.handler(cfg.WriteTimeout, s.namespaces))
 	}
 	s.api = humafiber.NewWithGroup(s.app, literalColons{s.app}, hc)
 
@@ -333,6 +333,7 @@ func New(cfg Config, st *store.Store, kinds *store.KindCache, log *slog.Logger) 
 	s.registerEndpoints()
 	s.registerCluster()
 	s.registerTopology()
+	s.registerNamespaces()
 	if cfg.Console != nil {
 		if err := s.registerConsole(cfg.Console); err != nil {
 			return nil, err

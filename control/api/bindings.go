@@ -13,7 +13,8 @@ import (
 
 // ReactorBindingApply is the body of POST /reactor-bindings.
 type ReactorBindingApply struct {
-	Name             string       `json:"name" doc:"Unique, operator-chosen handle." example:"classicbom-synced-to-statussink"`
+	Name             string       `json:"name" doc:"Unique (across every namespace), operator-chosen handle." example:"classicbom-synced-to-statussink"`
+	Namespace        string       `json:"namespace,omitempty" doc:"The namespace; when sent it must equal ?namespace= (omitted: default). The binding watches this namespace's resources only." example:"default"`
 	WatchKind        string       `json:"watch_kind" doc:"The kind whose transitions fire the binding; must be published." example:"classicbom"`
 	WatchKindVersion versionField `json:"watch_kind_version,omitempty" doc:"Only this version of watch_kind; omitted = every version."`
 	Transition       string       `json:"transition" enum:"created,synced,degraded,failed,deleted" doc:"The lifecycle edge." example:"synced"`
@@ -36,6 +37,7 @@ type ReactorBindingList struct {
 }
 
 type listBindingsInput struct {
+	NamespacesQuery
 	WatchKind string `query:"watch_kind" doc:"Only bindings watching this kind."`
 	Reactor   string `query:"reactor" doc:"Only bindings running this reactor."`
 }
@@ -69,9 +71,16 @@ func optionalVersion(v versionField, loc string) (int, *Problem) {
 	return v.value(loc)
 }
 
-func (s *Server) applyBinding(ctx context.Context, in *applyInput) (*applyOutput[store.ReactorBinding], error) {
+func (s *Server) applyBinding(ctx context.Context, in *nsApplyInput) (*applyOutput[store.ReactorBinding], error) {
 	var b bindingApplyBody
 	if p := decodeBody(in.RawBody, &b); p != nil {
+		return nil, p
+	}
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	if p := bodyNamespace("body.namespace", b.Namespace, ns); p != nil {
 		return nil, p
 	}
 	watchVersion, p := optionalVersion(b.WatchKindVersion, "body.watch_kind_version")
@@ -90,7 +99,7 @@ func (s *Server) applyBinding(ctx context.Context, in *applyInput) (*applyOutput
 	if p != nil {
 		return nil, p
 	}
-	params := store.PutReactorBindingParams{Name: b.Name, WatchKind: b.WatchKind, WatchKindVersion: watchVersion,
+	params := store.PutReactorBindingParams{Namespace: ns, Name: b.Name, WatchKind: b.WatchKind, WatchKindVersion: watchVersion,
 		Transition: webhooksdk.Transition(b.Transition), Reactor: b.Reactor, ReactorVersion: reactorVersion,
 		LabelMatch: labels, Enabled: b.Enabled == nil || *b.Enabled, Precondition: pre.Precondition}
 	out, res, err := s.store.PutReactorBinding(ctx, params)
@@ -115,15 +124,23 @@ func (s *Server) applyBinding(ctx context.Context, in *applyInput) (*applyOutput
 }
 
 func (s *Server) listBindings(ctx context.Context, in *listBindingsInput) (*bodyOutput[ReactorBindingList], error) {
-	bs, err := s.store.ListReactorBindings(ctx, store.ListReactorBindingsParams{WatchKind: in.WatchKind, Reactor: in.Reactor})
+	ns, p := s.namespaces(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	bs, err := s.store.ListReactorBindings(ctx, store.ListReactorBindingsParams{Namespace: ns, WatchKind: in.WatchKind, Reactor: in.Reactor})
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "query"})
 	}
 	return &bodyOutput[ReactorBindingList]{Body: ReactorBindingList{Items: bs}}, nil
 }
 
-func (s *Server) getBinding(ctx context.Context, in *namePath) (*versionedOutput[store.ReactorBinding], error) {
-	b, err := s.store.GetReactorBinding(ctx, in.Name)
+func (s *Server) getBinding(ctx context.Context, in *NamespacedName) (*versionedOutput[store.ReactorBinding], error) {
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	b, err := s.store.GetReactorBinding(ctx, ns, in.Name)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}

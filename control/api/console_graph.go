@@ -37,7 +37,7 @@ func (s *Server) registerTopology() {
 	}, nil, s.getTopology)
 }
 
-func (s *Server) getTopology(ctx context.Context, in *resourcePath) (*bodyOutput[Topology], error) {
+func (s *Server) getTopology(ctx context.Context, in *ResourcePath) (*bodyOutput[Topology], error) {
 	id, err := s.resolve(ctx, in)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -54,17 +55,20 @@ func (q DeliveryQuery) value(f string) any {
 }
 
 type listDeliveriesInput struct {
+	NamespacesQuery
 	Endpoint string `query:"endpoint" doc:"Only this endpoint's attempts."`
 	DeliveryQuery
 }
 
 type endpointDeliveriesInput struct {
-	Name string `path:"name" doc:"The endpoint's name."`
+	Endpoint string `path:"name" doc:"The endpoint's name."`
+	NamespaceQuery
 	DeliveryQuery
 }
 
 type deliveryPath struct {
 	ID int64 `path:"id" minimum:"1" doc:"The attempt's id."`
+	NamespaceQuery
 }
 
 // ReplayAccepted is the body of POST /deliveries/{id}/replay.
@@ -96,7 +100,8 @@ func (s *Server) registerDeliveries() {
 		OperationID: "list-deliveries", Method: http.MethodGet, Path: "/deliveries", Tags: []string{"Deliveries"},
 		Summary: "List delivery attempts",
 		Description: "The delivery log, newest first with a keyset cursor: every attempt to deliver a task (success or failure, " +
-			"one per task of a batch), every 202 and the callback that followed it. Filters: endpoint, kind (with name: one resource), " +
+			"one per task of a batch), every 202 and the callback that followed it. Filters: namespace (of the task's resource; * = every " +
+			"namespace), endpoint, kind (with name: one resource), " +
 			"classification, failed, and the window since..until.",
 		Errors: []int{422},
 	}, nil, s.listDeliveries)
@@ -117,7 +122,7 @@ func (s *Server) registerDeliveries() {
 	register(s, huma.Operation{
 		OperationID: "list-endpoint-deliveries", Method: http.MethodGet, Path: "/endpoints/{name}/deliveries", Tags: []string{"Endpoints"},
 		Summary:     "List an endpoint's delivery attempts",
-		Description: "GET /deliveries?endpoint={name}, 404 for an unknown endpoint.",
+		Description: "Every attempt delivered to the endpoint (of the namespace ?namespace= names), for the resources of every namespace it serves; 404 for an unknown endpoint.",
 		Errors:      []int{404, 422},
 	}, nil, s.listEndpointDeliveries)
 	register(s, huma.Operation{
@@ -133,9 +138,9 @@ func (s *Server) registerDeliveries() {
 	}, nil, s.testEndpointDelivery)
 }
 
-func (s *Server) testEndpointDelivery(ctx context.Context, in *namePath) (*bodyOutput[EndpointTest], error) {
-	if _, err := s.store.GetEndpoint(ctx, in.Name); err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+func (s *Server) testEndpointDelivery(ctx context.Context, in *NamespacedName) (*bodyOutput[EndpointTest], error) {
+	if _, p := s.endpointIn(ctx, in); p != nil {
+		return nil, p
 	}
 	test := s.cfg.Endpoints.Test
 	if test == nil {
@@ -156,14 +161,22 @@ func (s *Server) testEndpointDelivery(ctx context.Context, in *namePath) (*bodyO
 }
 
 func (s *Server) listDeliveries(ctx context.Context, in *listDeliveriesInput) (*pageOutput[DeliveryList], error) {
-	return s.deliveries(ctx, in.filter(in.Endpoint), in.DeliveryQuery)
+	ns, p := s.namespaces(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	f := in.filter(in.Endpoint)
+	f.Namespace = ns
+	return s.deliveries(ctx, f, in.DeliveryQuery)
 }
 
 func (s *Server) listEndpointDeliveries(ctx context.Context, in *endpointDeliveriesInput) (*pageOutput[DeliveryList], error) {
-	if _, err := s.store.GetEndpoint(ctx, in.Name); err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+	if _, p := s.endpointIn(ctx, &NamespacedName{Name: in.Endpoint, NamespaceQuery: in.NamespaceQuery}); p != nil {
+		return nil, p
 	}
-	return s.deliveries(ctx, in.filter(in.Name), in.DeliveryQuery)
+	f := in.filter(in.Endpoint)
+	f.Namespace = store.AllNamespaces // the endpoint's whole log
+	return s.deliveries(ctx, f, in.DeliveryQuery)
 }
 
 func (s *Server) deliveries(ctx context.Context, f store.DeliveryFilter, q DeliveryQuery) (*pageOutput[DeliveryList], error) {
@@ -174,15 +187,35 @@ func (s *Server) deliveries(ctx context.Context, f store.DeliveryFilter, q Deliv
 	return &pageOutput[DeliveryList]{NextCursor: page.NextCursor, Body: DeliveryList{Items: page.Items, NextCursor: page.NextCursor}}, nil
 }
 
-func (s *Server) getDelivery(ctx context.Context, in *deliveryPath) (*bodyOutput[store.Delivery], error) {
+// deliveryIn reads the attempt in.ID of the namespace the query names; one
+// for a resource of another namespace is not found.
+func (s *Server) deliveryIn(ctx context.Context, in *deliveryPath) (store.Delivery, *Problem) {
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return store.Delivery{}, p
+	}
 	d, err := s.store.GetDelivery(ctx, in.ID)
+	if err == nil && d.Resource.Namespace != ns {
+		err = &store.NotFoundError{Message: fmt.Sprintf("delivery %d does not exist in namespace %q", in.ID, ns)}
+	}
 	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+		return store.Delivery{}, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return d, nil
+}
+
+func (s *Server) getDelivery(ctx context.Context, in *deliveryPath) (*bodyOutput[store.Delivery], error) {
+	d, p := s.deliveryIn(ctx, in)
+	if p != nil {
+		return nil, p
 	}
 	return &bodyOutput[store.Delivery]{Body: d}, nil
 }
 
 func (s *Server) replayDelivery(ctx context.Context, in *deliveryPath) (*bodyOutput[ReplayAccepted], error) {
+	if _, p := s.deliveryIn(ctx, in); p != nil {
+		return nil, p
+	}
 	rep, err := s.store.ReplayDelivery(ctx, in.ID)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -36,7 +37,8 @@ type EndpointsConfig struct {
 
 // EndpointApply is the body of POST /endpoints.
 type EndpointApply struct {
-	Name               string               `json:"name"`
+	Name               string               `json:"name" doc:"Unique across every namespace."`
+	Namespace          string               `json:"namespace,omitempty" doc:"The namespace; when sent it must equal ?namespace= (omitted: default)." example:"default"`
 	Kinds              []store.EndpointKind `json:"kinds"`
 	Target             store.EndpointTarget `json:"target"`
 	Health             store.EndpointHealth `json:"health,omitempty"`
@@ -64,6 +66,10 @@ type EndpointView struct {
 	store.Endpoint
 	Secret string `json:"secret,omitempty" doc:"The signing secret, shown only when it was just generated (never on a dry run). Store it now."`
 	Live   any    `json:"live,omitempty" doc:"This dispatch pod's view: readiness per kind, circuit breaker, in-flight, back-off."`
+}
+
+type listEndpointsInput struct {
+	NamespacesQuery
 }
 
 // EndpointList is the body of GET /endpoints.
@@ -127,9 +133,16 @@ func checkSecret(secret string) *Problem {
 	return nil
 }
 
-func (s *Server) applyEndpoint(ctx context.Context, in *applyInput) (*applyOutput[EndpointView], error) {
+func (s *Server) applyEndpoint(ctx context.Context, in *nsApplyInput) (*applyOutput[EndpointView], error) {
 	var b endpointApplyBody
 	if p := decodeBody(in.RawBody, &b); p != nil {
+		return nil, p
+	}
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	if p := bodyNamespace("body.namespace", b.Namespace, ns); p != nil {
 		return nil, p
 	}
 	if p := checkSecret(b.Secret); p != nil {
@@ -149,7 +162,7 @@ func (s *Server) applyEndpoint(ctx context.Context, in *applyInput) (*applyOutpu
 		return nil, p
 	}
 	ep, res, secret, err := s.store.PutEndpoint(ctx, ec.Box, store.PutEndpointParams{
-		Name: b.Name, Kinds: b.Kinds, Target: b.Target, Health: b.Health,
+		Namespace: ns, Name: b.Name, Kinds: b.Kinds, Target: b.Target, Health: b.Health,
 		MaxConcurrency: b.MaxConcurrency, MaxBatch: b.MaxBatch, RequestTimeoutSecs: b.RequestTimeoutSecs, Enabled: b.Enabled,
 		Secret: store.EndpointSecret(b.Secret), Precondition: pre.Precondition,
 	})
@@ -171,8 +184,12 @@ func (s *Server) view(ep store.Endpoint) EndpointView {
 	return v
 }
 
-func (s *Server) listEndpoints(ctx context.Context, _ *struct{}) (*bodyOutput[EndpointList], error) {
-	eps, err := s.store.ListEndpoints(ctx)
+func (s *Server) listEndpoints(ctx context.Context, in *listEndpointsInput) (*bodyOutput[EndpointList], error) {
+	ns, p := s.namespaces(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	eps, err := s.store.ListEndpoints(ctx, ns)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{})
 	}
@@ -183,10 +200,27 @@ func (s *Server) listEndpoints(ctx context.Context, _ *struct{}) (*bodyOutput[En
 	return &bodyOutput[EndpointList]{Body: out}, nil
 }
 
-func (s *Server) getEndpoint(ctx context.Context, in *namePath) (*versionedOutput[EndpointView], error) {
+// endpointIn reads the endpoint name of the namespace the query names; one
+// of another namespace is not found.
+func (s *Server) endpointIn(ctx context.Context, in *NamespacedName) (store.Endpoint, *Problem) {
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return store.Endpoint{}, p
+	}
 	ep, err := s.store.GetEndpoint(ctx, in.Name)
+	if err == nil && ep.Namespace != ns {
+		err = &store.NotFoundError{Message: fmt.Sprintf("endpoint %q does not exist in namespace %q", in.Name, ns)}
+	}
 	if err != nil {
-		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
+		return store.Endpoint{}, s.problemFor(ctx, err, problemOpts{in: "path"})
+	}
+	return ep, nil
+}
+
+func (s *Server) getEndpoint(ctx context.Context, in *NamespacedName) (*versionedOutput[EndpointView], error) {
+	ep, p := s.endpointIn(ctx, in)
+	if p != nil {
+		return nil, p
 	}
 	return &versionedOutput[EndpointView]{ETag: etag(ep.ResourceVersion), Body: s.view(ep)}, nil
 }
@@ -195,7 +229,10 @@ func (s *Server) deleteEndpoint(ctx context.Context, in *deleteByNameInput) (*st
 	return s.deleteNamed(ctx, in, s.store.DeleteEndpoint)
 }
 
-func (s *Server) rotateEndpointSecret(ctx context.Context, in *namePath) (*bodyOutput[RotatedSecret], error) {
+func (s *Server) rotateEndpointSecret(ctx context.Context, in *NamespacedName) (*bodyOutput[RotatedSecret], error) {
+	if _, p := s.endpointIn(ctx, in); p != nil {
+		return nil, p
+	}
 	grace := s.cfg.Endpoints.RotationGrace
 	if grace <= 0 {
 		grace = store.SecretRotationGraceDefault

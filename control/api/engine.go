@@ -33,17 +33,15 @@ type ChildList struct {
 }
 
 type childrenInput struct {
-	Kind   string `path:"kind" doc:"The kind."`
-	Name   string `path:"name" doc:"The resource name."`
+	ResourcePath
 	Fields string `query:"fields" doc:"Leave large fields out of the items, comma-separated: -spec, -status or both." example:"-spec,-status"`
 	Cursor string `query:"cursor" doc:"The next_cursor of the previous page."`
 }
 
 type eventsInput struct {
-	Kind   string `path:"kind" doc:"The kind."`
-	Name   string `path:"name" doc:"The resource name."`
-	Before int64  `query:"before" minimum:"0" doc:"Only events older than this id."`
-	Limit  int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
+	ResourcePath
+	Before int64 `query:"before" minimum:"0" doc:"Only events older than this id."`
+	Limit  int   `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Page size."`
 }
 
 // Accepted is the body of an accepted asynchronous request.
@@ -100,15 +98,21 @@ func (s *Server) registerEngine() {
 	}, nil, s.getGraph)
 }
 
-func (s *Server) resolve(ctx context.Context, in *resourcePath) (string, error) {
-	id, err := s.store.ResourceID(ctx, in.Kind, in.Name)
+// resolve finds the id of the resource a path names, in the namespace its
+// query names.
+func (s *Server) resolve(ctx context.Context, in *ResourcePath) (string, error) {
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return "", p
+	}
+	id, err := s.store.ResourceID(ctx, ns, in.Kind, in.Name)
 	if err != nil {
 		return "", s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
 	return id, nil
 }
 
-func (s *Server) reconcileResource(ctx context.Context, in *resourcePath) (*bodyOutput[Accepted], error) {
+func (s *Server) reconcileResource(ctx context.Context, in *ResourcePath) (*bodyOutput[Accepted], error) {
 	id, err := s.resolve(ctx, in)
 	if err != nil {
 		return nil, err
@@ -119,15 +123,15 @@ func (s *Server) reconcileResource(ctx context.Context, in *resourcePath) (*body
 	return &bodyOutput[Accepted]{Body: Accepted{Message: "reconcile requested"}}, nil
 }
 
-func (s *Server) quarantineResource(ctx context.Context, in *resourcePath) (*bodyOutput[model.Resource], error) {
+func (s *Server) quarantineResource(ctx context.Context, in *ResourcePath) (*bodyOutput[model.Resource], error) {
 	return s.setQuarantine(ctx, in, true)
 }
 
-func (s *Server) unquarantineResource(ctx context.Context, in *resourcePath) (*bodyOutput[model.Resource], error) {
+func (s *Server) unquarantineResource(ctx context.Context, in *ResourcePath) (*bodyOutput[model.Resource], error) {
 	return s.setQuarantine(ctx, in, false)
 }
 
-func (s *Server) setQuarantine(ctx context.Context, in *resourcePath, on bool) (*bodyOutput[model.Resource], error) {
+func (s *Server) setQuarantine(ctx context.Context, in *ResourcePath, on bool) (*bodyOutput[model.Resource], error) {
 	id, err := s.resolve(ctx, in)
 	if err != nil {
 		return nil, err
@@ -140,7 +144,7 @@ func (s *Server) setQuarantine(ctx context.Context, in *resourcePath, on bool) (
 }
 
 func (s *Server) listEvents(ctx context.Context, in *eventsInput) (*bodyOutput[EventList], error) {
-	id, err := s.resolve(ctx, &resourcePath{Kind: in.Kind, Name: in.Name})
+	id, err := s.resolve(ctx, &in.ResourcePath)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +167,7 @@ func (s *Server) listChildren(ctx context.Context, in *childrenInput) (*pageOutp
 	if p != nil {
 		return nil, p
 	}
-	id, err := s.resolve(ctx, &resourcePath{Kind: in.Kind, Name: in.Name})
+	id, err := s.resolve(ctx, &in.ResourcePath)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +178,7 @@ func (s *Server) listChildren(ctx context.Context, in *childrenInput) (*pageOutp
 	return &pageOutput[ChildList]{NextCursor: page.NextCursor, Body: ChildList{Items: listed(page.Items), NextCursor: page.NextCursor}}, nil
 }
 
-func (s *Server) getDependencies(ctx context.Context, in *resourcePath) (*bodyOutput[Dependencies], error) {
+func (s *Server) getDependencies(ctx context.Context, in *ResourcePath) (*bodyOutput[Dependencies], error) {
 	id, err := s.resolve(ctx, in)
 	if err != nil {
 		return nil, err
@@ -193,7 +197,7 @@ func (s *Server) getDependencies(ctx context.Context, in *resourcePath) (*bodyOu
 	return &bodyOutput[Dependencies]{Body: d}, nil
 }
 
-func (s *Server) getGraph(ctx context.Context, in *resourcePath) (*bodyOutput[store.Graph], error) {
+func (s *Server) getGraph(ctx context.Context, in *ResourcePath) (*bodyOutput[store.Graph], error) {
 	id, err := s.resolve(ctx, in)
 	if err != nil {
 		return nil, err

@@ -230,13 +230,23 @@ type ChangeEvent struct {
 // timeout would cut a stream that outlives it: each write moves the
 // connection's write deadline writeTimeout on instead, so only a client
 // that stops reading loses its stream.
-func (h *EventHub) handler(writeTimeout time.Duration) fiber.Handler {
-	return func(c *fiber.Ctx) error { return h.serve(c, writeTimeout) }
+// handler serves the stream. namespace checks its one parameter,
+// ?namespace= (a namespace or *, as a list takes it): an event names
+// topics, never objects, so every namespace's stream carries the same
+// events, and the page re-reads its namespace's objects through the API.
+func (h *EventHub) handler(writeTimeout time.Duration, namespace func(context.Context, string) (string, *Problem)) fiber.Handler {
+	return func(c *fiber.Ctx) error { return h.serve(c, writeTimeout, namespace) }
 }
 
-func (h *EventHub) serve(c *fiber.Ctx, writeTimeout time.Duration) error {
-	for k := range c.Request().URI().QueryArgs().All() {
+func (h *EventHub) serve(c *fiber.Ctx, writeTimeout time.Duration, namespace func(context.Context, string) (string, *Problem)) error {
+	for k, v := range c.Request().URI().QueryArgs().All() {
 		name := string(k)
+		if name == "namespace" {
+			if _, p := namespace(c.UserContext(), string(v)); p != nil {
+				return writeProblem(c, p)
+			}
+			continue
+		}
 		return writeProblem(c, newProblem(http.StatusUnprocessableEntity, typeInvalid, "query."+name+" is not a parameter of this route",
 			ProblemError{Location: "query." + name, Message: "unknown query parameter"}))
 	}

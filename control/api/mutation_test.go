@@ -340,6 +340,7 @@ const (
 	  "secret":"whsec_WlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlo="}`
 	opApply   = `{"verb":"snapshot","input":{"label":"a"}}`
 	sinkApply = `{"name":"alerts","sink_type":"sqs","target":"https://sqs.eu-west-1.amazonaws.com/123456789012/alerts","event_types":["resource.failed"],"kinds":["box"]}`
+	nsApply   = `{"labels":{"owner":"a"},"max_objects":100,"max_in_flight":10}`
 )
 
 // restore puts back the objects the seeds name, after a request that
@@ -350,6 +351,7 @@ func (m *mutator) restore() {
 	for _, w := range []request{
 		{method: http.MethodPut, path: "/api/v1/kinds/box/manifest", body: []byte(boxManifest)},
 		{method: http.MethodPut, path: "/api/v1/kinds/sink/manifest", body: []byte(sinkManifest)},
+		{method: http.MethodPut, path: "/api/v1/namespaces/team", body: []byte(nsApply)},
 		{method: http.MethodPost, path: "/api/v1/resources", body: []byte(boxApply)},
 		{method: http.MethodPost, path: "/api/v1/resources/box/b1/unquarantine"},
 		{method: http.MethodPost, path: "/api/v1/providerconfigs", body: []byte(pcApply)},
@@ -400,6 +402,7 @@ var seedBodies = map[string]string{
 	"POST /api/v1/reactor-bindings":                      bindApply,
 	"POST /api/v1/endpoints":                             epApply,
 	"POST /api/v1/alert-sinks":                           sinkApply,
+	"PUT /api/v1/namespaces/{name}":                      nsApply,
 	"POST /api/v1/resources/{kind}/{name}/ops":           opApply,
 	"POST /api/v1/resources/{kind}/{name}/rollback":      `{"revision":1}`,
 }
@@ -473,6 +476,8 @@ func (m *mutator) fill(tmpl string) string {
 		name = "bind"
 	case strings.Contains(tmpl, "/alert-sinks/"):
 		name = "alerts"
+	case strings.Contains(tmpl, "/namespaces/"):
+		name = "team"
 	}
 	id := m.opID
 	if m.deliveryID != "" && strings.HasPrefix(tmpl, "/api/v1/deliveries/") {

@@ -306,6 +306,7 @@ func documentTags() []*huma.Tag {
 		{Name: "Endpoints", Description: "Provider endpoints the dispatcher delivers tasks to: their URLs, signing secrets and live health."},
 		{Name: "Deliveries", Description: "The delivery log: every attempt to deliver a task to an endpoint, and replaying one."},
 		{Name: "Alerts", Description: "Alert events (an endpoint disabled, a breaker opened or closed, a resource failed for good, a kind parked) and the sinks that deliver them: a signed webhook, SQS, SNS or EventBridge."},
+		{Name: "Namespaces", Description: "Namespaces group resources, provider configs, reactor bindings and endpoints; each may set quotas on its objects and in-flight tasks. Every operation on a namespaced object takes ?namespace= (omitted: default)."},
 		{Name: "Cluster", Description: "The running converge processes: role, shard range, load and heartbeat."},
 		{Name: "Health", Description: "Liveness, readiness and the build version."},
 	}

@@ -196,7 +196,7 @@ func TestLaterRoutesShareTheProblemModel(t *testing.T) {
 				if p.Name == "huma" {
 					return nil, huma.Error404NotFound("no events")
 				}
-				_, err := st.GetResource(ctx, p.Kind, p.Name)
+				_, err := st.GetResource(ctx, "", p.Kind, p.Name)
 				return nil, srv.ErrorFor(ctx, err, "path")
 			})
 	})

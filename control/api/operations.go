@@ -40,28 +40,24 @@ type RollbackRequest struct {
 }
 
 type resourceBodyInput struct {
-	Kind    string `path:"kind" doc:"The kind." example:"vpc"`
-	Name    string `path:"name" doc:"The resource name." example:"sample-vpc"`
+	ResourcePath
 	RawBody []byte
 }
 
 type listOperationsInput struct {
-	Kind   string `path:"kind" doc:"The kind."`
-	Name   string `path:"name" doc:"The resource name."`
+	ResourcePath
 	Limit  int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"At most this many, newest first. A page may end earlier, at the server's byte budget."`
 	Cursor string `query:"cursor" doc:"The next_cursor of the previous page."`
 }
 
 type specHistoryInput struct {
-	Kind   string `path:"kind" doc:"The kind."`
-	Name   string `path:"name" doc:"The resource name."`
+	ResourcePath
 	Cursor string `query:"cursor" doc:"The next_cursor of the previous page."`
 }
 
 type operationPath struct {
-	Kind string `path:"kind" doc:"The kind."`
-	Name string `path:"name" doc:"The resource name."`
-	ID   string `path:"id" doc:"The operation id."`
+	ResourcePath
+	ID string `path:"id" doc:"The operation id."`
 }
 
 func (s *Server) registerOperations() {
@@ -110,7 +106,11 @@ func (s *Server) invokeOperation(ctx context.Context, in *resourceBodyInput) (*b
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
 	}
-	op, err := s.store.CreateOperation(ctx, in.Kind, in.Name, b.Verb, b.Input)
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	op, err := s.store.CreateOperation(ctx, ns, in.Kind, in.Name, b.Verb, b.Input)
 	if err != nil {
 		p := s.problemFor(ctx, err, problemOpts{doc: b.Input, value: func(f string) any {
 			if f == "verb" {
@@ -129,7 +129,11 @@ func (s *Server) invokeOperation(ctx context.Context, in *resourceBodyInput) (*b
 }
 
 func (s *Server) listOperations(ctx context.Context, in *listOperationsInput) (*pageOutput[OperationList], error) {
-	page, err := s.store.ListOperations(ctx, store.ListOperationsParams{Kind: in.Kind, Name: in.Name, Limit: in.Limit,
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	page, err := s.store.ListOperations(ctx, store.ListOperationsParams{Namespace: ns, Kind: in.Kind, Name: in.Name, Limit: in.Limit,
 		MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor})
 	if err != nil {
 		return nil, s.problemFor(ctx, err, pageProblem(in.Cursor))
@@ -149,7 +153,11 @@ func pageProblem(cursor string) problemOpts {
 }
 
 func (s *Server) getOperation(ctx context.Context, in *operationPath) (*bodyOutput[store.Operation], error) {
-	op, err := s.store.GetOperation(ctx, in.Kind, in.Name, in.ID)
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	op, err := s.store.GetOperation(ctx, ns, in.Kind, in.Name, in.ID)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
@@ -157,7 +165,11 @@ func (s *Server) getOperation(ctx context.Context, in *operationPath) (*bodyOutp
 }
 
 func (s *Server) cancelOperation(ctx context.Context, in *operationPath) (*bodyOutput[store.Operation], error) {
-	op, err := s.store.CancelOperation(ctx, in.Kind, in.Name, in.ID)
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	op, err := s.store.CancelOperation(ctx, ns, in.Kind, in.Name, in.ID)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
@@ -165,7 +177,11 @@ func (s *Server) cancelOperation(ctx context.Context, in *operationPath) (*bodyO
 }
 
 func (s *Server) specHistory(ctx context.Context, in *specHistoryInput) (*pageOutput[SpecHistory], error) {
-	page, err := s.store.SpecHistory(ctx, store.SpecHistoryParams{Kind: in.Kind, Name: in.Name, MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor})
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	page, err := s.store.SpecHistory(ctx, store.SpecHistoryParams{Namespace: ns, Kind: in.Kind, Name: in.Name, MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor})
 	if err != nil {
 		return nil, s.problemFor(ctx, err, pageProblem(in.Cursor))
 	}
@@ -191,7 +207,11 @@ func (s *Server) rollback(ctx context.Context, in *resourceBodyInput) (*applyOut
 		return nil, newProblem(http.StatusUnprocessableEntity, typeInvalid, "body.revision "+msg,
 			ProblemError{Location: "body.revision", Message: msg, Value: val})
 	}
-	r, res, err := s.store.Rollback(ctx, in.Kind, in.Name, rev)
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	r, res, err := s.store.Rollback(ctx, ns, in.Kind, in.Name, rev)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{value: func(f string) any {
 			if f == "revision" {

@@ -38,6 +38,7 @@ const (
 	typeBreakingChange            = problem.TypeBreakingChange
 	typeUnauthorized              = problem.TypeUnauthorized
 	typeForbidden                 = problem.TypeForbidden
+	typeQuotaExceeded             = problem.TypeQuotaExceeded
 	typeTooLarge                  = problem.TypeTooLarge
 	typeHeadersTooLarge           = problem.TypeHeadersTooLarge
 	typeUnsupportedMediaType      = problem.TypeUnsupportedMediaType
@@ -214,6 +215,7 @@ func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Prob
 		ie  *store.InvalidError
 		nfe *store.NotFoundError
 		pce *store.PreconditionError
+		qe  *store.QuotaError
 		pe  *pgconn.PgError
 	)
 	switch {
@@ -221,6 +223,8 @@ func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Prob
 		return p
 	case errors.As(err, &pce):
 		return versionProblem(pce, o.version)
+	case errors.As(err, &qe):
+		return quotaProblem(qe)
 	case errors.As(err, &de):
 		return documentProblem(de, o)
 	case errors.As(err, &be):
@@ -248,6 +252,10 @@ func (s *Server) problemFor(ctx context.Context, err error, o problemOpts) *Prob
 			ProblemError{Location: loc, Message: ie.Message, Value: echo(ie.Location)})
 	case errors.As(err, &nfe):
 		p := newProblem(http.StatusNotFound, typeNotFound, nfe.Message)
+		if nfe.Location == "namespace" {
+			// Every operation names its namespace in the query.
+			return namespaceNotFound(nfe.Message, echo(nfe.Location))
+		}
 		if nfe.Location != "" {
 			p.Errors = append(p.Errors, ProblemError{Location: o.in.locate(nfe.Location), Message: nfe.Message, Value: echo(nfe.Location)})
 		}

@@ -13,7 +13,8 @@ import (
 
 // ProviderConfigApply is the body of POST /providerconfigs.
 type ProviderConfigApply struct {
-	Name        string          `json:"name" doc:"Globally unique; one name is one (kind, kind_version)." example:"vpc-v1-default"`
+	Name        string          `json:"name" doc:"Unique across every namespace; one name is one (kind, kind_version)." example:"vpc-v1-default"`
+	Namespace   string          `json:"namespace,omitempty" doc:"The namespace; when sent it must equal ?namespace= (omitted: default). A default (is_default) lives in default." example:"default"`
 	Kind        string          `json:"kind" doc:"The consumer kind." example:"vpc"`
 	KindVersion versionField    `json:"kind_version"`
 	IsDefault   bool            `json:"is_default,omitempty" doc:"Make this the default of its (kind, kind_version); at most one."`
@@ -35,14 +36,28 @@ type applyInput struct {
 	RawBody []byte
 }
 
+// nsApplyInput is applyInput of a namespaced object.
+type nsApplyInput struct {
+	NamespaceQuery
+	Conditional
+	RawBody []byte
+}
+
 type namePath struct {
 	Name string `path:"name" doc:"The object's name."`
 }
 
-// deleteByNameInput is the input of a delete by name that may be
-// conditional (If-Match).
-type deleteByNameInput struct {
+// NamespacedName addresses a namespaced object by name: its name in the
+// path, its namespace in the query.
+type NamespacedName struct {
 	Name string `path:"name" doc:"The object's name."`
+	NamespaceQuery
+}
+
+// deleteByNameInput is the input of a delete of a namespaced object by
+// name that may be conditional (If-Match).
+type deleteByNameInput struct {
+	NamespacedName
 	Conditional
 }
 
@@ -53,6 +68,7 @@ type ProviderConfigList struct {
 }
 
 type listProviderConfigsInput struct {
+	NamespacesQuery
 	Kind        string `query:"kind" doc:"Only this kind."`
 	KindVersion int    `query:"kind_version" minimum:"1" maximum:"32767" doc:"Only this kind version."`
 	Default     string `query:"default" enum:"true,false" doc:"true: only defaults; false: only overrides."`
@@ -84,9 +100,16 @@ func (s *Server) registerProviderConfigs() {
 	}, nil, s.deleteProviderConfig)
 }
 
-func (s *Server) applyProviderConfig(ctx context.Context, in *applyInput) (*applyOutput[store.ProviderConfig], error) {
+func (s *Server) applyProviderConfig(ctx context.Context, in *nsApplyInput) (*applyOutput[store.ProviderConfig], error) {
 	var b providerConfigApplyBody
 	if p := decodeBody(in.RawBody, &b); p != nil {
+		return nil, p
+	}
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	if p := bodyNamespace("body.namespace", b.Namespace, ns); p != nil {
 		return nil, p
 	}
 	version, p := b.KindVersion.value("body.kind_version")
@@ -100,7 +123,7 @@ func (s *Server) applyProviderConfig(ctx context.Context, in *applyInput) (*appl
 	if p != nil {
 		return nil, p
 	}
-	params := store.PutProviderConfigParams{Name: b.Name, Kind: b.Kind, KindVersion: version, IsDefault: b.IsDefault,
+	params := store.PutProviderConfigParams{Namespace: ns, Name: b.Name, Kind: b.Kind, KindVersion: version, IsDefault: b.IsDefault,
 		Spec: b.Spec, Data: b.Data, Precondition: pre.Precondition}
 	c, res, err := s.store.PutProviderConfig(ctx, params)
 	if err != nil {
@@ -112,6 +135,8 @@ func (s *Server) applyProviderConfig(ctx context.Context, in *applyInput) (*appl
 				return params.Kind
 			case "kind_version":
 				return params.KindVersion
+			case "is_default":
+				return params.IsDefault
 			}
 			return nil
 		}})
@@ -140,7 +165,11 @@ func configSpecProblem(spec json.RawMessage) *Problem {
 }
 
 func (s *Server) listProviderConfigs(ctx context.Context, in *listProviderConfigsInput) (*pageOutput[ProviderConfigList], error) {
-	params := store.ListProviderConfigsParams{Kind: in.Kind, KindVersion: in.KindVersion, Limit: in.Limit,
+	ns, p := s.namespaces(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	params := store.ListProviderConfigsParams{Namespace: ns, Kind: in.Kind, KindVersion: in.KindVersion, Limit: in.Limit,
 		MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor}
 	if in.Default != "" {
 		d := in.Default == "true"
@@ -154,8 +183,12 @@ func (s *Server) listProviderConfigs(ctx context.Context, in *listProviderConfig
 		Body: ProviderConfigList{Items: page.Items, NextCursor: page.NextCursor}}, nil
 }
 
-func (s *Server) getProviderConfig(ctx context.Context, in *namePath) (*versionedOutput[store.ProviderConfig], error) {
-	c, err := s.store.GetProviderConfig(ctx, in.Name)
+func (s *Server) getProviderConfig(ctx context.Context, in *NamespacedName) (*versionedOutput[store.ProviderConfig], error) {
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	c, err := s.store.GetProviderConfig(ctx, ns, in.Name)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}

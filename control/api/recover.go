@@ -34,6 +34,7 @@ type RecoverResult struct {
 }
 
 type recoverInput struct {
+	NamespaceQuery
 	RawBody []byte
 }
 
@@ -41,7 +42,7 @@ func (s *Server) registerRecover() {
 	register(s, huma.Operation{
 		OperationID: "reconcile-resources", Method: http.MethodPost, Path: recoverPath, Tags: []string{"Resources"},
 		Summary: "Re-drive the resources that failed since a time",
-		Description: "Selects the resources in phase (Failed by default) that entered it at or after since, by kind and label " +
+		Description: "Selects the resources of the namespace (?namespace=, default when omitted) in phase (Failed by default) that entered it at or after since, by kind and label " +
 			"selector, at most limit of them oldest first, and reconciles each as POST /resources/{kind}/{name}/reconcile does: " +
 			"a new claim on its current spec (a terminal failure is lifted and scheduled anew, a queued retry runs now with its " +
 			"attempts reset), never a resend of an old request. Each re-driven resource's events get reconcile_requested and recovered (naming the phase and since), one pair per resource. " +
@@ -57,7 +58,11 @@ func (s *Server) recoverResources(ctx context.Context, in *recoverInput) (*bodyO
 	if p := decodeBody(in.RawBody, &b); p != nil {
 		return nil, p
 	}
-	params := store.RecoverParams{Kind: b.Kind, Phase: model.Phase(b.Phase), Limit: b.Limit}
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	params := store.RecoverParams{Namespace: ns, Kind: b.Kind, Phase: model.Phase(b.Phase), Limit: b.Limit}
 	if b.Phase != "" && b.Phase != string(model.PhaseFailed) && b.Phase != string(model.PhaseDegraded) {
 		return nil, malformed("body.phase", "must be Failed or Degraded", b.Phase)
 	}

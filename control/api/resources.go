@@ -16,13 +16,14 @@ import (
 // ResourceApply is the body of POST /resources: a resource as its owner
 // declares it, keyed by (kind, name).
 type ResourceApply struct {
+	Namespace   string          `json:"namespace,omitempty" doc:"The namespace; when sent it must equal ?namespace= (omitted: default)." example:"default"`
 	Kind        string          `json:"kind" doc:"The kind." example:"vpc"`
 	KindVersion versionField    `json:"kind_version"`
 	Name        string          `json:"name" doc:"Unique within the kind: 1-253 of [A-Za-z0-9._-], starting and ending alphanumeric." example:"sample-vpc"`
 	Labels      labelsField     `json:"labels,omitempty"`
 	Spec        json.RawMessage `json:"spec,omitempty" doc:"The desired state, a JSON object validated against the kind version's spec_schema. Omitted = {}."`
 	// ProviderConfigRef attaches a provider config of the same kind version.
-	ProviderConfigRef string `json:"provider_config_ref,omitempty" doc:"A provider config of the same (kind, kind_version) overriding the default."`
+	ProviderConfigRef string `json:"provider_config_ref,omitempty" doc:"A provider config of the same (kind, kind_version), in the resource's namespace or in default, overriding the default."`
 	// ResourceVersion, when sent, makes the apply conditional on it.
 	ResourceVersion int64 `json:"resource_version,omitempty" doc:"The resource_version the change was made from (a GET's): the apply is refused with 409, and changes nothing, when the resource has been written since. Omitted = apply whatever the version."`
 }
@@ -33,19 +34,22 @@ type resourceApplyBody struct {
 }
 
 type applyResourceInput struct {
+	NamespaceQuery
 	Conditional
 	RawBody []byte
 }
 
 type deleteResourceInput struct {
-	Kind string `path:"kind" doc:"The kind." example:"vpc"`
-	Name string `path:"name" doc:"The resource name." example:"sample-vpc"`
+	ResourcePath
 	Conditional
 }
 
-type resourcePath struct {
+// ResourcePath addresses a resource: its kind and name in the path, its
+// namespace in the query.
+type ResourcePath struct {
 	Kind string `path:"kind" doc:"The kind." example:"vpc"`
 	Name string `path:"name" doc:"The resource name." example:"sample-vpc"`
+	NamespaceQuery
 }
 
 // ResourceList is one page of GET /resources.
@@ -93,6 +97,7 @@ func parseFields(s string) (store.ResourceFields, *Problem) {
 }
 
 type listResourcesInput struct {
+	NamespacesQuery
 	Kind          string   `query:"kind" doc:"Only this kind."`
 	KindVersion   int      `query:"kind_version" minimum:"1" maximum:"32767" doc:"Only this kind version."`
 	Phase         []string `query:"phase,explode" doc:"Only these phases; repeat to union: ?phase=Failed&phase=Degraded. One of Deleting, Quarantined, Failed, Orphaned, Degraded, Ready, Reconciling."`
@@ -144,6 +149,14 @@ func (s *Server) applyResource(ctx context.Context, in *applyResourceInput) (*ap
 	if p != nil {
 		return nil, p
 	}
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	if p := bodyNamespace("body.namespace", params.Namespace, ns); p != nil {
+		return nil, p
+	}
+	params.Namespace = ns
 	pre, p := conditionOf(in.IfMatch, params.Precondition)
 	if p != nil {
 		return nil, p
@@ -176,7 +189,7 @@ func parseResourceApply(raw []byte) (store.ApplyResourceParams, *Problem) {
 	if p != nil {
 		return store.ApplyResourceParams{}, p
 	}
-	return store.ApplyResourceParams{Kind: b.Kind, KindVersion: version, Name: b.Name, Labels: labels,
+	return store.ApplyResourceParams{Namespace: b.Namespace, Kind: b.Kind, KindVersion: version, Name: b.Name, Labels: labels,
 		Spec: b.Spec, ProviderConfigRef: b.ProviderConfigRef, Precondition: pre}, nil
 }
 
@@ -222,8 +235,12 @@ type ResourceView struct {
 // recentDeliveries bounds the deliveries a resource detail shows.
 const recentDeliveries = 10
 
-func (s *Server) getResource(ctx context.Context, in *resourcePath) (*versionedOutput[ResourceView], error) {
-	r, err := s.store.GetResource(ctx, in.Kind, in.Name)
+func (s *Server) getResource(ctx context.Context, in *ResourcePath) (*versionedOutput[ResourceView], error) {
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	r, err := s.store.GetResource(ctx, ns, in.Kind, in.Name)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path"})
 	}
@@ -242,7 +259,7 @@ func (s *Server) getResource(ctx context.Context, in *resourcePath) (*versionedO
 		}
 	}
 	if s.cfg.Endpoints != nil {
-		page, err := s.store.ListDeliveries(ctx, store.DeliveryFilter{Kind: r.Kind, Name: r.Name, ResourceID: r.ID, Failed: true, Limit: recentDeliveries})
+		page, err := s.store.ListDeliveries(ctx, store.DeliveryFilter{Namespace: ns, Kind: r.Kind, Name: r.Name, ResourceID: r.ID, Failed: true, Limit: recentDeliveries})
 		if err != nil {
 			return nil, s.problemFor(ctx, err, problemOpts{})
 		}
@@ -263,7 +280,11 @@ func (s *Server) listResources(ctx context.Context, in *listResourcesInput) (*pa
 	if p != nil {
 		return nil, p
 	}
-	params := store.ListResourcesParams{Kind: in.Kind, KindVersion: in.KindVersion, Selector: selector,
+	ns, p := s.namespaces(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	params := store.ListResourcesParams{Namespace: ns, Kind: in.Kind, KindVersion: in.KindVersion, Selector: selector,
 		OwnerID: in.Owner, NamePrefix: in.NamePrefix, Failure: in.Failure, Fields: fields, Limit: in.Limit,
 		MaxBytes: s.cfg.ListPageBytes, Cursor: in.Cursor}
 	for _, ph := range in.Phase {
@@ -298,7 +319,11 @@ func (s *Server) deleteResource(ctx context.Context, in *deleteResourceInput) (*
 	if p != nil {
 		return nil, p
 	}
-	r, err := s.store.DeleteResource(ctx, in.Kind, in.Name, pre.Precondition)
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	r, err := s.store.DeleteResource(ctx, ns, in.Kind, in.Name, pre.Precondition)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path", version: pre.in})
 	}

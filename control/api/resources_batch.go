@@ -50,6 +50,7 @@ type ResourceBatchResult struct {
 }
 
 type applyBatchInput struct {
+	NamespaceQuery
 	ContentType string `header:"Content-Type" hidden:"true"`
 	RawBody     []byte
 }
@@ -82,6 +83,10 @@ func (s *Server) applyResourceBatch(ctx context.Context, in *applyBatchInput) (*
 	if p != nil {
 		return nil, p
 	}
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
 	out := ResourceBatchResult{Results: make([]ResourceBatchItem, len(raws))}
 	params := make([]store.ApplyResourceParams, 0, len(raws))
 	at := make([]int, 0, len(raws)) // the item index of each params entry
@@ -89,6 +94,9 @@ func (s *Server) applyResourceBatch(ctx context.Context, in *applyBatchInput) (*
 		r := &out.Results[i]
 		r.Index = i
 		pr, p := parseResourceApply(raw)
+		if p == nil {
+			p = bodyNamespace("body.namespace", pr.Namespace, ns)
+		}
 		if p != nil {
 			var named struct{ Kind, Name any }
 			_ = json.Unmarshal(raw, &named) // best effort, to name the item
@@ -97,10 +105,10 @@ func (s *Server) applyResourceBatch(ctx context.Context, in *applyBatchInput) (*
 			r.Result, r.Errors = "invalid", itemErrors(p, i)
 			continue
 		}
-		r.Kind, r.Name = pr.Kind, pr.Name
+		r.Kind, r.Name, pr.Namespace = pr.Kind, pr.Name, ns
 		params, at = append(params, pr), append(at, i)
 	}
-	res, err := s.store.ApplyResources(ctx, params)
+	res, err := s.store.ApplyResources(ctx, ns, params)
 	if err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{})
 	}

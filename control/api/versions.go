@@ -83,15 +83,19 @@ func applyCondition(header string, v int64) (precondition, *Problem) {
 	return conditionOf(header, body)
 }
 
-// deleteNamed runs del, a store delete by name, under the condition of
-// in's If-Match.
+// deleteNamed runs del, a store delete by namespace and name, under the
+// condition of in's If-Match.
 func (s *Server) deleteNamed(ctx context.Context, in *deleteByNameInput,
-	del func(context.Context, string, store.Precondition) error) (*struct{}, error) {
+	del func(context.Context, string, string, store.Precondition) error) (*struct{}, error) {
 	pre, p := conditionOf(in.IfMatch, store.Precondition{})
 	if p != nil {
 		return nil, p
 	}
-	if err := del(ctx, in.Name, pre.Precondition); err != nil {
+	ns, p := s.namespace(ctx, in.Namespace)
+	if p != nil {
+		return nil, p
+	}
+	if err := del(ctx, ns, in.Name, pre.Precondition); err != nil {
 		return nil, s.problemFor(ctx, err, problemOpts{in: "path", version: pre.in})
 	}
 	return &struct{}{}, nil

@@ -318,7 +318,7 @@ func completionRacingAnApply(t *testing.T, named bool) {
 	if !enginetest.WaitForLockWait(t, db, done) {
 		t.Fatalf("the completion did not wait for the apply holding its resource: %v", <-done)
 	}
-	if _, err := apply.Exec(ctx, `SELECT schedule_applied('leaf', 'x')`); err != nil {
+	if _, err := apply.Exec(ctx, `SELECT schedule_applied('default', 'leaf', 'x')`); err != nil {
 		t.Fatalf("the apply's scheduling: %v", err)
 	}
 	if err := apply.Commit(ctx); err != nil {

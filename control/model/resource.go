@@ -33,6 +33,9 @@ var Phases = []Phase{PhaseDeleting, PhaseQuarantined, PhaseFailed, PhaseOrphaned
 // API too: an unlabelled resource has no "labels" (docs/api.md).
 type Resource struct {
 	webhooksdk.Resource
+	// Namespace is the namespace the resource belongs to ("default" unless
+	// it was created in another).
+	Namespace         string    `json:"namespace"`
 	OwnerID           string    `json:"owner_id,omitempty"`
 	ProviderConfigRef string    `json:"provider_config_ref,omitempty"`
 	SyncedGen         int64     `json:"synced_gen"`

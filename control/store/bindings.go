@@ -20,7 +20,8 @@ import (
 // labels contain LabelMatch), the engine runs Reactor's reactor reaction. It
 // is the only place a transition is named.
 type ReactorBinding struct {
-	Name      string `json:"name" db:"name" doc:"Unique, operator-chosen handle."`
+	Name      string `json:"name" db:"name" doc:"Unique (across every namespace), operator-chosen handle."`
+	Namespace string `json:"namespace" db:"namespace" doc:"The namespace the binding belongs to: it watches that namespace's resources only."`
 	WatchKind string `json:"watch_kind" db:"watch_kind" doc:"The kind whose transitions fire the binding."`
 	// WatchKindVersion limits the binding to one version of WatchKind; 0
 	// watches every version.
@@ -39,6 +40,8 @@ type ReactorBinding struct {
 
 // PutReactorBindingParams is a binding as an operator declares it.
 type PutReactorBindingParams struct {
+	// Namespace is the binding's namespace; "" is DefaultNamespace.
+	Namespace        string
 	Name             string
 	WatchKind        string
 	WatchKindVersion int
@@ -52,7 +55,7 @@ type PutReactorBindingParams struct {
 }
 
 // bindingCols are the columns of a ReactorBinding, named for its db tags.
-const bindingCols = `name, watch_kind, coalesce(watch_kind_version, 0)::int AS watch_kind_version, transition, reactor,
+const bindingCols = `name, namespace, watch_kind, coalesce(watch_kind_version, 0)::int AS watch_kind_version, transition, reactor,
        coalesce(reactor_version, 0)::int AS reactor_version, label_match, enabled, created_at, updated_at, resource_version`
 
 // rowToBinding scans bindingCols.
@@ -90,8 +93,8 @@ const (
 	bindingKindsSQL = `SELECT kind, kind_version::int, is_reactor FROM kind_manifest
  WHERE kind = $1 OR kind = $2 ORDER BY kind, kind_version FOR SHARE`
 	bindingUpsertSQL = `WITH up AS (
-    INSERT INTO reactor_bindings AS b (name, watch_kind, watch_kind_version, transition, reactor, reactor_version, label_match, enabled)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+    INSERT INTO reactor_bindings AS b (name, watch_kind, watch_kind_version, transition, reactor, reactor_version, label_match, enabled, namespace)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
     ON CONFLICT (name) DO UPDATE SET watch_kind = EXCLUDED.watch_kind, watch_kind_version = EXCLUDED.watch_kind_version,
         transition = EXCLUDED.transition, reactor = EXCLUDED.reactor, reactor_version = EXCLUDED.reactor_version,
         label_match = EXCLUDED.label_match, enabled = EXCLUDED.enabled, updated_at = clock_timestamp()
@@ -105,7 +108,10 @@ UNION ALL
 SELECT ` + bindingCols + `, 'unchanged' FROM reactor_bindings WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up)`
 )
 
-// PutReactorBinding creates or updates the binding p.Name. WatchKind must be
+// PutReactorBinding creates or updates the binding p.Name of namespace
+// p.Namespace, which watches the resources of that namespace only. Names are
+// unique across the plane: one another namespace holds is a *ConflictError
+// naming that namespace. WatchKind must be
 // a published work kind (at WatchKindVersion, if set), Reactor a published
 // reactor kind (at ReactorVersion, if set) other than WatchKind, and
 // Transition one of model.Transitions; otherwise *InvalidError names the
@@ -118,9 +124,13 @@ func (s *Store) PutReactorBinding(ctx context.Context, p PutReactorBindingParams
 	if labels == nil {
 		labels = map[string]string{}
 	}
+	p.Namespace = orDefault(p.Namespace)
 	var out bindingApplied
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := checkVersion(ctx, tx, p.Precondition, bindingWhat(p.Name), bindingVersionLock, p.Name); err != nil {
+			return err
+		}
+		if err := checkNameHolder(ctx, tx, bindingHolderSQL, "reactor binding", p.Name, p.Namespace); err != nil {
 			return err
 		}
 		kinds, err := pgrun.Collect(ctx, tx, pgx.RowToStructByName[bindingKind], bindingKindsSQL, p.WatchKind, p.Reactor)
@@ -149,8 +159,11 @@ func (s *Store) PutReactorBinding(ctx context.Context, p PutReactorBindingParams
 			return &InvalidError{Location: "reactor", Message: fmt.Sprintf("%s is not a reactor kind (its manifest must declare only a reactor reaction)", kindRef(p.Reactor, p.ReactorVersion))}
 		}
 		out, err = pgrun.CollectOne(ctx, tx, pgx.RowToStructByName[bindingApplied], bindingUpsertSQL, p.Name, p.WatchKind,
-			nullVersion(p.WatchKindVersion), string(p.Transition), p.Reactor, nullVersion(p.ReactorVersion), labels, p.Enabled)
+			nullVersion(p.WatchKindVersion), string(p.Transition), p.Reactor, nullVersion(p.ReactorVersion), labels, p.Enabled, p.Namespace)
 		if err != nil {
+			if code, pe := pgCode(err); code == codeForeignKeyViolation && pe.ConstraintName == "reactor_bindings_namespace_fkey" {
+				return namespaceNotFound(p.Namespace)
+			}
 			if code, _ := pgCode(err); code == codeCheckViolation {
 				return &InvalidError{Location: "", Message: "the binding breaks a rule enforced by the database"}
 			}
@@ -203,11 +216,15 @@ func kindRef(kind string, version int) string {
 	return fmt.Sprintf("%s/%d", kind, version)
 }
 
-const bindingGetSQL = `SELECT ` + bindingCols + ` FROM reactor_bindings WHERE name = $1`
+const bindingGetSQL = `SELECT ` + bindingCols + ` FROM reactor_bindings WHERE name = $1 AND namespace = $2`
 
-// GetReactorBinding returns the binding name, or a *NotFoundError.
-func (s *Store) GetReactorBinding(ctx context.Context, name string) (ReactorBinding, error) {
-	b, err := pgrun.CollectOne(ctx, s.reader(ctx), rowToBinding, bindingGetSQL, name)
+// bindingHolderSQL locks a binding by name and reads its namespace.
+const bindingHolderSQL = `SELECT namespace FROM reactor_bindings WHERE name = $1 FOR UPDATE`
+
+// GetReactorBinding returns the binding name of namespace ns ("" is
+// DefaultNamespace), or a *NotFoundError.
+func (s *Store) GetReactorBinding(ctx context.Context, ns, name string) (ReactorBinding, error) {
+	b, err := pgrun.CollectOne(ctx, s.reader(ctx), rowToBinding, bindingGetSQL, name, orDefault(ns))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ReactorBinding{}, bindingNotFound(name)
 	}
@@ -224,12 +241,16 @@ func bindingNotFound(name string) error {
 // ListReactorBindingsParams filters ListReactorBindings. Zero values do not
 // filter.
 type ListReactorBindingsParams struct {
+	// Namespace keeps one namespace's bindings ("" is DefaultNamespace);
+	// AllNamespaces keeps every namespace's.
+	Namespace string
 	WatchKind string
 	Reactor   string
 }
 
 const bindingListSQL = `SELECT ` + bindingCols + ` FROM reactor_bindings
- WHERE ($1::text IS NULL OR watch_kind = $1) AND ($2::text IS NULL OR reactor = $2) ORDER BY name`
+ WHERE ($1::text IS NULL OR watch_kind = $1) AND ($2::text IS NULL OR reactor = $2) AND ($3 = '*' OR namespace = $3)
+ ORDER BY name`
 
 // ListReactorBindings returns the bindings by name. Bindings are operator
 // wiring, few by nature, so the list is not paginated.
@@ -241,7 +262,7 @@ func (s *Store) ListReactorBindings(ctx context.Context, p ListReactorBindingsPa
 	if p.Reactor != "" {
 		reactor = p.Reactor
 	}
-	out, err := pgrun.Collect(ctx, s.reader(ctx), rowToBinding, bindingListSQL, watch, reactor)
+	out, err := pgrun.Collect(ctx, s.reader(ctx), rowToBinding, bindingListSQL, watch, reactor, orDefault(p.Namespace))
 	if err != nil {
 		return nil, fmt.Errorf("list reactor bindings: %w", err)
 	}
@@ -251,14 +272,15 @@ func (s *Store) ListReactorBindings(ctx context.Context, p ListReactorBindingsPa
 	return out, nil
 }
 
-const bindingDeleteSQL = `DELETE FROM reactor_bindings WHERE name = $1`
+const bindingDeleteSQL = `DELETE FROM reactor_bindings WHERE name = $1 AND namespace = $2`
 
-// DeleteReactorBinding deletes the binding name, or returns a *NotFoundError,
-// or a *PreconditionError when pre does not hold.
-func (s *Store) DeleteReactorBinding(ctx context.Context, name string, pre Precondition) error {
+// DeleteReactorBinding deletes the binding name of namespace ns ("" is
+// DefaultNamespace), or returns a *NotFoundError, or a *PreconditionError
+// when pre does not hold.
+func (s *Store) DeleteReactorBinding(ctx context.Context, ns, name string, pre Precondition) error {
 	var deleted bool
 	err := s.writeIf(ctx, pre, bindingWhat(name), bindingVersionLock, []any{name}, func(q writer) error {
-		tag, err := q.Exec(ctx, bindingDeleteSQL, name)
+		tag, err := q.Exec(ctx, bindingDeleteSQL, name, orDefault(ns))
 		deleted = tag.RowsAffected() > 0
 		return err
 	})

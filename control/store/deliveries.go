@@ -52,9 +52,12 @@ var DeliveryClassifications = []string{ // a constant table
 // DeliveryResource is the resource an attempt was for, as it was named
 // then.
 type DeliveryResource struct {
-	ID   string `json:"id,omitempty"`
-	Kind string `json:"kind,omitempty"`
-	Name string `json:"name,omitempty"`
+	ID string `json:"id,omitempty"`
+	// Namespace is the resource's namespace. RecordDeliveries looks it up
+	// by ID when it is "".
+	Namespace string `json:"namespace,omitempty"`
+	Kind      string `json:"kind,omitempty"`
+	Name      string `json:"name,omitempty"`
 }
 
 // Delivery is one attempt of the delivery log: a task sent to an endpoint
@@ -80,15 +83,18 @@ type Delivery struct {
 }
 
 // deliveriesRecordSQL appends attempts in input order. Rows of an endpoint
-// deleted meanwhile are dropped.
+// deleted meanwhile are dropped. A row with no namespace takes its
+// resource's (a probe of its primary key, which coalesce skips for a row
+// that has one), or the default one when the resource is gone.
 const deliveriesRecordSQL = `INSERT INTO endpoint_deliveries (endpoint, at, task_id, resource_id, kind, name, task_type, action,
-        claim_epoch, attempt, http_status, latency_ms, classification, excerpt)
+        claim_epoch, attempt, http_status, latency_ms, classification, excerpt, namespace)
 SELECT x.endpoint, x.at, x.task_id, x.resource_id, x.kind, x.name, x.task_type, x.action,
-       x.claim_epoch, x.attempt, x.http_status, x.latency_ms, x.classification, x.excerpt
+       x.claim_epoch, x.attempt, x.http_status, x.latency_ms, x.classification, x.excerpt,
+       coalesce(nullif(x.namespace, ''), (SELECT r.namespace FROM resources r WHERE r.id = x.resource_id), '` + DefaultNamespace + `')
   FROM unnest($1::text[], $2::timestamptz[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::text[], $8::text[],
-              $9::bigint[], $10::int[], $11::int[], $12::int[], $13::text[], $14::text[])
+              $9::bigint[], $10::int[], $11::int[], $12::int[], $13::text[], $14::text[], $15::text[])
        WITH ORDINALITY AS x(endpoint, at, task_id, resource_id, kind, name, task_type, action,
-                            claim_epoch, attempt, http_status, latency_ms, classification, excerpt, ord)
+                            claim_epoch, attempt, http_status, latency_ms, classification, excerpt, namespace, ord)
  WHERE EXISTS (SELECT 1 FROM endpoints e WHERE e.name = x.endpoint)
  ORDER BY x.ord`
 
@@ -100,16 +106,17 @@ SELECT x.endpoint, x.at, x.task_id, x.resource_id, x.kind, x.name, x.task_type, 
 // the dispatcher's batches, whose rows are all named, go without it: it
 // cost them a third of the insert.
 const deliveriesLookupSQL = `INSERT INTO endpoint_deliveries (endpoint, at, task_id, resource_id, kind, name, task_type, action,
-        claim_epoch, attempt, http_status, latency_ms, classification, excerpt)
+        claim_epoch, attempt, http_status, latency_ms, classification, excerpt, namespace)
 SELECT x.endpoint, x.at, x.task_id, x.resource_id, coalesce(f.kind, x.kind), coalesce(f.name, x.name),
        CASE WHEN x.task_type = '' AND f.verb IS NOT NULL THEN 'operate' ELSE x.task_type END,
        CASE WHEN x.action = '' THEN coalesce(f.verb, '') ELSE x.action END,
-       x.claim_epoch, x.attempt, x.http_status, x.latency_ms, x.classification, x.excerpt
+       x.claim_epoch, x.attempt, x.http_status, x.latency_ms, x.classification, x.excerpt,
+       coalesce(nullif(x.namespace, ''), f.namespace, (SELECT r.namespace FROM resources r WHERE r.id = x.resource_id), '` + DefaultNamespace + `')
   FROM unnest($1::text[], $2::timestamptz[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::text[], $8::text[],
-              $9::bigint[], $10::int[], $11::int[], $12::int[], $13::text[], $14::text[])
+              $9::bigint[], $10::int[], $11::int[], $12::int[], $13::text[], $14::text[], $15::text[])
        WITH ORDINALITY AS x(endpoint, at, task_id, resource_id, kind, name, task_type, action,
-                            claim_epoch, attempt, http_status, latency_ms, classification, excerpt, ord)
-  LEFT JOIN LATERAL (SELECT r.kind, r.name, (SELECT o.verb FROM resource_operations o WHERE o.id = x.task_id) AS verb
+                            claim_epoch, attempt, http_status, latency_ms, classification, excerpt, namespace, ord)
+  LEFT JOIN LATERAL (SELECT r.kind, r.name, r.namespace, (SELECT o.verb FROM resource_operations o WHERE o.id = x.task_id) AS verb
                        FROM resources r WHERE x.name = '' AND r.id = x.resource_id) f ON true
  WHERE EXISTS (SELECT 1 FROM endpoints e WHERE e.name = x.endpoint)
  ORDER BY x.ord`
@@ -140,6 +147,7 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []Delivery) error {
 		lats        = make([]int32, n)
 		classes     = make([]string, n)
 		excerpts    = make([]string, n)
+		nss         = make([]string, n)
 	)
 	now := time.Now()
 	sql := deliveriesRecordSQL
@@ -154,7 +162,7 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []Delivery) error {
 		if ats[i].IsZero() {
 			ats[i] = now
 		}
-		res[i] = d.Resource.ID
+		res[i], nss[i] = d.Resource.ID, d.Resource.Namespace
 		if d.HTTPStatus != 0 {
 			st := int32(d.HTTPStatus)
 			statuses[i] = &st
@@ -164,7 +172,7 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []Delivery) error {
 		excerpts[i] = excerpt(d.Excerpt, DeliveryExcerptMax)
 	}
 	if _, err := s.pool.Exec(ctx, sql, eps, ats, pgrun.UUIDArray(tasks), pgrun.UUIDArray(res), kinds, names, types, actions,
-		claimEpochs, attempts, statuses, lats, classes, excerpts); err != nil {
+		claimEpochs, attempts, statuses, lats, classes, excerpts, nss); err != nil {
 		return fmt.Errorf("record deliveries: %w", err)
 	}
 	return nil
@@ -186,18 +194,21 @@ func excerpt(s string, n int) string {
 }
 
 // deliveryCols are the columns scanDelivery reads.
-const deliveryCols = `d.id, d.endpoint, d.at, coalesce(d.resource_id::text, ''), d.kind, d.name, d.task_id, d.task_type, d.action,
+const deliveryCols = `d.id, d.endpoint, d.at, coalesce(d.resource_id::text, ''), d.namespace, d.kind, d.name, d.task_id, d.task_type, d.action,
        d.claim_epoch, d.attempt, coalesce(d.http_status, 0), d.latency_ms, d.classification, d.failed, d.excerpt`
 
 func scanDelivery(row pgx.Row) (Delivery, error) {
 	var d Delivery
-	err := row.Scan(&d.ID, &d.Endpoint, &d.At, &d.Resource.ID, &d.Resource.Kind, &d.Resource.Name, &d.TaskID, &d.TaskType,
+	err := row.Scan(&d.ID, &d.Endpoint, &d.At, &d.Resource.ID, &d.Resource.Namespace, &d.Resource.Kind, &d.Resource.Name, &d.TaskID, &d.TaskType,
 		&d.Action, &d.ClaimEpoch, &d.Attempt, &d.HTTPStatus, &d.LatencyMS, &d.Classification, &d.Failed, &d.Excerpt)
 	return d, err
 }
 
 // DeliveryFilter selects one page of the delivery log, newest first.
 type DeliveryFilter struct {
+	// Namespace keeps the attempts for the resources of one namespace (""
+	// is DefaultNamespace); AllNamespaces keeps every namespace's.
+	Namespace string
 	// Endpoint keeps one endpoint's attempts.
 	Endpoint string
 	// Kind keeps one kind's attempts; with Name, one resource's, by the
@@ -235,6 +246,9 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (Page[Deli
 		arg = qa.add
 	)
 	q.WriteString(`SELECT ` + deliveryCols + ` FROM endpoint_deliveries d WHERE true`)
+	if ns := orDefault(f.Namespace); ns != AllNamespaces {
+		q.WriteString(` AND d.namespace = ` + arg(ns))
+	}
 	if f.Endpoint != "" {
 		q.WriteString(` AND d.endpoint = ` + arg(f.Endpoint))
 	}
@@ -408,7 +422,7 @@ func (s *Store) replayOperation(ctx context.Context, d Delivery) (*Operation, er
 	case err != nil:
 		return nil, fmt.Errorf("read the operation of delivery %d: %w", d.ID, err)
 	}
-	op, err := s.CreateOperation(ctx, d.Resource.Kind, d.Resource.Name, verb, input)
+	op, err := s.CreateOperation(ctx, d.Resource.Namespace, d.Resource.Kind, d.Resource.Name, verb, input)
 	if errors.Is(err, ErrNotFound) {
 		return nil, &ConflictError{Message: fmt.Sprintf("delivery %d cannot be replayed: %v", d.ID, err)}
 	}

@@ -28,7 +28,7 @@ func TestDeliveries(t *testing.T) {
 		INSERT INTO resources (kind, kind_version, name) VALUES ('leaf', 1, 'r1') RETURNING id`).Scan(&rid); err != nil {
 		t.Fatal(err)
 	}
-	res := store.DeliveryResource{ID: rid, Kind: "leaf", Name: "r1"}
+	res := store.DeliveryResource{ID: rid, Namespace: store.DefaultNamespace, Kind: "leaf", Name: "r1"}
 	task := func(i int) string { return fmt.Sprintf("00000000-0000-0000-0000-%012d", i) }
 	ds := []store.Delivery{
 		{Endpoint: "a", TaskID: task(1), Resource: res, TaskType: "reconcile", ClaimEpoch: 1, Attempt: 1, HTTPStatus: 200, LatencyMS: 2, Classification: "ok"},

@@ -24,7 +24,8 @@ import (
 // part of it: the secret is shown once, by CreateEndpoint, PutEndpoint (when
 // it creates) and RotateEndpointSecret.
 type Endpoint struct {
-	Name               string         `json:"name" db:"name" doc:"Unique name: letters, digits, '.', '_' or '-', at most 63."`
+	Name               string         `json:"name" db:"name" doc:"Unique name (across every namespace): letters, digits, '.', '_' or '-', at most 63."`
+	Namespace          string         `json:"namespace" db:"namespace" doc:"The namespace the endpoint belongs to. An endpoint of default also serves the namespaces that have no endpoint of their own for a kind."`
 	Kinds              []EndpointKind `json:"kinds" db:"kinds" doc:"The (kind, kind_version) pairs this endpoint serves."`
 	Target             EndpointTarget `json:"target" db:"target" doc:"Where tasks are delivered."`
 	Health             EndpointHealth `json:"health" db:"health" doc:"Readiness probing; without a URL the endpoint is ready for all its kinds while its circuit breaker is closed."`
@@ -126,10 +127,12 @@ type EndpointHealth struct {
 
 // PutEndpointParams is an endpoint as an operator declares it.
 type PutEndpointParams struct {
-	Name   string
-	Kinds  []EndpointKind
-	Target EndpointTarget
-	Health EndpointHealth
+	// Namespace is the endpoint's namespace; "" is DefaultNamespace.
+	Namespace string
+	Name      string
+	Kinds     []EndpointKind
+	Target    EndpointTarget
+	Health    EndpointHealth
 	// MaxConcurrency defaults to EndpointMaxConcurrencyDefault when 0.
 	MaxConcurrency int
 	// MaxBatch defaults to 1 (no batching) when 0.
@@ -164,7 +167,7 @@ var endpointNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-
 
 // endpointCols are the columns of an Endpoint, named for its db tags; the
 // jsonb columns (kinds, target, health) decode straight into their structs.
-const endpointCols = `name, kinds, target, health, max_concurrency, max_batch, request_timeout_secs, enabled, disabled_reason,
+const endpointCols = `name, namespace, kinds, target, health, max_concurrency, max_batch, request_timeout_secs, enabled, disabled_reason,
        CASE WHEN prev_secret_expires > now() THEN prev_secret_expires END AS secret_rotation_ends_at, created_at, updated_at,
        resource_version`
 
@@ -513,27 +516,36 @@ func newSealedSecret(ctx context.Context, box *SecretBox, name string, given End
 	return EndpointSecret(s), enc, nil
 }
 
-const endpointInsertSQL = `INSERT INTO endpoints (name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason, secret_enc, max_batch)
-VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7 THEN '' ELSE 'disabled by the operator' END, $8, $9)
+const endpointInsertSQL = `INSERT INTO endpoints (name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason, secret_enc, max_batch, namespace)
+VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7 THEN '' ELSE 'disabled by the operator' END, $8, $9, $10)
 RETURNING ` + endpointCols
 
-// CreateEndpoint registers a new endpoint and returns it with its freshly
-// generated signing secret, the only time the secret is returned. An existing
-// name is a *ConflictError; a bad field an *InvalidError.
+// CreateEndpoint registers a new endpoint in namespace p.Namespace and
+// returns it with its freshly generated signing secret, the only time the
+// secret is returned. An existing name (in any namespace) is a
+// *ConflictError; a bad field an *InvalidError.
 func (s *Store) CreateEndpoint(ctx context.Context, box *SecretBox, p PutEndpointParams) (Endpoint, EndpointSecret, error) {
 	if err := p.normalize(); err != nil {
 		return Endpoint{}, "", err
 	}
+	p.Namespace = orDefault(p.Namespace)
 	secret, enc, err := newSealedSecret(ctx, box, p.Name, p.Secret)
 	if err != nil {
 		return Endpoint{}, "", wrapUnlessTyped(err, "create endpoint %s", p.Name)
 	}
 	kinds, target, health := mustJSON(p.Kinds), mustJSON(p.Target), mustJSON(p.Health)
 	e, err := pgrun.CollectOne(ctx, s.pool, rowToEndpoint, endpointInsertSQL, p.Name, kinds, target, health,
-		p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch)
+		p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch, p.Namespace)
 	if err != nil {
-		if code, _ := pgCode(err); code == codeUniqueViolation {
+		code, pe := pgCode(err)
+		if code == codeUniqueViolation {
+			if e, gerr := s.GetEndpoint(ctx, p.Name); gerr == nil && e.Namespace != p.Namespace {
+				return Endpoint{}, "", nameTaken("endpoint", p.Name, e.Namespace)
+			}
 			return Endpoint{}, "", &ConflictError{Message: fmt.Sprintf("endpoint %q already exists", p.Name)}
+		}
+		if code == codeForeignKeyViolation && pe.ConstraintName == "endpoints_namespace_fkey" {
+			return Endpoint{}, "", namespaceNotFound(p.Namespace)
 		}
 		return Endpoint{}, "", fmt.Errorf("create endpoint %s: %w", p.Name, err)
 	}
@@ -541,8 +553,8 @@ func (s *Store) CreateEndpoint(ctx context.Context, box *SecretBox, p PutEndpoin
 }
 
 const endpointUpsertSQL = `WITH up AS (
-    INSERT INTO endpoints AS e (name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason, secret_enc, max_batch)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7 THEN '' ELSE 'disabled by the operator' END, $8, $9)
+    INSERT INTO endpoints AS e (name, kinds, target, health, max_concurrency, request_timeout_secs, enabled, disabled_reason, secret_enc, max_batch, namespace)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7 THEN '' ELSE 'disabled by the operator' END, $8, $9, $10)
     ON CONFLICT (name) DO UPDATE SET kinds = EXCLUDED.kinds, target = EXCLUDED.target, health = EXCLUDED.health,
         max_concurrency = EXCLUDED.max_concurrency, max_batch = EXCLUDED.max_batch, request_timeout_secs = EXCLUDED.request_timeout_secs,
         enabled = EXCLUDED.enabled,
@@ -557,7 +569,9 @@ SELECT ` + endpointCols + `, CASE WHEN inserted THEN 'created' ELSE 'configured'
 UNION ALL
 SELECT ` + endpointCols + `, 'unchanged' FROM endpoints WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up)`
 
-// PutEndpoint creates or updates the endpoint p.Name (the apply verb). When
+// PutEndpoint creates or updates the endpoint p.Name of namespace
+// p.Namespace (the apply verb); a name another namespace holds is a
+// *ConflictError naming that namespace. When
 // it creates, the returned secret is the new endpoint's signing secret (shown
 // this once); otherwise it is empty and the stored secret is untouched.
 // Re-applying an endpoint that the dispatcher disabled (410 Gone) with
@@ -570,10 +584,21 @@ func (s *Store) PutEndpoint(ctx context.Context, box *SecretBox, p PutEndpointPa
 	if err != nil {
 		return Endpoint{}, "", "", wrapUnlessTyped(err, "put endpoint %s", p.Name)
 	}
+	p.Namespace = orDefault(p.Namespace)
 	var a endpointApplied
-	err = s.writeIf(ctx, p.Precondition, endpointWhat(p.Name), endpointVersionLock, []any{p.Name}, func(q writer) (err error) {
-		a, err = pgrun.CollectOne(ctx, q, pgx.RowToStructByName[endpointApplied], endpointUpsertSQL, p.Name, mustJSON(p.Kinds),
-			mustJSON(p.Target), mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch)
+	err = s.inTx(ctx, func(tx pgx.Tx) (err error) {
+		if err := checkVersion(ctx, tx, p.Precondition, endpointWhat(p.Name), endpointVersionLock, p.Name); err != nil {
+			return err
+		}
+		if err := checkNameHolder(ctx, tx, endpointHolderSQL, "endpoint", p.Name, p.Namespace); err != nil {
+			return err
+		}
+		a, err = pgrun.CollectOne(ctx, tx, pgx.RowToStructByName[endpointApplied], endpointUpsertSQL, p.Name, mustJSON(p.Kinds),
+			mustJSON(p.Target), mustJSON(p.Health), p.MaxConcurrency, p.RequestTimeoutSecs, enabledOrDefault(p.Enabled), enc, p.MaxBatch,
+			p.Namespace)
+		if code, pe := pgCode(err); code == codeForeignKeyViolation && pe.ConstraintName == "endpoints_namespace_fkey" {
+			return namespaceNotFound(p.Namespace)
+		}
 		return err
 	})
 	if err != nil {
@@ -597,7 +622,12 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-// GetEndpoint returns the endpoint name, or a *NotFoundError.
+// endpointHolderSQL locks an endpoint by name and reads its namespace.
+const endpointHolderSQL = `SELECT namespace FROM endpoints WHERE name = $1 FOR UPDATE`
+
+// GetEndpoint returns the endpoint name, whichever its namespace (names are
+// unique across the plane; Endpoint.Namespace says which), or a
+// *NotFoundError.
 func (s *Store) GetEndpoint(ctx context.Context, name string) (Endpoint, error) {
 	e, err := pgrun.CollectOne(ctx, s.reader(ctx), rowToEndpoint, `SELECT `+endpointCols+` FROM endpoints WHERE name = $1`, name)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -609,10 +639,12 @@ func (s *Store) GetEndpoint(ctx context.Context, name string) (Endpoint, error) 
 	return e, nil
 }
 
-// ListEndpoints returns every endpoint by name. Endpoints are operator
-// wiring, few by nature, so the list is not paginated.
-func (s *Store) ListEndpoints(ctx context.Context) ([]Endpoint, error) {
-	out, err := pgrun.Collect(ctx, s.reader(ctx), rowToEndpoint, `SELECT `+endpointCols+` FROM endpoints ORDER BY name`)
+// ListEndpoints returns the endpoints of namespace ns ("" is
+// DefaultNamespace; AllNamespaces is every namespace's) by name. Endpoints
+// are operator wiring, few by nature, so the list is not paginated.
+func (s *Store) ListEndpoints(ctx context.Context, ns string) ([]Endpoint, error) {
+	out, err := pgrun.Collect(ctx, s.reader(ctx), rowToEndpoint,
+		`SELECT `+endpointCols+` FROM endpoints WHERE $1 = '*' OR namespace = $1 ORDER BY name`, orDefault(ns))
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}
@@ -622,14 +654,14 @@ func (s *Store) ListEndpoints(ctx context.Context) ([]Endpoint, error) {
 	return out, nil
 }
 
-// DeleteEndpoint deletes the endpoint name and its delivery log, or returns
-// a *NotFoundError. Deliveries in flight finish; no new ones start once the
+// DeleteEndpoint deletes the endpoint name of namespace ns ("" is
+// DefaultNamespace) and its delivery log, or returns a *NotFoundError. Deliveries in flight finish; no new ones start once the
 // dispatchers see the change. pre makes the delete conditional on the
 // endpoint's version (else *PreconditionError).
-func (s *Store) DeleteEndpoint(ctx context.Context, name string, pre Precondition) error {
+func (s *Store) DeleteEndpoint(ctx context.Context, ns, name string, pre Precondition) error {
 	var deleted bool
 	err := s.writeIf(ctx, pre, endpointWhat(name), endpointVersionLock, []any{name}, func(q writer) error {
-		tag, err := q.Exec(ctx, `DELETE FROM endpoints WHERE name = $1`, name)
+		tag, err := q.Exec(ctx, `DELETE FROM endpoints WHERE name = $1 AND namespace = $2`, name, orDefault(ns))
 		deleted = tag.RowsAffected() > 0
 		return err
 	})

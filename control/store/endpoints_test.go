@@ -66,6 +66,7 @@ func TestEndpointCRUD(t *testing.T) {
 	}
 	want := store.Endpoint{
 		Name:               "networking",
+		Namespace:          store.DefaultNamespace,
 		Kinds:              []store.EndpointKind{{Kind: "vpc", KindVersion: 1}, {Kind: "vpc", KindVersion: 2}},
 		Target:             store.EndpointTarget{Type: "https", URL: "https://net.example.com:8443/converge"},
 		Health:             store.EndpointHealth{URL: "https://net.example.com:8443/converge/health", IntervalSecs: 10},
@@ -99,7 +100,7 @@ func TestEndpointCRUD(t *testing.T) {
 		if d := cmp.Diff(want, got, ignoreTimes); d != "" {
 			t.Errorf("get (-want +got):\n%s", d)
 		}
-		list, err := b.st.ListEndpoints(b.ctx)
+		list, err := b.st.ListEndpoints(b.ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,10 +139,10 @@ func TestEndpointCRUD(t *testing.T) {
 	})
 
 	t.Run("delete", func(t *testing.T) {
-		if err := b.st.DeleteEndpoint(b.ctx, "other", store.Precondition{}); err != nil {
+		if err := b.st.DeleteEndpoint(b.ctx, "", "other", store.Precondition{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.st.DeleteEndpoint(b.ctx, "other", store.Precondition{}); !errors.Is(err, store.ErrNotFound) {
+		if err := b.st.DeleteEndpoint(b.ctx, "", "other", store.Precondition{}); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("second delete = %v, want ErrNotFound", err)
 		}
 		if _, err := b.st.GetEndpoint(b.ctx, "other"); !errors.Is(err, store.ErrNotFound) {

@@ -43,11 +43,11 @@ func scanOperation(row pgx.Row, tail ...any) (Operation, error) {
 	return op, err
 }
 
-// operationTargetSQL reads what invoking a verb on (kind, name) needs: the
+// operationTargetSQL reads what invoking a verb on (namespace, kind, name) needs: the
 // resource, whether it is being deleted, and its kind version's reactions.
 const operationTargetSQL = `SELECT r.id, r.kind_version, r.deletion_requested_at IS NOT NULL, m.reactions
   FROM resources r JOIN kind_manifest m ON m.kind = r.kind AND m.kind_version = r.kind_version
- WHERE r.kind = $1 AND r.name = $2`
+ WHERE r.namespace = $1 AND r.kind = $2 AND r.name = $3`
 
 // operationInsertSQL records the op unless the resource went into deletion
 // since it was read.
@@ -57,14 +57,16 @@ const operationInsertSQL = `WITH o AS (
     RETURNING *)
 SELECT ` + operationCols + ` FROM o`
 
-// CreateOperation invokes verb on the resource (kind, name) with input (a
+// CreateOperation invokes verb on the resource (kind, name) of namespace ns
+// ("" is DefaultNamespace) with input (a
 // JSON object; empty or null means {}) and queues it behind the resource's earlier
 // ops. Errors: *InvalidError for a missing verb or an input that is not an
 // object, *NotFoundError for an unknown resource or a verb its kind version
 // does not declare (Location "verb"), *DocumentError (Location "input") for
 // an input the verb's input_schema refuses, *ConflictError while the
 // resource is being deleted. A refused request writes nothing.
-func (s *Store) CreateOperation(ctx context.Context, kind, name, verb string, input json.RawMessage) (Operation, error) {
+func (s *Store) CreateOperation(ctx context.Context, ns, kind, name, verb string, input json.RawMessage) (Operation, error) {
+	ns = orDefault(ns)
 	if verb == "" {
 		return Operation{}, &InvalidError{Location: "verb", Message: "is required"}
 	}
@@ -81,15 +83,15 @@ func (s *Store) CreateOperation(ctx context.Context, kind, name, verb string, in
 		deleting  bool
 		reactions []model.ReactionDecl
 	)
-	err := s.pool.QueryRow(ctx, operationTargetSQL, kind, name).Scan(&rid, &version, &deleting, &reactions)
+	err := s.pool.QueryRow(ctx, operationTargetSQL, ns, kind, name).Scan(&rid, &version, &deleting, &reactions)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Operation{}, resourceNotFound(kind, name)
+		return Operation{}, resourceNotFound(ns, kind, name)
 	}
 	if err != nil {
-		return Operation{}, fmt.Errorf("read resource %s/%s: %w", kind, name, err)
+		return Operation{}, fmt.Errorf("read %s: %w", resourceWhat(ns, kind, name), err)
 	}
 	if deleting {
-		return Operation{}, errDeleting(kind, name)
+		return Operation{}, errDeleting(ns, kind, name)
 	}
 	m := model.KindManifest{Kind: kind, KindVersion: int(version), Reactions: reactions}
 	decl, ok := m.Operation(verb)
@@ -114,7 +116,7 @@ func (s *Store) CreateOperation(ctx context.Context, kind, name, verb string, in
 		}
 		op, err = scanOperation(tx.QueryRow(ctx, operationInsertSQL, rid, verb, input))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return errDeleting(kind, name)
+			return errDeleting(ns, kind, name)
 		}
 		if err != nil {
 			return fmt.Errorf("insert: %w", err)
@@ -124,15 +126,17 @@ func (s *Store) CreateOperation(ctx context.Context, kind, name, verb string, in
 		}
 		return nil
 	})
-	return op, wrapUnlessTyped(err, "invoke %s on %s/%s", verb, kind, name)
+	return op, wrapUnlessTyped(err, "invoke %s on %s", verb, qualified(ns, kind, name))
 }
 
-func errDeleting(kind, name string) error {
-	return &ConflictError{Message: fmt.Sprintf("%s/%s is being deleted", kind, name)}
+func errDeleting(ns, kind, name string) error {
+	return &ConflictError{Message: qualified(ns, kind, name) + " is being deleted"}
 }
 
 // ListOperationsParams selects and pages ListOperations.
 type ListOperationsParams struct {
+	// Namespace is the resource's namespace; "" is DefaultNamespace.
+	Namespace  string
 	Kind, Name string
 	// Limit is the page size: ListLimitDefault when 0, at most ListLimitMax.
 	Limit int
@@ -151,7 +155,7 @@ func (s *Store) ListOperations(ctx context.Context, p ListOperationsParams) (Pag
 		return Page[Operation]{}, err
 	}
 	budget := pageBudget(p.MaxBytes)
-	rid, err := s.ResourceID(ctx, p.Kind, p.Name)
+	rid, err := s.ResourceID(ctx, p.Namespace, p.Kind, p.Name)
 	if err != nil {
 		return Page[Operation]{}, err
 	}
@@ -191,16 +195,17 @@ func (s *Store) ListOperations(ctx context.Context, p ListOperationsParams) (Pag
 	return page, nil
 }
 
-// GetOperation returns op id of (kind, name), or a *NotFoundError.
-func (s *Store) GetOperation(ctx context.Context, kind, name, id string) (Operation, error) {
-	rid, oid, err := s.operationKey(ctx, kind, name, id)
+// GetOperation returns op id of (kind, name) of namespace ns, or a
+// *NotFoundError.
+func (s *Store) GetOperation(ctx context.Context, ns, kind, name, id string) (Operation, error) {
+	rid, oid, err := s.operationKey(ctx, ns, kind, name, id)
 	if err != nil {
 		return Operation{}, err
 	}
 	op, err := scanOperation(s.reader(ctx).QueryRow(ctx, `SELECT `+operationCols+` FROM resource_operations o
 		WHERE o.id = $1 AND o.resource_id = $2`, oid, rid))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Operation{}, operationNotFound(kind, name, id)
+		return Operation{}, operationNotFound(ns, kind, name, id)
 	}
 	if err != nil {
 		return Operation{}, fmt.Errorf("get operation %s: %w", id, err)
@@ -208,11 +213,11 @@ func (s *Store) GetOperation(ctx context.Context, kind, name, id string) (Operat
 	return op, nil
 }
 
-// CancelOperation cancels op id of (kind, name) while it is pending (its
-// task not claimed), and returns it. A running or finished op is a
-// *ConflictError.
-func (s *Store) CancelOperation(ctx context.Context, kind, name, id string) (Operation, error) {
-	if _, err := s.GetOperation(ctx, kind, name, id); err != nil {
+// CancelOperation cancels op id of (kind, name) of namespace ns while it
+// is pending (its task not claimed), and returns it. A running or finished
+// op is a *ConflictError.
+func (s *Store) CancelOperation(ctx context.Context, ns, kind, name, id string) (Operation, error) {
+	if _, err := s.GetOperation(ctx, ns, kind, name, id); err != nil {
 		return Operation{}, err
 	}
 	var (
@@ -223,25 +228,25 @@ func (s *Store) CancelOperation(ctx context.Context, kind, name, id string) (Ope
 		return Operation{}, fmt.Errorf("cancel operation %s: %w", id, err)
 	}
 	if state == nil {
-		return Operation{}, operationNotFound(kind, name, id)
+		return Operation{}, operationNotFound(ns, kind, name, id)
 	}
 	if !cancelled {
 		return Operation{}, &ConflictError{Message: fmt.Sprintf("operation %s is %s; only a pending one can be cancelled", id, *state)}
 	}
-	return s.GetOperation(ctx, kind, name, id)
+	return s.GetOperation(ctx, ns, kind, name, id)
 }
 
 // operationKey resolves the resource and parses the op id.
-func (s *Store) operationKey(ctx context.Context, kind, name, id string) (rid string, oid uuid.UUID, err error) {
-	if rid, err = s.ResourceID(ctx, kind, name); err != nil {
+func (s *Store) operationKey(ctx context.Context, ns, kind, name, id string) (rid string, oid uuid.UUID, err error) {
+	if rid, err = s.ResourceID(ctx, ns, kind, name); err != nil {
 		return "", uuid.UUID{}, err
 	}
 	if oid, err = uuid.Parse(id); err != nil {
-		return "", uuid.UUID{}, operationNotFound(kind, name, id)
+		return "", uuid.UUID{}, operationNotFound(ns, kind, name, id)
 	}
 	return rid, oid, nil
 }
 
-func operationNotFound(kind, name, id string) error {
-	return &NotFoundError{Message: fmt.Sprintf("resource %s/%s has no operation %s", kind, name, id)}
+func operationNotFound(ns, kind, name, id string) error {
+	return &NotFoundError{Message: fmt.Sprintf("%s has no operation %s", resourceWhat(ns, kind, name), id)}
 }

@@ -20,8 +20,12 @@ import (
 // ProviderConfig is an operator-owned runtime document for one (kind,
 // kind_version): the kind's default (IsDefault, at most one per version) or
 // an override a resource attaches by name through provider_config_ref.
+// Defaults live in DefaultNamespace and apply to every namespace; an
+// override serves the resources of its own namespace, and those of every
+// namespace when it is in DefaultNamespace.
 type ProviderConfig struct {
-	Name        string          `json:"name" db:"name" doc:"Globally unique name."`
+	Name        string          `json:"name" db:"name" doc:"Unique across the plane (every namespace): a resource's provider_config_ref names it."`
+	Namespace   string          `json:"namespace" db:"namespace" doc:"The namespace the config belongs to. A resource may reference a config of its own namespace or of default; defaults (is_default) live in default."`
 	Kind        string          `json:"kind" db:"kind" doc:"The consumer kind."`
 	KindVersion int             `json:"kind_version" db:"kind_version" doc:"The consumer kind version; the spec is validated against its config_schema."`
 	IsDefault   bool            `json:"is_default" db:"is_default" doc:"The default config of its (kind, kind_version); at most one."`
@@ -36,6 +40,8 @@ type ProviderConfig struct {
 
 // PutProviderConfigParams is a provider config as an operator declares it.
 type PutProviderConfigParams struct {
+	// Namespace is the config's namespace; "" is DefaultNamespace.
+	Namespace   string
 	Name        string
 	Kind        string
 	KindVersion int
@@ -50,7 +56,7 @@ type PutProviderConfigParams struct {
 
 // providerConfigCols are the columns of a ProviderConfig, named for its db
 // tags.
-const providerConfigCols = `name, kind, kind_version, is_default, spec, data, coalesce(owner_id::text, '') AS owner_id,
+const providerConfigCols = `name, namespace, kind, kind_version, is_default, spec, data, coalesce(owner_id::text, '') AS owner_id,
        created_at, updated_at, resource_version`
 
 // providerConfigApplied is a row of providerConfigUpsertSQL: the config and
@@ -64,14 +70,15 @@ const (
 	// providerConfigSchemaSQL locks the manifest FOR SHARE: it cannot be
 	// republished or deleted until the config is written, so the config is
 	// validated against exactly the schema in force when it lands.
-	providerConfigSchemaSQL       = `SELECT config_schema FROM kind_manifest WHERE kind = $1 AND kind_version = $2 FOR SHARE`
-	providerConfigLockSQL         = `SELECT kind, kind_version::int FROM providerconfigs WHERE name = $1 FOR UPDATE`
-	providerConfigUsersSQL        = `SELECT kind || '/' || name FROM resources WHERE provider_config_ref = $1 LIMIT 4`
+	providerConfigSchemaSQL = `SELECT config_schema FROM kind_manifest WHERE kind = $1 AND kind_version = $2 FOR SHARE`
+	providerConfigLockSQL   = `SELECT kind, kind_version::int, namespace FROM providerconfigs WHERE name = $1 FOR UPDATE`
+	providerConfigUsersSQL  = `SELECT CASE WHEN namespace = 'default' THEN '' ELSE namespace || '/' END || kind || '/' || name
+  FROM resources WHERE provider_config_ref = $1 LIMIT 4`
 	providerConfigOtherDefaultSQL = `SELECT name FROM providerconfigs
  WHERE kind = $1 AND kind_version = $2 AND is_default AND name <> $3`
 	providerConfigUpsertSQL = `WITH up AS (
-    INSERT INTO providerconfigs AS c (name, kind, kind_version, is_default, spec, data)
-    VALUES ($1, $2, $3, $4, $5, $6)
+    INSERT INTO providerconfigs AS c (name, kind, kind_version, is_default, spec, data, namespace)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)
     ON CONFLICT (name) DO UPDATE SET kind = EXCLUDED.kind, kind_version = EXCLUDED.kind_version,
         is_default = EXCLUDED.is_default, spec = EXCLUDED.spec, data = EXCLUDED.data, updated_at = clock_timestamp()
     WHERE (c.kind, c.kind_version, c.is_default, c.spec, c.data)
@@ -83,7 +90,10 @@ UNION ALL
 SELECT ` + providerConfigCols + `, 'unchanged' FROM providerconfigs WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up)`
 )
 
-// PutProviderConfig creates or updates the provider config p.Name.
+// PutProviderConfig creates or updates the provider config p.Name in
+// namespace p.Namespace. Names are unique across the plane: a name another
+// namespace holds is a *ConflictError naming that namespace. A default
+// (IsDefault) must be in DefaultNamespace (else *InvalidError).
 //
 // The spec is validated against the config_schema of (p.Kind,
 // p.KindVersion) as stored when the write lands (*DocumentError). A second
@@ -111,6 +121,11 @@ func (s *Store) PutProviderConfig(ctx context.Context, p PutProviderConfigParams
 	if len(p.Data) == 0 {
 		p.Data = nil // no bundle, however it was spelled
 	}
+	p.Namespace = orDefault(p.Namespace)
+	if p.IsDefault && p.Namespace != DefaultNamespace {
+		return ProviderConfig{}, "", &InvalidError{Location: "is_default", Message: fmt.Sprintf(
+			"a default provider_config applies to every namespace, so it lives in namespace %q, not %q", DefaultNamespace, p.Namespace)}
+	}
 	var out providerConfigApplied
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := checkVersion(ctx, tx, p.Precondition, providerConfigWhat(p.Name), providerConfigVersionLock, p.Name); err != nil {
@@ -129,14 +144,16 @@ func (s *Store) PutProviderConfig(ctx context.Context, p PutProviderConfigParams
 		}
 
 		var (
-			oldKind    string
-			oldVersion int
+			oldKind, oldNS string
+			oldVersion     int
 		)
-		err = tx.QueryRow(ctx, providerConfigLockSQL, p.Name).Scan(&oldKind, &oldVersion)
+		err = tx.QueryRow(ctx, providerConfigLockSQL, p.Name).Scan(&oldKind, &oldVersion, &oldNS)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return fmt.Errorf("lock provider config: %w", err)
+		case oldNS != p.Namespace:
+			return nameTaken("provider_config", p.Name, oldNS)
 		case oldKind != p.Kind || oldVersion != p.KindVersion:
 			// The FOR UPDATE above waited out any apply holding the row
 			// FOR SHARE, so this statement sees every committed reference.
@@ -156,7 +173,10 @@ func (s *Store) PutProviderConfig(ctx context.Context, p PutProviderConfigParams
 			}
 		}
 		out, err = pgrun.CollectOne(ctx, tx, pgx.RowToStructByName[providerConfigApplied], providerConfigUpsertSQL,
-			p.Name, p.Kind, p.KindVersion, p.IsDefault, p.Spec, p.Data)
+			p.Name, p.Kind, p.KindVersion, p.IsDefault, p.Spec, p.Data, p.Namespace)
+		if code, pe := pgCode(err); code == codeForeignKeyViolation && pe.ConstraintName == "providerconfigs_namespace_fkey" {
+			return namespaceNotFound(p.Namespace)
+		}
 		if code, _ := pgCode(err); code == codeUniqueViolation {
 			// A concurrent writer made another default first.
 			return &ConflictError{Message: fmt.Sprintf("a default provider_config already exists for %s/%d", p.Kind, p.KindVersion)}
@@ -208,11 +228,12 @@ func validateConfig(raw []byte, p PutProviderConfigParams) error {
 	return nil
 }
 
-const providerConfigGetSQL = `SELECT ` + providerConfigCols + ` FROM providerconfigs WHERE name = $1`
+const providerConfigGetSQL = `SELECT ` + providerConfigCols + ` FROM providerconfigs WHERE name = $1 AND namespace = $2`
 
-// GetProviderConfig returns the provider config name, or a *NotFoundError.
-func (s *Store) GetProviderConfig(ctx context.Context, name string) (ProviderConfig, error) {
-	c, err := pgrun.CollectOne(ctx, s.reader(ctx), pgx.RowToStructByName[ProviderConfig], providerConfigGetSQL, name)
+// GetProviderConfig returns the provider config name of namespace ns (""
+// is DefaultNamespace), or a *NotFoundError.
+func (s *Store) GetProviderConfig(ctx context.Context, ns, name string) (ProviderConfig, error) {
+	c, err := pgrun.CollectOne(ctx, s.reader(ctx), pgx.RowToStructByName[ProviderConfig], providerConfigGetSQL, name, orDefault(ns))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ProviderConfig{}, providerConfigNotFound(name)
 	}
@@ -229,6 +250,9 @@ func providerConfigNotFound(name string) error {
 // ListProviderConfigsParams filters and pages ListProviderConfigs. Zero
 // values do not filter.
 type ListProviderConfigsParams struct {
+	// Namespace keeps one namespace's configs ("" is DefaultNamespace);
+	// AllNamespaces keeps every namespace's.
+	Namespace   string
 	Kind        string
 	KindVersion int
 	// Default, when set, keeps only defaults (true) or only overrides.
@@ -256,6 +280,9 @@ func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsPa
 	)
 	q.WriteString(`SELECT ` + providerConfigCols + `, pg_column_size(spec) + coalesce(pg_column_size(data), 0) AS row_size
   FROM providerconfigs WHERE true`)
+	if ns := orDefault(p.Namespace); ns != AllNamespaces {
+		q.WriteString(` AND namespace = ` + arg(ns))
+	}
 	if p.Kind != "" {
 		q.WriteString(` AND kind = ` + arg(p.Kind))
 	}
@@ -301,18 +328,20 @@ func (s *Store) ListProviderConfigs(ctx context.Context, p ListProviderConfigsPa
 
 const providerConfigDeleteSQL = `DELETE FROM providerconfigs WHERE name = $1`
 
-// DeleteProviderConfig deletes the provider config name. It refuses with
-// *ConflictError while a resource references it, and with
+// DeleteProviderConfig deletes the provider config name of namespace ns (""
+// is DefaultNamespace; a config of another namespace is a *NotFoundError).
+// It refuses with *ConflictError while a resource references it, and with
 // *PreconditionError when pre does not hold.
-func (s *Store) DeleteProviderConfig(ctx context.Context, name string, pre Precondition) error {
+func (s *Store) DeleteProviderConfig(ctx context.Context, ns, name string, pre Precondition) error {
+	ns = orDefault(ns)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := checkVersion(ctx, tx, pre, providerConfigWhat(name), providerConfigVersionLock, name); err != nil {
 			return err
 		}
-		var k string
+		var k, owner string
 		var v int
-		if err := tx.QueryRow(ctx, providerConfigLockSQL, name).Scan(&k, &v); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
+		if err := tx.QueryRow(ctx, providerConfigLockSQL, name).Scan(&k, &v, &owner); err != nil || owner != ns {
+			if err == nil || errors.Is(err, pgx.ErrNoRows) {
 				return providerConfigNotFound(name)
 			}
 			return fmt.Errorf("lock: %w", err)

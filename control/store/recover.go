@@ -20,6 +20,8 @@ const (
 
 // RecoverParams selects the resources Recover re-drives.
 type RecoverParams struct {
+	// Namespace keeps one namespace's resources; "" is DefaultNamespace.
+	Namespace string
 	// Kind keeps one kind; "" keeps every kind.
 	Kind string
 	// Selector keeps resources whose labels meet every requirement.
@@ -40,9 +42,10 @@ type RecoverParams struct {
 
 // RecoverTarget is one resource Recover matched.
 type RecoverTarget struct {
-	ID   string `json:"id"`
-	Kind string `json:"kind"`
-	Name string `json:"name"`
+	ID        string `json:"id"`
+	Namespace string `json:"namespace"`
+	Kind      string `json:"kind"`
+	Name      string `json:"name"`
 	// Reconciled is false on a dry run, and for a resource reconcile_now
 	// would not touch (orphaned: frozen until its grace ends).
 	Reconciled bool `json:"reconciled"`
@@ -88,7 +91,7 @@ func (s *Store) Recover(ctx context.Context, p RecoverParams) (RecoverResult, er
 		return RecoverResult{}, err
 	}
 	var (
-		q   = `SELECT r.id, r.kind, r.name FROM resources r WHERE r.phase = `
+		q   = `SELECT r.id, r.namespace, r.kind, r.name FROM resources r WHERE r.phase = `
 		qa  queryArgs
 		arg = qa.add
 	)
@@ -96,6 +99,7 @@ func (s *Store) Recover(ctx context.Context, p RecoverParams) (RecoverResult, er
 	if phase == model.PhaseFailed {
 		q += ` AND r.failure_gen > 0 AND r.failure_gen = r.generation` // idx_resources_failed
 	}
+	q += ` AND r.namespace = ` + arg(orDefault(p.Namespace))
 	if p.Kind != "" {
 		q += ` AND r.kind = ` + arg(p.Kind)
 	}
@@ -117,7 +121,7 @@ func (s *Store) Recover(ctx context.Context, p RecoverParams) (RecoverResult, er
 		}
 		targets, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RecoverTarget, error) {
 			var t RecoverTarget
-			return t, row.Scan(&t.ID, &t.Kind, &t.Name)
+			return t, row.Scan(&t.ID, &t.Namespace, &t.Kind, &t.Name)
 		})
 		if err != nil {
 			return err

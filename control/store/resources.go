@@ -31,6 +31,8 @@ const (
 
 // ApplyResourceParams is one resource as a client declares it.
 type ApplyResourceParams struct {
+	// Namespace is the resource's namespace; "" is DefaultNamespace.
+	Namespace   string
 	Kind        string
 	KindVersion int
 	Name        string
@@ -39,7 +41,8 @@ type ApplyResourceParams struct {
 	// version's spec_schema. Empty means {}.
 	Spec json.RawMessage
 	// ProviderConfigRef names a provider config of the same (kind,
-	// kind_version) whose spec overrides the kind's default; "" for none.
+	// kind_version), in the resource's namespace or in DefaultNamespace,
+	// whose spec overrides the kind's default; "" for none.
 	ProviderConfigRef string
 	// Precondition makes the apply conditional on the resource's current
 	// resource_version; the zero value applies whatever it is.
@@ -47,13 +50,28 @@ type ApplyResourceParams struct {
 }
 
 // what names the resource in a *PreconditionError.
-func (p ApplyResourceParams) what() string { return "resource " + p.Kind + "/" + p.Name }
+func (p ApplyResourceParams) what() string { return resourceWhat(p.Namespace, p.Kind, p.Name) }
+
+// resourceWhat names a resource in messages: kind/name, prefixed with its
+// namespace unless that is DefaultNamespace (so messages about the default
+// namespace read as they did before namespaces).
+func resourceWhat(ns, kind, name string) string {
+	return "resource " + qualified(ns, kind, name)
+}
+
+// qualified is kind/name, or ns/kind/name outside DefaultNamespace.
+func qualified(ns, kind, name string) string {
+	if ns == "" || ns == DefaultNamespace {
+		return kind + "/" + name
+	}
+	return ns + "/" + kind + "/" + name
+}
 
 // resourceViewCols are the columns a resource is read with, from alias r:
 // resourceColsHead, its spec and status, then resourceColsTail.
 const (
 	resourceViewCols = resourceColsHead + `r.spec, r.status` + resourceColsTail
-	resourceColsHead = `r.id, r.kind, r.kind_version, r.name, r.labels, `
+	resourceColsHead = `r.id, r.namespace, r.kind, r.kind_version, r.name, r.labels, `
 	resourceColsTail = `, r.owner_id,
        r.provider_config_ref, r.generation, r.synced_gen, r.health_ok, r.failure_gen,
        r.phase, r.last_error, r.created_at, r.updated_at, r.resource_version`
@@ -133,17 +151,21 @@ func resourceScanTargets(r *model.Resource) ([]any, func()) {
 			r.Labels = map[string]string{}
 		}
 	}
-	return []any{&r.ID, &r.Kind, &r.KindVersion, &r.Name, &r.Labels, &r.Spec, &r.Status, &ownerID,
+	return []any{&r.ID, &r.Namespace, &r.Kind, &r.KindVersion, &r.Name, &r.Labels, &r.Spec, &r.Status, &ownerID,
 		&ref, &r.Generation, &r.SyncedGen, &r.HealthOK, &r.FailureGen,
 		&r.Phase, &lastErr, &r.CreatedAt, &r.UpdatedAt, &r.ResourceVersion}, finish
 }
 
 // resourceApplySQL upserts a resource in one statement:
 //
-//   - gate checks that the manifest exists and is not a reactor kind, and
-//     that the provider config, if named, belongs to the same (kind,
-//     kind_version). The config row is locked FOR SHARE so it cannot move to
-//     another version until this apply commits.
+//   - gate checks that the namespace exists, that the manifest exists and
+//     is not a reactor kind, that the provider config, if named, is in the
+//     resource's namespace or the default one and belongs to the same
+//     (kind, kind_version), and that creating the resource keeps its
+//     namespace within max_objects (counted only when the namespace has the
+//     quota and the resource does not exist yet). The config row is locked
+//     FOR SHARE so it cannot move to another version until this apply
+//     commits.
 //   - up inserts, or updates when anything the client owns changed. Its
 //     WHERE makes a JSON-equal re-apply write nothing, so generation (bumped
 //     by the BEFORE trigger on a spec or version change) stays put. xmax = 0
@@ -156,15 +178,25 @@ func resourceScanTargets(r *model.Resource) ([]any, func()) {
 //     written, together with the gate's findings.
 const resourceApplySQL = `WITH m AS (
     SELECT is_reactor FROM kind_manifest WHERE kind = $1 AND kind_version = $2
+), ns AS (
+    SELECT max_objects FROM namespaces WHERE name = $8
+), quota AS (
+    SELECT ns.max_objects,
+           CASE WHEN ns.max_objects IS NULL
+                  OR EXISTS (SELECT 1 FROM resources x WHERE x.namespace = $8 AND x.kind = $1 AND x.name = $3) THEN NULL
+                ELSE (SELECT count(*) FROM resources x WHERE x.namespace = $8)::int END AS used
+      FROM ns
 ), pc AS (
-    SELECT kind, kind_version FROM providerconfigs WHERE name = $6 FOR SHARE
+    SELECT kind, kind_version FROM providerconfigs WHERE name = $6 AND namespace IN ($8, '` + DefaultNamespace + `') FOR SHARE
 ), gate AS (
     SELECT (SELECT NOT is_reactor FROM m) IS TRUE
+       AND EXISTS (SELECT 1 FROM ns)
+       AND coalesce((SELECT used < max_objects FROM quota), true)
        AND ($6::text IS NULL OR EXISTS (SELECT 1 FROM pc WHERE pc.kind = $1 AND pc.kind_version = $2)) AS pass
 ), up AS (
-    INSERT INTO resources AS r (kind, kind_version, name, labels, spec, provider_config_ref)
-    SELECT $1::text, $2::smallint, $3::text, $4::jsonb, $5::jsonb, $6::text FROM gate WHERE pass
-    ON CONFLICT (kind, name) DO UPDATE SET
+    INSERT INTO resources AS r (namespace, kind, kind_version, name, labels, spec, provider_config_ref)
+    SELECT $8::text, $1::text, $2::smallint, $3::text, $4::jsonb, $5::jsonb, $6::text FROM gate WHERE pass
+    ON CONFLICT (namespace, kind, name) DO UPDATE SET
         kind_version = EXCLUDED.kind_version, labels = EXCLUDED.labels,
         spec = EXCLUDED.spec, provider_config_ref = EXCLUDED.provider_config_ref
     WHERE r.deletion_requested_at IS NULL
@@ -192,9 +224,10 @@ const resourceApplySQL = `WITH m AS (
     UNION ALL
     SELECT ` + resourceViewCols + `, r.deletion_requested_at IS NOT NULL, 'unchanged'
       FROM resources r
-     WHERE r.kind = $1 AND r.name = $3 AND NOT EXISTS (SELECT 1 FROM up)
+     WHERE r.namespace = $8 AND r.kind = $1 AND r.name = $3 AND NOT EXISTS (SELECT 1 FROM up)
 )
 SELECT (SELECT pass FROM gate), (SELECT is_reactor FROM m), (SELECT kind FROM pc), (SELECT kind_version::int FROM pc),
+       EXISTS (SELECT 1 FROM ns), (SELECT max_objects FROM quota), (SELECT used FROM quota),
        res.*
   FROM (SELECT 1) one LEFT JOIN res ON true`
 
@@ -202,15 +235,19 @@ SELECT (SELECT pass FROM gate), (SELECT is_reactor FROM m), (SELECT kind FROM pc
 // upsert, so the engine schedules a created or changed resource
 // (schedule_applied: a fresh resource takes one plain insert, a changed one
 // goes through schedule_eligible, an unchanged one is left alone).
-const resourceScheduleSQL = `SELECT schedule_applied($1, $2)`
+const resourceScheduleSQL = `SELECT schedule_applied($1, $2, $3)`
 
-// ApplyResource creates or updates the resource (kind, name) and schedules it.
+// ApplyResource creates or updates the resource (namespace, kind, name) and
+// schedules it.
 //
 // The spec must be a JSON object valid against the version's spec_schema
-// (else *DocumentError). Errors: *NotFoundError for an unknown (kind,
-// kind_version) or provider config, *InvalidError for a bad name, version or
-// label, a reactor kind, or a provider config of another kind version, and
-// *ConflictError while the resource is being deleted.
+// (else *DocumentError). Errors: *NotFoundError for an unknown namespace,
+// (kind, kind_version) or provider config (one of another namespace than
+// the resource's or the default one is unknown to it), *InvalidError for a
+// bad name, version or label, a reactor kind, or a provider config of
+// another kind version, *QuotaError when creating it would take its
+// namespace past max_objects, and *ConflictError while the resource is
+// being deleted.
 //
 // Re-applying a JSON-equal spec, equal labels, the same version and the same
 // provider config writes nothing and returns ApplyUnchanged; generation moves
@@ -225,6 +262,7 @@ func (s *Store) ApplyResource(ctx context.Context, p ApplyResourceParams) (model
 	if err := s.validateResource(ctx, &p); err != nil {
 		return model.Resource{}, "", err
 	}
+	p.Namespace = orDefault(p.Namespace)
 	labels, ref := p.columns()
 	for attempt := 1; ; attempt++ {
 		r, res, err := s.applyResourceOnce(ctx, p, labels, ref)
@@ -244,10 +282,11 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 	if p.Precondition.set() {
 		// First in the batch's implicit transaction: its lock holds the
 		// version until the upsert has written.
-		b.Queue(requireVersionSQL(resourceVersionLock), p.what(), p.Precondition.expected(), p.Kind, p.Name)
+		b.Queue(requireVersionSQL(resourceVersionLock), p.what(), p.Precondition.expected(), p.Namespace, p.Kind, p.Name)
 	}
-	b.Queue(resourceApplySQL, p.Kind, p.KindVersion, p.Name, labels, p.Spec, ref, s.cfg.SpecHistoryLimit)
-	b.Queue(resourceScheduleSQL, p.Kind, p.Name)
+	b.Queue(namespaceQuotaLockSQL, p.Namespace)
+	b.Queue(resourceApplySQL, p.Kind, p.KindVersion, p.Name, labels, p.Spec, ref, s.cfg.SpecHistoryLimit, p.Namespace)
+	b.Queue(resourceScheduleSQL, p.Namespace, p.Kind, p.Name)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close() // the error is read from the results below
 
@@ -264,14 +303,19 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 			return model.Resource{}, "", resourceWriteError(err, p)
 		}
 	}
+	if _, err := br.Exec(); err != nil {
+		return model.Resource{}, "", resourceWriteError(err, p)
+	}
 	rows, err := br.Query()
 	if err != nil {
 		return model.Resource{}, "", resourceWriteError(err, p)
 	}
 	var (
 		pass, reactor, deleting *bool
+		nsExists                bool
 		pcKind, rid, result     *string
 		pcVersion               *int
+		quotaMax, quotaUsed     *int
 		r                       model.Resource
 	)
 	targets, finishScanned := resourceScanTargets(&r)
@@ -279,11 +323,11 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 		// The LEFT JOIN yields NULL resource columns when no row matched,
 		// so read the gate and the id first and the resource only if there
 		// is one. pgx allows scanning one row twice.
-		head := append([]any{&pass, &reactor, &pcKind, &pcVersion, &rid}, make([]any, len(targets))...)
+		head := append([]any{&pass, &reactor, &pcKind, &pcVersion, &nsExists, &quotaMax, &quotaUsed, &rid}, make([]any, len(targets))...)
 		head = append(head, &result)
 		err = rows.Scan(head...)
 		if err == nil && rid != nil {
-			full := append([]any{nil, nil, nil, nil}, targets...)
+			full := append([]any{nil, nil, nil, nil, nil, nil, nil}, targets...)
 			err = rows.Scan(append(full, &deleting, nil)...)
 		}
 	}
@@ -301,6 +345,10 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 		return model.Resource{}, "", resourceWriteError(err, p)
 	}
 	switch {
+	case !nsExists:
+		return model.Resource{}, "", namespaceNotFound(p.Namespace)
+	case quotaMax != nil && quotaUsed != nil && *quotaUsed >= *quotaMax:
+		return model.Resource{}, "", &QuotaError{Namespace: p.Namespace, Quota: QuotaMaxObjects, Limit: *quotaMax, Used: *quotaUsed}
 	case reactor == nil || pass == nil || !*pass:
 		var pc *providerConfigKey
 		if pcKind != nil {
@@ -313,7 +361,7 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 		return model.Resource{}, "", errRetry
 	case *deleting:
 		return model.Resource{}, "", &ConflictError{Message: fmt.Sprintf(
-			"%s/%s is being deleted; re-apply it once the deletion has finished", p.Kind, p.Name)}
+			"%s is being deleted; re-apply it once the deletion has finished", qualified(p.Namespace, p.Kind, p.Name))}
 	}
 	finishScanned()
 	return r, ApplyResult(*result), nil
@@ -339,8 +387,11 @@ func (s *Store) resourceGateError(ctx context.Context, p ApplyResourceParams, re
 	case p.ProviderConfigRef == "":
 		return nil
 	case pc == nil:
-		return &NotFoundError{Location: "provider_config_ref",
-			Message: fmt.Sprintf("provider_config %q does not exist", p.ProviderConfigRef)}
+		msg := fmt.Sprintf("provider_config %q does not exist", p.ProviderConfigRef)
+		if ns := orDefault(p.Namespace); ns != DefaultNamespace {
+			msg += fmt.Sprintf(" in namespace %q or %q", ns, DefaultNamespace)
+		}
+		return &NotFoundError{Location: "provider_config_ref", Message: msg}
 	case pc.kind != p.Kind || pc.version != p.KindVersion:
 		return &InvalidError{Location: "provider_config_ref",
 			Message: fmt.Sprintf("provider_config %q is for %s/%d, not %s/%d", p.ProviderConfigRef, pc.kind, pc.version, p.Kind, p.KindVersion)}
@@ -486,11 +537,12 @@ const resourceGetSQL = `SELECT ` + resourceViewCols + `,
                  'message', c.message, 'last_transition_time', c.last_transition_time) ORDER BY c.type), '[]')
           FROM resource_conditions c WHERE c.resource_id = r.id),
        r.last_task_id, r.last_task_epoch, r.last_enqueued_at, r.last_claimed_at
-  FROM resources r WHERE r.kind = $1 AND r.name = $2`
+  FROM resources r WHERE r.namespace = $1 AND r.kind = $2 AND r.name = $3`
 
-// GetResource returns the resource (kind, name) with its conditions, or a
-// *NotFoundError.
-func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDetail, error) {
+// GetResource returns the resource (kind, name) of namespace ns ("" is
+// DefaultNamespace) with its conditions, or a *NotFoundError.
+func (s *Store) GetResource(ctx context.Context, ns, kind, name string) (ResourceDetail, error) {
+	ns = orDefault(ns)
 	var (
 		d          ResourceDetail
 		taskID     *string
@@ -499,12 +551,12 @@ func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDet
 		claimedAt  *time.Time
 	)
 	targets, finish := resourceScanTargets(&d.Resource)
-	err := s.reader(ctx).QueryRow(ctx, resourceGetSQL, kind, name).Scan(append(targets, &d.Conditions, &taskID, &claimEpoch, &enqueuedAt, &claimedAt)...)
+	err := s.reader(ctx).QueryRow(ctx, resourceGetSQL, ns, kind, name).Scan(append(targets, &d.Conditions, &taskID, &claimEpoch, &enqueuedAt, &claimedAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ResourceDetail{}, resourceNotFound(kind, name)
+		return ResourceDetail{}, resourceNotFound(ns, kind, name)
 	}
 	if err != nil {
-		return ResourceDetail{}, fmt.Errorf("get resource %s/%s: %w", kind, name, err)
+		return ResourceDetail{}, fmt.Errorf("get %s: %w", resourceWhat(ns, kind, name), err)
 	}
 	finish()
 	if d.Conditions == nil {
@@ -516,16 +568,18 @@ func (s *Store) GetResource(ctx context.Context, kind, name string) (ResourceDet
 	return d, nil
 }
 
-func resourceNotFound(kind, name string) error {
-	return &NotFoundError{Message: fmt.Sprintf("resource %s/%s does not exist", kind, name)}
+func resourceNotFound(ns, kind, name string) error {
+	return &NotFoundError{Message: resourceWhat(ns, kind, name) + " does not exist"}
 }
 
-// ResourceID resolves (kind, name) to an id.
-func (s *Store) ResourceID(ctx context.Context, kind, name string) (string, error) {
+// ResourceID resolves (kind, name) of namespace ns ("" is DefaultNamespace)
+// to an id.
+func (s *Store) ResourceID(ctx context.Context, ns, kind, name string) (string, error) {
+	ns = orDefault(ns)
 	var id string
-	err := s.reader(ctx).QueryRow(ctx, `SELECT id FROM resources WHERE kind = $1 AND name = $2`, kind, name).Scan(&id)
+	err := s.reader(ctx).QueryRow(ctx, `SELECT id FROM resources WHERE namespace = $1 AND kind = $2 AND name = $3`, ns, kind, name).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", &NotFoundError{Message: fmt.Sprintf("resource %s/%s does not exist", kind, name)}
+		return "", resourceNotFound(ns, kind, name)
 	}
 	if err != nil {
 		return "", fmt.Errorf("resolve resource: %w", err)
@@ -536,6 +590,9 @@ func (s *Store) ResourceID(ctx context.Context, kind, name string) (string, erro
 // ListResourcesParams filters and pages ListResources. Zero values do not
 // filter.
 type ListResourcesParams struct {
+	// Namespace keeps the resources of one namespace ("" is
+	// DefaultNamespace); AllNamespaces keeps every namespace's.
+	Namespace   string
 	Kind        string
 	KindVersion int
 	// Phases keeps resources in any of these phases.
@@ -587,6 +644,9 @@ func (s *Store) ListResources(ctx context.Context, p ListResourcesParams) (Page[
 		arg = qa.add
 	)
 	q.WriteString(`SELECT ` + p.Fields.listCols() + ` FROM resources r WHERE true`)
+	if ns := orDefault(p.Namespace); ns != AllNamespaces {
+		q.WriteString(` AND r.namespace = ` + arg(ns))
+	}
 	if p.Kind != "" {
 		q.WriteString(` AND r.kind = ` + arg(p.Kind))
 	}
@@ -694,7 +754,8 @@ func decodeCursor(c string) (time.Time, uuid.UUID, error) {
 	return time.UnixMicro(n), u, nil
 }
 
-// DeleteResource requests the deletion of (kind, name) and returns the
+// DeleteResource requests the deletion of (kind, name) of namespace ns (""
+// is DefaultNamespace) and returns the
 // resource as marked (phase Deleting), or a *NotFoundError. Its whole
 // teardown tree is marked: everything it owns and everything that depends
 // on any of it. Each node is removed once nothing beneath it remains, after
@@ -703,33 +764,34 @@ func decodeCursor(c string) (time.Time, uuid.UUID, error) {
 // and no finalizer is removed before this returns. Requesting it again is a
 // no-op. pre makes the request conditional on the resource's version
 // (else *PreconditionError).
-func (s *Store) DeleteResource(ctx context.Context, kind, name string, pre Precondition) (model.Resource, error) {
+func (s *Store) DeleteResource(ctx context.Context, ns, kind, name string, pre Precondition) (model.Resource, error) {
+	ns = orDefault(ns)
 	var r model.Resource
 	err := pgrun.RetryDeadlock(func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			if err := setTraceContext(ctx, tx); err != nil {
 				return err
 			}
-			if err := checkVersion(ctx, tx, pre, "resource "+kind+"/"+name, resourceVersionLock, kind, name); err != nil {
+			if err := checkVersion(ctx, tx, pre, resourceWhat(ns, kind, name), resourceVersionLock, ns, kind, name); err != nil {
 				return err
 			}
-			return s.deleteTx(ctx, tx, kind, name, &r)
+			return s.deleteTx(ctx, tx, ns, kind, name, &r)
 		})
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return model.Resource{}, resourceNotFound(kind, name)
+		return model.Resource{}, resourceNotFound(ns, kind, name)
 	}
 	if err != nil {
-		return model.Resource{}, fmt.Errorf("delete resource %s/%s: %w", kind, name, err)
+		return model.Resource{}, fmt.Errorf("delete %s: %w", resourceWhat(ns, kind, name), err)
 	}
 	return r, nil
 }
 
 // deleteTx reads the resource into r and requests its deletion.
-func (s *Store) deleteTx(ctx context.Context, tx pgx.Tx, kind, name string, r *model.Resource) error {
+func (s *Store) deleteTx(ctx context.Context, tx pgx.Tx, ns, kind, name string, r *model.Resource) error {
 	targets, finish := resourceScanTargets(r)
-	if err := tx.QueryRow(ctx, `SELECT `+resourceViewCols+` FROM resources r WHERE r.kind = $1 AND r.name = $2 FOR UPDATE`,
-		kind, name).Scan(targets...); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT `+resourceViewCols+` FROM resources r WHERE r.namespace = $1 AND r.kind = $2 AND r.name = $3 FOR UPDATE`,
+		ns, kind, name).Scan(targets...); err != nil {
 		return err
 	}
 	finish()

@@ -36,8 +36,8 @@ type BatchItemResult struct {
 	Err error
 }
 
-// ApplyResources applies many resources, each exactly as ApplyResource
-// would (the same validation, the same upsert semantics, its 'applied'
+// ApplyResources applies many resources in namespace ns ("" is
+// DefaultNamespace), each exactly as ApplyResource would (the same validation, the same upsert semantics, its 'applied'
 // event and spec revision, the same scheduling), and returns one result per
 // item, in order.
 //
@@ -45,16 +45,24 @@ type BatchItemResult struct {
 // BatchChunk at a time, each chunk one upsert statement and its scheduling
 // in one transaction. An invalid item writes nothing and never stops the
 // others: its result carries the error. A second item naming the same
-// (kind, name) as an earlier one is invalid. The returned error is for a
+// (kind, name) as an earlier one is invalid, and so is an item whose
+// Namespace is neither "" nor ns. An item that would take the namespace past
+// its max_objects quota is refused with a *QuotaError (items are counted in
+// order: the first ones that fit are created). The returned error is for a
 // failure of the database, not of an item; chunks committed before it stay
 // written (re-applying the batch is idempotent).
-func (s *Store) ApplyResources(ctx context.Context, items []ApplyResourceParams) ([]BatchItemResult, error) {
+func (s *Store) ApplyResources(ctx context.Context, ns string, items []ApplyResourceParams) ([]BatchItemResult, error) {
+	ns = orDefault(ns)
 	out := make([]BatchItemResult, len(items))
 	seen := make(map[[2]string]int, len(items))
 	valid := make([]int, 0, len(items))
 	for i := range items {
 		p := &items[i]
 		err := s.validateResource(ctx, p)
+		if err == nil && p.Namespace != "" && p.Namespace != ns {
+			err = &InvalidError{Location: "namespace", Message: fmt.Sprintf("is %q, but the batch applies to namespace %q", p.Namespace, ns)}
+		}
+		p.Namespace = ns
 		if err == nil {
 			key := [2]string{p.Kind, p.Name}
 			if first, dup := seen[key]; dup {
@@ -74,6 +82,13 @@ func (s *Store) ApplyResources(ctx context.Context, items []ApplyResourceParams)
 			return nil, err
 		}
 	}
+	if len(valid) > 0 {
+		if ok, err := s.NamespaceExists(ctx, ns); err != nil {
+			return nil, err
+		} else if !ok {
+			return nil, namespaceNotFound(ns)
+		}
+	}
 	for start := 0; start < len(valid); start += BatchChunk {
 		chunk := valid[start:min(start+BatchChunk, len(valid))]
 		if err := s.applyChunk(ctx, items, chunk, out); err != nil {
@@ -91,8 +106,9 @@ func isItemError(err error) bool {
 		de *DocumentError
 		ce *ConflictError
 		pe *PreconditionError
+		qe *QuotaError
 	)
-	return errors.As(err, &ie) || errors.As(err, &de) || errors.As(err, &ce) || errors.As(err, &pe)
+	return errors.As(err, &ie) || errors.As(err, &de) || errors.As(err, &ce) || errors.As(err, &pe) || errors.As(err, &qe)
 }
 
 // applyChunk writes items[chunk] in one transaction, running it again when
@@ -126,12 +142,23 @@ func (s *Store) applyChunk(ctx context.Context, items []ApplyResourceParams, chu
 const batchGateLockSQL = `SELECT 1 FROM providerconfigs WHERE name = ANY ($1::text[]) FOR SHARE`
 
 // batchGateSQL is the single apply's gate, per item: whether its manifest
-// exists and is a reactor kind, and the provider config it names.
-const batchGateSQL = `SELECT m.is_reactor, pc.kind, pc.kind_version::int
-  FROM unnest($1::text[], $2::smallint[], $3::text[]) WITH ORDINALITY AS i(kind, kind_version, ref, n)
+// exists and is a reactor kind, the provider config it names (in the
+// namespace $4 or the default one), and whether the resource exists (for
+// the quota).
+const batchGateSQL = `SELECT m.is_reactor, pc.kind, pc.kind_version::int,
+       EXISTS (SELECT 1 FROM resources r WHERE r.namespace = $4 AND r.kind = i.kind AND r.name = i.name)
+  FROM unnest($1::text[], $2::smallint[], $3::text[], $5::text[]) WITH ORDINALITY AS i(kind, kind_version, ref, name, n)
   LEFT JOIN kind_manifest m ON m.kind = i.kind AND m.kind_version = i.kind_version
-  LEFT JOIN providerconfigs pc ON pc.name = i.ref
+  LEFT JOIN providerconfigs pc ON pc.name = i.ref AND pc.namespace IN ($4, '` + DefaultNamespace + `')
  ORDER BY i.n`
+
+// batchQuotaSQL reads the namespace's max_objects quota and, when it has
+// one, how many resources it holds. It runs after namespaceQuotaLockSQL in
+// the chunk's transaction, as a statement of its own, so that its count
+// includes every creation committed before the lock was granted.
+const batchQuotaSQL = `SELECT max_objects,
+       CASE WHEN max_objects IS NULL THEN 0 ELSE (SELECT count(*) FROM resources WHERE namespace = $1)::int END
+  FROM namespaces WHERE name = $1`
 
 // batchApplySQL is resourceApplySQL's upsert, event and spec revision for
 // many rows in one statement (see there). A created row takes the id $8
@@ -144,9 +171,9 @@ const batchApplySQL = `WITH input AS (
     SELECT * FROM unnest($1::text[], $2::smallint[], $3::text[], $4::jsonb[], $5::jsonb[], $6::text[], $8::uuid[]) WITH ORDINALITY
         AS t(kind, kind_version, name, labels, spec, provider_config_ref, id, n)
 ), up AS (
-    INSERT INTO resources AS r (id, kind, kind_version, name, labels, spec, provider_config_ref)
-    SELECT id, kind, kind_version, name, labels, spec, provider_config_ref FROM input ORDER BY n
-    ON CONFLICT (kind, name) DO UPDATE SET
+    INSERT INTO resources AS r (namespace, id, kind, kind_version, name, labels, spec, provider_config_ref)
+    SELECT $9::text, id, kind, kind_version, name, labels, spec, provider_config_ref FROM input ORDER BY n
+    ON CONFLICT (namespace, kind, name) DO UPDATE SET
         kind_version = EXCLUDED.kind_version, labels = EXCLUDED.labels,
         spec = EXCLUDED.spec, provider_config_ref = EXCLUDED.provider_config_ref
     WHERE r.deletion_requested_at IS NULL
@@ -175,28 +202,28 @@ SELECT i.n::int, u.id, u.generation, u.resource_version, u.inserted
 
 // batchScheduleSQL schedules what the chunk wrote, as resourceScheduleSQL
 // does for one resource.
-const batchScheduleSQL = `SELECT schedule_applied_batch($1::text[], $2::text[])`
+const batchScheduleSQL = `SELECT schedule_applied_batch($3::text, $1::text[], $2::text[])`
 
 // batchReadSQL reads the items the upsert did not write. It is a statement
 // of its own so that it sees a row a concurrent apply committed while the
 // upsert waited for it.
 const batchReadSQL = `SELECT i.n::int, r.id, r.generation, r.resource_version, r.deletion_requested_at IS NOT NULL
   FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS i(kind, name, n)
-  JOIN resources r ON r.kind = i.kind AND r.name = i.name`
+  JOIN resources r ON r.namespace = $3 AND r.kind = i.kind AND r.name = i.name`
 
 // batchVersionsSQL locks the resources of the items that carry a
 // precondition and reads their versions, before the upsert: what it read
 // cannot move until the chunk commits.
 const batchVersionsSQL = `SELECT i.n::int, r.resource_version
   FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS i(kind, name, n)
-  JOIN resources r ON r.kind = i.kind AND r.name = i.name
+  JOIN resources r ON r.namespace = $3 AND r.kind = i.kind AND r.name = i.name
    FOR UPDATE OF r`
 
 // checkBatchVersions refuses each item of pass (positions in chunk) whose
 // precondition does not hold, with a *PreconditionError in its result, and
 // returns the items left. A batch item's precondition is the
 // resource_version of its document: one version.
-func checkBatchVersions(ctx context.Context, tx pgx.Tx, items []ApplyResourceParams, chunk, pass []int, res []BatchItemResult) ([]int, error) {
+func checkBatchVersions(ctx context.Context, tx pgx.Tx, ns string, items []ApplyResourceParams, chunk, pass []int, res []BatchItemResult) ([]int, error) {
 	var kinds, names []string
 	var conditioned []int // positions in pass
 	for k, j := range pass {
@@ -212,7 +239,7 @@ func checkBatchVersions(ctx context.Context, tx pgx.Tx, items []ApplyResourcePar
 		n int
 		v int64
 	)
-	rows, err := tx.Query(ctx, batchVersionsSQL, kinds, names)
+	rows, err := tx.Query(ctx, batchVersionsSQL, kinds, names, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +268,17 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 	if err := setTraceContext(ctx, tx); err != nil {
 		return err
 	}
+	ns := items[chunk[0]].Namespace // ApplyResources set every item's
+	if _, err := tx.Exec(ctx, namespaceQuotaLockSQL, ns); err != nil {
+		return err
+	}
+	var (
+		quotaMax  *int
+		quotaUsed int
+	)
+	if err := tx.QueryRow(ctx, batchQuotaSQL, ns).Scan(&quotaMax, &quotaUsed); err != nil {
+		return err
+	}
 	var (
 		kinds, names, refs []string
 		versions           []int16
@@ -261,7 +299,7 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 	}
 	// The gate is read row by row into the items' results: a refused item
 	// leaves the chunk.
-	rows, err := tx.Query(ctx, batchGateSQL, kinds, versions, refs)
+	rows, err := tx.Query(ctx, batchGateSQL, kinds, versions, refs, ns, names)
 	if err != nil {
 		return err
 	}
@@ -270,17 +308,24 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 		reactor   *bool
 		pcKind    *string
 		pcVersion *int
+		exists    bool
 		pass      = make([]int, 0, len(chunk)) // positions in chunk
 	)
-	_, err = pgx.ForEachRow(rows, []any{&reactor, &pcKind, &pcVersion}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&reactor, &pcKind, &pcVersion, &exists}, func() error {
 		var pc *providerConfigKey
 		if pcKind != nil {
 			pc = &providerConfigKey{kind: *pcKind, version: *pcVersion}
 		}
 		p := items[chunk[j]]
-		if err := s.resourceGateError(ctx, p, reactor, pc); err != nil {
+		switch err := s.resourceGateError(ctx, p, reactor, pc); {
+		case err != nil:
 			res[j] = BatchItemResult{Result: ApplyInvalid, Err: err}
-		} else {
+		case !exists && quotaMax != nil && quotaUsed >= *quotaMax:
+			res[j] = BatchItemResult{Result: ApplyInvalid, Err: &QuotaError{Namespace: ns, Quota: QuotaMaxObjects, Limit: *quotaMax, Used: quotaUsed}}
+		default:
+			if !exists {
+				quotaUsed++
+			}
 			pass = append(pass, j)
 		}
 		j++
@@ -289,7 +334,7 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 	if err != nil {
 		return err
 	}
-	if pass, err = checkBatchVersions(ctx, tx, items, chunk, pass, res); err != nil {
+	if pass, err = checkBatchVersions(ctx, tx, ns, items, chunk, pass, res); err != nil {
 		return err
 	}
 	kinds, names, versions = kinds[:0], names[:0], versions[:0]
@@ -316,8 +361,8 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 		return nil
 	}
 	b := &pgx.Batch{}
-	b.Queue(batchApplySQL, kinds, versions, names, labels, specs, refCol, s.cfg.SpecHistoryLimit, ids)
-	b.Queue(batchScheduleSQL, kinds, names)
+	b.Queue(batchApplySQL, kinds, versions, names, labels, specs, refCol, s.cfg.SpecHistoryLimit, ids, ns)
+	b.Queue(batchScheduleSQL, kinds, names, ns)
 	br := tx.SendBatch(ctx, b)
 	written := make([]bool, len(pass))
 	var (
@@ -358,7 +403,7 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 		return nil
 	}
 	var deleting bool
-	rows, err = tx.Query(ctx, batchReadSQL, kinds, names)
+	rows, err = tx.Query(ctx, batchReadSQL, kinds, names, ns)
 	if err != nil {
 		return err
 	}
@@ -369,7 +414,7 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 		p := items[chunk[j]]
 		if deleting {
 			res[j] = BatchItemResult{Result: ApplyInvalid, Err: &ConflictError{Message: fmt.Sprintf(
-				"%s/%s is being deleted; re-apply it once the deletion has finished", p.Kind, p.Name)}}
+				"%s is being deleted; re-apply it once the deletion has finished", qualified(ns, p.Kind, p.Name))}}
 			return nil
 		}
 		res[j] = BatchItemResult{Result: ApplyUnchanged, ID: id, Generation: gen, ResourceVersion: rv}

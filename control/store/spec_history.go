@@ -37,6 +37,8 @@ func scanRevision(row pgx.Row, tail ...any) (SpecRevision, error) {
 
 // SpecHistoryParams selects and pages SpecHistory.
 type SpecHistoryParams struct {
+	// Namespace is the resource's namespace; "" is DefaultNamespace.
+	Namespace  string
 	Kind, Name string
 	// MaxBytes ends a page early, as ListResourcesParams.MaxBytes does; a
 	// page has no other limit.
@@ -49,7 +51,7 @@ type SpecHistoryParams struct {
 // first: as many as MaxBytes holds (see collectPage).
 func (s *Store) SpecHistory(ctx context.Context, p SpecHistoryParams) (Page[SpecRevision], error) {
 	budget := pageBudget(p.MaxBytes)
-	rid, err := s.ResourceID(ctx, p.Kind, p.Name)
+	rid, err := s.ResourceID(ctx, p.Namespace, p.Kind, p.Name)
 	if err != nil {
 		return Page[SpecRevision]{}, err
 	}
@@ -95,33 +97,35 @@ const rollbackTargetSQL = `SELECT r.kind_version::int, r.labels, coalesce(r.prov
        r.deletion_requested_at IS NOT NULL, h.spec
   FROM resources r
   LEFT JOIN resource_spec_history h ON h.resource_id = r.id AND h.revision = $3
- WHERE r.kind = $1 AND r.name = $2`
+ WHERE r.namespace = $4 AND r.kind = $1 AND r.name = $2`
 
-// Rollback re-applies the spec of revision rev of (kind, name) through
+// Rollback re-applies the spec of revision rev of (kind, name) of
+// namespace ns ("" is DefaultNamespace) through
 // ApplyResource, keeping its current kind version, labels and provider
 // config: validated against the current schema, a new generation, itself
 // recorded as a new revision. A spec equal to the current one changes
 // nothing. Errors: *NotFoundError for an unknown resource or revision
 // (Location "revision"), *ConflictError while it is being deleted, and
 // those of ApplyResource.
-func (s *Store) Rollback(ctx context.Context, kind, name string, rev int64) (model.Resource, ApplyResult, error) {
+func (s *Store) Rollback(ctx context.Context, ns, kind, name string, rev int64) (model.Resource, ApplyResult, error) {
+	ns = orDefault(ns)
 	var (
-		p        = ApplyResourceParams{Kind: kind, Name: name}
+		p        = ApplyResourceParams{Namespace: ns, Kind: kind, Name: name}
 		deleting bool
 		spec     *json.RawMessage
 	)
-	err := s.pool.QueryRow(ctx, rollbackTargetSQL, kind, name, rev).
+	err := s.pool.QueryRow(ctx, rollbackTargetSQL, kind, name, rev, ns).
 		Scan(&p.KindVersion, &p.Labels, &p.ProviderConfigRef, &deleting, &spec)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return model.Resource{}, "", resourceNotFound(kind, name)
+		return model.Resource{}, "", resourceNotFound(ns, kind, name)
 	case err != nil:
-		return model.Resource{}, "", fmt.Errorf("read revision %d of %s/%s: %w", rev, kind, name, err)
+		return model.Resource{}, "", fmt.Errorf("read revision %d of %s: %w", rev, qualified(ns, kind, name), err)
 	case deleting:
-		return model.Resource{}, "", errDeleting(kind, name)
+		return model.Resource{}, "", errDeleting(ns, kind, name)
 	case spec == nil:
 		return model.Resource{}, "", &NotFoundError{Location: "revision",
-			Message: fmt.Sprintf("%s/%s has no spec revision %d", kind, name, rev)}
+			Message: fmt.Sprintf("%s has no spec revision %d", qualified(ns, kind, name), rev)}
 	}
 	p.Spec = *spec
 	return s.ApplyResource(ctx, p)

@@ -72,7 +72,7 @@ func TestWritesStoreTheirTraceContext(t *testing.T) {
 	want("untraced-after", "reconcile", "")
 
 	ctx3, tp3 := traced(3)
-	if _, err := st.ApplyResources(ctx3, []store.ApplyResourceParams{{Kind: "leaf", KindVersion: 1, Name: "b1"},
+	if _, err := st.ApplyResources(ctx3, "", []store.ApplyResourceParams{{Kind: "leaf", KindVersion: 1, Name: "b1"},
 		{Kind: "leaf", KindVersion: 1, Name: "b2"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -80,13 +80,13 @@ func TestWritesStoreTheirTraceContext(t *testing.T) {
 	want("b2", "reconcile", tp3)
 
 	ctx4, tp4 := traced(4)
-	if _, err := st.DeleteResource(ctx4, "leaf", "b1", store.Precondition{}); err != nil {
+	if _, err := st.DeleteResource(ctx4, "", "leaf", "b1", store.Precondition{}); err != nil {
 		t.Fatal(err)
 	}
 	want("b1", "delete", tp4)
 
 	ctx5, tp5 := traced(5)
-	if _, err := st.CreateOperation(ctx5, "leaf", "b2", "restart", nil); err != nil {
+	if _, err := st.CreateOperation(ctx5, "", "leaf", "b2", "restart", nil); err != nil {
 		t.Fatal(err)
 	}
 	want("b2", "operate", tp5)

@@ -84,7 +84,7 @@ func requireVersionSQL(lock string) string {
 
 // The lock reads of each versioned table, for requireVersionSQL.
 const (
-	resourceVersionLock       = `SELECT resource_version FROM resources WHERE kind = $3 AND name = $4 FOR UPDATE`
+	resourceVersionLock       = `SELECT resource_version FROM resources WHERE namespace = $3 AND kind = $4 AND name = $5 FOR UPDATE`
 	kindConfigVersionLock     = `SELECT resource_version FROM kind_config WHERE kind = $3 AND kind_version = $4 FOR UPDATE`
 	providerConfigVersionLock = `SELECT resource_version FROM providerconfigs WHERE name = $3 FOR UPDATE`
 	bindingVersionLock        = `SELECT resource_version FROM reactor_bindings WHERE name = $3 FOR UPDATE`

@@ -43,7 +43,7 @@ func TestResourceVersion(t *testing.T) {
 	if err := enginetest.CompleteOne(db.Pool, task, `{"status":{"ok":true}}`); err != nil {
 		t.Fatal(err)
 	}
-	got, err := st.GetResource(ctx, "leaf", "a")
+	got, err := st.GetResource(ctx, "", "leaf", "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestResourceVersion(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Current != r2.ResourceVersion {
 		t.Fatalf("a change at a stale version: %v, want a *PreconditionError at v%d", err, r2.ResourceVersion)
 	}
-	if got, _ := st.GetResource(ctx, "leaf", "a"); string(got.Spec) != `{"n": 2}` || got.Generation != r2.Generation {
+	if got, _ := st.GetResource(ctx, "", "leaf", "a"); string(got.Spec) != `{"n": 2}` || got.Generation != r2.Generation {
 		t.Fatalf("the refused apply wrote: spec %s generation %d, want {\"n\": 2} at %d", got.Spec, got.Generation, r2.Generation)
 	}
 	if _, _, err := apply(`{"n":3}`, store.Precondition{Versions: []int64{r1.ResourceVersion, r2.ResourceVersion}}); err != nil {
@@ -72,17 +72,17 @@ func TestResourceVersion(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Current != 0 {
 		t.Fatalf("If-Match: * of a missing resource: %v, want a *PreconditionError for a missing object", err)
 	}
-	if _, err := st.GetResource(ctx, "leaf", "b"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.GetResource(ctx, "", "leaf", "b"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the refused create wrote b: %v", err)
 	}
 
 	// Deleting, conditionally; a new resource of the same name never
 	// takes a version the old one had.
-	if _, err := st.DeleteResource(ctx, "leaf", "a", store.IfVersion(r1.ResourceVersion)); !errors.As(err, &pe) {
+	if _, err := st.DeleteResource(ctx, "", "leaf", "a", store.IfVersion(r1.ResourceVersion)); !errors.As(err, &pe) {
 		t.Fatalf("a delete at a stale version: %v, want a *PreconditionError", err)
 	}
-	cur, _ := st.GetResource(ctx, "leaf", "a")
-	if _, err := st.DeleteResource(ctx, "leaf", "a", store.IfVersion(cur.ResourceVersion)); err != nil {
+	cur, _ := st.GetResource(ctx, "", "leaf", "a")
+	if _, err := st.DeleteResource(ctx, "", "leaf", "a", store.IfVersion(cur.ResourceVersion)); err != nil {
 		t.Fatalf("a delete at the current version: %v", err)
 	}
 	// A leaf without a finalizer goes at once; the next "a" is a new object.
@@ -138,7 +138,7 @@ func TestConcurrentWritersOneWins(t *testing.T) {
 		if won != 1 || lost != 1 {
 			t.Fatalf("round %d: %d writes landed and %d were refused, want 1 and 1 (%v)", round, won, lost, errs)
 		}
-		d, err := st.GetResource(ctx, "leaf", "a")
+		d, err := st.GetResource(ctx, "", "leaf", "a")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,8 +198,8 @@ func TestObjectVersions(t *testing.T) {
 		}
 		_, _, err = st.PutProviderConfig(ctx, p)
 		stale(t, "put", err, c1.ResourceVersion)
-		stale(t, "delete", st.DeleteProviderConfig(ctx, "pc", store.IfVersion(c0.ResourceVersion)), c1.ResourceVersion)
-		if err := st.DeleteProviderConfig(ctx, "pc", store.IfVersion(c1.ResourceVersion)); err != nil {
+		stale(t, "delete", st.DeleteProviderConfig(ctx, "", "pc", store.IfVersion(c0.ResourceVersion)), c1.ResourceVersion)
+		if err := st.DeleteProviderConfig(ctx, "", "pc", store.IfVersion(c1.ResourceVersion)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -217,8 +217,8 @@ func TestObjectVersions(t *testing.T) {
 		}
 		_, _, err = st.PutReactorBinding(ctx, p)
 		stale(t, "put", err, b1.ResourceVersion)
-		stale(t, "delete", st.DeleteReactorBinding(ctx, "rb", store.IfVersion(b0.ResourceVersion)), b1.ResourceVersion)
-		if err := st.DeleteReactorBinding(ctx, "rb", store.IfVersion(b1.ResourceVersion)); err != nil {
+		stale(t, "delete", st.DeleteReactorBinding(ctx, "", "rb", store.IfVersion(b0.ResourceVersion)), b1.ResourceVersion)
+		if err := st.DeleteReactorBinding(ctx, "", "rb", store.IfVersion(b1.ResourceVersion)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -244,8 +244,8 @@ func TestObjectVersions(t *testing.T) {
 		if got, _ := st.GetEndpoint(ctx, "ep"); got.Enabled {
 			t.Fatal("the refused apply enabled the endpoint again")
 		}
-		stale(t, "delete", st.DeleteEndpoint(ctx, "ep", store.IfVersion(e0.ResourceVersion)), e1.ResourceVersion)
-		if err := st.DeleteEndpoint(ctx, "ep", store.IfVersion(e1.ResourceVersion)); err != nil {
+		stale(t, "delete", st.DeleteEndpoint(ctx, "", "ep", store.IfVersion(e0.ResourceVersion)), e1.ResourceVersion)
+		if err := st.DeleteEndpoint(ctx, "", "ep", store.IfVersion(e1.ResourceVersion)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -265,7 +265,7 @@ func TestBatchVersions(t *testing.T) {
 	item := func(name, spec string, v int64) store.ApplyResourceParams {
 		return store.ApplyResourceParams{Kind: "leaf", KindVersion: 1, Name: name, Spec: json.RawMessage(spec), Precondition: store.IfVersion(v)}
 	}
-	res, err := st.ApplyResources(ctx, []store.ApplyResourceParams{
+	res, err := st.ApplyResources(ctx, "", []store.ApplyResourceParams{
 		item("a", `{"n":1}`, a.ResourceVersion), // current: written
 		item("b", `{}`, 0),                      // no condition: created
 		item("c", `{}`, a.ResourceVersion),      // names a version, but c does not exist
@@ -279,14 +279,14 @@ func TestBatchVersions(t *testing.T) {
 		res[2].Result != store.ApplyInvalid || !errors.As(res[2].Err, &pe) || pe.Current != 0 {
 		t.Fatalf("results %+v", res)
 	}
-	res, err = st.ApplyResources(ctx, []store.ApplyResourceParams{item("a", `{"n":2}`, a.ResourceVersion), item("b", `{"n":2}`, res[1].ResourceVersion)})
+	res, err = st.ApplyResources(ctx, "", []store.ApplyResourceParams{item("a", `{"n":2}`, a.ResourceVersion), item("b", `{"n":2}`, res[1].ResourceVersion)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res[0].Result != store.ApplyInvalid || !errors.As(res[0].Err, &pe) || res[1].Result != store.ApplyConfigured {
 		t.Fatalf("results %+v, want a refused (stale) and b written", res)
 	}
-	if got, _ := st.GetResource(ctx, "leaf", "a"); string(got.Spec) != `{"n": 1}` {
+	if got, _ := st.GetResource(ctx, "", "leaf", "a"); string(got.Spec) != `{"n": 1}` {
 		t.Fatalf("the refused item wrote a: %s", got.Spec)
 	}
 }

@@ -242,7 +242,7 @@ func TestRefreshKeepsRuntimeState(t *testing.T) {
 		t.Fatalf("after a config change: limit %d in flight %d; want 9 and the slot still counted", st.Limit, st.InFlight)
 	}
 	s.Done(registry.Success)
-	if err := b.st.DeleteEndpoint(b.ctx, "a", store.Precondition{}); err != nil {
+	if err := b.st.DeleteEndpoint(b.ctx, "", "a", store.Precondition{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Refresh(b.ctx); err != nil {

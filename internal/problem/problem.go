@@ -32,6 +32,7 @@ const (
 	TypeBreakingChange       = "urn:converge:problem:breaking-change"
 	TypeUnauthorized         = "urn:converge:problem:unauthorized"
 	TypeForbidden            = "urn:converge:problem:forbidden"
+	TypeQuotaExceeded        = "urn:converge:problem:quota-exceeded"
 	TypeTooLarge             = "urn:converge:problem:body-too-large"
 	TypeHeadersTooLarge      = "urn:converge:problem:headers-too-large"
 	TypeUnsupportedMediaType = "urn:converge:problem:unsupported-media-type"

@@ -2,7 +2,9 @@
 -- applied to the resources its root owns.
 
 -- apply_compose applies a composer's outcome for p_root: children, edges and
--- provider configs are diffed against what the root owns — the changed are
+-- provider configs, all in the root's namespace (a child, an edge's ends and
+-- a value flow's source are looked up there and nowhere else), are diffed
+-- against what the root owns — the changed are
 -- upserted, the vanished pruned through the teardown protocol (or orphaned
 -- for a grace window when the child's kind sets orphan_grace_secs).
 -- Bootstrap value flows are folded into each child's spec before it is
@@ -32,10 +34,11 @@ DECLARE
     v_new_vers smallint[];
     v_queued uuid[];
     v_edge_ups uuid[];
+    v_ns text;
 BEGIN
     -- A root being torn down composes nothing more: its children are
     -- already marked, and re-creating one would race the teardown.
-    PERFORM 1 FROM resources WHERE id = p_root AND deletion_requested_at IS NULL FOR UPDATE;
+    SELECT namespace INTO v_ns FROM resources WHERE id = p_root AND deletion_requested_at IS NULL FOR UPDATE;
     IF NOT FOUND THEN RETURN; END IF;
 
     IF p_emits & 4 <> 0 AND jsonb_typeof(p_outcome->'configs') = 'array' THEN
@@ -46,9 +49,9 @@ BEGIN
         IF v_bad IS NOT NULL THEN
             RAISE EXCEPTION 'provider config % already exists and is not owned by this resource', v_bad;
         END IF;
-        INSERT INTO providerconfigs AS pc (name, kind, kind_version, is_default, spec, data, owner_id)
+        INSERT INTO providerconfigs AS pc (name, kind, kind_version, is_default, spec, data, owner_id, namespace)
         SELECT c->>'name', c->>'kind', (c->>'kind_version')::smallint, coalesce((c->>'is_default')::boolean, false),
-               coalesce(c->'spec', '{}'), decode(c->>'data', 'base64'), p_root
+               coalesce(c->'spec', '{}'), decode(c->>'data', 'base64'), p_root, v_ns
           FROM jsonb_array_elements(p_outcome->'configs') c
         ON CONFLICT (name) DO UPDATE SET
             kind = EXCLUDED.kind, kind_version = EXCLUDED.kind_version, is_default = EXCLUDED.is_default,
@@ -65,7 +68,7 @@ BEGIN
         SELECT format('%s/%s', c->>'kind', c->>'name') INTO v_bad
           FROM jsonb_array_elements(p_outcome->'children') c
           CROSS JOIN LATERAL (SELECT r.owner_id FROM resources r
-                               WHERE r.kind = c->>'kind' AND r.name = c->>'name' LIMIT 1) r
+                               WHERE r.namespace = v_ns AND r.kind = c->>'kind' AND r.name = c->>'name' LIMIT 1) r
          WHERE r.owner_id IS DISTINCT FROM p_root LIMIT 1;
         IF v_bad IS NOT NULL THEN
             RAISE EXCEPTION 'child % already exists and is not owned by this resource', v_bad;
@@ -91,16 +94,17 @@ BEGIN
                       FROM jsonb_array_elements(coalesce(p_outcome->'edges', '[]')) e
                       CROSS JOIN LATERAL jsonb_array_elements(coalesce(e->'values', '[]')) f
                      WHERE v_flows) x
-              CROSS JOIN LATERAL (SELECT r.status FROM resources r WHERE r.kind = x.ukind AND r.name = x.uname) u
+              CROSS JOIN LATERAL (SELECT r.status FROM resources r
+                                   WHERE r.namespace = v_ns AND r.kind = x.ukind AND r.name = x.uname) u
              WHERE u.status #> pointer_path(x.source) IS NOT NULL
              GROUP BY 1, 2
         ), flowed AS (
             SELECT d.*, apply_flows(d.spec, fl.fl) AS fspec
               FROM desired d LEFT JOIN flows fl ON fl.kind = d.kind AND fl.name = d.name
         ), up AS (
-            INSERT INTO resources AS r (kind, kind_version, name, labels, spec, owner_id)
-            SELECT kind, kind_version, name, labels, fspec, p_root FROM flowed
-            ON CONFLICT (kind, name) DO UPDATE SET
+            INSERT INTO resources AS r (namespace, kind, kind_version, name, labels, spec, owner_id)
+            SELECT v_ns, kind, kind_version, name, labels, fspec, p_root FROM flowed
+            ON CONFLICT (namespace, kind, name) DO UPDATE SET
                 kind_version = EXCLUDED.kind_version,
                 labels = EXCLUDED.labels,
                 spec = CASE WHEN EXCLUDED.spec <> r.spec
@@ -156,8 +160,8 @@ BEGIN
         INSERT INTO compose_edges
         SELECT dep.id, up.id, coalesce(e->'values', '[]')
           FROM jsonb_array_elements(p_outcome->'edges') e
-          LEFT JOIN resources dep ON dep.kind = e->'dependent'->>'kind' AND dep.name = e->'dependent'->>'name'
-          LEFT JOIN resources up ON up.kind = e->'dependency'->>'kind' AND up.name = e->'dependency'->>'name';
+          LEFT JOIN resources dep ON dep.namespace = v_ns AND dep.kind = e->'dependent'->>'kind' AND dep.name = e->'dependent'->>'name'
+          LEFT JOIN resources up ON up.namespace = v_ns AND up.kind = e->'dependency'->>'kind' AND up.name = e->'dependency'->>'name';
         SELECT 'an edge names a resource that does not exist' INTO v_bad
           FROM compose_edges WHERE dependent_id IS NULL OR dependency_id IS NULL LIMIT 1;
         IF v_bad IS NOT NULL THEN RAISE EXCEPTION '%', v_bad; END IF;
@@ -212,8 +216,8 @@ BEGIN
         -- child with no task and no edge holding it, and a large compose
         -- would pay for them per child.
         WITH q AS (
-            INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
-            SELECT n.shard_id, n.id, 'reconcile', n.kind, n.kind_version, 1, 'specChange'
+            INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger, namespace)
+            SELECT n.shard_id, n.id, 'reconcile', n.kind, n.kind_version, 1, 'specChange', v_ns
               FROM unnest(v_new_ids, v_new_shards, v_new_kinds, v_new_vers) AS n(id, shard_id, kind, kind_version)
               JOIN kind_manifest m ON m.kind = n.kind AND m.kind_version = n.kind_version
              WHERE m.spec_reaction IS NOT NULL

@@ -20,9 +20,9 @@ BEGIN
       FROM resources r JOIN kind_manifest m ON m.kind = r.kind AND m.kind_version = r.kind_version
      WHERE o.resource_id = ANY (p_rids) AND o.state = 'pending' AND r.id = o.resource_id
        AND NOT jsonb_path_exists(m.reactions, '$[*] ? (@.trigger == "operation" && @.verb == $v)', jsonb_build_object('v', o.verb));
-    INSERT INTO work_queue (shard_id, resource_id, task_type, task_id, kind, kind_version, trigger, generation, reaction, emits)
+    INSERT INTO work_queue (shard_id, resource_id, task_type, task_id, kind, kind_version, trigger, generation, reaction, emits, namespace)
     SELECT DISTINCT ON (o.resource_id) r.shard_id, r.id, 'operate', o.id, r.kind, r.kind_version, 'operation', r.generation,
-           x.decl->>'name', reaction_mask(x.decl)
+           x.decl->>'name', reaction_mask(x.decl), r.namespace
       FROM resource_operations o
       JOIN resources r ON r.id = o.resource_id
       JOIN kind_manifest m ON m.kind = r.kind AND m.kind_version = r.kind_version

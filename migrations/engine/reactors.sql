@@ -4,7 +4,8 @@
 -- 'react' tasks and complete_tasks acks them.
 
 -- emit_lifecycle writes p_transition for the resources p_ids, at their
--- current generation, once per enabled binding that matches (watch_kind,
+-- current generation, once per enabled binding of the resource's namespace
+-- that matches (watch_kind,
 -- watch_kind_version if set, labels @> label_match). Callers pass the
 -- resources that crossed the edge; the 'deleted' edge is written by
 -- resources_after_delete, from the rows already gone. The first statement
@@ -22,6 +23,7 @@ BEGIN
     SELECT r.shard_id, r.id, p_transition, r.generation, b.name
       FROM resources r
       JOIN reactor_bindings b ON b.watch_kind = r.kind AND b.transition = p_transition AND b.enabled
+                             AND b.namespace = r.namespace
      WHERE r.id = ANY (p_ids)
        AND (b.watch_kind_version IS NULL OR b.watch_kind_version = r.kind_version)
        AND r.labels @> b.label_match

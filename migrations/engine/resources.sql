@@ -56,6 +56,7 @@ BEGIN
         SELECT o.shard_id, o.id, 'deleted', o.generation, b.name
           FROM old_rows o
           JOIN reactor_bindings b ON b.watch_kind = o.kind AND b.transition = 'deleted' AND b.enabled
+                                 AND b.namespace = o.namespace
          WHERE (b.watch_kind_version IS NULL OR b.watch_kind_version = o.kind_version)
            AND o.labels @> b.label_match
         ON CONFLICT DO NOTHING

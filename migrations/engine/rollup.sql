@@ -17,12 +17,13 @@ DECLARE
     v_kinds text[];
     v_vers smallint[];
     v_gens bigint[];
+    v_nss text[];
 BEGIN
     IF p_roots IS NULL OR cardinality(p_roots) = 0 THEN RETURN 0; END IF;
     WITH t AS MATERIALIZED (
         SELECT * FROM resources WHERE id = ANY (p_roots)
     ), c AS (
-        SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation, EXISTS (
+        SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation, r.namespace, EXISTS (
                 SELECT 1 FROM resources ch
                 WHERE ch.owner_id = r.id AND ch.synced_gen < ch.generation
                   AND ch.failure_gen <> ch.generation AND ch.frozen_until IS NULL AND ch.deletion_requested_at IS NULL) AS lagging
@@ -40,11 +41,11 @@ BEGIN
     )
     SELECT array_agg(shard_id) FILTER (WHERE NOT lagging), array_agg(id) FILTER (WHERE NOT lagging),
            array_agg(kind) FILTER (WHERE NOT lagging), array_agg(kind_version) FILTER (WHERE NOT lagging),
-           array_agg(generation) FILTER (WHERE NOT lagging)
-      INTO v_shards, v_ready, v_kinds, v_vers, v_gens FROM c;
+           array_agg(generation) FILTER (WHERE NOT lagging), array_agg(namespace) FILTER (WHERE NOT lagging)
+      INTO v_shards, v_ready, v_kinds, v_vers, v_gens, v_nss FROM c;
     IF v_ready IS NULL THEN RETURN 0; END IF;
     RETURN enqueue_tasks(v_shards, v_ready, v_kinds, v_vers, v_gens,
-                         array_fill('childrenSettled'::text, ARRAY[cardinality(v_ready)]));
+                         array_fill('childrenSettled'::text, ARRAY[cardinality(v_ready)]), v_nss);
 END
 $$;
 

@@ -8,7 +8,7 @@
 -- keyed (id = ANY), so the generic plan is as good as a custom one.
 
 -- enqueue_tasks upserts reconcile rows for resources the caller has read
--- (shard, id, kind, version, generation, trigger), so scheduling reads each
+-- (shard, id, kind, version, generation, trigger, namespace), so scheduling reads each
 -- resource once: the gate reads it to decide, and the upsert takes the
 -- columns from the gate (re-reading 10,000 resources by id cost the gate's
 -- own read again). The ON CONFLICT arm is the generation gate that makes
@@ -16,7 +16,7 @@
 -- claimed row is only marked so applying its outcome re-evaluates it (never two live
 -- tasks for one resource).
 CREATE OR REPLACE FUNCTION enqueue_tasks(p_shards smallint[], p_ids uuid[], p_kinds text[], p_vers smallint[],
-                                         p_gens bigint[], p_triggers text[]) RETURNS int
+                                         p_gens bigint[], p_triggers text[], p_namespaces text[]) RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     n int;
@@ -27,9 +27,10 @@ BEGIN
     -- tried first; if any row exists, its unique violation undoes the
     -- attempt (this block's subtransaction) and the upsert below runs.
     BEGIN
-        INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
-        SELECT c.shard_id, c.id, 'reconcile', c.kind, c.kind_version, c.generation, c.trig
-          FROM unnest(p_shards, p_ids, p_kinds, p_vers, p_gens, p_triggers) AS c(shard_id, id, kind, kind_version, generation, trig);
+        INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger, namespace)
+        SELECT c.shard_id, c.id, 'reconcile', c.kind, c.kind_version, c.generation, c.trig, c.ns
+          FROM unnest(p_shards, p_ids, p_kinds, p_vers, p_gens, p_triggers, p_namespaces)
+               AS c(shard_id, id, kind, kind_version, generation, trig, ns);
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n > 0 THEN
             PERFORM notify_gated('work_ready');
@@ -39,9 +40,10 @@ BEGIN
         NULL; -- some row exists: upsert them all
     END;
     WITH up AS (
-        INSERT INTO work_queue AS w (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
-        SELECT c.shard_id, c.id, 'reconcile', c.kind, c.kind_version, c.generation, c.trig
-          FROM unnest(p_shards, p_ids, p_kinds, p_vers, p_gens, p_triggers) AS c(shard_id, id, kind, kind_version, generation, trig)
+        INSERT INTO work_queue AS w (shard_id, resource_id, task_type, kind, kind_version, generation, trigger, namespace)
+        SELECT c.shard_id, c.id, 'reconcile', c.kind, c.kind_version, c.generation, c.trig, c.ns
+          FROM unnest(p_shards, p_ids, p_kinds, p_vers, p_gens, p_triggers, p_namespaces)
+               AS c(shard_id, id, kind, kind_version, generation, trig, ns)
         ON CONFLICT (shard_id, resource_id, task_type) DO UPDATE SET
             generation   = GREATEST(w.generation, EXCLUDED.generation),
             kind         = CASE WHEN w.state = 'pending' THEN EXCLUDED.kind ELSE w.kind END,
@@ -77,20 +79,22 @@ DECLARE
     v_vers smallint[];
     v_gens bigint[];
     v_trigs text[];
+    v_nss text[];
 BEGIN
     -- The resources are read in one scan by id = ANY, then joined to the
     -- triggers: with the two in one join, the planner may probe the primary
     -- key per id with id = ANY as a second index condition, which walks the
     -- whole array on every probe (quadratic in the batch).
     WITH r AS MATERIALIZED (
-        SELECT id, shard_id, kind, kind_version, generation FROM resources WHERE id = ANY (p_ids)
+        SELECT id, shard_id, kind, kind_version, generation, namespace FROM resources WHERE id = ANY (p_ids)
     )
-    SELECT array_agg(r.shard_id), array_agg(r.id), array_agg(r.kind), array_agg(r.kind_version), array_agg(r.generation), array_agg(t.trig)
-      INTO v_shards, v_ids, v_kinds, v_vers, v_gens, v_trigs
+    SELECT array_agg(r.shard_id), array_agg(r.id), array_agg(r.kind), array_agg(r.kind_version), array_agg(r.generation), array_agg(t.trig),
+           array_agg(r.namespace)
+      INTO v_shards, v_ids, v_kinds, v_vers, v_gens, v_trigs, v_nss
       FROM unnest(p_ids, p_triggers) AS t(id, trig)
       JOIN r ON r.id = t.id;
     IF v_ids IS NULL THEN RETURN 0; END IF;
-    RETURN enqueue_tasks(v_shards, v_ids, v_kinds, v_vers, v_gens, v_trigs);
+    RETURN enqueue_tasks(v_shards, v_ids, v_kinds, v_vers, v_gens, v_trigs, v_nss);
 END
 $$;
 
@@ -112,6 +116,7 @@ DECLARE
     v_vers smallint[];
     v_gens bigint[];
     v_trigs text[];
+    v_nss text[];
     v_noop uuid[];
 BEGIN
     IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN RETURN 0; END IF;
@@ -131,7 +136,7 @@ BEGIN
           FROM resource_deps d JOIN resources u ON u.id = d.dependency_id
          WHERE d.dependent_id = ANY (p_ids) AND u.synced_gen < u.generation
     ), c AS MATERIALIZED (
-        SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation,
+        SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation, r.namespace,
             CASE
                 WHEN r.spec_gen < r.generation AND m.spec_reaction IS NOT NULL THEN
                     CASE WHEN r.id NOT IN (SELECT b.id FROM blocked b) THEN 'specChange' END
@@ -156,14 +161,15 @@ BEGIN
            array_agg(kind_version) FILTER (WHERE trig IN ('specChange','childrenSettled')),
            array_agg(generation) FILTER (WHERE trig IN ('specChange','childrenSettled')),
            array_agg(trig) FILTER (WHERE trig IN ('specChange','childrenSettled')),
+           array_agg(namespace) FILTER (WHERE trig IN ('specChange','childrenSettled')),
            array_agg(id) FILTER (WHERE trig = 'noop')
-      INTO v_shards, v_ids, v_kinds, v_vers, v_gens, v_trigs, v_noop
+      INTO v_shards, v_ids, v_kinds, v_vers, v_gens, v_trigs, v_nss, v_noop
       FROM c;
     IF v_noop IS NOT NULL THEN
         UPDATE resources SET spec_gen = generation, synced_gen = generation WHERE id = ANY (v_noop);
     END IF;
     IF v_ids IS NULL THEN RETURN 0; END IF;
-    RETURN enqueue_tasks(v_shards, v_ids, v_kinds, v_vers, v_gens, v_trigs);
+    RETURN enqueue_tasks(v_shards, v_ids, v_kinds, v_vers, v_gens, v_trigs, v_nss);
 END
 $$;
 
@@ -172,7 +178,7 @@ $$;
 -- it takes one plain insert (the hot path of a bulk import); anything else
 -- goes through schedule_eligible. A created resource is also the 'created'
 -- lifecycle edge.
-CREATE OR REPLACE FUNCTION schedule_applied(p_kind text, p_name text) RETURNS int
+CREATE OR REPLACE FUNCTION schedule_applied(p_ns text, p_kind text, p_name text) RETURNS int
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     r record;
@@ -182,7 +188,7 @@ BEGIN
       INTO r
       FROM resources res
       JOIN kind_manifest m ON m.kind = res.kind AND m.kind_version = res.kind_version
-     WHERE res.kind = p_kind AND res.name = p_name
+     WHERE res.namespace = p_ns AND res.kind = p_kind AND res.name = p_name
        AND res.updated_at = now() AND res.synced_gen < res.generation;
     IF NOT FOUND THEN
         RETURN 0;
@@ -191,8 +197,8 @@ BEGIN
         PERFORM emit_lifecycle(ARRAY[r.id], 'created');
     END IF;
     IF r.fresh AND r.spec_reaction IS NOT NULL THEN
-        INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
-        VALUES (r.shard_id, r.id, 'reconcile', r.kind, r.kind_version, r.generation, 'specChange');
+        INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger, namespace)
+        VALUES (r.shard_id, r.id, 'reconcile', r.kind, r.kind_version, r.generation, 'specChange', p_ns);
         PERFORM notify_gated('work_ready');
         RETURN 1;
     END IF;
@@ -200,11 +206,11 @@ BEGIN
 END
 $$;
 
--- schedule_applied_batch is schedule_applied for every (kind, name) of one
--- bulk-apply chunk, set-based: the same gate (written by this transaction,
+-- schedule_applied_batch is schedule_applied for every (kind, name) in
+-- namespace p_ns of one bulk-apply chunk, set-based: the same gate (written by this transaction,
 -- lagging), the 'created' edge for the fresh ones, one plain insert for the
 -- fresh ones with a specChange reaction, schedule_eligible for the rest.
-CREATE OR REPLACE FUNCTION schedule_applied_batch(p_kinds text[], p_names text[]) RETURNS int
+CREATE OR REPLACE FUNCTION schedule_applied_batch(p_ns text, p_kinds text[], p_names text[]) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     v_fresh uuid[];
@@ -220,14 +226,14 @@ BEGIN
         SELECT res.id, res.shard_id, res.kind, res.kind_version, res.generation,
                res.created_at = now() AND res.generation = 1 AS fresh
           FROM unnest(p_kinds, p_names) AS a(kind, name)
-          JOIN resources res ON res.kind = a.kind AND res.name = a.name
+          JOIN resources res ON res.namespace = p_ns AND res.kind = a.kind AND res.name = a.name
          WHERE res.updated_at = now() AND res.synced_gen < res.generation
     ), r AS MATERIALIZED (
         SELECT w.*, m.spec_reaction
           FROM w JOIN kind_manifest m ON m.kind = w.kind AND m.kind_version = w.kind_version
     ), q AS (
-        INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
-        SELECT shard_id, id, 'reconcile', kind, kind_version, generation, 'specChange'
+        INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger, namespace)
+        SELECT shard_id, id, 'reconcile', kind, kind_version, generation, 'specChange', p_ns
           FROM r WHERE fresh AND spec_reaction IS NOT NULL
         RETURNING 1
     )

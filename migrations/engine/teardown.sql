@@ -83,11 +83,13 @@ DECLARE
     n int;
 BEGIN
     WHILE v_ids IS NOT NULL AND cardinality(v_ids) > 0 LOOP
-        CREATE TEMP TABLE IF NOT EXISTS teardown_ready (id uuid, shard_id smallint, kind text, kind_version smallint,
-            generation bigint, fin boolean) ON COMMIT DELETE ROWS;
-        TRUNCATE teardown_ready;
-        INSERT INTO teardown_ready
-        SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation, cardinality(r.finalizers) > 0
+        -- A scratch table of its own name per shape: a session that made an
+        -- older engine's (teardown_ready, without namespace) keeps it.
+        CREATE TEMP TABLE IF NOT EXISTS teardown_batch (id uuid, shard_id smallint, kind text, kind_version smallint,
+            generation bigint, fin boolean, namespace text) ON COMMIT DELETE ROWS;
+        TRUNCATE teardown_batch;
+        INSERT INTO teardown_batch
+        SELECT r.id, r.shard_id, r.kind, r.kind_version, r.generation, cardinality(r.finalizers) > 0, r.namespace
           FROM resources r
          WHERE r.id = ANY (v_ids) AND r.deletion_requested_at IS NOT NULL
            AND NOT (r.failure_terminal AND r.failure_gen = r.generation)
@@ -95,9 +97,9 @@ BEGIN
            AND NOT EXISTS (SELECT 1 FROM resource_deps d WHERE d.dependency_id = r.id);
 
         WITH q AS (
-            INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger)
-            SELECT shard_id, id, 'delete', kind, kind_version, generation, 'deleteRequested'
-              FROM teardown_ready WHERE fin
+            INSERT INTO work_queue (shard_id, resource_id, task_type, kind, kind_version, generation, trigger, namespace)
+            SELECT shard_id, id, 'delete', kind, kind_version, generation, 'deleteRequested', namespace
+              FROM teardown_batch WHERE fin
             ON CONFLICT (shard_id, resource_id, task_type) DO NOTHING
             RETURNING 1)
         SELECT count(*) INTO n FROM q;
@@ -106,12 +108,12 @@ BEGIN
         END IF;
 
         SELECT array_agg(DISTINCT x.id) INTO v_next FROM (
-            SELECT r.owner_id AS id FROM resources r JOIN teardown_ready t ON t.id = r.id
+            SELECT r.owner_id AS id FROM resources r JOIN teardown_batch t ON t.id = r.id
              WHERE NOT t.fin AND r.owner_id IS NOT NULL
             UNION ALL
-            SELECT d.dependency_id FROM resource_deps d JOIN teardown_ready t ON t.id = d.dependent_id
+            SELECT d.dependency_id FROM resource_deps d JOIN teardown_batch t ON t.id = d.dependent_id
              WHERE NOT t.fin) x;
-        DELETE FROM resources r USING teardown_ready t WHERE r.id = t.id AND NOT t.fin;
+        DELETE FROM resources r USING teardown_batch t WHERE r.id = t.id AND NOT t.fin;
         GET DIAGNOSTICS n = ROW_COUNT;
         v_removed := v_removed + n;
         v_ids := teardown_lock(v_next);

@@ -88,7 +88,7 @@ export interface paths {
         };
         /**
          * List delivery attempts
-         * @description The delivery log, newest first with a keyset cursor: every attempt to deliver a task (success or failure, one per task of a batch), every 202 and the callback that followed it. Filters: endpoint, kind (with name: one resource), classification, failed, and the window since..until.
+         * @description The delivery log, newest first with a keyset cursor: every attempt to deliver a task (success or failure, one per task of a batch), every 202 and the callback that followed it. Filters: namespace (of the task's resource; * = every namespace), endpoint, kind (with name: one resource), classification, failed, and the window since..until.
          */
         get: operations["list-deliveries"];
         put?: never;
@@ -184,7 +184,7 @@ export interface paths {
         };
         /**
          * List an endpoint's delivery attempts
-         * @description GET /deliveries?endpoint={name}, 404 for an unknown endpoint.
+         * @description Every attempt delivered to the endpoint (of the namespace ?namespace= names), for the resources of every namespace it serves; 404 for an unknown endpoint.
          */
         get: operations["list-endpoint-deliveries"];
         put?: never;
@@ -343,6 +343,51 @@ export interface paths {
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/namespaces": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List namespaces
+         * @description Every namespace by name, with its quotas and how many resources it holds.
+         */
+        get: operations["list-namespaces"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/namespaces/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a namespace */
+        get: operations["get-namespace"];
+        /**
+         * Create or update a namespace
+         * @description Creates (201) or updates (200) the namespace's labels and quotas; X-Apply-Result says created, configured or unchanged. Omitting a quota removes it.
+         */
+        put: operations["put-namespace"];
+        post?: never;
+        /**
+         * Delete a namespace
+         * @description Refused with 409 for default, and for a namespace that still holds resources, provider configs, reactor bindings or endpoints (each counted in errors).
+         */
+        delete: operations["delete-namespace"];
         options?: never;
         head?: never;
         patch?: never;
@@ -747,7 +792,7 @@ export interface paths {
         put?: never;
         /**
          * Re-drive the resources that failed since a time
-         * @description Selects the resources in phase (Failed by default) that entered it at or after since, by kind and label selector, at most limit of them oldest first, and reconciles each as POST /resources/{kind}/{name}/reconcile does: a new claim on its current spec (a terminal failure is lifted and scheduled anew, a queued retry runs now with its attempts reset), never a resend of an old request. Each re-driven resource's events get reconcile_requested and recovered (naming the phase and since), one pair per resource. A re-driven resource leaves the phase, so a second call re-drives none of them again once their tasks run (before then it at most runs the same queued task at once again). ?dry_run=true answers what would be re-driven and changes nothing. 400 names the field of a bad body and changes nothing.
+         * @description Selects the resources of the namespace (?namespace=, default when omitted) in phase (Failed by default) that entered it at or after since, by kind and label selector, at most limit of them oldest first, and reconciles each as POST /resources/{kind}/{name}/reconcile does: a new claim on its current spec (a terminal failure is lifted and scheduled anew, a queued retry runs now with its attempts reset), never a resend of an old request. Each re-driven resource's events get reconcile_requested and recovered (naming the phase and since), one pair per resource. A re-driven resource leaves the phase, so a second call re-drives none of them again once their tasks run (before then it at most runs the same queued task at once again). ?dry_run=true answers what would be re-driven and changes nothing. 400 names the field of a bad body and changes nothing.
          */
         post: operations["reconcile-resources"];
         delete?: never;
@@ -985,6 +1030,7 @@ export interface components {
             id?: string;
             kind?: string;
             name?: string;
+            namespace?: string;
         };
         DepEdge: {
             dependency: components["schemas"]["Ref"];
@@ -1012,7 +1058,13 @@ export interface components {
              * @description Defaults to 64.
              */
             max_concurrency?: number;
+            /** @description Unique across every namespace. */
             name: string;
+            /**
+             * @description The namespace; when sent it must equal ?namespace= (omitted: default).
+             * @example default
+             */
+            namespace?: string;
             /**
              * Format: int64
              * @description Defaults to 30.
@@ -1150,8 +1202,10 @@ export interface components {
              * @description Most deliveries in flight at once (HTTP requests awaiting an answer).
              */
             max_concurrency: number;
-            /** @description Unique name: letters, digits, '.', '_' or '-', at most 63. */
+            /** @description Unique name (across every namespace): letters, digits, '.', '_' or '-', at most 63. */
             name: string;
+            /** @description The namespace the endpoint belongs to. An endpoint of default also serves the namespaces that have no endpoint of their own for a kind. */
+            namespace: string;
             /**
              * Format: int64
              * @description Timeout of one HTTP request; separate from the kind's task deadline.
@@ -1336,6 +1390,7 @@ export interface components {
             };
             last_error?: string;
             name: string;
+            namespace: string;
             owner_id?: string;
             phase: string;
             provider_config_ref?: string;
@@ -1352,6 +1407,54 @@ export interface components {
         };
         ManifestList: {
             items: components["schemas"]["KindManifest"][] | null;
+        };
+        Namespace: {
+            /** Format: date-time */
+            readonly created_at: string;
+            /** @description Free-form labels. */
+            labels: {
+                [key: string]: string;
+            };
+            /**
+             * Format: int64
+             * @description At most this many of the namespace's tasks in flight at once. Omitted: no quota.
+             */
+            max_in_flight?: number;
+            /**
+             * Format: int64
+             * @description At most this many resources; creating one more is refused (403). Omitted: no quota.
+             */
+            max_objects?: number;
+            /** @description The namespace's name: 1-63 lowercase letters, digits or '-', starting and ending with a letter or digit. */
+            name: string;
+            /**
+             * Format: int64
+             * @description How many resources the namespace holds (what max_objects counts).
+             */
+            readonly objects: number;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        NamespaceApply: {
+            /** @description String keys and string values; any Unicode text. */
+            labels?: {
+                [key: string]: string;
+            };
+            /**
+             * Format: int64
+             * @description At most this many of the namespace's tasks in flight (claimed) at once. Omitted: no quota.
+             */
+            max_in_flight?: number;
+            /**
+             * Format: int64
+             * @description At most this many resources in the namespace: creating one more is refused with 403 (quota-exceeded). Omitted: no quota. Lowering it below what the namespace holds deletes nothing.
+             */
+            max_objects?: number;
+            /** @description The namespace's name; when sent it must equal the path's. */
+            name?: string;
+        };
+        NamespaceList: {
+            items: components["schemas"]["Namespace"][] | null;
         };
         Operation: {
             /**
@@ -1458,8 +1561,10 @@ export interface components {
              * @description The consumer kind version; the spec is validated against its config_schema.
              */
             kind_version: number;
-            /** @description Globally unique name. */
+            /** @description Unique across the plane (every namespace): a resource's provider_config_ref names it. */
             name: string;
+            /** @description The namespace the config belongs to. A resource may reference a config of its own namespace or of default; defaults (is_default) live in default. */
+            namespace: string;
             /** @description The composite resource that emitted this config, if any. */
             readonly owner_id?: string;
             /**
@@ -1485,10 +1590,15 @@ export interface components {
             /** @description The kind version, 1..32767. Required; there is no default. */
             kind_version: number;
             /**
-             * @description Globally unique; one name is one (kind, kind_version).
+             * @description Unique across every namespace; one name is one (kind, kind_version).
              * @example vpc-v1-default
              */
             name: string;
+            /**
+             * @description The namespace; when sent it must equal ?namespace= (omitted: default). A default (is_default) lives in default.
+             * @example default
+             */
+            namespace?: string;
             /**
              * Format: int64
              * @description The resource_version the change was made from (a GET's): the apply is refused with 409, and changes nothing, when the object has been written since. Omitted = apply whatever the version.
@@ -1519,8 +1629,10 @@ export interface components {
             label_match: {
                 [key: string]: string;
             };
-            /** @description Unique, operator-chosen handle. */
+            /** @description Unique (across every namespace), operator-chosen handle. */
             name: string;
+            /** @description The namespace the binding belongs to: it watches that namespace's resources only. */
+            namespace: string;
             /** @description The reactor kind to run. */
             reactor: string;
             /**
@@ -1556,10 +1668,15 @@ export interface components {
                 [key: string]: string;
             };
             /**
-             * @description Unique, operator-chosen handle.
+             * @description Unique (across every namespace), operator-chosen handle.
              * @example classicbom-synced-to-statussink
              */
             name: string;
+            /**
+             * @description The namespace; when sent it must equal ?namespace= (omitted: default). The binding watches this namespace's resources only.
+             * @example default
+             */
+            namespace?: string;
             /**
              * @description The reactor kind to run; must be a published reactor kind.
              * @example statussink
@@ -1620,6 +1737,7 @@ export interface components {
             id: string;
             kind: string;
             name: string;
+            namespace: string;
             reconciled: boolean;
         };
         Ref: {
@@ -1650,6 +1768,7 @@ export interface components {
             };
             last_error?: string;
             name: string;
+            namespace: string;
             owner_id?: string;
             phase: string;
             provider_config_ref?: string;
@@ -1679,7 +1798,12 @@ export interface components {
              * @example sample-vpc
              */
             name: string;
-            /** @description A provider config of the same (kind, kind_version) overriding the default. */
+            /**
+             * @description The namespace; when sent it must equal ?namespace= (omitted: default).
+             * @example default
+             */
+            namespace?: string;
+            /** @description A provider config of the same (kind, kind_version), in the resource's namespace or in default, overriding the default. */
             provider_config_ref?: string;
             /**
              * Format: int64
@@ -1785,6 +1909,7 @@ export interface components {
             /** @description The task whose outcome was applied last: its id (as in the delivery envelope), claim epoch, and when it was queued and claimed (updated_at is when its outcome was applied). */
             last_task?: components["schemas"]["LastTask"];
             name: string;
+            namespace: string;
             owner_id?: string;
             /** @description Why a queued task waits: no ready endpoint serves its (kind, kind_version). */
             parked?: string;
@@ -2292,6 +2417,8 @@ export interface operations {
     "list-deliveries": {
         parameters: {
             query?: {
+                /** @description Only this namespace's objects; * = every namespace's; omitted = default. */
+                namespace?: string;
                 /** @description Only this endpoint's attempts. */
                 endpoint?: string;
                 /** @description Only attempts for resources of this kind; with name, only this resource's (by the name it had then). */
@@ -2361,7 +2488,10 @@ export interface operations {
     };
     "get-delivery": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
+            };
             header?: {
                 /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
                 "Consistent-Read"?: boolean;
@@ -2426,6 +2556,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
@@ -2516,7 +2648,10 @@ export interface operations {
     };
     "list-endpoints": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Only this namespace's objects; * = every namespace's; omitted = default. */
+                namespace?: string;
+            };
             header?: {
                 /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
                 "Consistent-Read"?: boolean;
@@ -2560,6 +2695,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
@@ -2666,7 +2803,10 @@ export interface operations {
     };
     "get-endpoint": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
+            };
             header?: {
                 /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
                 "Consistent-Read"?: boolean;
@@ -2732,6 +2872,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
@@ -2821,6 +2963,8 @@ export interface operations {
     "list-endpoint-deliveries": {
         parameters: {
             query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
                 /** @description Only attempts for resources of this kind; with name, only this resource's (by the name it had then). */
                 kind?: string;
                 /** @description Needs kind: only this resource's attempts. */
@@ -2903,6 +3047,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
@@ -2985,6 +3131,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
@@ -3671,9 +3819,287 @@ export interface operations {
             };
         };
     };
+    "list-namespaces": {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NamespaceList"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "get-namespace": {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
+                "Consistent-Read"?: boolean;
+            };
+            path: {
+                /** @description The namespace's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Namespace"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "put-namespace": {
+        parameters: {
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description The namespace's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NamespaceApply"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    ETag?: string;
+                    "X-Apply-Result"?: "created" | "configured" | "unchanged";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Namespace"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
+    "delete-namespace": {
+        parameters: {
+            query?: {
+                /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
+                dry_run?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description The namespace's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Unauthorized: the server has tokens configured and the request sent none, or one it does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Forbidden: a read token on a route that needs an admin token. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    /** @description true on the answer of a dry run (?dry_run=true): nothing was changed. */
+                    "Dry-Run"?: boolean;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ErrorModel"];
+                };
+            };
+        };
+    };
     "list-providerconfigs": {
         parameters: {
             query?: {
+                /** @description Only this namespace's objects; * = every namespace's; omitted = default. */
+                namespace?: string;
                 /** @description Only this kind. */
                 kind?: string;
                 /** @description Only this kind version. */
@@ -3738,6 +4164,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
@@ -3855,7 +4283,10 @@ export interface operations {
     };
     "get-providerconfig": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
+            };
             header?: {
                 /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
                 "Consistent-Read"?: boolean;
@@ -3921,6 +4352,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
@@ -4021,6 +4454,8 @@ export interface operations {
     "list-reactor-bindings": {
         parameters: {
             query?: {
+                /** @description Only this namespace's objects; * = every namespace's; omitted = default. */
+                namespace?: string;
                 /** @description Only bindings watching this kind. */
                 watch_kind?: string;
                 /** @description Only bindings running this reactor. */
@@ -4069,6 +4504,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
@@ -4175,7 +4612,10 @@ export interface operations {
     };
     "get-reactor-binding": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
+            };
             header?: {
                 /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
                 "Consistent-Read"?: boolean;
@@ -4241,6 +4681,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
@@ -4330,6 +4772,8 @@ export interface operations {
     "list-resources": {
         parameters: {
             query?: {
+                /** @description Only this namespace's objects; * = every namespace's; omitted = default. */
+                namespace?: string;
                 /** @description Only this kind. */
                 kind?: string;
                 /** @description Only this kind version. */
@@ -4404,6 +4848,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
@@ -4521,7 +4967,10 @@ export interface operations {
     };
     "get-resource": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
+            };
             header?: {
                 /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
                 "Consistent-Read"?: boolean;
@@ -4589,6 +5038,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Make the write conditional on the object's current version: its ETag ("42", the resource_version quoted), several separated by commas, or * for any version (the object must exist). When the object is at another version, or does not exist, the write is refused with 412 and changes nothing. */
@@ -4683,6 +5134,8 @@ export interface operations {
     "list-resource-children": {
         parameters: {
             query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
                 /** @description Leave large fields out of the items, comma-separated: -spec, -status or both. */
                 fields?: string;
                 /** @description The next_cursor of the previous page. */
@@ -4752,7 +5205,10 @@ export interface operations {
     };
     "get-resource-dependencies": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
+            };
             header?: {
                 /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
                 "Consistent-Read"?: boolean;
@@ -4817,6 +5273,8 @@ export interface operations {
     "list-resource-events": {
         parameters: {
             query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
                 /** @description Only events older than this id. */
                 before?: number;
                 /** @description Page size. */
@@ -4885,7 +5343,10 @@ export interface operations {
     };
     "get-resource-graph": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
+            };
             header?: {
                 /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
                 "Consistent-Read"?: boolean;
@@ -4950,6 +5411,8 @@ export interface operations {
     "list-operations": {
         parameters: {
             query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
                 /** @description At most this many, newest first. A page may end earlier, at the server's byte budget. */
                 limit?: number;
                 /** @description The next_cursor of the previous page. */
@@ -5022,6 +5485,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
@@ -5129,7 +5594,10 @@ export interface operations {
     };
     "get-operation": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
+            };
             header?: {
                 /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
                 "Consistent-Read"?: boolean;
@@ -5198,6 +5666,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: never;
             path: {
@@ -5292,6 +5762,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
@@ -5387,6 +5859,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
@@ -5482,6 +5956,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
@@ -5592,6 +6068,8 @@ export interface operations {
     "get-spec-history": {
         parameters: {
             query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
                 /** @description The next_cursor of the previous page. */
                 cursor?: string;
             };
@@ -5659,7 +6137,10 @@ export interface operations {
     };
     "get-resource-topology": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
+            };
             header?: {
                 /** @description true: read from the primary database. Without it a server with a read replica (DATABASE_READ_URL) may answer from the replica, which can lag a write just made; a write always answers from the primary. */
                 "Consistent-Read"?: boolean;
@@ -5726,6 +6207,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
@@ -5821,6 +6304,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */
@@ -5916,6 +6401,8 @@ export interface operations {
             query?: {
                 /** @description true: validate and run this write exactly as without it, and answer as it would, but change nothing (the database transaction is rolled back; the answer carries Dry-Run: true). A generated signing secret is not shown, and the resource_version in the answer is never the object's. */
                 dry_run?: boolean;
+                /** @description The namespace of the object; omitted = default. A body that names a namespace must name this one. */
+                namespace?: string;
             };
             header?: {
                 /** @description Run this POST at most once: a retry with the same key and the same request gets the first answer again (Idempotent-Replayed: true) without running; the same key with another request is 422. Keys are per bearer token, kept 24 hours by default (IDEMPOTENCY_KEY_RETENTION). */

@@ -22,7 +22,7 @@ func TestDescribe(t *testing.T) {
 	b.seed(t, "res", `{"kind": "box", "kind_version": 1, "name": "b1", "labels": {"team": "a"}, "spec": {"size": 3}}`)
 	task := claim(t, b, "box/1", 1)[0]
 	complete(t, b, task, webhooksdk.Result{Error: &webhooksdk.Error{Message: "quota exceeded"}})
-	id, err := b.api.st.ResourceID(t.Context(), "box", "b1")
+	id, err := b.api.st.ResourceID(t.Context(), "", "box", "b1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,7 +97,7 @@ func TestWatchGetAndList(t *testing.T) {
 	t.Run("Get", func(t *testing.T) {
 		w := b.start(t, "get", "res", "box/b1", "--watch")
 		w.waitFor(t, "Reconciling")
-		id, err := b.api.st.ResourceID(t.Context(), "box", "b1")
+		id, err := b.api.st.ResourceID(t.Context(), "", "box", "b1")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -67,7 +67,7 @@ func TestWatchResource(t *testing.T) {
 	boxes := claim(t, b, "box/1", 3)
 	byName := map[string]model.Task{}
 	for _, name := range []string{"b1", "b2", "b3"} {
-		id, err := b.api.st.ResourceID(t.Context(), "box", name)
+		id, err := b.api.st.ResourceID(t.Context(), "", "box", name)
 		if err != nil {
 			t.Fatal(err)
 		}
