@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -344,4 +345,50 @@ func TestClaimableCountsBatches(t *testing.T) {
 		t.Fatalf("one slot busy, 3 queued: %d spare, want 8 - 3 = 5", spare)
 	}
 	s.Done(registry.Success)
+}
+
+// TestRouteByNamespace: a namespace's task goes to its own endpoints
+// serving the pair, else to the default namespace's; a namespace's own
+// pairs are listed for the claim whether their endpoints are ready or not.
+func TestRouteByNamespace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, _, err := b.st.PutNamespace(b.ctx, store.PutNamespaceParams{Name: "team-a"}); err != nil {
+		t.Fatal(err)
+	}
+	b.endpoint(t, "shared", 2, false, "leaf", "other")
+	p := store.PutEndpointParams{Namespace: "team-a", Name: "a-leaves", MaxConcurrency: 1,
+		Target: store.EndpointTarget{Type: store.TargetHTTPS, URL: "http://127.0.0.1:9/a"},
+		Kinds:  []store.EndpointKind{{Kind: "leaf", KindVersion: 1}}}
+	if _, _, err := b.st.CreateEndpoint(b.ctx, b.box, p); err != nil {
+		t.Fatal(err)
+	}
+	r := b.registry(t, registry.Config{})
+	for _, c := range []struct{ ns, pair, want string }{
+		{"team-a", "leaf/1", "team-a:leaf/1"},
+		{"team-a", "other/1", "other/1"},
+		{"team-b", "leaf/1", "leaf/1"},
+		{"default", "leaf/1", "leaf/1"},
+	} {
+		if got := r.Route(c.ns, c.pair); got != c.want {
+			t.Errorf("Route(%s, %s) = %s; want %s", c.ns, c.pair, got, c.want)
+		}
+	}
+	pairs, own, _, _ := r.Claimable(nil)
+	slices.Sort(pairs)
+	if want := []string{"leaf/1", "other/1", "team-a:leaf/1"}; !slices.Equal(pairs, want) || !slices.Equal(own, []string{"team-a:leaf/1"}) {
+		t.Fatalf("Claimable = %v, own %v; want %v, own [team-a:leaf/1]", pairs, own, want)
+	}
+	if s, ok := r.Acquire("team-a:leaf/1"); !ok || s.Endpoint().Name() != "a-leaves" {
+		t.Fatalf("Acquire(team-a:leaf/1) = %v, %v; want a-leaves", s, ok)
+	}
+	// team-a's endpoint is full: its pair is no longer claimable, and
+	// still its own.
+	pairs, own, _, _ = r.Claimable(nil)
+	if slices.Contains(pairs, "team-a:leaf/1") || !slices.Equal(own, []string{"team-a:leaf/1"}) {
+		t.Fatalf("with a-leaves full: Claimable = %v, own %v", pairs, own)
+	}
+	if s, ok := r.Acquire("leaf/1"); !ok || s.Endpoint().Name() != "shared" {
+		t.Fatalf("Acquire(leaf/1) = %v, %v; want shared", s, ok)
+	}
 }
