@@ -178,16 +178,17 @@ func TestUpgradeFromRelease(t *testing.T) {
 		}
 	}
 
-	var name, spec, phase string
+	var name, spec, phase, namespace string
 	var queued int
 	if err := upgraded.Pool.QueryRow(ctx, `
-		SELECT r.name, r.spec::text, r.phase, (SELECT count(*) FROM work_queue w WHERE w.resource_id = r.id)
-		  FROM resources r WHERE r.id = $1`, resourceID).Scan(&name, &spec, &phase, &queued); err != nil {
+		SELECT r.name, r.spec::text, r.phase, (SELECT count(*) FROM work_queue w WHERE w.resource_id = r.id AND w.namespace = r.namespace),
+		       r.namespace
+		  FROM resources r WHERE r.id = $1`, resourceID).Scan(&name, &spec, &phase, &queued, &namespace); err != nil {
 		t.Fatalf("read the resource back: %v", err)
 	}
-	if name != "w1" || spec != `{"size": 3}` || phase != "Reconciling" || queued != 1 {
-		t.Errorf("after the upgrade the resource is %s %s %s with %d queued task(s); want w1 {\"size\": 3} Reconciling with 1",
-			name, spec, phase, queued)
+	if name != "w1" || spec != `{"size": 3}` || phase != "Reconciling" || queued != 1 || namespace != "default" {
+		t.Errorf("after the upgrade the resource is %s %s %s in namespace %q with %d queued task(s) of its namespace; "+
+			"want w1 {\"size\": 3} Reconciling in default with 1", name, spec, phase, namespace, queued)
 	}
 
 	// The manifest CHECK is a trigger now, failing the same way.

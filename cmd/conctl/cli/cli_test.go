@@ -559,8 +559,8 @@ enabled: true
 			docs = append(docs, d)
 		}
 		wantDocs := []map[string]any{
-			{"kind": "vpc", "kind_version": float64(1), "name": "a", "is_default": false, "spec": map[string]any{}},
-			{"kind": "vpc", "kind_version": float64(1), "name": "b", "is_default": false, "spec": map[string]any{}},
+			{"kind": "vpc", "kind_version": float64(1), "name": "a", "namespace": "default", "is_default": false, "spec": map[string]any{}},
+			{"kind": "vpc", "kind_version": float64(1), "name": "b", "namespace": "default", "is_default": false, "spec": map[string]any{}},
 		}
 		if diff := cmp.Diff(wantDocs, docs); diff != "" {
 			t.Errorf("YAML stream (-want +got):\n%s", diff)
