@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -104,4 +105,38 @@ func TestNamespacedEndpointRouting(t *testing.T) {
 		t.Errorf("team-a's resource was claimed while its namespace's only endpoint was disabled")
 	}
 	e.checkNoDoubleApply()
+}
+
+// TestNamespaceMaxInFlightAcrossEndpoints: a namespace's max_in_flight
+// holds across every endpoint serving it, and each outcome gives its token
+// back: all of the namespace's resources converge, never more than the
+// quota at once.
+func TestNamespaceMaxInFlightAcrossEndpoints(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.kind("leaf", model.Policy{})
+	e.exec(`INSERT INTO namespaces (name, max_in_flight) VALUES ('team-a', 3)`)
+	shared := &recorder{next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		env := decodeEnvelope(r)
+		t := time.NewTimer(15 * time.Millisecond)
+		defer t.Stop()
+		<-t.C
+		_, _ = w.Write(resultBody(env, `{}`))
+	})}
+	for _, n := range []string{"one", "two"} {
+		s := e.endpoint(n, endpointOpts{kinds: []string{"leaf"}, maxConcurrency: 10})
+		s.set(shared)
+	}
+	e.dispatcher(dispatch.Config{})
+	e.listen()
+	e.exec(`WITH r AS (INSERT INTO resources (namespace, kind, kind_version, name, spec)
+		SELECT 'team-a', 'leaf', 1, 'leaf-' || i, '{}' FROM generate_series(1, 60) i RETURNING id)
+		SELECT schedule_eligible(array_agg(id)) FROM r`)
+	e.waitReady("leaf", 60, 30*time.Second)
+	if p := shared.peak.Load(); p > 3 || p < 2 {
+		t.Errorf("peak concurrency across both endpoints %d, want at most team-a's max_in_flight (3)", p)
+	}
+	if n := e.count(`SELECT coalesce(sum(in_flight), 0) FROM namespace_inflight`); n != 0 {
+		t.Errorf("%d tokens still out once every task finished", n)
+	}
 }
