@@ -80,6 +80,8 @@ DECLARE
     v_ns_names text[] := '{}';
     v_ns_budgets int[] := '{}';
     v_nss text[];
+    v_pair_kinds text[];
+    v_pair_vers smallint[];
     v_taken int;
 BEGIN
     FOR cap IN
@@ -138,6 +140,11 @@ BEGIN
             v_ns_names := v_ns_names || cap.name;
             v_ns_budgets := v_ns_budgets || GREATEST(cap.max_in_flight - v_used, 0);
         END LOOP;
+        -- The pairs p_pairs names, bare or namespaced, as (kind, version).
+        SELECT array_agg(y.kind), array_agg(y.kind_version) INTO v_pair_kinds, v_pair_vers
+          FROM (SELECT DISTINCT left(x.pair, length(x.pair) - strpos(reverse(x.pair), '/')) AS kind,
+                       right(x.pair, strpos(reverse(x.pair), '/') - 1)::smallint AS kind_version
+                  FROM (SELECT substr(p, strpos(p, ':') + 1) AS pair FROM unnest(p_pairs) p) x) y;
         WITH ns AS (
             SELECT n.name, LEAST(coalesce(b.n, p_limit), p_limit) AS quota
               FROM namespaces n
@@ -160,17 +167,36 @@ BEGIN
                                  FOR UPDATE SKIP LOCKED) k
                         WHERE b.n > 0 AND claim_routable(ns.name, b.kind || '/' || b.kind_version, p_pairs, p_own)
                        UNION ALL
+                       -- An in-process executor serves every pair: the
+                       -- namespace's tasks in index order.
                        SELECT 1, o.*
                          FROM (SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version, w.namespace
                                  FROM work_queue w
-                                WHERE w.namespace = ns.name
+                                WHERE p_pairs IS NULL AND w.namespace = ns.name
                                   AND w.shard_id BETWEEN p_lo AND p_hi
                                   AND w.state = 'pending'
                                   AND w.not_before <= now()
-                                  AND claim_routable(ns.name, w.kind || '/' || w.kind_version, p_pairs, p_own)
                                   AND NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped))
                                 LIMIT ns.quota
                                   FOR UPDATE SKIP LOCKED) o
+                       UNION ALL
+                       -- A dispatcher: each pair it serves for the
+                       -- namespace, by index, so the tasks of pairs it
+                       -- cannot serve now (a saturated endpoint's backlog)
+                       -- are never read.
+                       SELECT 1, o.*
+                         FROM unnest(v_pair_kinds, v_pair_vers) AS pp(kind, kind_version)
+                        CROSS JOIN LATERAL (
+                              SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version, w.namespace
+                                FROM work_queue w
+                               WHERE w.namespace = ns.name AND w.kind = pp.kind AND w.kind_version = pp.kind_version
+                                 AND w.shard_id BETWEEN p_lo AND p_hi
+                                 AND w.state = 'pending'
+                                 AND w.not_before <= now()
+                               LIMIT ns.quota
+                                 FOR UPDATE SKIP LOCKED) o
+                        WHERE claim_routable(ns.name, pp.kind || '/' || pp.kind_version, p_pairs, p_own)
+                          AND NOT ((pp.kind || '/' || pp.kind_version) = ANY (v_capped))
                    ) u
                    LIMIT ns.quota) c
         ), kinds AS (
