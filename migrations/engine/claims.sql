@@ -51,9 +51,9 @@
 -- routed to its binding's reactor kind: reactor_version if pinned, else the
 -- reactor kind's highest version, routed like a work task of its
 -- binding's namespace (claim_routable), so it counts against its
--- endpoint's concurrency and breaker. It returns task_type 'react' with the transition
--- and the binding's name; resource_id and generation are the watched
--- resource's and the transition's.
+-- endpoint's concurrency and breaker. It returns task_type 'react' with
+-- the transition and the binding's name; resource_id and generation are
+-- the watched resource's and the transition's.
 -- A work task returns the traceparent stored with it (the request that
 -- scheduled it, if traced; migration 00031), a react task none; both
 -- return their namespace.
