@@ -626,14 +626,10 @@ func (e *Endpoint) capacityLocked(pair string, now time.Time) (int, string) {
 	return spare, ""
 }
 
-// defaultNamespace is the namespace whose endpoints serve every namespace
-// that has none of its own for a pair.
-const defaultNamespace = "default"
-
 // routeKey is the key of ns's endpoints serving pair: the bare pair for
 // the default namespace's, "ns:pair" for another's.
 func routeKey(ns, pair string) string {
-	if ns == defaultNamespace || ns == "" {
+	if ns == store.DefaultNamespace || ns == "" {
 		return pair
 	}
 	return ns + ":" + pair
