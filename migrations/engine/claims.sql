@@ -167,8 +167,8 @@ BEGIN
                                  FOR UPDATE SKIP LOCKED) k
                         WHERE b.n > 0 AND claim_routable(ns.name, b.kind || '/' || b.kind_version, p_pairs, p_own)
                        UNION ALL
-                       -- An in-process executor serves every pair: the
-                       -- namespace's tasks in index order.
+                       -- A claimer serving every pair (p_pairs NULL):
+                       -- the namespace's tasks in index order.
                        SELECT 1, o.*
                          FROM (SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version, w.namespace
                                  FROM work_queue w
@@ -180,10 +180,10 @@ BEGIN
                                 LIMIT ns.quota
                                   FOR UPDATE SKIP LOCKED) o
                        UNION ALL
-                       -- A dispatcher: each pair it serves for the
-                       -- namespace, by index, so the tasks of pairs it
-                       -- cannot serve now (a saturated endpoint's backlog)
-                       -- are never read.
+                       -- Otherwise each pair it serves for the namespace,
+                       -- by index, so the tasks of pairs it cannot serve
+                       -- now (a saturated endpoint's backlog) are never
+                       -- read.
                        SELECT 1, o.*
                          FROM unnest(v_pair_kinds, v_pair_vers) AS pp(kind, kind_version)
                         CROSS JOIN LATERAL (
