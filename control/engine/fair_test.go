@@ -48,6 +48,16 @@ func claim(t *testing.T, db *pgtest.Database, limit int) []model.Task {
 	return tasks
 }
 
+func claimPairs(t *testing.T, db *pgtest.Database, limit int, pairs, own []string) []model.Task {
+	t.Helper()
+	tasks, err := engine.New(db.Pool, engine.Config{}).TaskClaim(context.Background(),
+		engine.TaskClaimParams{Claimer: "t", Lo: 0, Hi: 255, Pairs: pairs, Own: own, Limit: limit, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tasks
+}
+
 func byNamespace(tasks []model.Task) map[string]int {
 	n := map[string]int{}
 	for _, task := range tasks {
@@ -95,6 +105,24 @@ func TestClaimsShareTheBatchBetweenNamespaces(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a dispatcher's pairs", func(t *testing.T) {
+		t.Parallel()
+		db := fairDB(t, "team-a", 300, "team-b", 30)
+		got := byNamespace(claimPairs(t, db, 20, []string{"leaf/1"}, nil))
+		if got["team-a"] != 10 || got["team-b"] != 10 {
+			t.Errorf("the claim took %v; want 10 of each", got)
+		}
+		// team-a serves leaf itself and its endpoints are not ready: the
+		// default namespace's endpoints take team-b's tasks only.
+		got = byNamespace(claimPairs(t, db, 20, []string{"leaf/1"}, []string{"team-a:leaf/1"}))
+		if got["team-a"] != 0 || got["team-b"] != 20 {
+			t.Errorf("with team-a's own endpoints unready the claim took %v; want team-b's 20 alone", got)
+		}
+		got = byNamespace(claimPairs(t, db, 20, []string{"team-a:leaf/1"}, []string{"team-a:leaf/1"}))
+		if got["team-a"] != 20 || got["team-b"] != 0 {
+			t.Errorf("for team-a's own endpoints the claim took %v; want team-a's 20 alone", got)
+		}
+	})
 	t.Run("what one leaves fills the batch", func(t *testing.T) {
 		t.Parallel()
 		db := fairDB(t, "team-a", 300, "team-b", 3)
