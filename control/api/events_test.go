@@ -168,7 +168,13 @@ func TestEventStream(t *testing.T) {
 	if bad := b.open(t, "", "?since=now"); bad.resp.StatusCode != http.StatusUnprocessableEntity {
 		t.Fatalf("?since=now answered %d, want 422", bad.resp.StatusCode)
 	}
-	s := b.open(t, "", "")
+	if bad := b.open(t, "", "?namespace=nope"); bad.resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("?namespace=nope answered %d, want 404", bad.resp.StatusCode)
+	}
+	if all := b.open(t, "", "?namespace=*"); all.resp.StatusCode != http.StatusOK {
+		t.Fatalf("?namespace=* answered %d, want 200", all.resp.StatusCode)
+	}
+	s := b.open(t, "", "?namespace=default")
 	if s.resp.StatusCode != http.StatusOK || s.resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("stream answered %d %s", s.resp.StatusCode, s.resp.Header.Get("Content-Type"))
 	}

@@ -145,14 +145,15 @@ func TestNamespaceAddressingRefusals(t *testing.T) {
 
 	var batch struct {
 		Results []struct {
-			Result string
-			Errors []struct{ Location string }
+			Namespace string
+			Result    string
+			Errors    []struct{ Location string }
 		}
 	}
 	b.do(http.MethodPost, "/api/v1/resources:batch?namespace=team-a",
 		`{"items":[`+namespaced("team-a", "w2", "x")+`,`+namespaced("default", "w3", "x")+`]}`).
 		want(t, http.StatusOK).decode(t, &batch)
-	if len(batch.Results) != 2 || batch.Results[0].Result != "created" || batch.Results[1].Result != "invalid" ||
+	if len(batch.Results) != 2 || batch.Results[0].Result != "created" || batch.Results[0].Namespace != "team-a" || batch.Results[1].Result != "invalid" ||
 		len(batch.Results[1].Errors) == 0 || batch.Results[1].Errors[0].Location != "items[1].namespace" {
 		t.Errorf("batch results = %+v; want the first created in team-a, the second refused at items[1].namespace", batch.Results)
 	}
@@ -311,5 +312,38 @@ func TestNamespacedConfigsBindingsEndpoints(t *testing.T) {
 	p = b.do(http.MethodDelete, "/api/v1/namespaces/team-a", nil).wantProblem(t, http.StatusConflict, "")
 	if len(p.Errors) != 3 {
 		t.Errorf("delete of team-a = %+v; want its resources, provider config and binding counted", p.Errors)
+	}
+}
+
+// TestNamespacedOperations: a verb invoked on a resource of one namespace
+// runs on that one, its operation answers with the namespace, and the
+// same name's resource in another namespace has none.
+func TestNamespacedOperations(t *testing.T) {
+	t.Parallel()
+	b := setupNamespaces(t)
+	b.putManifest("cam", `{"kind":"cam","kind_version":1,"reactions":[{"name":"work","trigger":"specChange","emits":["status"]},
+		{"name":"snap","trigger":"operation","verb":"snapshot","emits":["operationOutput"]}]}`).wantApply(t, "created")
+	ids := map[string]string{}
+	for _, ns := range []string{"default", "team-a"} {
+		var r nsResource
+		b.do(http.MethodPost, "/api/v1/resources?namespace="+ns, `{"kind":"cam","kind_version":1,"name":"c1"}`).
+			wantApply(t, "created").decode(t, &r)
+		ids[ns] = r.ID
+	}
+	var op struct {
+		ID         string `json:"id"`
+		ResourceID string `json:"resource_id"`
+		Namespace  string `json:"namespace"`
+	}
+	b.do(http.MethodPost, "/api/v1/resources/cam/c1/ops?namespace=team-a", `{"verb":"snapshot"}`).want(t, http.StatusAccepted).decode(t, &op)
+	if op.ResourceID != ids["team-a"] || op.Namespace != "team-a" {
+		t.Errorf("operation = %+v; want team-a's c1 (%s) and its namespace", op, ids["team-a"])
+	}
+	b.do(http.MethodGet, "/api/v1/resources/cam/c1/ops/"+op.ID+"?namespace=team-a", nil).want(t, http.StatusOK)
+	b.do(http.MethodGet, "/api/v1/resources/cam/c1/ops/"+op.ID, nil).wantProblem(t, http.StatusNotFound, "")
+	var l struct{ Items []struct{ ID string } }
+	b.do(http.MethodGet, "/api/v1/resources/cam/c1/ops", nil).want(t, http.StatusOK).decode(t, &l)
+	if len(l.Items) != 0 {
+		t.Errorf("the default namespace's c1 has operations %+v; want none", l.Items)
 	}
 }

@@ -30,6 +30,7 @@ type ResourceBatch struct {
 // ResourceBatchItem is one item's outcome.
 type ResourceBatchItem struct {
 	Index      int    `json:"index" doc:"The item's position in the request, from 0 (for NDJSON, its line among the non-blank lines)."`
+	Namespace  string `json:"namespace" doc:"The namespace the batch applies to (?namespace=)."`
 	Kind       string `json:"kind,omitempty"`
 	Name       string `json:"name,omitempty"`
 	Result     string `json:"result" enum:"created,updated,unchanged,invalid" doc:"invalid: refused and nothing of it written; errors say why."`
@@ -92,7 +93,7 @@ func (s *Server) applyResourceBatch(ctx context.Context, in *applyBatchInput) (*
 	at := make([]int, 0, len(raws)) // the item index of each params entry
 	for i, raw := range raws {
 		r := &out.Results[i]
-		r.Index = i
+		r.Index, r.Namespace = i, ns
 		pr, p := parseResourceApply(raw)
 		if p == nil {
 			p = bodyNamespace("body.namespace", pr.Namespace, ns)

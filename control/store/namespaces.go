@@ -94,7 +94,8 @@ func namespaceNotFound(ns string) error {
 // transaction reads includes every creation committed before it (each
 // statement reads a snapshot taken when it starts). FOR NO KEY UPDATE does
 // not conflict with the FOR KEY SHARE the resources' foreign key takes: only
-// creators wait for each other. A namespace without the quota locks nothing.
+// creators wait for each other. A namespace without the quota locks
+// nothing; a single apply runs it only once it has found the quota.
 const namespaceQuotaLockSQL = `SELECT 1 FROM namespaces WHERE name = $1 AND max_objects IS NOT NULL FOR NO KEY UPDATE`
 
 // Namespace is a namespace and its quotas.
@@ -219,9 +220,16 @@ func (s *Store) ListNamespaces(ctx context.Context) ([]Namespace, error) {
 	return out, nil
 }
 
-// namespaceHoldsSQL counts what a namespace holds: the namespace row is locked first (FOR
-// UPDATE conflicts with the FOR KEY SHARE each new object's foreign key
-// takes), so nothing is created in it between the count and the delete.
+// namespaceExclusiveSQL waits until no creation holds the namespace
+// (namespace_hold, engine/namespaces.sql) and keeps new ones out until the
+// transaction ends; statements after it see what those creations wrote.
+const namespaceExclusiveSQL = `SELECT pg_advisory_xact_lock(hashtext('namespace:' || $1))`
+
+// namespaceHoldsSQL counts what a namespace holds. The namespace row is
+// locked (FOR UPDATE conflicts with the FOR KEY SHARE each new provider
+// config's, binding's or endpoint's foreign key takes), and
+// namespaceExclusiveSQL ran first to keep resources out, so nothing is
+// created in it between the count and the delete.
 const namespaceHoldsSQL = `SELECT (SELECT count(*) FROM resources WHERE namespace = $1)::int,
        (SELECT count(*) FROM providerconfigs WHERE namespace = $1)::int,
        (SELECT count(*) FROM reactor_bindings WHERE namespace = $1)::int,
@@ -237,6 +245,9 @@ func (s *Store) DeleteNamespace(ctx context.Context, name string) error {
 		return &ConflictError{Message: fmt.Sprintf("namespace %q cannot be deleted", DefaultNamespace)}
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, namespaceExclusiveSQL, name); err != nil {
+			return err
+		}
 		var res, pcs, bindings, eps int
 		if err := tx.QueryRow(ctx, namespaceHoldsSQL, name).Scan(&res, &pcs, &bindings, &eps); err != nil {
 			return err

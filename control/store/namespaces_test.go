@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/convergeplane/converge/control/store"
 	"github.com/convergeplane/converge/internal/testkit/pgtest"
@@ -71,5 +72,54 @@ func TestQuotaHoldsUnderConcurrentCreates(t *testing.T) {
 	}
 	if created != limit || refused != 16-limit || n.Objects != limit {
 		t.Errorf("%d created, %d refused, %d held; want %d created and held, %d refused", created, refused, n.Objects, limit, 16-limit)
+	}
+}
+
+// TestDeleteNamespaceWaitsForACreation: a creation holding its namespace
+// (namespace_hold, as every apply does) keeps a deletion of the namespace
+// waiting; once the creation commits, the deletion finds the resource and
+// is refused, so no resource outlives its namespace.
+func TestDeleteNamespaceWaitsForACreation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	st := store.New(db.Pool, store.Config{})
+	if _, err := st.PutManifest(ctx, manifest("vpc", 1, `{"type":"object"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.PutNamespace(ctx, store.PutNamespaceParams{Name: "team-a"}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	var held bool
+	if err := tx.QueryRow(ctx, `SELECT namespace_hold('team-a')`).Scan(&held); err != nil || !held {
+		t.Fatalf("namespace_hold: %v %v", held, err)
+	}
+	deleted := make(chan error, 1)
+	go func() { deleted <- st.DeleteNamespace(ctx, "team-a") }()
+	// The deletion waits on the creation's hold: poll until it does.
+	waitFor(t, 30*time.Second, "the deletion to wait for the creation's hold", func() bool {
+		var waiting int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting == 1
+	})
+	if _, err := tx.Exec(ctx, `INSERT INTO resources (namespace, kind, kind_version, name) VALUES ('team-a', 'vpc', 1, 'late')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ce *store.ConflictError
+	if err := <-deleted; !errors.As(err, &ce) {
+		t.Fatalf("delete of a namespace a creation held: %v; want a *ConflictError counting the resource", err)
+	}
+	if _, err := st.GetNamespace(ctx, "team-a"); err != nil {
+		t.Errorf("team-a after the refused delete: %v", err)
 	}
 }

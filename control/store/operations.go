@@ -20,6 +20,7 @@ import (
 type Operation struct {
 	ID         string          `json:"id"`
 	ResourceID string          `json:"resource_id"`
+	Namespace  string          `json:"namespace" doc:"The namespace of the resource."`
 	Verb       string          `json:"verb"`
 	Input      json.RawMessage `json:"input"`
 	State      string          `json:"state" enum:"pending,running,succeeded,failed,cancelled"`
@@ -31,14 +32,15 @@ type Operation struct {
 	FinishedAt *time.Time      `json:"finished_at,omitempty"`
 }
 
-const operationCols = `o.id, o.resource_id, o.verb, o.input, o.state, o.output, coalesce(o.error, ''), o.attempts,
+const operationCols = `o.id, o.resource_id,
+       coalesce((SELECT r.namespace FROM resources r WHERE r.id = o.resource_id), ''), o.verb, o.input, o.state, o.output, coalesce(o.error, ''), o.attempts,
        o.created_at, o.updated_at, o.finished_at`
 
 // scanOperation scans operationCols, then the row's further columns into
 // tail.
 func scanOperation(row pgx.Row, tail ...any) (Operation, error) {
 	var op Operation
-	err := row.Scan(append([]any{&op.ID, &op.ResourceID, &op.Verb, &op.Input, &op.State, &op.Output, &op.Error, &op.Attempts,
+	err := row.Scan(append([]any{&op.ID, &op.ResourceID, &op.Namespace, &op.Verb, &op.Input, &op.State, &op.Output, &op.Error, &op.Attempts,
 		&op.CreatedAt, &op.UpdatedAt, &op.FinishedAt}, tail...)...)
 	return op, err
 }

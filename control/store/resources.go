@@ -158,14 +158,18 @@ func resourceScanTargets(r *model.Resource) ([]any, func()) {
 
 // resourceApplySQL upserts a resource in one statement:
 //
+//   - held holds the namespace for the transaction (namespace_hold: no
+//     deletion of it can pass this creation) and says whether it exists.
 //   - gate checks that the namespace exists, that the manifest exists and
 //     is not a reactor kind, that the provider config, if named, is in the
 //     resource's namespace or the default one and belongs to the same
 //     (kind, kind_version), and that creating the resource keeps its
-//     namespace within max_objects (counted only when the namespace has the
-//     quota and the resource does not exist yet). The config row is locked
-//     FOR SHARE so it cannot move to another version until this apply
-//     commits.
+//     namespace within max_objects. A creation in a namespace with the quota
+//     is counted only when $9 says the namespace's row is locked
+//     (namespaceQuotaLockSQL, earlier in the transaction); otherwise it is
+//     refused with needs_lock, and the caller runs it again with the lock.
+//     The config row is locked FOR SHARE so it cannot move to another
+//     version until this apply commits.
 //   - up inserts, or updates when anything the client owns changed. Its
 //     WHERE makes a JSON-equal re-apply write nothing, so generation (bumped
 //     by the BEFORE trigger on a spec or version change) stays put. xmax = 0
@@ -178,20 +182,25 @@ func resourceScanTargets(r *model.Resource) ([]any, func()) {
 //     written, together with the gate's findings.
 const resourceApplySQL = `WITH m AS (
     SELECT is_reactor FROM kind_manifest WHERE kind = $1 AND kind_version = $2
+), held AS MATERIALIZED (
+    SELECT namespace_hold($8) AS ok
 ), ns AS (
-    SELECT max_objects FROM namespaces WHERE name = $8
-), quota AS (
+    SELECT max_objects FROM namespaces WHERE name = $8 AND (SELECT ok FROM held)
+), creating AS (
     SELECT ns.max_objects,
-           CASE WHEN ns.max_objects IS NULL
-                  OR EXISTS (SELECT 1 FROM resources x WHERE x.namespace = $8 AND x.kind = $1 AND x.name = $3) THEN NULL
-                ELSE (SELECT count(*) FROM resources x WHERE x.namespace = $8)::int END AS used
+           ns.max_objects IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM resources x WHERE x.namespace = $8 AND x.kind = $1 AND x.name = $3) AS counted
       FROM ns
+), quota AS (
+    SELECT max_objects, counted AND NOT $9::boolean AS needs_lock,
+           CASE WHEN counted AND $9::boolean THEN (SELECT count(*) FROM resources x WHERE x.namespace = $8)::int END AS used
+      FROM creating
 ), pc AS (
     SELECT kind, kind_version FROM providerconfigs WHERE name = $6 AND namespace IN ($8, '` + DefaultNamespace + `') FOR SHARE
 ), gate AS (
     SELECT (SELECT NOT is_reactor FROM m) IS TRUE
        AND EXISTS (SELECT 1 FROM ns)
-       AND coalesce((SELECT used < max_objects FROM quota), true)
+       AND coalesce((SELECT NOT needs_lock AND (used IS NULL OR used < max_objects) FROM quota), true)
        AND ($6::text IS NULL OR EXISTS (SELECT 1 FROM pc WHERE pc.kind = $1 AND pc.kind_version = $2)) AS pass
 ), up AS (
     INSERT INTO resources AS r (namespace, kind, kind_version, name, labels, spec, provider_config_ref)
@@ -227,7 +236,8 @@ const resourceApplySQL = `WITH m AS (
      WHERE r.namespace = $8 AND r.kind = $1 AND r.name = $3 AND NOT EXISTS (SELECT 1 FROM up)
 )
 SELECT (SELECT pass FROM gate), (SELECT is_reactor FROM m), (SELECT kind FROM pc), (SELECT kind_version::int FROM pc),
-       EXISTS (SELECT 1 FROM ns), (SELECT max_objects FROM quota), (SELECT used FROM quota),
+       EXISTS (SELECT 1 FROM ns), coalesce((SELECT needs_lock FROM quota), false), (SELECT max_objects FROM quota),
+       (SELECT used FROM quota),
        res.*
   FROM (SELECT 1) one LEFT JOIN res ON true`
 
@@ -258,14 +268,22 @@ const resourceScheduleSQL = `SELECT schedule_applied($1, $2, $3)`
 // The write is one round trip: the upsert, its event and the scheduling call
 // are pipelined in one implicit transaction, after, for a traced request,
 // the statement that stores its trace context with the work (tracecontext.go).
+// A creation in a namespace with a max_objects quota takes a second one:
+// the first finds the quota and writes nothing, the second locks the
+// namespace first (namespaceQuotaLockSQL) and counts.
 func (s *Store) ApplyResource(ctx context.Context, p ApplyResourceParams) (model.Resource, ApplyResult, error) {
 	if err := s.validateResource(ctx, &p); err != nil {
 		return model.Resource{}, "", err
 	}
 	p.Namespace = orDefault(p.Namespace)
 	labels, ref := p.columns()
+	quotaLock := false
 	for attempt := 1; ; attempt++ {
-		r, res, err := s.applyResourceOnce(ctx, p, labels, ref)
+		r, res, err := s.applyResourceOnce(ctx, p, labels, ref, quotaLock)
+		if errors.Is(err, errNeedsQuotaLock) && !quotaLock {
+			quotaLock = true
+			continue
+		}
 		if errors.Is(err, errRetry) && attempt < maxWriteAttempts {
 			continue
 		}
@@ -276,7 +294,12 @@ func (s *Store) ApplyResource(ctx context.Context, p ApplyResourceParams) (model
 	}
 }
 
-func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, labels map[string]string, ref any) (model.Resource, ApplyResult, error) {
+// errNeedsQuotaLock says an apply would create a resource in a namespace
+// with a max_objects quota, and ran without the namespace's lock: it wrote
+// nothing, and runs again with it.
+var errNeedsQuotaLock = errors.New("store: the creation needs the namespace's quota lock")
+
+func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, labels map[string]string, ref any, quotaLock bool) (model.Resource, ApplyResult, error) {
 	b := &pgx.Batch{}
 	traced := queueTraceContext(ctx, b)
 	if p.Precondition.set() {
@@ -284,8 +307,10 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 		// version until the upsert has written.
 		b.Queue(requireVersionSQL(resourceVersionLock), p.what(), p.Precondition.expected(), p.Namespace, p.Kind, p.Name)
 	}
-	b.Queue(namespaceQuotaLockSQL, p.Namespace)
-	b.Queue(resourceApplySQL, p.Kind, p.KindVersion, p.Name, labels, p.Spec, ref, s.cfg.SpecHistoryLimit, p.Namespace)
+	if quotaLock {
+		b.Queue(namespaceQuotaLockSQL, p.Namespace)
+	}
+	b.Queue(resourceApplySQL, p.Kind, p.KindVersion, p.Name, labels, p.Spec, ref, s.cfg.SpecHistoryLimit, p.Namespace, quotaLock)
 	b.Queue(resourceScheduleSQL, p.Namespace, p.Kind, p.Name)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close() // the error is read from the results below
@@ -303,8 +328,10 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 			return model.Resource{}, "", resourceWriteError(err, p)
 		}
 	}
-	if _, err := br.Exec(); err != nil {
-		return model.Resource{}, "", resourceWriteError(err, p)
+	if quotaLock {
+		if _, err := br.Exec(); err != nil {
+			return model.Resource{}, "", resourceWriteError(err, p)
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -312,7 +339,7 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 	}
 	var (
 		pass, reactor, deleting *bool
-		nsExists                bool
+		nsExists, needsLock     bool
 		pcKind, rid, result     *string
 		pcVersion               *int
 		quotaMax, quotaUsed     *int
@@ -323,11 +350,11 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 		// The LEFT JOIN yields NULL resource columns when no row matched,
 		// so read the gate and the id first and the resource only if there
 		// is one. pgx allows scanning one row twice.
-		head := append([]any{&pass, &reactor, &pcKind, &pcVersion, &nsExists, &quotaMax, &quotaUsed, &rid}, make([]any, len(targets))...)
+		head := append([]any{&pass, &reactor, &pcKind, &pcVersion, &nsExists, &needsLock, &quotaMax, &quotaUsed, &rid}, make([]any, len(targets))...)
 		head = append(head, &result)
 		err = rows.Scan(head...)
 		if err == nil && rid != nil {
-			full := append([]any{nil, nil, nil, nil, nil, nil, nil}, targets...)
+			full := append([]any{nil, nil, nil, nil, nil, nil, nil, nil}, targets...)
 			err = rows.Scan(append(full, &deleting, nil)...)
 		}
 	}
@@ -347,6 +374,8 @@ func (s *Store) applyResourceOnce(ctx context.Context, p ApplyResourceParams, la
 	switch {
 	case !nsExists:
 		return model.Resource{}, "", namespaceNotFound(p.Namespace)
+	case needsLock:
+		return model.Resource{}, "", errNeedsQuotaLock
 	case quotaMax != nil && quotaUsed != nil && *quotaUsed >= *quotaMax:
 		return model.Resource{}, "", &QuotaError{Namespace: p.Namespace, Quota: QuotaMaxObjects, Limit: *quotaMax, Used: *quotaUsed}
 	case reactor == nil || pass == nil || !*pass:

@@ -37,9 +37,10 @@ type BatchItemResult struct {
 }
 
 // ApplyResources applies many resources in namespace ns ("" is
-// DefaultNamespace), each exactly as ApplyResource would (the same validation, the same upsert semantics, its 'applied'
-// event and spec revision, the same scheduling), and returns one result per
-// item, in order.
+// DefaultNamespace), each exactly as ApplyResource would (the same
+// validation, the same upsert semantics, its 'applied' event and spec
+// revision, the same scheduling), and returns one result per item, in
+// order.
 //
 // Every item is validated first; the valid ones are then written
 // BatchChunk at a time, each chunk one upsert statement and its scheduling
@@ -49,8 +50,9 @@ type BatchItemResult struct {
 // Namespace is neither "" nor ns. An item that would take the namespace past
 // its max_objects quota is refused with a *QuotaError (items are counted in
 // order: the first ones that fit are created). The returned error is for a
-// failure of the database, not of an item; chunks committed before it stay
-// written (re-applying the batch is idempotent).
+// failure of the database, not of an item, or a *NotFoundError for a
+// namespace that does not exist; chunks committed before it stay written
+// (re-applying the batch is idempotent).
 func (s *Store) ApplyResources(ctx context.Context, ns string, items []ApplyResourceParams) ([]BatchItemResult, error) {
 	ns = orDefault(ns)
 	out := make([]BatchItemResult, len(items))
@@ -80,13 +82,6 @@ func (s *Store) ApplyResources(ctx context.Context, ns string, items []ApplyReso
 			out[i] = BatchItemResult{Result: ApplyInvalid, Err: err}
 		default:
 			return nil, err
-		}
-	}
-	if len(valid) > 0 {
-		if ok, err := s.NamespaceExists(ctx, ns); err != nil {
-			return nil, err
-		} else if !ok {
-			return nil, namespaceNotFound(ns)
 		}
 	}
 	for start := 0; start < len(valid); start += BatchChunk {
@@ -127,7 +122,7 @@ func (s *Store) applyChunk(ctx context.Context, items []ApplyResourceParams, chu
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("apply %d resources: %w", len(chunk), err)
+			return wrapUnlessTyped(err, "apply %d resources", len(chunk))
 		}
 		for j, i := range chunk {
 			out[i] = res[j]
@@ -269,6 +264,13 @@ func (s *Store) applyChunkTx(ctx context.Context, tx pgx.Tx, items []ApplyResour
 		return err
 	}
 	ns := items[chunk[0]].Namespace // ApplyResources set every item's
+	var held bool
+	if err := tx.QueryRow(ctx, `SELECT namespace_hold($1)`, ns).Scan(&held); err != nil {
+		return err
+	}
+	if !held {
+		return namespaceNotFound(ns)
+	}
 	if _, err := tx.Exec(ctx, namespaceQuotaLockSQL, ns); err != nil {
 		return err
 	}

@@ -1470,6 +1470,8 @@ export interface components {
             finished_at?: string;
             id: string;
             input: unknown;
+            /** @description The namespace of the resource. */
+            namespace: string;
             /** @description The provider's operation_output, when its reaction emits operationOutput. */
             operation_output?: unknown;
             resource_id: string;
@@ -1837,6 +1839,8 @@ export interface components {
             index: number;
             kind?: string;
             name?: string;
+            /** @description The namespace the batch applies to (?namespace=). */
+            namespace: string;
             /**
              * Format: int64
              * @description The resource's resource_version after the apply; absent for an invalid item.
