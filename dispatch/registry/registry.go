@@ -794,10 +794,17 @@ func (e *Endpoint) Disable(reason string) {
 	e.reg.notifyLocked()
 }
 
-// PairStatus says whether a (kind, kind_version) has a ready endpoint on
-// this pod, and if not, why its resources park: every endpoint serving it
-// and what holds each back.
+// PairStatus says whether a (kind, kind_version) has a ready endpoint of
+// the default namespace on this pod, and if not, why its resources park:
+// every endpoint serving it and what holds each back.
 func (r *Registry) PairStatus(kind string, version int) (bool, string) {
+	return r.RouteStatus(store.DefaultNamespace, kind, version)
+}
+
+// RouteStatus is PairStatus for the tasks of namespace ns: its own
+// endpoints serving the pair if it has any (Route), else the default
+// namespace's.
+func (r *Registry) RouteStatus(ns, kind string, version int) (bool, string) {
 	pair := fmt.Sprintf("%s/%d", kind, version)
 	now := time.Now()
 	r.mu.Lock()
@@ -805,7 +812,10 @@ func (r *Registry) PairStatus(kind string, version int) (bool, string) {
 	if !r.loaded {
 		return false, "the dispatcher has not loaded its endpoints yet"
 	}
-	list := r.byPair[pair]
+	list, of := r.byPair[routeKey(ns, pair)], " of namespace "+ns
+	if len(list) == 0 || routeKey(ns, pair) == pair {
+		list, of = r.byPair[pair], ""
+	}
 	if len(list) == 0 {
 		return false, fmt.Sprintf("no endpoint is registered for %s/%d", kind, version)
 	}
@@ -817,7 +827,7 @@ func (r *Registry) PairStatus(kind string, version int) (bool, string) {
 		}
 		reasons = append(reasons, why)
 	}
-	return false, fmt.Sprintf("no ready endpoint for %s/%d: %s", kind, version, strings.Join(reasons, "; "))
+	return false, fmt.Sprintf("no ready endpoint%s for %s/%d: %s", of, kind, version, strings.Join(reasons, "; "))
 }
 
 // InFlight is the number of deliveries in flight on this pod.
