@@ -391,7 +391,7 @@ var (
 type item struct {
 	task     model.Task
 	env      webhooksdk.Envelope // without its type and callback: encode adds them
-	pair     string
+	pair     string              // its route key (registry.Route): its namespace's endpoints or the default's
 	queuedAt time.Time
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -537,7 +537,7 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	for _, it := range *queue {
 		queued[it.pair]++
 	}
-	pairs, spare, capacity := d.reg.Claimable(queued)
+	pairs, own, spare, capacity := d.reg.Claimable(queued)
 	// A task stays tracked from its claim until its result is handed to the
 	// completer, and its endpoint slot is free again as soon as the answer
 	// came. When the database records results slower than endpoints answer,
@@ -564,7 +564,7 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 	lo, hi := d.cfg.Range()
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
-	tasks, err := d.claimTasks(ctx, engine.TaskClaimParams{Claimer: d.cfg.Claimer, Lo: lo, Hi: hi, Pairs: pairs,
+	tasks, err := d.claimTasks(ctx, engine.TaskClaimParams{Claimer: d.cfg.Claimer, Lo: lo, Hi: hi, Pairs: pairs, Own: own,
 		Limit: limit, Lease: d.cfg.Lease})
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
@@ -592,7 +592,7 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 				result: webhooksdk.Result{Error: &webhooksdk.Error{Message: failed[i].Error(), Terminal: true}}}
 			continue
 		}
-		it := &item{task: t, env: envs[i], pair: fmt.Sprintf("%s/%d", t.Kind, t.KindVersion), queuedAt: now}
+		it := &item{task: t, env: envs[i], pair: d.reg.Route(t.Namespace, fmt.Sprintf("%s/%d", t.Kind, t.KindVersion)), queuedAt: now}
 		it.ctx, it.cancel = context.WithCancelCause(work)
 		d.track(it)
 		*queue = append(*queue, it)

@@ -11,9 +11,12 @@
 //     only those pairs' tasks in its shard range, at most the total spare
 //     capacity (FOR UPDATE SKIP LOCKED, bumping claim_epoch). A pair with no
 //     ready endpoint is not claimed at all: its resources park, and
-//     Registry.PairStatus says why.
-//  2. Choose. Each task goes to the ready endpoint serving its pair with the
-//     fewest deliveries in flight; an endpoint never has more than its
+//     Registry.PairStatus says why. Pairs are per namespace: a namespace's
+//     tasks of a pair go to its own endpoints serving the pair, or to the
+//     default namespace's when it has none (Registry.Route), and the
+//     namespaces with claimable tasks share each claim (claims.sql).
+//  2. Choose. Each task goes to the ready endpoint of its route serving its
+//     pair with the fewest deliveries in flight; an endpoint never has more than its
 //     max_concurrency (this pod's share of it) in flight. A task claimed
 //     while every slot is busy waits locally up to QueueWait, then is
 //     released without burning an attempt. An endpoint with max_batch n > 1

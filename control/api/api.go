@@ -123,9 +123,10 @@ type Config struct {
 	// see metrics.go). Nil records none.
 	MetricsRegistry prometheus.Registerer
 	// PairStatus, where a dispatcher runs in this process, says whether a
-	// (kind, kind_version) has a ready endpoint and if not why; the resource
-	// detail shows it for a task that waits. Nil omits it.
-	PairStatus func(kind string, version int) (ready bool, reason string)
+	// (kind, kind_version) has a ready endpoint for a namespace's tasks and
+	// if not why; the resource detail shows it for a task that waits. Nil
+	// omits it.
+	PairStatus func(namespace, kind string, version int) (ready bool, reason string)
 	// Console, when set, is the web console served at / and its client-side
 	// routes (ConsolePages): index.html at its root, hashed files under
 	// assets/ (see package ui). Nil serves no console.

@@ -256,7 +256,7 @@ func (s *Server) getResource(ctx context.Context, in *ResourcePath) (*versionedO
 		}
 	}
 	if t := v.Task; t != nil && t.State == "pending" && s.cfg.PairStatus != nil {
-		if ok, why := s.cfg.PairStatus(t.Kind, t.KindVersion); !ok {
+		if ok, why := s.cfg.PairStatus(r.Namespace, t.Kind, t.KindVersion); !ok {
 			v.Parked = why
 		}
 	}

@@ -17,9 +17,16 @@ type TaskClaimParams struct {
 	Claimer string
 	// Lo and Hi bound the shard range, inclusive.
 	Lo, Hi int
-	// Pairs lists the "kind/version" pairs the caller can serve; nil means
-	// every pair (an in-process executor that serves all kinds).
+	// Pairs lists the pairs the caller can serve; nil means every pair (an
+	// in-process executor that serves all kinds). A bare "kind/version" is
+	// served for every namespace that does not serve it itself (the default
+	// namespace's endpoints); "namespace:kind/version" for that namespace
+	// only (its own endpoints).
 	Pairs []string
+	// Own lists the "namespace:kind/version" pairs namespaces serve
+	// themselves, ready or not: their tasks of such a pair are claimed only
+	// under the namespaced pair, never under the bare one. Nil: none.
+	Own []string
 	// Limit caps the batch.
 	Limit int
 	// Lease is how long the claim holds without renewal before the reaper
@@ -31,22 +38,27 @@ type TaskClaimParams struct {
 // task while it runs and on the resource once applied (issue #13).
 const taskClaimSQL = `SELECT task_id, shard_id, resource_id, task_type, trigger, coalesce(reaction, ''), emits,
        kind, kind_version, generation, claim_epoch, attempts, deadline,
-       coalesce(transition, ''), coalesce(binding, ''), coalesce(traceparent, '')
-  FROM claim_tasks($1, $2, $3, $4, $5, $6)`
+       coalesce(transition, ''), coalesce(binding, ''), coalesce(traceparent, ''), namespace
+  FROM claim_tasks($1, $2, $3, $4, $5, $6, $7)`
 
 // TaskClaim claims up to p.Limit pending tasks, bumping each one's
 // claim_epoch: work first, then reactor deliveries if the batch has room.
-// Per-kind caps (kind_config.max_inflight) hold across all claimers.
+// Per-kind caps (kind_config.max_inflight) and per-namespace caps
+// (namespaces.max_in_flight) hold across all claimers, and the namespaces
+// with claimable tasks share the batch (claims.sql).
 func (e *Engine) TaskClaim(ctx context.Context, p TaskClaimParams) ([]model.Task, error) {
 	lease := int(p.Lease / time.Second)
 	if lease < 1 {
 		lease = 1
 	}
-	var pairs any
+	var pairs, own any
 	if p.Pairs != nil {
 		pairs = p.Pairs
 	}
-	tasks, err := pgrun.Collect(ctx, e.pool, scanClaimed, taskClaimSQL, p.Claimer, p.Lo, p.Hi, pairs, p.Limit, lease)
+	if len(p.Own) > 0 {
+		own = p.Own
+	}
+	tasks, err := pgrun.Collect(ctx, e.pool, scanClaimed, taskClaimSQL, p.Claimer, p.Lo, p.Hi, pairs, own, p.Limit, lease)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
@@ -65,7 +77,7 @@ func scanClaimed(r pgx.CollectableRow) (model.Task, error) {
 		deadline *time.Time
 	)
 	err := r.Scan(&t.ID, &t.Shard, &t.ResourceID, &t.Type, &t.Trigger, &t.Reaction, &emits,
-		&t.Kind, &kv, &t.Generation, &t.ClaimEpoch, &t.Attempts, &deadline, &t.Transition, &t.Binding, &t.TraceParent)
+		&t.Kind, &kv, &t.Generation, &t.ClaimEpoch, &t.Attempts, &deadline, &t.Transition, &t.Binding, &t.TraceParent, &t.Namespace)
 	t.Emits = model.OutcomeMask(emits)
 	t.KindVersion = int(kv)
 	if deadline != nil {

@@ -64,7 +64,7 @@ func TestCappedClaimRacingACompletionDoesNotDeadlock(t *testing.T) {
 	var claimedIDs []string
 	claimed := make(chan error, 1)
 	go func() {
-		claimed <- db.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(resource_id::text), '{}') FROM claim_tasks('t', 0, 255, NULL, 10, 60)`).
+		claimed <- db.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(resource_id::text), '{}') FROM claim_tasks('t', 0, 255, NULL, NULL, 10, 60)`).
 			Scan(&claimedIDs)
 	}()
 	// Before the fix the claim waited here for the completion's token row.

@@ -92,6 +92,9 @@ type Task struct {
 	// scheduled the task, stored with it; empty when none was (tracing off,
 	// or scheduled by the engine itself).
 	TraceParent string
+	// Namespace is the task's namespace: its resource's, or a react
+	// task's binding's. It picks the endpoints the task may go to.
+	Namespace string
 }
 
 // WireResources returns the protocol's part of each of rs; nil for none.

@@ -48,7 +48,7 @@ func TestRateLeaseOnThePod(t *testing.T) {
 	}
 	r := b.registry(t, registry.Config{})
 
-	pairs, spare, capacity := r.Claimable(nil)
+	pairs, _, spare, capacity := r.Claimable(nil)
 	if len(pairs) != 1 || spare != 1 || capacity != 5 {
 		t.Fatalf("idle: Claimable = %v, %d, %d; want [leaf/1], one task (no token yet), capacity a chunk (5)", pairs, spare, capacity)
 	}

@@ -6,6 +6,12 @@
 // circuit breaker, a 429 back-off, a 410 disable, and the tokens this pod
 // leased from a rate-limited endpoint's shared bucket (rate.go).
 //
+// Endpoints belong to namespaces. A task of namespace N and pair K goes to
+// N's endpoints serving K, or, when N has none serving K (enabled or not),
+// to the default namespace's: the route key (Route) is "N:K" or the bare
+// "K", and the claim takes each namespace's tasks under its route keys
+// (Claimable; claims.sql's claim_routable).
+//
 // An endpoint is ready for a pair when it serves the pair, is enabled and
 // usable (its secret opens, its target passes the egress policy), is not
 // backing off, its breaker is not open (half-open admits one trial), its
@@ -142,7 +148,8 @@ type Registry struct {
 	mu     sync.Mutex
 	loaded bool
 	eps    map[string]*Endpoint
-	byPair map[string][]*Endpoint
+	byPair map[string][]*Endpoint // by route key
+	pairOf map[string]string      // a route key's bare pair
 	subs   []chan struct{}
 	rr     int
 	// stopped: Stop was called; no more background work starts.
@@ -163,7 +170,8 @@ func New(cfg Config, st *store.Store, wake <-chan struct{}) (*Registry, error) {
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Registry{cfg: cfg, st: st, wake: wake, shared: shared, freed: make(chan struct{}, 1), bgCtx: bgCtx, bgCancel: bgCancel,
-		alerts: make(chan store.AlertEvent, alertQueue), eps: map[string]*Endpoint{}, byPair: map[string][]*Endpoint{}}, nil
+		alerts: make(chan store.AlertEvent, alertQueue), eps: map[string]*Endpoint{}, byPair: map[string][]*Endpoint{},
+		pairOf: map[string]string{}}, nil
 }
 
 // Start loads the endpoints, then keeps them fresh until Stop.
@@ -317,7 +325,7 @@ func (r *Registry) Refresh(ctx context.Context) error {
 			delete(r.eps, name)
 		}
 	}
-	r.byPair = map[string][]*Endpoint{}
+	r.byPair, r.pairOf = map[string][]*Endpoint{}, map[string]string{}
 	names := make([]string, 0, len(r.eps))
 	for n := range r.eps {
 		names = append(names, n)
@@ -325,8 +333,11 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	slices.Sort(names)
 	for _, n := range names {
 		e := r.eps[n]
-		for _, k := range e.conf.Load().cfg.Kinds {
-			r.byPair[k.Pair()] = append(r.byPair[k.Pair()], e)
+		c := e.conf.Load().cfg
+		for _, k := range c.Kinds {
+			key := routeKey(c.Namespace, k.Pair())
+			r.byPair[key] = append(r.byPair[key], e)
+			r.pairOf[key] = k.Pair()
 		}
 	}
 	r.loaded = true
@@ -650,18 +661,48 @@ func (e *Endpoint) capacityLimitLocked() int {
 	return n
 }
 
-// Claimable returns the "kind/version" pairs worth claiming now — those
-// with ready endpoints whose spare capacity exceeds the tasks of that pair
-// already waiting locally (queued) — how many tasks in all may be claimed
-// (the spare capacity of those pairs' endpoints, less the queued), and the
-// total capacity (this pod's limits) of those endpoints. Capacity counts
-// tasks: a slot of an endpoint with max_batch n carries n.
-func (r *Registry) Claimable(queued map[string]int) (pairs []string, spare, capacity int) {
+// routeKey is the key of ns's endpoints serving pair: the bare pair for
+// the default namespace's, "ns:pair" for another's.
+func routeKey(ns, pair string) string {
+	if ns == store.DefaultNamespace || ns == "" {
+		return pair
+	}
+	return ns + ":" + pair
+}
+
+// Route returns the route key of a task of namespace ns and pair
+// ("kind/version"): ns's own when ns has an endpoint serving pair (enabled
+// or not), else the default namespace's. Acquire and Claimable's queued
+// take route keys.
+func (r *Registry) Route(ns, pair string) string {
+	key := routeKey(ns, pair)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, own := r.byPair[key]; own {
+		return key
+	}
+	return pair
+}
+
+// Claimable returns the route keys worth claiming now — those with ready
+// endpoints whose spare capacity exceeds the tasks of that key already
+// waiting locally (queued) — the route keys of the namespaces serving a
+// pair themselves, ready or not (own: their tasks of that pair are never
+// claimed for the default namespace's endpoints), how many tasks in all
+// may be claimed (the spare capacity of the ready endpoints, less the
+// queued), and the total capacity (this pod's limits) of those endpoints.
+// Capacity counts tasks: a slot of an endpoint with max_batch n carries n.
+// Pairs and own are engine.TaskClaimParams' Pairs and Own.
+func (r *Registry) Claimable(queued map[string]int) (pairs, own []string, spare, capacity int) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var used map[*Endpoint]bool
-	for pair, list := range r.byPair {
+	for key, list := range r.byPair {
+		pair := r.pairOf[key]
+		if key != pair {
+			own = append(own, key)
+		}
 		sum := 0
 		for _, e := range list {
 			n, _ := e.capacityLocked(pair, now)
@@ -679,14 +720,14 @@ func (r *Registry) Claimable(queued map[string]int) (pairs []string, spare, capa
 				capacity += e.capacityLimitLocked() * e.MaxBatch()
 			}
 		}
-		if sum > queued[pair] {
-			pairs = append(pairs, pair)
+		if sum > queued[key] {
+			pairs = append(pairs, key)
 		}
 	}
 	for _, n := range queued {
 		spare -= n
 	}
-	return pairs, max(spare, 0), capacity
+	return pairs, own, max(spare, 0), capacity
 }
 
 // Verdict is what a finished delivery says about its endpoint's health.
@@ -738,13 +779,14 @@ func (s *Slot) Done(v Verdict) {
 	startstop.Wake(e.reg.freed)
 }
 
-// Acquire takes a delivery slot on the least-loaded ready endpoint serving
-// pair, skipping the named endpoints (those a failover already tried).
-func (r *Registry) Acquire(pair string, exclude ...string) (*Slot, bool) {
+// Acquire takes a delivery slot on the least-loaded ready endpoint of a
+// route key (Route), skipping the named endpoints (those a failover
+// already tried).
+func (r *Registry) Acquire(key string, exclude ...string) (*Slot, bool) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	list := r.byPair[pair]
+	list, pair := r.byPair[key], r.pairOf[key]
 	var best *Endpoint
 	r.rr++
 	for i := range list {
@@ -788,10 +830,17 @@ func (e *Endpoint) Disable(reason string) {
 	e.reg.notifyLocked()
 }
 
-// PairStatus says whether a (kind, kind_version) has a ready endpoint on
-// this pod, and if not, why its resources park: every endpoint serving it
-// and what holds each back.
+// PairStatus says whether a (kind, kind_version) has a ready endpoint of
+// the default namespace on this pod, and if not, why its resources park:
+// every endpoint serving it and what holds each back.
 func (r *Registry) PairStatus(kind string, version int) (bool, string) {
+	return r.RouteStatus(store.DefaultNamespace, kind, version)
+}
+
+// RouteStatus is PairStatus for the tasks of namespace ns: its own
+// endpoints serving the pair if it has any (Route), else the default
+// namespace's.
+func (r *Registry) RouteStatus(ns, kind string, version int) (bool, string) {
 	pair := fmt.Sprintf("%s/%d", kind, version)
 	now := time.Now()
 	r.mu.Lock()
@@ -799,7 +848,10 @@ func (r *Registry) PairStatus(kind string, version int) (bool, string) {
 	if !r.loaded {
 		return false, "the dispatcher has not loaded its endpoints yet"
 	}
-	list := r.byPair[pair]
+	list, of := r.byPair[routeKey(ns, pair)], " of namespace "+ns
+	if len(list) == 0 || routeKey(ns, pair) == pair {
+		list, of = r.byPair[pair], ""
+	}
 	if len(list) == 0 {
 		return false, fmt.Sprintf("no endpoint is registered for %s/%d", kind, version)
 	}
@@ -811,7 +863,7 @@ func (r *Registry) PairStatus(kind string, version int) (bool, string) {
 		}
 		reasons = append(reasons, why)
 	}
-	return false, fmt.Sprintf("no ready endpoint for %s/%d: %s", kind, version, strings.Join(reasons, "; "))
+	return false, fmt.Sprintf("no ready endpoint%s for %s/%d: %s", of, kind, version, strings.Join(reasons, "; "))
 }
 
 // InFlight is the number of deliveries in flight on this pod.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +81,7 @@ func TestAcquireLeastInFlightWithinLimits(t *testing.T) {
 	b.endpoint(t, "b", 3, false, "leaf", "other")
 	r := b.registry(t, registry.Config{})
 
-	pairs, spare, capacity := r.Claimable(nil)
+	pairs, _, spare, capacity := r.Claimable(nil)
 	if len(pairs) != 2 || spare != 5 || capacity != 5 {
 		t.Fatalf("Claimable = %v, %d, %d; want both pairs, 5 spare of 5", pairs, spare, capacity)
 	}
@@ -105,7 +106,7 @@ func TestAcquireLeastInFlightWithinLimits(t *testing.T) {
 	if _, ok := r.Acquire("leaf/1"); ok {
 		t.Fatal("a slot beyond max_concurrency")
 	}
-	if _, spare, _ := r.Claimable(nil); spare != 0 {
+	if _, _, spare, _ := r.Claimable(nil); spare != 0 {
 		t.Fatalf("spare = %d when saturated", spare)
 	}
 	wantStatus(t, r, "leaf", true, "") // saturated is still ready
@@ -118,7 +119,7 @@ func TestAcquireLeastInFlightWithinLimits(t *testing.T) {
 		t.Fatalf("acquired %s though it is excluded and the other is full", s.Endpoint().Name())
 	}
 	// A task queued locally takes the freed slot: nothing more to claim.
-	if _, spare, _ = r.Claimable(map[string]int{"leaf/1": 1}); spare != 0 {
+	if _, _, spare, _ = r.Claimable(map[string]int{"leaf/1": 1}); spare != 0 {
 		t.Fatalf("with one queued: %d spare; want nothing claimable", spare)
 	}
 }
@@ -333,15 +334,78 @@ func TestClaimableCountsBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := b.registry(t, registry.Config{})
-	if _, spare, capacity := r.Claimable(nil); spare != 16 || capacity != 16 {
+	if _, _, spare, capacity := r.Claimable(nil); spare != 16 || capacity != 16 {
 		t.Fatalf("Claimable spare %d of %d, want 16 of 16 (2 slots × max_batch 8)", spare, capacity)
 	}
 	s, ok := r.Acquire("leaf/1")
 	if !ok || s.Endpoint().MaxBatch() != 8 {
 		t.Fatalf("Acquire = %v; want a slot of an endpoint with max_batch 8", ok)
 	}
-	if _, spare, _ := r.Claimable(map[string]int{"leaf/1": 3}); spare != 5 {
+	if _, _, spare, _ := r.Claimable(map[string]int{"leaf/1": 3}); spare != 5 {
 		t.Fatalf("one slot busy, 3 queued: %d spare, want 8 - 3 = 5", spare)
 	}
 	s.Done(registry.Success)
+}
+
+// TestRouteByNamespace: a namespace's task goes to its own endpoints
+// serving the pair, else to the default namespace's; a namespace's own
+// pairs are listed for the claim whether their endpoints are ready or not,
+// and RouteStatus names its own endpoints when its tasks park.
+func TestRouteByNamespace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, _, err := b.st.PutNamespace(b.ctx, store.PutNamespaceParams{Name: "team-a"}); err != nil {
+		t.Fatal(err)
+	}
+	b.endpoint(t, "shared", 2, false, "leaf", "other")
+	p := store.PutEndpointParams{Namespace: "team-a", Name: "a-leaves", MaxConcurrency: 1,
+		Target: store.EndpointTarget{Type: store.TargetHTTPS, URL: "http://127.0.0.1:9/a"},
+		Kinds:  []store.EndpointKind{{Kind: "leaf", KindVersion: 1}}}
+	if _, _, err := b.st.CreateEndpoint(b.ctx, b.box, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Name, p.Kinds = "a-shared", []store.EndpointKind{{Kind: "other", KindVersion: 1}}
+	if _, _, err := b.st.CreateEndpoint(b.ctx, b.box, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.st.DisableEndpoint(b.ctx, "a-shared", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	r := b.registry(t, registry.Config{})
+	// A namespace's parked pair names its own endpoints, not default's.
+	if ok, why := r.RouteStatus("team-a", "other", 1); ok || !strings.Contains(why, "of namespace team-a") || !strings.Contains(why, "a-shared is disabled") {
+		t.Errorf("RouteStatus(team-a, other) = %v, %q; want parked by its own disabled endpoint", ok, why)
+	}
+	if ok, why := r.RouteStatus("team-b", "other", 1); !ok {
+		t.Errorf("RouteStatus(team-b, other) = %v, %q; want ready (default's endpoint)", ok, why)
+	}
+	for _, c := range []struct{ ns, pair, want string }{
+		{"team-a", "other/1", "team-a:other/1"},
+		{"team-a", "leaf/1", "team-a:leaf/1"},
+		{"team-b", "leaf/1", "leaf/1"},
+		{"default", "leaf/1", "leaf/1"},
+	} {
+		if got := r.Route(c.ns, c.pair); got != c.want {
+			t.Errorf("Route(%s, %s) = %s; want %s", c.ns, c.pair, got, c.want)
+		}
+	}
+	pairs, own, _, _ := r.Claimable(nil)
+	slices.Sort(pairs)
+	slices.Sort(own)
+	wantOwn := []string{"team-a:leaf/1", "team-a:other/1"}
+	if want := []string{"leaf/1", "other/1", "team-a:leaf/1"}; !slices.Equal(pairs, want) || !slices.Equal(own, wantOwn) {
+		t.Fatalf("Claimable = %v, own %v; want %v, own %v", pairs, own, want, wantOwn)
+	}
+	if s, ok := r.Acquire("team-a:leaf/1"); !ok || s.Endpoint().Name() != "a-leaves" {
+		t.Fatalf("Acquire(team-a:leaf/1) = %v, %v; want a-leaves", s, ok)
+	}
+	// team-a's endpoint is full: its pair is no longer claimable, and
+	// still its own.
+	pairs, own, _, _ = r.Claimable(nil)
+	if slices.Contains(pairs, "team-a:leaf/1") || !slices.Contains(own, "team-a:leaf/1") {
+		t.Fatalf("with a-leaves full: Claimable = %v, own %v", pairs, own)
+	}
+	if s, ok := r.Acquire("leaf/1"); !ok || s.Endpoint().Name() != "shared" {
+		t.Fatalf("Acquire(leaf/1) = %v, %v; want shared", s, ok)
+	}
 }

@@ -2,19 +2,24 @@
 -- max_inflight), keeping them (leases), and giving them back.
 
 -- claim_tasks claims up to p_limit pending tasks in [p_lo, p_hi] for the
--- (kind/version) pairs the caller can serve (NULL = any). It bumps claim_epoch
--- (the fence), stamps the lease and the deadline from kind_config, resolves the
--- reaction from the manifest, and holds each capped kind to max_inflight: the
--- budget is max_inflight minus the sum of kind_inflight partials, read under a
--- per-kind transaction lock so concurrent claimers cannot both spend it.
+-- pairs the caller can serve (NULL = any; claim_routable says which task a
+-- pair admits, p_own being the pairs namespaces serve themselves). It bumps
+-- claim_epoch (the fence), stamps the lease and the deadline from
+-- kind_config, resolves the reaction from the manifest, and holds each
+-- capped kind to max_inflight and each capped namespace to its
+-- max_in_flight: a budget is the cap minus the sum of its kind_inflight
+-- (namespace_inflight) partials, read under a per-kind (per-namespace)
+-- transaction lock so concurrent claimers cannot both spend it.
 --
 -- Its locks, in order: the per-kind claim locks, in (kind, kind_version)
--- order; the picked rows (SKIP LOCKED: a claim never waits for a work row
--- or a delivery); the kind_inflight rows it spends, in key order. Every
--- writer of kind_inflight (a claim, a completion, a release, the reaper)
--- takes its rows in key order and after every other row it writes (the
--- lock order, docs/operations.md), so the writer a claim waits for waits
--- for nothing the claim holds: a claim cannot close a cycle with it
+-- order, then the per-namespace ones, by name; the picked rows (SKIP
+-- LOCKED: a claim never waits for a work row or a delivery); the
+-- kind_inflight rows it spends, in key order, then the namespace_inflight
+-- ones. Every writer of kind_inflight and namespace_inflight (a claim, a
+-- completion, a release, the reaper) takes its rows in that order and
+-- after every other row it writes (the lock order, docs/operations.md), so
+-- the writer a claim waits for waits for nothing the claim holds: a claim
+-- cannot close a cycle with it
 -- (TestCappedClaimRacingACompletionDoesNotDeadlock).
 --
 -- Budgets are read before any row is picked, and each capped kind takes at
@@ -24,23 +29,40 @@
 -- let a capped kind with a deep backlog fill every batch and starve every
 -- other kind (0 claimed while thousands waited).
 --
+-- Namespaces share each batch (issue #39): while the default namespace is
+-- the only one and has no max_in_flight, the claim picks as it always did
+-- (one probe of the namespaces table decides). Otherwise every namespace
+-- (under its budget) picks its own candidates, up to the batch: its capped
+-- kinds' tasks first, each within the kind's budget, then its uncapped
+-- ones. The batch takes them round-robin: the first candidate of every
+-- namespace, then the second of every namespace, and so on (ties in random
+-- order), a capped kind's budget going round the namespaces the same way.
+-- So with k namespaces holding claimable tasks, each gets at least
+-- min(its claimable tasks, floor(p_limit / k)) of every batch, and what one
+-- leaves unused goes to the others: a namespace with a deep backlog cannot
+-- starve another. The candidates not taken stay locked (SKIP LOCKED by
+-- other claimers) until the claim commits.
+--
 -- Reactor deliveries (lifecycle_outbox rows) come after the work picks, only
 -- if the batch has room, and only when a probe finds a row in the range: a
 -- deployment without bindings pays one probe of empty partitions. A row is
 -- claimable when never claimed or when its lease lapsed (the claimer died
 -- or stalled: re-armed, at-least-once), and its backoff is over. It is
 -- routed to its binding's reactor kind: reactor_version if pinned, else the
--- reactor kind's highest version, filtered by p_pairs like a work task, so
--- it counts against its endpoint's concurrency and breaker. It returns
--- task_type 'react' with the transition and the binding's name; resource_id
--- and generation are the watched resource's and the transition's.
+-- reactor kind's highest version, routed like a work task of its
+-- binding's namespace (claim_routable), so it counts against its
+-- endpoint's concurrency and breaker. It returns task_type 'react' with
+-- the transition and the binding's name; resource_id and generation are
+-- the watched resource's and the transition's.
 -- A work task returns the traceparent stored with it (the request that
--- scheduled it, if traced; migration 00031), a react task none.
+-- scheduled it, if traced; migration 00031), a react task none; both
+-- return their namespace.
 -- Claims plan their statements once, as the scheduling functions do.
-CREATE OR REPLACE FUNCTION claim_tasks(p_claimer text, p_lo int, p_hi int, p_pairs text[], p_limit int, p_lease_secs int)
+CREATE OR REPLACE FUNCTION claim_tasks(p_claimer text, p_lo int, p_hi int, p_pairs text[], p_own text[], p_limit int, p_lease_secs int)
 RETURNS TABLE (task_id uuid, shard_id smallint, resource_id uuid, task_type text, trigger text,
                reaction text, emits int, kind text, kind_version smallint, generation bigint,
-               claim_epoch bigint, attempts int, deadline timestamptz, transition text, binding text, traceparent text)
+               claim_epoch bigint, attempts int, deadline timestamptz, transition text, binding text, traceparent text,
+               namespace text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
@@ -55,13 +77,20 @@ DECLARE
     v_budget_kinds text[] := '{}';
     v_budget_vers smallint[] := '{}';
     v_budgets int[] := '{}';
+    v_ns_names text[] := '{}';
+    v_ns_budgets int[] := '{}';
+    v_nss text[];
+    v_pair_kinds text[];
+    v_pair_vers smallint[];
     v_taken int;
 BEGIN
     FOR cap IN
         SELECT kc.kind, kc.kind_version, kc.max_inflight
           FROM kind_config kc
          WHERE kc.max_inflight > 0
-           AND (p_pairs IS NULL OR (kc.kind || '/' || kc.kind_version) = ANY (p_pairs))
+           AND (p_pairs IS NULL OR (kc.kind || '/' || kc.kind_version) = ANY (p_pairs)
+                OR (p_own IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_pairs) p
+                                                   WHERE p LIKE '%:' || kc.kind || '/' || kc.kind_version)))
          ORDER BY 1, 2
     LOOP
         PERFORM pg_advisory_xact_lock(hashtext('kind_cap:' || cap.kind || '/' || cap.kind_version));
@@ -73,37 +102,120 @@ BEGIN
         v_budgets := v_budgets || GREATEST(cap.max_inflight - v_used, 0);
     END LOOP;
 
-    -- Capped kinds first, each up to its budget; then the uncapped kinds
-    -- fill what is left of the batch.
-    SELECT array_agg(x.shard_id), array_agg(x.resource_id), array_agg(x.task_type), array_agg(x.kind), array_agg(x.kind_version)
-      INTO v_shards, v_rids, v_types, v_kinds, v_vers
-      FROM unnest(v_budget_kinds, v_budget_vers, v_budgets) AS b(kind, kind_version, n)
-     CROSS JOIN LATERAL (
-           SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version
-             FROM work_queue w
-            WHERE w.shard_id BETWEEN p_lo AND p_hi
-              AND w.state = 'pending'
-              AND w.not_before <= now()
-              AND w.kind = b.kind AND w.kind_version = b.kind_version
-            LIMIT LEAST(b.n, p_limit)
-              FOR UPDATE SKIP LOCKED) x
-     WHERE b.n > 0;
-    v_taken := coalesce(cardinality(v_rids), 0);
-    IF v_taken < p_limit THEN
-        SELECT v_shards || array_agg(c.shard_id), v_rids || array_agg(c.resource_id), v_types || array_agg(c.task_type),
-               v_kinds || array_agg(c.kind), v_vers || array_agg(c.kind_version)
+    IF NOT EXISTS (SELECT 1 FROM namespaces n WHERE n.name <> 'default' OR n.max_in_flight IS NOT NULL) THEN
+        -- One namespace: capped kinds first, each up to its budget; then
+        -- the uncapped kinds fill what is left of the batch.
+        SELECT array_agg(x.shard_id), array_agg(x.resource_id), array_agg(x.task_type), array_agg(x.kind), array_agg(x.kind_version)
           INTO v_shards, v_rids, v_types, v_kinds, v_vers
-          FROM (SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version
-                  FROM work_queue w
-                 WHERE w.shard_id BETWEEN p_lo AND p_hi
-                   AND w.state = 'pending'
-                   AND w.not_before <= now()
-                   AND (p_pairs IS NULL OR (w.kind || '/' || w.kind_version) = ANY (p_pairs))
-                   AND NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped))
-                 LIMIT p_limit - v_taken
-                   FOR UPDATE SKIP LOCKED) c;
+          FROM unnest(v_budget_kinds, v_budget_vers, v_budgets) AS b(kind, kind_version, n)
+         CROSS JOIN LATERAL (
+               SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version
+                 FROM work_queue w
+                WHERE w.namespace = 'default' AND w.kind = b.kind AND w.kind_version = b.kind_version
+                  AND w.shard_id BETWEEN p_lo AND p_hi
+                  AND w.state = 'pending'
+                  AND w.not_before <= now()
+                LIMIT LEAST(b.n, p_limit)
+                  FOR UPDATE SKIP LOCKED) x
+         WHERE b.n > 0;
         v_taken := coalesce(cardinality(v_rids), 0);
+        IF v_taken < p_limit THEN
+            SELECT v_shards || array_agg(c.shard_id), v_rids || array_agg(c.resource_id), v_types || array_agg(c.task_type),
+                   v_kinds || array_agg(c.kind), v_vers || array_agg(c.kind_version)
+              INTO v_shards, v_rids, v_types, v_kinds, v_vers
+              FROM (SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version
+                      FROM work_queue w
+                     WHERE w.shard_id BETWEEN p_lo AND p_hi
+                       AND w.state = 'pending'
+                       AND w.not_before <= now()
+                       AND (p_pairs IS NULL OR (w.kind || '/' || w.kind_version) = ANY (p_pairs))
+                       AND NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped))
+                     LIMIT p_limit - v_taken
+                       FOR UPDATE SKIP LOCKED) c;
+        END IF;
+    ELSE
+        FOR cap IN SELECT n.name, n.max_in_flight FROM namespaces n WHERE n.max_in_flight IS NOT NULL ORDER BY 1 LOOP
+            PERFORM pg_advisory_xact_lock(hashtext('namespace_cap:' || cap.name));
+            SELECT coalesce(sum(i.in_flight), 0) INTO v_used FROM namespace_inflight i WHERE i.namespace = cap.name;
+            v_ns_names := v_ns_names || cap.name;
+            v_ns_budgets := v_ns_budgets || GREATEST(cap.max_in_flight - v_used, 0);
+        END LOOP;
+        -- The pairs p_pairs names, bare or namespaced, as (kind, version).
+        SELECT array_agg(y.kind), array_agg(y.kind_version) INTO v_pair_kinds, v_pair_vers
+          FROM (SELECT DISTINCT left(x.pair, length(x.pair) - strpos(reverse(x.pair), '/')) AS kind,
+                       right(x.pair, strpos(reverse(x.pair), '/') - 1)::smallint AS kind_version
+                  FROM (SELECT substr(p, strpos(p, ':') + 1) AS pair FROM unnest(p_pairs) p) x) y;
+        WITH ns AS (
+            SELECT n.name, LEAST(coalesce(b.n, p_limit), p_limit) AS quota
+              FROM namespaces n
+              LEFT JOIN unnest(v_ns_names, v_ns_budgets) AS b(name, n) ON b.name = n.name
+             WHERE coalesce(b.n, p_limit) > 0
+        ), cand AS (
+            SELECT c.*, row_number() OVER (PARTITION BY c.namespace ORDER BY c.grp) AS rn
+              FROM ns CROSS JOIN LATERAL (
+                   SELECT u.* FROM (
+                       SELECT 0 AS grp, k.*
+                         FROM unnest(v_budget_kinds, v_budget_vers, v_budgets) AS b(kind, kind_version, n)
+                        CROSS JOIN LATERAL (
+                              SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version, w.namespace
+                                FROM work_queue w
+                               WHERE w.namespace = ns.name AND w.kind = b.kind AND w.kind_version = b.kind_version
+                                 AND w.shard_id BETWEEN p_lo AND p_hi
+                                 AND w.state = 'pending'
+                                 AND w.not_before <= now()
+                               LIMIT LEAST(b.n, ns.quota)
+                                 FOR UPDATE SKIP LOCKED) k
+                        WHERE b.n > 0 AND claim_routable(ns.name, b.kind || '/' || b.kind_version, p_pairs, p_own)
+                       UNION ALL
+                       -- A claimer serving every pair (p_pairs NULL):
+                       -- the namespace's tasks in index order.
+                       SELECT 1, o.*
+                         FROM (SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version, w.namespace
+                                 FROM work_queue w
+                                WHERE p_pairs IS NULL AND w.namespace = ns.name
+                                  AND w.shard_id BETWEEN p_lo AND p_hi
+                                  AND w.state = 'pending'
+                                  AND w.not_before <= now()
+                                  AND NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped))
+                                LIMIT ns.quota
+                                  FOR UPDATE SKIP LOCKED) o
+                       UNION ALL
+                       -- Otherwise each pair it serves for the namespace,
+                       -- by index, so the tasks of pairs it cannot serve
+                       -- now (a saturated endpoint's backlog) are never
+                       -- read.
+                       SELECT 1, o.*
+                         FROM unnest(v_pair_kinds, v_pair_vers) AS pp(kind, kind_version)
+                        CROSS JOIN LATERAL (
+                              SELECT w.shard_id, w.resource_id, w.task_type, w.kind, w.kind_version, w.namespace
+                                FROM work_queue w
+                               WHERE w.namespace = ns.name AND w.kind = pp.kind AND w.kind_version = pp.kind_version
+                                 AND w.shard_id BETWEEN p_lo AND p_hi
+                                 AND w.state = 'pending'
+                                 AND w.not_before <= now()
+                               LIMIT ns.quota
+                                 FOR UPDATE SKIP LOCKED) o
+                        WHERE claim_routable(ns.name, pp.kind || '/' || pp.kind_version, p_pairs, p_own)
+                          AND NOT ((pp.kind || '/' || pp.kind_version) = ANY (v_capped))
+                   ) u
+                   LIMIT ns.quota) c
+        ), kinds AS (
+            -- A capped kind's budget goes round the namespaces.
+            SELECT c.*, row_number() OVER (PARTITION BY c.grp, c.kind, c.kind_version ORDER BY c.rn, random()) AS krn
+              FROM cand c
+        ), kept AS (
+            SELECT k.*, row_number() OVER (PARTITION BY k.namespace ORDER BY k.rn) AS rn2
+              FROM kinds k
+              LEFT JOIN unnest(v_budget_kinds, v_budget_vers, v_budgets) AS b(kind, kind_version, n)
+                ON k.grp = 0 AND b.kind = k.kind AND b.kind_version = k.kind_version
+             WHERE k.grp = 1 OR k.krn <= b.n
+        )
+        SELECT array_agg(s.shard_id), array_agg(s.resource_id), array_agg(s.task_type), array_agg(s.kind), array_agg(s.kind_version),
+               array_agg(s.namespace)
+          INTO v_shards, v_rids, v_types, v_kinds, v_vers, v_nss
+          FROM (SELECT * FROM kept ORDER BY kept.rn2, random() LIMIT p_limit) s;
     END IF;
+    v_taken := coalesce(cardinality(v_rids), 0);
     IF v_rids IS NOT NULL THEN
         RETURN QUERY
         WITH sel AS (
@@ -147,7 +259,7 @@ BEGIN
              WHERE w.shard_id BETWEEN p_lo AND p_hi
                AND w.shard_id = sel.shard_id AND w.resource_id = sel.resource_id AND w.task_type = sel.task_type
             RETURNING w.task_id, w.shard_id, w.resource_id, w.task_type, w.trigger, w.reaction, w.emits,
-                      w.kind, w.kind_version, w.claimed_gen, w.claim_epoch, w.attempts, w.deadline, w.traceparent
+                      w.kind, w.kind_version, w.claimed_gen, w.claim_epoch, w.attempts, w.deadline, w.traceparent, w.namespace
         ), bump AS (
             INSERT INTO kind_inflight AS i (kind, kind_version, range_lo, in_flight)
             SELECT b.kind, b.kind_version, p_lo, count(*)
@@ -157,8 +269,19 @@ BEGIN
             ON CONFLICT (kind, kind_version, range_lo) DO UPDATE SET in_flight = i.in_flight + EXCLUDED.in_flight
         )
         SELECT c.task_id, c.shard_id, c.resource_id, c.task_type, c.trigger, c.reaction, c.emits, c.kind, c.kind_version,
-               c.claimed_gen, c.claim_epoch, c.attempts, c.deadline, NULL::text, NULL::text, c.traceparent
+               c.claimed_gen, c.claim_epoch, c.attempts, c.deadline, NULL::text, NULL::text, c.traceparent, c.namespace
           FROM claimed c;
+        -- The capped namespaces' tokens, after the kinds' (the lock order).
+        -- Every picked row was claimed: the claim locked them.
+        IF cardinality(v_ns_names) > 0 THEN
+            INSERT INTO namespace_inflight AS i (namespace, range_lo, in_flight)
+            SELECT n.namespace, p_lo, count(*)
+              FROM unnest(v_nss) AS n(namespace)
+             WHERE n.namespace = ANY (v_ns_names)
+             GROUP BY 1
+             ORDER BY 1
+            ON CONFLICT (namespace, range_lo) DO UPDATE SET in_flight = i.in_flight + EXCLUDED.in_flight;
+        END IF;
     END IF;
 
     IF v_taken >= p_limit OR NOT EXISTS (SELECT 1 FROM lifecycle_outbox l WHERE l.shard_id BETWEEN p_lo AND p_hi) THEN
@@ -170,7 +293,7 @@ BEGIN
     -- picked row, growing with the backlog times the batch.
     WITH pick AS (
         SELECT l.shard_id, l.tableoid AS tab, l.ctid AS tid,
-               rk.kind, rk.kind_version, rk.reaction, rk.emits, rk.deadline_secs
+               rk.kind, rk.kind_version, rk.reaction, rk.emits, rk.deadline_secs, b.namespace
           FROM lifecycle_outbox l
           JOIN reactor_bindings b ON b.name = l.binding_name AND b.enabled
          CROSS JOIN LATERAL (
@@ -186,7 +309,7 @@ BEGIN
          WHERE l.shard_id BETWEEN p_lo AND p_hi
            AND l.not_before <= now()
            AND (l.claimed_by IS NULL OR l.lease_until <= now())
-           AND (p_pairs IS NULL OR (rk.kind || '/' || rk.kind_version) = ANY (p_pairs))
+           AND claim_routable(b.namespace, rk.kind || '/' || rk.kind_version, p_pairs, p_own)
          LIMIT p_limit - v_taken
            FOR UPDATE OF l SKIP LOCKED
     ), claimed AS (
@@ -199,29 +322,48 @@ BEGIN
          WHERE l.shard_id BETWEEN p_lo AND p_hi
            AND l.shard_id = p.shard_id AND l.tableoid = p.tab AND l.ctid = p.tid
         RETURNING l.task_id, l.shard_id, l.resource_id, p.reaction, p.emits, p.kind, p.kind_version, l.generation,
-                  l.claim_epoch, l.attempts, p.deadline_secs, l.transition, l.binding_name
+                  l.claim_epoch, l.attempts, p.deadline_secs, l.transition, l.binding_name, p.namespace
     )
     SELECT c.task_id, c.shard_id, c.resource_id, 'react'::text, 'reactor'::text, c.reaction, c.emits,
            c.kind, c.kind_version, c.generation, c.claim_epoch, c.attempts,
            CASE WHEN c.deadline_secs > 0 THEN now() + make_interval(secs => c.deadline_secs) END,
-           c.transition, c.binding_name, NULL::text
+           c.transition, c.binding_name, NULL::text, c.namespace
       FROM claimed c;
 END
 $$;
 
--- inflight_release gives capped kinds back their tokens for tasks leaving
--- the claimed state. It is plpgsql, not SQL, for its cached plan: a SQL
--- function that cannot be inlined (an UPDATE) is planned at every call, a
--- fixed cost that was a sizeable share of every small completion.
+-- claim_routable says whether a claimer serving p_pairs may claim a task of
+-- namespace p_ns and pair p_pair ("kind/version"). A bare pair in p_pairs is
+-- served by the default namespace's endpoints, for every namespace that does
+-- not serve the pair itself; "namespace:kind/version" is served by that
+-- namespace's own endpoints, for its tasks only. p_own lists the
+-- "namespace:kind/version" pairs namespaces serve themselves, whether their
+-- endpoints are ready or not: such a namespace's tasks of the pair wait for
+-- its own endpoints and never go to the default namespace's (NULL: none).
+-- NULL p_pairs serves everything (an in-process executor).
+CREATE OR REPLACE FUNCTION claim_routable(p_ns text, p_pair text, p_pairs text[], p_own text[]) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_pairs IS NULL
+        OR (p_ns || ':' || p_pair) = ANY (p_pairs)
+        OR (p_pair = ANY (p_pairs) AND (p_own IS NULL OR NOT (p_ns || ':' || p_pair) = ANY (p_own)))
+$$;
+
+-- inflight_release gives capped kinds and capped namespaces back their
+-- tokens for tasks leaving the claimed state (p_nss: each task's namespace).
+-- It is plpgsql, not SQL, for its cached plan: a SQL function that cannot
+-- be inlined (an UPDATE) is planned at every call, a fixed cost that was a
+-- sizeable share of every small completion. Without a capped namespace
+-- (namespace_inflight is empty) the namespaces cost one probe.
 --
 -- The rows are locked in key order whatever the plan: the subquery locks
 -- them sorted (FOR UPDATE under its ORDER BY), and the UPDATE writes only
--- rows the subquery returned, already locked. The claim's bump takes them
--- in the same order; two kinds given back in the order a join happened to
--- meet them, beside a claim spending the same two in the other order,
--- could deadlock (TestTokenRowsAreTakenInKeyOrder). Callers call it after
--- every other lock they take (the lock order, docs/operations.md).
-CREATE OR REPLACE FUNCTION inflight_release(p_kinds text[], p_vers smallint[], p_los smallint[]) RETURNS void
+-- rows the subquery returned, already locked; the kinds' rows, then the
+-- namespaces'. The claim's bump takes them in the same order; two kinds
+-- given back in the order a join happened to meet them, beside a claim
+-- spending the same two in the other order, could deadlock
+-- (TestTokenRowsAreTakenInKeyOrder). Callers call it after every other
+-- lock they take (the lock order, docs/operations.md).
+CREATE OR REPLACE FUNCTION inflight_release(p_kinds text[], p_vers smallint[], p_los smallint[], p_nss text[]) RETURNS void
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     UPDATE kind_inflight i SET in_flight = GREATEST(i.in_flight - x.n, 0)
@@ -235,6 +377,17 @@ BEGIN
              ORDER BY 1, 2, 3
                FOR UPDATE OF l) x
      WHERE i.kind = x.kind AND i.kind_version = x.kind_version AND i.range_lo = x.range_lo;
+    IF EXISTS (SELECT 1 FROM namespace_inflight) THEN
+        UPDATE namespace_inflight i SET in_flight = GREATEST(i.in_flight - x.n, 0)
+          FROM (SELECT l.namespace, l.range_lo, k.n
+                  FROM (SELECT k.namespace, k.lo, count(*) AS n
+                          FROM unnest(p_nss, p_los) AS k(namespace, lo)
+                         GROUP BY 1, 2) k
+                  JOIN namespace_inflight l ON l.namespace = k.namespace AND l.range_lo = k.lo
+                 ORDER BY 1, 2
+                   FOR UPDATE OF l) x
+         WHERE i.namespace = x.namespace AND i.range_lo = x.range_lo;
+    END IF;
 END
 $$;
 
@@ -283,6 +436,7 @@ DECLARE
     v_kinds text[];
     v_vers smallint[];
     v_los smallint[];
+    v_nss text[];
     n int;
     v_react int := 0;
 BEGIN
@@ -291,8 +445,8 @@ BEGIN
                not_before = now() + make_interval(secs => p_delay_ms / 1000.0), last_error = p_reason
           FROM unnest(p_task_ids, p_shards, p_epochs) AS i(task_id, shard_id, epoch)
          WHERE w.shard_id = i.shard_id AND w.task_id = i.task_id AND w.claim_epoch = i.epoch AND w.state = 'claimed'
-        RETURNING w.kind, w.kind_version, w.claim_lo)
-    SELECT array_agg(kind), array_agg(kind_version), array_agg(claim_lo) INTO v_kinds, v_vers, v_los FROM r;
+        RETURNING w.kind, w.kind_version, w.claim_lo, w.namespace)
+    SELECT array_agg(kind), array_agg(kind_version), array_agg(claim_lo), array_agg(namespace) INTO v_kinds, v_vers, v_los, v_nss FROM r;
     n := coalesce(cardinality(v_kinds), 0);
     IF n < cardinality(p_task_ids) THEN
         -- The rest may be reactor deliveries: given back the same way, with
@@ -305,7 +459,7 @@ BEGIN
     END IF;
     -- The tokens last: the lock order (docs/operations.md).
     IF v_kinds IS NOT NULL THEN
-        PERFORM inflight_release(v_kinds, v_vers, v_los);
+        PERFORM inflight_release(v_kinds, v_vers, v_los, v_nss);
     END IF;
     RETURN n + v_react;
 END

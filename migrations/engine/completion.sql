@@ -22,7 +22,8 @@ $$;
 -- nothing to compose), the common outcome: each row is deleted while it is
 -- claimed at the completion's epoch and no outcome is queued for the claim,
 -- one write where a lock and then a delete took two. It returns them as
--- drain_items for apply_items, with the kinds inflight_release needs.
+-- drain_items for apply_items, with the kinds and namespaces inflight_release
+-- needs.
 --
 -- The plan is cached from the session's first call, when the queue's
 -- statistics may say anything (an empty queue, or claimed rows rare beside
@@ -38,7 +39,8 @@ $$;
 -- delete is not committed) and does not wait on it.
 CREATE OR REPLACE FUNCTION finish_successes(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[],
                                p_outcomes jsonb[], p_errors text[], p_terminals boolean[], p_abandoned boolean[],
-                               OUT items drain_item[], OUT ids uuid[], OUT kinds text[], OUT vers smallint[], OUT los smallint[])
+                               OUT items drain_item[], OUT ids uuid[], OUT kinds text[], OUT vers smallint[], OUT los smallint[],
+                               OUT nss text[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_nestloop = off SET enable_seqscan = off SET jit = off AS $$
 BEGIN
     WITH d AS (
@@ -51,13 +53,13 @@ BEGIN
                             WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
         RETURNING i.ord, w.resource_id, w.task_id, w.claim_epoch, w.claimed_at, w.trigger, w.claimed_gen, w.emits, i.outcome,
                   coalesce(i.terminal, false) AS terminal, w.generation > w.claimed_gen AS rerun, w.rollup_dirty,
-                  coalesce(i.abandoned, false) AS abandoned, w.enqueued_at, w.kind, w.kind_version, w.claim_lo
+                  coalesce(i.abandoned, false) AS abandoned, w.enqueued_at, w.kind, w.kind_version, w.claim_lo, w.namespace
     )
     SELECT array_agg(ROW(d.resource_id, d.task_id, d.claim_epoch, d.claimed_at, d.trigger, d.claimed_gen, d.emits, d.outcome,
                          NULL, d.terminal, d.rerun, d.rollup_dirty, m.rollup_reaction IS NOT NULL, d.abandoned,
                          d.enqueued_at)::drain_item ORDER BY d.ord),
-           array_agg(d.task_id), array_agg(d.kind), array_agg(d.kind_version), array_agg(d.claim_lo)
-      INTO items, ids, kinds, vers, los
+           array_agg(d.task_id), array_agg(d.kind), array_agg(d.kind_version), array_agg(d.claim_lo), array_agg(d.namespace)
+      INTO items, ids, kinds, vers, los, nss
       FROM d LEFT JOIN kind_manifest m ON m.kind = d.kind AND m.kind_version = d.kind_version;
 END
 $$;
@@ -108,7 +110,8 @@ $$;
 -- resources, in key order; their work rows; what applying the outcomes
 -- writes (apply_items: dependents, parents, their work rows, ...); the
 -- reactor deliveries; last, the capped kinds' kind_inflight rows, in key
--- order (inflight_release).
+-- order, then the capped namespaces' namespace_inflight rows
+-- (inflight_release).
 CREATE OR REPLACE FUNCTION complete_tasks(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_resource_ids uuid[],
                                p_outcomes jsonb[], p_errors text[], p_terminals boolean[], p_abandoned boolean[],
                                p_retry_base_ms int, p_retry_max_ms int)
@@ -124,12 +127,14 @@ DECLARE
     v_kinds text[];
     v_vers smallint[];
     v_los smallint[];
+    v_nss text[];
     v_lo int;
     v_hi int;
     b_ids uuid[];
     b_kinds text[];
     b_vers smallint[];
     b_los smallint[];
+    b_nss text[];
     b_applied uuid[];
     v_was_ids uuid[];
     v_was text[];
@@ -145,7 +150,7 @@ BEGIN
     -- The lock reads the phases the apply compares with (nothing else
     -- writes these rows before it, now).
     SELECT l.ids, l.phases INTO v_was_ids, v_was FROM lock_resources(p_task_ids, p_shards, p_resource_ids) l;
-    SELECT f.items, f.ids, f.kinds, f.vers, f.los INTO v_done, v_ids, v_kinds, v_vers, v_los
+    SELECT f.items, f.ids, f.kinds, f.vers, f.los, f.nss INTO v_done, v_ids, v_kinds, v_vers, v_los, v_nss
       FROM finish_successes(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals, p_abandoned) f;
     v_applied := coalesce(v_ids, '{}');
 
@@ -157,7 +162,7 @@ BEGIN
     IF cardinality(v_applied) < cardinality(p_task_ids) THEN
         WITH src AS MATERIALIZED (
             SELECT w.shard_id, w.resource_id, w.task_id, w.task_type, w.kind, w.kind_version, w.trigger, w.claim_epoch, w.claimed_at,
-                   w.claimed_gen, w.emits, w.claim_lo, i.outcome, i.error, coalesce(i.terminal, false) AS terminal,
+                   w.claimed_gen, w.emits, w.claim_lo, w.namespace, i.outcome, i.error, coalesce(i.terminal, false) AS terminal,
                    coalesce(i.abandoned, false) AS abandoned, i.ord, outcome_composes(w.emits, i.error, i.outcome) AS composes
               FROM unnest(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals, p_abandoned) WITH ORDINALITY
                      AS i(task_id, shard_id, epoch, outcome, error, terminal, abandoned, ord)
@@ -185,22 +190,23 @@ BEGIN
                array_agg(ROW(s.ord, s.shard_id, s.resource_id, s.task_id, s.task_type, s.kind, s.kind_version, s.trigger, s.claim_epoch,
                              s.claimed_gen, s.emits, s.outcome, s.error, s.terminal, now(), s.claimed_at, s.abandoned)::work_outbox
                          ORDER BY s.ord) FILTER (WHERE NOT s.composes),
-               array_agg(s.task_id), array_agg(s.kind), array_agg(s.kind_version), array_agg(s.claim_lo),
+               array_agg(s.task_id), array_agg(s.kind), array_agg(s.kind_version), array_agg(s.claim_lo), array_agg(s.namespace),
                min(s.shard_id) FILTER (WHERE NOT s.composes), max(s.shard_id) FILTER (WHERE NOT s.composes)
-          INTO v_queued, v_direct, b_ids, b_kinds, b_vers, b_los, v_lo, v_hi
+          INTO v_queued, v_direct, b_ids, b_kinds, b_vers, b_los, b_nss, v_lo, v_hi
           FROM src s;
         IF b_ids IS NOT NULL THEN
             b_applied := array(SELECT d.task_id FROM unnest(v_direct) d) || coalesce(v_queued, '{}');
             IF cardinality(b_applied) < cardinality(b_ids) THEN
-                SELECT array_agg(s.kind), array_agg(s.kind_version), array_agg(s.claim_lo)
-                  INTO b_kinds, b_vers, b_los
-                  FROM unnest(b_ids, b_kinds, b_vers, b_los) AS s(task_id, kind, kind_version, claim_lo)
+                SELECT array_agg(s.kind), array_agg(s.kind_version), array_agg(s.claim_lo), array_agg(s.namespace)
+                  INTO b_kinds, b_vers, b_los, b_nss
+                  FROM unnest(b_ids, b_kinds, b_vers, b_los, b_nss) AS s(task_id, kind, kind_version, claim_lo, namespace)
                  WHERE s.task_id = ANY (b_applied);
             END IF;
             v_applied := v_applied || b_applied;
             v_kinds := v_kinds || b_kinds;
             v_vers := v_vers || b_vers;
             v_los := v_los || b_los;
+            v_nss := v_nss || b_nss;
         END IF;
     END IF;
     IF v_queued IS NOT NULL THEN
@@ -248,11 +254,12 @@ BEGIN
     -- row a claim had picked, and that claim waited for the token's row to
     -- spend it, a deadlock (TestCappedClaimRacingACompletionDoesNotDeadlock).
     IF v_kinds IS NOT NULL THEN
-        PERFORM inflight_release(v_kinds, v_vers, v_los);
+        PERFORM inflight_release(v_kinds, v_vers, v_los, v_nss);
         -- A claimer turned away at a cap has nothing else to wake it: the
         -- slot its delivery freed woke it before this token was back.
         IF EXISTS (SELECT 1 FROM kind_config kc JOIN unnest(v_kinds, v_vers) AS k(kind, kind_version)
-                     ON kc.kind = k.kind AND kc.kind_version = k.kind_version WHERE kc.max_inflight > 0) THEN
+                     ON kc.kind = k.kind AND kc.kind_version = k.kind_version WHERE kc.max_inflight > 0)
+           OR EXISTS (SELECT 1 FROM namespace_inflight i WHERE i.namespace = ANY (v_nss)) THEN
             PERFORM notify_gated('work_ready');
         END IF;
     END IF;

@@ -12,6 +12,7 @@ DECLARE
     v_kinds text[];
     v_vers smallint[];
     v_los smallint[];
+    v_nss text[];
 BEGIN
     WITH x AS (
         SELECT shard_id, resource_id, task_type FROM work_queue
@@ -26,13 +27,13 @@ BEGIN
           FROM x
          WHERE w.shard_id BETWEEN p_lo AND p_hi
            AND w.shard_id = x.shard_id AND w.resource_id = x.resource_id AND w.task_type = x.task_type
-        RETURNING w.resource_id, w.kind, w.kind_version, w.claim_lo)
-    SELECT array_agg(resource_id), array_agg(kind), array_agg(kind_version), array_agg(claim_lo)
-      INTO v_ids, v_kinds, v_vers, v_los FROM r;
+        RETURNING w.resource_id, w.kind, w.kind_version, w.claim_lo, w.namespace)
+    SELECT array_agg(resource_id), array_agg(kind), array_agg(kind_version), array_agg(claim_lo), array_agg(namespace)
+      INTO v_ids, v_kinds, v_vers, v_los, v_nss FROM r;
     IF v_ids IS NULL THEN RETURN 0; END IF;
     PERFORM log_events(v_ids, 'reclaimed', 'lease expired; task re-pended');
     -- The tokens last: the lock order (docs/operations.md).
-    PERFORM inflight_release(v_kinds, v_vers, v_los);
+    PERFORM inflight_release(v_kinds, v_vers, v_los, v_nss);
     PERFORM notify_gated('work_ready');
     RETURN cardinality(v_ids);
 END
@@ -88,10 +89,13 @@ BEGIN
 END
 $$;
 
--- recount_inflight rewrites the kind_inflight partials for [p_lo, p_hi] from
--- the queue itself, erasing any drift. It takes each capped kind's claim lock
--- so the truth it writes cannot race a claim. A claimed task whose outcome
--- waits in the outbox is not in flight: complete_tasks gave its token back.
+-- recount_inflight rewrites the kind_inflight and namespace_inflight
+-- partials for [p_lo, p_hi] from the queue itself, erasing any drift (and a
+-- cap set while tasks were in flight). It takes each capped kind's and each
+-- capped namespace's claim lock, in the claim's order, so the truth it
+-- writes cannot race a claim. A claimed task whose outcome waits in the
+-- outbox is not in flight: complete_tasks gave its token back. A namespace
+-- whose cap was lifted loses its partials.
 CREATE OR REPLACE FUNCTION recount_inflight(p_lo int, p_hi int) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -106,6 +110,19 @@ BEGIN
           FROM work_queue w
          WHERE w.shard_id BETWEEN p_lo AND p_hi AND w.state = 'claimed'
            AND w.kind = k.kind AND w.kind_version = k.kind_version
+           AND NOT EXISTS (SELECT 1 FROM work_outbox o
+                            WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch);
+    END LOOP;
+    DELETE FROM namespace_inflight i
+     WHERE i.range_lo BETWEEN p_lo AND p_hi
+       AND NOT EXISTS (SELECT 1 FROM namespaces n WHERE n.name = i.namespace AND n.max_in_flight IS NOT NULL);
+    FOR k IN SELECT name FROM namespaces WHERE max_in_flight IS NOT NULL ORDER BY 1 LOOP
+        PERFORM pg_advisory_xact_lock(hashtext('namespace_cap:' || k.name));
+        DELETE FROM namespace_inflight i WHERE i.namespace = k.name AND i.range_lo BETWEEN p_lo AND p_hi;
+        INSERT INTO namespace_inflight (namespace, range_lo, in_flight)
+        SELECT k.name, p_lo, count(*)
+          FROM work_queue w
+         WHERE w.shard_id BETWEEN p_lo AND p_hi AND w.state = 'claimed' AND w.namespace = k.name
            AND NOT EXISTS (SELECT 1 FROM work_outbox o
                             WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch);
     END LOOP;

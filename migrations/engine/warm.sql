@@ -12,7 +12,7 @@
 CREATE OR REPLACE FUNCTION warm_session() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM * FROM claim_tasks('', 0, -1, '{}', 1, 1);
+    PERFORM * FROM claim_tasks('', 0, -1, '{}', NULL, 1, 1);
     PERFORM * FROM complete_tasks('{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', 1000, 300000);
     PERFORM apply_outcomes('{}', 0, -1, 1000, 300000);
     PERFORM * FROM extend_leases('{}', '{}', '{}', 1);

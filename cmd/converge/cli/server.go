@@ -566,7 +566,7 @@ func (s *Server) serveControl(kinds *store.KindCache, box *store.SecretBox, d *d
 		s.log.Warn("CONVERGE_SECRET_KEY is not set: the endpoint routes are disabled on this pod")
 	}
 	if d != nil {
-		acfg.PairStatus = d.Registry().PairStatus
+		acfg.PairStatus = d.Registry().RouteStatus
 	}
 	if d != nil && acfg.Endpoints != nil {
 		acfg.Endpoints.Status = func(name string) any {
