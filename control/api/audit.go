@@ -105,7 +105,7 @@ func requestID(header string) string {
 		return uuid.NewString()
 	}
 	for _, r := range header {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._:/+=-", r)) {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && !strings.ContainsRune("._:/+=-", r) {
 			return uuid.NewString()
 		}
 	}

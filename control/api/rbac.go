@@ -100,7 +100,7 @@ func permissions() map[string]permission {
 		"apply-alert-sink": clusterAdmin, "delete-alert-sink": clusterAdmin,
 		"list-cluster-members": clusterRead,
 
-		"list-audit": permission{roleAdmin, inNamespace},
+		"list-audit": {roleAdmin, inNamespace},
 
 		// A namespace's quotas are the cluster admin's: a namespace's own
 		// admin who could raise them would make them no limit.

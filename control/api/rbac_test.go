@@ -394,6 +394,9 @@ func TestRoleBindingsAPI(t *testing.T) {
 			t.Errorf("ann writing %s ?%s: want 403: %d %s", c.body, c.query, a.status, a.body)
 		}
 	}
+	if after := m.fingerprint(); after != before {
+		t.Errorf("refused binding writes by a namespace admin wrote:\n before %s\n after  %s", before, after)
+	}
 	del := request{method: http.MethodDelete, path: "/api/v1/role-bindings/u", token: ann}
 	m.putBinding(t, "u", `{"role":"viewer","user":"u","namespace":"team-b"}`)
 	before = m.fingerprint()

@@ -17,7 +17,7 @@ import (
 // cannot be deleted. Its default provider configs apply to every namespace.
 const DefaultNamespace = "default"
 
-// AllNamespaces, as a list's namespace, lists every namespace's objects.
+// AllNamespaces is the namespace of a list of every namespace's objects.
 const AllNamespaces = "*"
 
 // The quotas a namespace may set.
