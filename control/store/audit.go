@@ -2,11 +2,8 @@ package store
 
 import (
 	"context"
-	"encoding/base64"
-	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -171,7 +168,7 @@ func (s *Store) ListAudit(ctx context.Context, f AuditFilter) (Page[AuditEntry],
 		q.WriteString(` AND at < ` + arg(f.Until))
 	}
 	if f.Cursor != "" {
-		id, err := decodeAuditCursor(f.Cursor)
+		id, err := decodeIDCursor(f.Cursor, "a")
 		if err != nil {
 			return Page[AuditEntry]{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
 		}
@@ -182,28 +179,7 @@ func (s *Store) ListAudit(ctx context.Context, f AuditFilter) (Page[AuditEntry],
 	if err != nil {
 		return Page[AuditEntry]{}, fmt.Errorf("list audit: %w", err)
 	}
-	page := Page[AuditEntry]{Items: items}
-	if len(items) > limit {
-		page.Items = items[:limit]
-		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte("a" + strconv.FormatInt(page.Items[limit-1].ID, 10)))
-	}
-	if page.Items == nil {
-		page.Items = []AuditEntry{}
-	}
-	return page, nil
-}
-
-// An audit cursor is "a<id>" in base64url: the page continues below id.
-func decodeAuditCursor(c string) (int64, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return 0, err
-	}
-	s, ok := strings.CutPrefix(string(b), "a")
-	if !ok {
-		return 0, errors.New("not an audit cursor")
-	}
-	return strconv.ParseInt(s, 10, 64)
+	return idDescPage(items, limit, "a", func(e AuditEntry) int64 { return e.ID }), nil
 }
 
 // PruneAudit deletes the audit entries older than maxAge, at most limit a

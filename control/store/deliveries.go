@@ -2,11 +2,9 @@ package store
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -283,7 +281,7 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (Page[Deli
 		q.WriteString(` AND d.at < ` + arg(f.Until))
 	}
 	if f.Cursor != "" {
-		id, err := decodeDeliveryCursor(f.Cursor)
+		id, err := decodeIDCursor(f.Cursor, "d")
 		if err != nil {
 			return Page[Delivery]{}, &InvalidError{Location: "cursor", Message: "is not a cursor this server issued"}
 		}
@@ -295,28 +293,7 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (Page[Deli
 	if err != nil {
 		return Page[Delivery]{}, fmt.Errorf("list deliveries: %w", err)
 	}
-	page := Page[Delivery]{Items: items}
-	if len(items) > limit {
-		page.Items = items[:limit]
-		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte("d" + strconv.FormatInt(page.Items[limit-1].ID, 10)))
-	}
-	if page.Items == nil {
-		page.Items = []Delivery{}
-	}
-	return page, nil
-}
-
-// A delivery cursor is "d<id>" in base64url: the page continues below id.
-func decodeDeliveryCursor(c string) (int64, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return 0, err
-	}
-	s, ok := strings.CutPrefix(string(b), "d")
-	if !ok {
-		return 0, errors.New("not a delivery cursor")
-	}
-	return strconv.ParseInt(s, 10, 64)
+	return idDescPage(items, limit, "d", func(e Delivery) int64 { return e.ID }), nil
 }
 
 // GetDelivery returns one attempt, or a *NotFoundError.

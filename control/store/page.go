@@ -1,6 +1,11 @@
 package store
 
 import (
+	"encoding/base64"
+	"errors"
+	"strconv"
+	"strings"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -91,4 +96,34 @@ type pageTail struct {
 	RowSize int64 `db:"row_size"`
 	Before  int64 `db:"before"`
 	More    bool  `db:"more"`
+}
+
+// idDescPage is the page of items, read newest first with one row more
+// than limit: at most limit items, and when more were read a cursor, tag
+// followed by the last item's id in base64url, which decodeIDCursor reads
+// back. A tag per list keeps one list's cursor out of another.
+func idDescPage[T any](items []T, limit int, tag string, id func(T) int64) Page[T] {
+	page := Page[T]{Items: items}
+	if len(items) > limit {
+		page.Items = items[:limit]
+		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(tag + strconv.FormatInt(id(page.Items[limit-1]), 10)))
+	}
+	if page.Items == nil {
+		page.Items = []T{}
+	}
+	return page
+}
+
+// decodeIDCursor reads a cursor of idDescPage with tag: the page continues
+// below the id it returns.
+func decodeIDCursor(c, tag string) (int64, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, err
+	}
+	s, ok := strings.CutPrefix(string(b), tag)
+	if !ok {
+		return 0, errors.New("not a cursor of this list")
+	}
+	return strconv.ParseInt(s, 10, 64)
 }

@@ -4,7 +4,7 @@ import { Loading, ProblemView, When } from "../components";
 import { useKeysetPages, useLive } from "../hooks";
 import { Link } from "../router";
 import type { AuditEntry, AuditList } from "../types";
-import { fromInput, toInput } from "./Deliveries";
+import { WindowInputs } from "./Deliveries";
 
 // The filters the page keeps in its URL, so that a filtered view is a link;
 // each is a query parameter of GET /audit.
@@ -163,14 +163,7 @@ function Filters({ search, onApply }: { search: URLSearchParams; onApply: (v: Re
           ))}
         </select>
       </label>
-      <label>
-        since
-        <input type="datetime-local" value={toInput(vals.since)} onChange={(e) => set("since", fromInput(e.target.value))} name="since" />
-      </label>
-      <label>
-        until
-        <input type="datetime-local" value={toInput(vals.until)} onChange={(e) => set("until", fromInput(e.target.value))} name="until" />
-      </label>
+      <WindowInputs since={vals.since} until={vals.until} set={set} />
       <button type="submit">Filter</button>
     </form>
   );

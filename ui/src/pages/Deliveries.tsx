@@ -20,13 +20,30 @@ const outcomes = [
 ];
 
 // A datetime-local input shows local time; the URL and the API hold RFC 3339.
-export const toInput = (iso: string) => {
+// WindowInputs are a filter form's since and until fields: datetime-local
+// inputs over ISO values.
+export function WindowInputs({ since, until, set }: { since: string; until: string; set: (k: "since" | "until", v: string) => void }) {
+  return (
+    <>
+      <label>
+        since
+        <input type="datetime-local" value={toInput(since)} onChange={(e) => set("since", fromInput(e.target.value))} name="since" />
+      </label>
+      <label>
+        until
+        <input type="datetime-local" value={toInput(until)} onChange={(e) => set("until", fromInput(e.target.value))} name="until" />
+      </label>
+    </>
+  );
+}
+
+const toInput = (iso: string) => {
   if (!iso) return "";
   const d = new Date(iso);
   if (isNaN(d.getTime())) return "";
   return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
 };
-export const fromInput = (local: string) => (local ? new Date(local).toISOString() : "");
+const fromInput = (local: string) => (local ? new Date(local).toISOString() : "");
 
 // Deliveries is the delivery log, keyset-paged newest first as the
 // Resources list is: Next follows the server's cursor, Previous pops a
@@ -178,14 +195,7 @@ function Filters({ search, onApply }: { search: URLSearchParams; onApply: (v: Re
           ))}
         </select>
       </label>
-      <label>
-        since
-        <input type="datetime-local" value={toInput(vals.since)} onChange={(e) => set("since", fromInput(e.target.value))} name="since" />
-      </label>
-      <label>
-        until
-        <input type="datetime-local" value={toInput(vals.until)} onChange={(e) => set("until", fromInput(e.target.value))} name="until" />
-      </label>
+      <WindowInputs since={vals.since} until={vals.until} set={set} />
       <button type="submit">Filter</button>
     </form>
   );
