@@ -30,7 +30,20 @@ func TestConsoleSignsInWithOIDC(t *testing.T) {
 		User: map[string]any{"sub": "alice@example.com", "groups": []string{"team-a"}}})
 	s := startAllWith(t, func(c *convergecli.Config) {
 		c.OIDC = api.OIDCConfig{IssuerURL: is.URL(), Audience: is.Audience()}
+		c.AdminTokens = []string{"bootstrap-admin-token"}
 	})
+	// The signed-in user reads what its group's binding grants.
+	bind, err := http.NewRequestWithContext(t.Context(), http.MethodPut, s.base+"/api/v1/role-bindings/team-a-viewers",
+		strings.NewReader(`{"role":"viewer","group":"team-a"}`))
+	must(t, err)
+	bind.Header.Set("Authorization", "Bearer bootstrap-admin-token")
+	bind.Header.Set("Content-Type", "application/json")
+	bound, err := http.DefaultClient.Do(bind)
+	must(t, err)
+	bound.Body.Close()
+	if bound.StatusCode != http.StatusCreated {
+		t.Fatalf("bind team-a as viewers: %d", bound.StatusCode)
+	}
 	b := browsertest.New(t, browsertest.Config{Exec: chrome, Origin: s.base, ArtifactDir: consoleArtifacts(t)})
 
 	b.Open("/resources", `[data-testid="signed-in-as"]`)
