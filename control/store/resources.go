@@ -248,9 +248,8 @@ SELECT (SELECT pass FROM gate), (SELECT is_reactor FROM m), (SELECT kind FROM pc
 // creation in a namespace with a quota asks for the lock instead
 // (needs_lock) and runs again counting. The count's estimate (a scan of
 // every resource of the namespace) would otherwise price the statement's
-// generic plan so high that PostgreSQL plans every apply afresh, once
-// the table's statistics know its size: measured, half the applies per
-// second.
+// generic plan so high that PostgreSQL plans every apply afresh once the
+// table's statistics know its size (docs/performance.md, BenchmarkApply).
 var resourceApplySQL = strings.Replace(resourceApplyCountingSQL,
 	"CASE WHEN counted AND $9::boolean THEN (SELECT count(*) FROM resources x WHERE x.namespace = $8)::int END AS used", "NULL::int AS used", 1)
 
