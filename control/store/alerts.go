@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/convergeplane/converge/control/model"
 	"github.com/convergeplane/converge/internal/pgrun"
@@ -155,14 +156,7 @@ func (s *Store) PutAlertSink(ctx context.Context, box *SecretBox, p PutAlertSink
 		if err != nil {
 			return fmt.Errorf("upsert: %w", err)
 		}
-		switch {
-		case !exists:
-			result = ApplyCreated
-		case tag.RowsAffected() > 0:
-			result = ApplyConfigured
-		default:
-			result = ApplyUnchanged
-		}
+		result = upsertResult(exists, tag)
 		out, err = pgrun.CollectOne(ctx, tx, pgx.RowToStructByName[AlertSink], `SELECT `+sinkCols+` FROM alert_sinks WHERE name = $1`, p.Name)
 		return err
 	})
@@ -327,4 +321,17 @@ func (s *Store) PruneAlertEvents(ctx context.Context, before time.Time) (int64, 
 		return 0, fmt.Errorf("prune alert events: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// upsertResult is what an INSERT ... ON CONFLICT DO UPDATE ... WHERE
+// changed did, given whether the row existed before it: created, or
+// configured when it updated the row, else unchanged.
+func upsertResult(existed bool, tag pgconn.CommandTag) ApplyResult {
+	switch {
+	case !existed:
+		return ApplyCreated
+	case tag.RowsAffected() > 0:
+		return ApplyConfigured
+	}
+	return ApplyUnchanged
 }

@@ -108,14 +108,7 @@ func (s *Store) PutRoleBinding(ctx context.Context, b RoleBinding, allow func(ol
 		if err != nil {
 			return fmt.Errorf("upsert: %w", err)
 		}
-		switch {
-		case !exists:
-			result = ApplyCreated
-		case tag.RowsAffected() > 0:
-			result = ApplyConfigured
-		default:
-			result = ApplyUnchanged
-		}
+		result = upsertResult(exists, tag)
 		out, err = pgrun.CollectOne(ctx, tx, pgx.RowToStructByName[RoleBinding], `SELECT `+roleBindingCols+` FROM role_bindings WHERE name = $1`, b.Name)
 		return err
 	})
