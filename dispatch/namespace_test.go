@@ -48,8 +48,8 @@ func TestNamespacedEndpointRouting(t *testing.T) {
 	e := newEnv(t)
 	e.kind("leaf", model.Policy{TaskDeadlineSecs: 30})
 	e.exec(`INSERT INTO namespaces (name) VALUES ('team-a'), ('team-b')`)
-	var shared, teamA seen
-	e.sdk(e.endpoint("shared", endpointOpts{kinds: []string{"leaf"}}), nil, shared.provider("leaf"))
+	var common, teamA seen
+	e.sdk(e.endpoint("common", endpointOpts{kinds: []string{"leaf"}}), nil, common.provider("leaf"))
 	e.sdk(e.endpoint("team-a-leaves", endpointOpts{kinds: []string{"leaf"}}), nil, teamA.provider("leaf"))
 	e.exec(`UPDATE endpoints SET namespace = 'team-a' WHERE name = 'team-a-leaves'`)
 	d := e.dispatcher(dispatch.Config{})
@@ -62,7 +62,7 @@ func TestNamespacedEndpointRouting(t *testing.T) {
 			VALUES ($1, 'leaf', 1, $2, '{}') RETURNING id`, ns, name).Scan(&id))
 		e.exec(`SELECT schedule_eligible(ARRAY[$1::uuid])`, id)
 	}
-	var wantA, wantShared []string
+	var wantA, wantCommon []string
 	for i := range 5 {
 		for _, ns := range []string{"team-a", "team-b", "default"} {
 			name := fmt.Sprintf("%s-%d", ns, i)
@@ -70,18 +70,18 @@ func TestNamespacedEndpointRouting(t *testing.T) {
 			if ns == "team-a" {
 				wantA = append(wantA, name)
 			} else {
-				wantShared = append(wantShared, name)
+				wantCommon = append(wantCommon, name)
 			}
 		}
 	}
 	e.waitReady("leaf", 15, 30*time.Second)
 	slices.Sort(wantA)
-	slices.Sort(wantShared)
+	slices.Sort(wantCommon)
 	if got := teamA.list(); !slices.Equal(got, wantA) {
 		t.Errorf("team-a's endpoint was sent %v; want team-a's resources %v", got, wantA)
 	}
-	if got := shared.list(); !slices.Equal(got, wantShared) {
-		t.Errorf("the default namespace's endpoint was sent %v; want team-b's and default's %v", got, wantShared)
+	if got := common.list(); !slices.Equal(got, wantCommon) {
+		t.Errorf("the default namespace's endpoint was sent %v; want team-b's and default's %v", got, wantCommon)
 	}
 
 	must(t, e.st.DisableEndpoint(e.ctx, "team-a-leaves", "the test disabled it"))
@@ -92,7 +92,7 @@ func TestNamespacedEndpointRouting(t *testing.T) {
 	applyIn("team-a", "team-a-late")
 	applyIn("team-b", "team-b-late")
 	e.waitPhase("leaf", "team-b-late", "Ready", 30*time.Second)
-	if slices.Contains(shared.list(), "team-a-late") {
+	if slices.Contains(common.list(), "team-a-late") {
 		t.Errorf("team-a's resource went to the default namespace's endpoint while team-a's own was disabled")
 	}
 	if n := e.count(`SELECT count(*) FROM resources WHERE name = 'team-a-late' AND phase = 'Ready'`); n != 0 {
@@ -116,7 +116,7 @@ func TestNamespaceMaxInFlightAcrossEndpoints(t *testing.T) {
 	e := newEnv(t)
 	e.kind("leaf", model.Policy{})
 	e.exec(`INSERT INTO namespaces (name, max_in_flight) VALUES ('team-a', 3)`)
-	shared := &recorder{next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	common := &recorder{next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		env := decodeEnvelope(r)
 		t := time.NewTimer(15 * time.Millisecond)
 		defer t.Stop()
@@ -125,7 +125,7 @@ func TestNamespaceMaxInFlightAcrossEndpoints(t *testing.T) {
 	})}
 	for _, n := range []string{"one", "two"} {
 		s := e.endpoint(n, endpointOpts{kinds: []string{"leaf"}, maxConcurrency: 10})
-		s.set(shared)
+		s.set(common)
 	}
 	e.dispatcher(dispatch.Config{})
 	e.listen()
@@ -133,7 +133,7 @@ func TestNamespaceMaxInFlightAcrossEndpoints(t *testing.T) {
 		SELECT 'team-a', 'leaf', 1, 'leaf-' || i, '{}' FROM generate_series(1, 60) i RETURNING id)
 		SELECT schedule_eligible(array_agg(id)) FROM r`)
 	e.waitReady("leaf", 60, 30*time.Second)
-	if p := shared.peak.Load(); p > 3 || p < 2 {
+	if p := common.peak.Load(); p > 3 || p < 2 {
 		t.Errorf("peak concurrency across both endpoints %d, want at most team-a's max_in_flight (3)", p)
 	}
 	if n := e.count(`SELECT coalesce(sum(in_flight), 0) FROM namespace_inflight`); n != 0 {

@@ -118,13 +118,13 @@ func TestNamespacesFlowCannotCross(t *testing.T) {
 	ctx := context.Background()
 	db := enginetest.LeafDB(t)
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO namespaces (name) VALUES ('team-a');
-		INSERT INTO resources (kind, kind_version, name, status) VALUES ('leaf', 1, 'shared', '{"v": "default"}')`); err != nil {
+		INSERT INTO resources (kind, kind_version, name, status) VALUES ('leaf', 1, 'common', '{"v": "default"}')`); err != nil {
 		t.Fatal(err)
 	}
 	root := nsRoot(t, db, "team-a")
 	_, err := db.Pool.Exec(ctx, `SELECT apply_compose($1::uuid, '{
 		"children": [{"kind": "leaf", "kind_version": 1, "name": "down"}],
-		"edges": [{"dependent": {"kind": "leaf", "name": "down"}, "dependency": {"kind": "leaf", "name": "shared"},
+		"edges": [{"dependent": {"kind": "leaf", "name": "down"}, "dependency": {"kind": "leaf", "name": "common"},
 		           "values": [{"source_field": "/v", "dependent_field": "/v"}]}]}', 3)`, root)
 	if err == nil || !strings.Contains(err.Error(), "an edge names a resource that does not exist") {
 		t.Fatalf("compose with an edge into the default namespace: %v; want the edge refused", err)

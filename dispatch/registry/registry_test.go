@@ -357,23 +357,23 @@ func TestRouteByNamespace(t *testing.T) {
 	if _, _, err := b.st.PutNamespace(b.ctx, store.PutNamespaceParams{Name: "team-a"}); err != nil {
 		t.Fatal(err)
 	}
-	b.endpoint(t, "shared", 2, false, "leaf", "other")
+	b.endpoint(t, "common", 2, false, "leaf", "other")
 	p := store.PutEndpointParams{Namespace: "team-a", Name: "a-leaves", MaxConcurrency: 1,
 		Target: store.EndpointTarget{Type: store.TargetHTTPS, URL: "http://127.0.0.1:9/a"},
 		Kinds:  []store.EndpointKind{{Kind: "leaf", KindVersion: 1}}}
 	if _, _, err := b.st.CreateEndpoint(b.ctx, b.box, p); err != nil {
 		t.Fatal(err)
 	}
-	p.Name, p.Kinds = "a-shared", []store.EndpointKind{{Kind: "other", KindVersion: 1}}
+	p.Name, p.Kinds = "a-common", []store.EndpointKind{{Kind: "other", KindVersion: 1}}
 	if _, _, err := b.st.CreateEndpoint(b.ctx, b.box, p); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.st.DisableEndpoint(b.ctx, "a-shared", "gone"); err != nil {
+	if err := b.st.DisableEndpoint(b.ctx, "a-common", "gone"); err != nil {
 		t.Fatal(err)
 	}
 	r := b.registry(t, registry.Config{})
 	// A namespace's parked pair names its own endpoints, not default's.
-	if ok, why := r.RouteStatus("team-a", "other", 1); ok || !strings.Contains(why, "of namespace team-a") || !strings.Contains(why, "a-shared is disabled") {
+	if ok, why := r.RouteStatus("team-a", "other", 1); ok || !strings.Contains(why, "of namespace team-a") || !strings.Contains(why, "a-common is disabled") {
 		t.Errorf("RouteStatus(team-a, other) = %v, %q; want parked by its own disabled endpoint", ok, why)
 	}
 	if ok, why := r.RouteStatus("team-b", "other", 1); !ok {
@@ -405,7 +405,7 @@ func TestRouteByNamespace(t *testing.T) {
 	if slices.Contains(pairs, "team-a:leaf/1") || !slices.Contains(own, "team-a:leaf/1") {
 		t.Fatalf("with a-leaves full: Claimable = %v, own %v", pairs, own)
 	}
-	if s, ok := r.Acquire("leaf/1"); !ok || s.Endpoint().Name() != "shared" {
-		t.Fatalf("Acquire(leaf/1) = %v, %v; want shared", s, ok)
+	if s, ok := r.Acquire("leaf/1"); !ok || s.Endpoint().Name() != "common" {
+		t.Fatalf("Acquire(leaf/1) = %v, %v; want common", s, ok)
 	}
 }
