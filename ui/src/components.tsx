@@ -187,3 +187,30 @@ export function Loading({ what }: { what: string }) {
     </p>
   );
 }
+
+// PageSummary says how many items of noun a keyset page holds, which page
+// it is, and whether it is the last.
+export function PageSummary({ count, noun, page, last }: { count: number; noun: string; page: number; last: boolean }) {
+  return (
+    <p className="muted" aria-live="polite" data-testid="page-summary">
+      {count} {noun}
+      {count === 1 ? "" : "s"} · page {page}
+      {last ? " (last)" : ""}
+    </p>
+  );
+}
+
+// Pager moves through a keyset-paged list: back while a cursor is set,
+// on while the page has a next cursor.
+export function Pager({ onPrev, canPrev, onNext, nextCursor }: { onPrev: () => void; canPrev: boolean; onNext: (cursor?: string) => void; nextCursor?: string }) {
+  return (
+    <nav className="pager" aria-label="Pages">
+      <button type="button" onClick={onPrev} disabled={!canPrev}>
+        ← Previous
+      </button>
+      <button type="button" onClick={() => onNext(nextCursor)} disabled={!nextCursor}>
+        Next →
+      </button>
+    </nav>
+  );
+}

@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from "react";
 import { enc, get } from "../api";
-import { Loading, ProblemView, When } from "../components";
+import { Loading, PageSummary, Pager, ProblemView, When } from "../components";
 import { useKeysetPages, useLive } from "../hooks";
 import { Link } from "../router";
 import type { AuditEntry, AuditList } from "../types";
@@ -48,20 +48,10 @@ export function Audit({ search }: { search: URLSearchParams }) {
       {list.loading && !list.data && <Loading what="the audit trail" />}
       {list.data && (
         <>
-          <p className="muted" aria-live="polite" data-testid="page-summary">
-            {items.length} request{items.length === 1 ? "" : "s"} · page {page}
-            {list.data.next_cursor ? "" : " (last)"}
-          </p>
+          <PageSummary count={items.length} noun="request" page={page} last={!list.data.next_cursor} />
           <AuditTable items={items} />
           {items.length === 0 && <p>No request matches.</p>}
-          <nav className="pager" aria-label="Pages">
-            <button type="button" onClick={prev} disabled={!cursor}>
-              ← Previous
-            </button>
-            <button type="button" onClick={() => next(list.data?.next_cursor)} disabled={!list.data.next_cursor}>
-              Next →
-            </button>
-          </nav>
+          <Pager onPrev={prev} canPrev={!!cursor} onNext={next} nextCursor={list.data.next_cursor ?? undefined} />
         </>
       )}
     </>

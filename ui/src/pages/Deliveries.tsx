@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from "react";
 import { call, enc, get } from "../api";
-import { Fields, Json, Loading, ProblemView, Section, When } from "../components";
+import { Fields, Json, Loading, PageSummary, Pager, ProblemView, Section, When } from "../components";
 import { useKeysetPages, useLive } from "../hooks";
 import { NamespaceCell, NamespaceHead, objectLink } from "../namespace";
 import { Link } from "../router";
@@ -79,20 +79,10 @@ export function Deliveries({ search }: { search: URLSearchParams }) {
       {list.loading && !list.data && <Loading what="deliveries" />}
       {list.data && (
         <>
-          <p className="muted" aria-live="polite" data-testid="page-summary">
-            {items.length} attempt{items.length === 1 ? "" : "s"} · page {page}
-            {list.data.next_cursor ? "" : " (last)"}
-          </p>
+          <PageSummary count={items.length} noun="attempt" page={page} last={!list.data.next_cursor} />
           <DeliveryTable items={items} label="Deliveries" />
           {items.length === 0 && <p>No attempt matches.</p>}
-          <nav className="pager" aria-label="Pages">
-            <button type="button" onClick={prev} disabled={!cursor}>
-              ← Previous
-            </button>
-            <button type="button" onClick={() => next(list.data?.next_cursor)} disabled={!list.data.next_cursor}>
-              Next →
-            </button>
-          </nav>
+          <Pager onPrev={prev} canPrev={!!cursor} onNext={next} nextCursor={list.data.next_cursor ?? undefined} />
         </>
       )}
     </>

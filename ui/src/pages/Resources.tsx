@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from "react";
 import { enc, get } from "../api";
-import { Loading, PhaseBadge, ProblemView, When } from "../components";
+import { Loading, PageSummary, Pager, PhaseBadge, ProblemView, When } from "../components";
 import { useKeysetPages, useLive } from "../hooks";
 import { NamespaceCell, NamespaceHead, objectLink } from "../namespace";
 import { Link } from "../router";
@@ -70,10 +70,7 @@ export function Resources({ search }: { search: URLSearchParams }) {
       {list.loading && !list.data && <Loading what="resources" />}
       {list.data && (
         <>
-          <p className="muted" aria-live="polite" data-testid="page-summary">
-            {items.length} resource{items.length === 1 ? "" : "s"} · page {page}
-            {list.data.next_cursor ? "" : " (last)"}
-          </p>
+          <PageSummary count={items.length} noun="resource" page={page} last={!list.data.next_cursor} />
           <div className="scroll">
             <table className="resources" aria-label="Resources">
               <thead>
@@ -117,14 +114,7 @@ export function Resources({ search }: { search: URLSearchParams }) {
             </table>
           </div>
           {items.length === 0 && <p>No resource matches.</p>}
-          <nav className="pager" aria-label="Pages">
-            <button type="button" onClick={prev} disabled={!cursor}>
-              ← Previous
-            </button>
-            <button type="button" onClick={() => next(list.data?.next_cursor)} disabled={!list.data.next_cursor}>
-              Next →
-            </button>
-          </nav>
+          <Pager onPrev={prev} canPrev={!!cursor} onNext={next} nextCursor={list.data.next_cursor ?? undefined} />
         </>
       )}
     </>
