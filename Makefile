@@ -15,7 +15,7 @@ PKGS ?= ./...
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE := bin/tools/aws-lambda-rie-$(RIE_VERSION)
 
-.PHONY: help demo demo-quickstart demo-unhealthy demo-datadriven dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra rehearse-aws image image-push test-image ui ui-types test-ui bench-ui chromium python-tools docs-viewer lint-openapi
+.PHONY: help demo demo-quickstart demo-unhealthy demo-datadriven dev vectors test test-unit test-race test-docker build functions lint bench bench-demo bench-peers bench-sdks bench-scale soak chaos chaos-short fuzz mutate postgres clean check-sam infra-synth test-infra rehearse-aws image image-push test-image ui ui-types test-ui bench-ui chromium python-tools docs-viewer lint-openapi
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -210,12 +210,14 @@ $(RIE):
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-lint: $(GOLANGCI_LINT) ## no tracked binaries or big files (scripts/check-tracked.sh), no measured figures in code comments (scripts/check-comment-figures.sh), then golangci-lint (.golangci.yml: gofmt, go vet, staticcheck, errcheck, revive, gocritic, nolintlint)
+lint: $(GOLANGCI_LINT) ## no tracked binaries or big files (scripts/check-tracked.sh), no measured figures in code comments (scripts/check-comment-figures.sh), then golangci-lint (.golangci.yml: gofmt, go vet, staticcheck, errcheck, revive, gocritic, nolintlint), and go vet of bench/peers (its own module)
 	./scripts/check-tracked.sh
 	./scripts/check-comment-figures.sh
 	$(call compile,$@)
 	@echo "lint: golangci-lint run ./... (its first run analyses every package: a few minutes)"
 	$(GOLANGCI_LINT) run ./...
+	@echo "lint: go vet of bench/peers (compiled, never run, by CI)"
+	cd bench/peers && $(GO) vet ./...
 
 $(GOLANGCI_LINT):
 	@mkdir -p bin/tools
@@ -265,6 +267,14 @@ bench-sdks: ## each SDK's serving overhead per task (HTTP, single and batch of 3
 	@if [ -f sdk/typescript/package.json ]; then \
 	  cd sdk/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run --silent build --if-present; fi
 	$(GO) run ./internal/sdkbench $(SDKBENCH_FLAGS)
+
+# The peer benchmark (issue #41): River beside the engine on the same server,
+# alternated pairs. bench/peers is its own module, so River is no dependency
+# of the product. PEERS_FLAGS: e.g. -peers.pairs=5, -peers.sweep.
+PEERS_FLAGS ?=
+
+bench-peers: postgres ## River (no-op and a signed-POST worker) beside the engine's leaves and HTTP paths, same server, alternated pairs, the issue's goal ratios (PEERS_FLAGS)
+	cd bench/peers && $(GO) test -run '^$$' -bench Peers -benchtime 1x -timeout 30m . $(PEERS_FLAGS)
 
 # The million (issue #13): SCALE_N leaves through the bulk API, converged over
 # HTTP with batched deliveries by a real converge process.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/convergeplane/converge/internal/testkit/workload"
 )
 
 // BenchmarkLatencyStages breaks the latency benchmark's figure (claim →
@@ -21,19 +23,19 @@ import (
 func BenchmarkLatencyStages(b *testing.B) {
 	const rate = 2000
 	for range b.N {
-		x := newBenchDispatch(b, false, 1)
-		x.exec(`CREATE TABLE stage_log (resource_id uuid, stage text, t timestamptz)`)
-		x.exec(`CREATE FUNCTION stage_claimed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+		x := workload.NewDispatch(b, workload.Target{MaxBatch: 1})
+		x.Exec(`CREATE TABLE stage_log (resource_id uuid, stage text, t timestamptz)`)
+		x.Exec(`CREATE FUNCTION stage_claimed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
 			INSERT INTO stage_log SELECT resource_id, 'claim statement done', clock_timestamp() FROM nr WHERE state = 'claimed'; RETURN NULL; END $$`)
-		x.exec(`CREATE TRIGGER stage_claimed AFTER UPDATE ON work_queue REFERENCING NEW TABLE AS nr
+		x.Exec(`CREATE TRIGGER stage_claimed AFTER UPDATE ON work_queue REFERENCING NEW TABLE AS nr
 			FOR EACH STATEMENT EXECUTE FUNCTION stage_claimed()`)
-		fmt.Printf("fed %.0f/s (asked %d/s)\n", x.feed(rate, 3*rate), rate)
+		fmt.Printf("fed %.0f/s (asked %d/s)\n", feed(x, rate, 3*rate), rate)
 		waitFor(b, time.Minute, "the run to converge", func() bool {
 			var lagging bool
-			must(b, x.db.Pool.QueryRow(x.ctx, `SELECT EXISTS (SELECT 1 FROM resources WHERE synced_gen < generation)`).Scan(&lagging))
+			must(b, x.DB.DB.Pool.QueryRow(x.Context(), `SELECT EXISTS (SELECT 1 FROM resources WHERE synced_gen < generation)`).Scan(&lagging))
 			return !lagging
 		})
-		rows, err := x.db.Pool.Query(x.ctx, `
+		rows, err := x.DB.DB.Pool.Query(x.Context(), `
 		WITH e AS (
 		  SELECT r.last_enqueued_at s, r.last_claimed_at c,
 		         (SELECT t FROM stage_log WHERE resource_id = r.id AND stage = 'claim statement done' ORDER BY t DESC LIMIT 1) ce,
@@ -54,6 +56,6 @@ func BenchmarkLatencyStages(b *testing.B) {
 			fmt.Printf("%-45s p50 %6.1f  p90 %6.1f  p99 %6.1f  max %6.1f ms\n", stage, p50, p90, p99, mx)
 		}
 		must(b, rows.Err())
-		x.close()
+		x.Close()
 	}
 }

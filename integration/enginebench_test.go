@@ -14,6 +14,7 @@ import (
 	"github.com/convergeplane/converge/dispatch/inproc"
 	"github.com/convergeplane/converge/internal/testkit/benchq"
 	"github.com/convergeplane/converge/internal/testkit/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/workload"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -103,29 +104,9 @@ func noop(status string) inproc.Handler {
 	})
 }
 
-func benchLeaves(b *testing.B, n int) float64 {
-	b.Helper()
-	e := newEngine(b, engineOpts{})
-	e.manifest("leaf", 1, leafReactions, model.Policy{})
-	e.run(inproc.Config{Concurrency: 512, BatchSize: 512}, map[string]inproc.Handler{"leaf/1": noop(`{"ok":true}`)})
-	e.listen()
-	ctx := b.Context()
-	// Both sides are measured in the steady state: a tenth of the load
-	// first warms the pool's connections (plan caches, relation caches),
-	// as Q's are warmed; a long-running server has warm connections.
-	must(b, execAll(ctx, e.db.Pool, fmt.Sprintf(`INSERT INTO resources (kind, kind_version, name, spec)
-		SELECT 'leaf', 1, 'w-' || i, '{}' FROM generate_series(1, %d) i`, n/10), `SELECT schedule_eligible(array_agg(id)) FROM resources`))
-	waitSettled(b, e)
-	// The rows exist before the clock starts, as Q's do; scheduling them is
-	// engine work and is timed. (Applying resources is measured by the API
-	// benchmark.)
-	must(b, execAll(ctx, e.db.Pool, fmt.Sprintf(`INSERT INTO resources (kind, kind_version, name, spec)
-		SELECT 'leaf', 1, 'l-' || i, '{}' FROM generate_series(1, %d) i`, n), `VACUUM ANALYZE resources`))
-	start := time.Now()
-	must(b, execAll(ctx, e.db.Pool, `SELECT schedule_eligible(array_agg(id)) FROM resources WHERE synced_gen < generation`))
-	waitSettled(b, e)
-	return float64(n) / time.Since(start).Seconds()
-}
+// benchLeaves is the engine's no-op leaves (internal/testkit/workload.Leaves,
+// which the peer benchmark in bench/peers runs too).
+func benchLeaves(b *testing.B, n int) float64 { return workload.Leaves(b, n) }
 
 func benchComposite(b *testing.B, n int) float64 {
 	b.Helper()
