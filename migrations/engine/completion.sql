@@ -83,12 +83,17 @@ $$;
 -- and phases are p_was_ids and p_was) and calls it only when each input has
 -- a resource of its own: two tasks of one resource in a batch are merged by
 -- apply_items (one outcome per resource), which this update does not do.
--- Its settings are finish_successes', for the same reasons; the update
+-- Its settings are finish_successes', for the same reasons, and no merge
+-- joins: planned on the batch's estimate of one row, the delete merged the
+-- batch with the claimed rows on shard_id alone (the order of the index
+-- on claimed rows) and compared each input with every claimed row of its
+-- shard; hashed on the whole key, each input is one probe. The update
 -- finds the resources by p_was_ids, an index lookup, as apply_items does.
 CREATE OR REPLACE FUNCTION complete_plain(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_outcomes jsonb[],
                                           p_errors text[], p_abandoned boolean[], p_was_ids uuid[], p_was text[],
                                           OUT ids uuid[], OUT kinds text[], OUT vers smallint[], OUT los smallint[], OUT nss text[])
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_nestloop = off SET enable_seqscan = off SET jit = off AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_nestloop = off SET enable_mergejoin = off
+                 SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_rids uuid[];
     v_status uuid[];
