@@ -250,3 +250,35 @@ func TestTwoTasksOfOneResourceInOneBatch(t *testing.T) {
 			status, last, reconcile.ID, phase, op)
 	}
 }
+
+// TestCompletionNamingAnotherResource: a completion that names a resource
+// other than its task's (its lock then covers the wrong row) is still
+// applied to its task's resource, by the general path: complete_plain
+// takes only tasks on the resources locked for them.
+func TestCompletionNamingAnotherResource(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := enginetest.LeafDB(t)
+	var other string
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO resources (kind, kind_version, name, spec) VALUES ('leaf', 1, 'other', '{}'), ('leaf', 1, 'x', '{}')
+		RETURNING id::text`).Scan(&other); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	if err := db.Pool.QueryRow(ctx, `SELECT id::text FROM resources WHERE name = 'x'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	task := enginetest.ClaimOnly(t, db, id)
+	task.ResourceID = other
+	if err := enginetest.CompleteOne(db.Pool, task, `{"status": {"ok": true}}`); err != nil {
+		t.Fatal(err)
+	}
+	var phase string
+	var left int
+	if err := db.Pool.QueryRow(ctx, `SELECT phase, (SELECT count(*) FROM work_queue) FROM resources WHERE id = $1`, id).Scan(&phase, &left); err != nil {
+		t.Fatal(err)
+	}
+	if phase != "Ready" || left != 0 {
+		t.Errorf("x: %s with %d work rows left; want its outcome applied: Ready, no work row", phase, left)
+	}
+}

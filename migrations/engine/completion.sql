@@ -82,15 +82,17 @@ $$;
 -- The caller locked the batch's resources first (lock_resources: their ids
 -- and phases are p_was_ids and p_was) and calls it only when each input has
 -- a resource of its own: two tasks of one resource in a batch are merged by
--- apply_items (one outcome per resource), which this update does not do.
+-- apply_items (one outcome per resource), which this update does not do. A
+-- task whose work row is not on the resource the caller named (so not on
+-- one locked) is left to the general path too.
 -- Its settings are finish_successes', for the same reasons, and no merge
 -- joins: planned on the batch's estimate of one row, the delete merged the
 -- batch with the claimed rows on shard_id alone (the order of the index
 -- on claimed rows) and compared each input with every claimed row of its
 -- shard; hashed on the whole key, each input is one probe. The update
 -- finds the resources by p_was_ids, an index lookup, as apply_items does.
-CREATE OR REPLACE FUNCTION complete_plain(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_outcomes jsonb[],
-                                          p_errors text[], p_abandoned boolean[], p_was_ids uuid[], p_was text[],
+CREATE OR REPLACE FUNCTION complete_plain(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_resource_ids uuid[],
+                                          p_outcomes jsonb[], p_errors text[], p_abandoned boolean[], p_was_ids uuid[], p_was text[],
                                           OUT ids uuid[], OUT kinds text[], OUT vers smallint[], OUT los smallint[], OUT nss text[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_nestloop = off SET enable_mergejoin = off
                  SET enable_seqscan = off SET jit = off AS $$
@@ -102,9 +104,10 @@ DECLARE
 BEGIN
     WITH d AS (
         DELETE FROM work_queue w
-         USING unnest(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_abandoned)
-                 AS i(task_id, shard_id, epoch, outcome, error, abandoned)
+         USING unnest(p_task_ids, p_shards, p_epochs, p_resource_ids, p_outcomes, p_errors, p_abandoned)
+                 AS i(task_id, shard_id, epoch, resource_id, outcome, error, abandoned)
          WHERE w.shard_id = i.shard_id AND w.task_id = i.task_id AND w.claim_epoch = i.epoch AND w.state = 'claimed'
+           AND w.resource_id = coalesce(i.resource_id, w.resource_id)
            AND w.task_type = 'reconcile' AND i.error IS NULL AND NOT outcome_composes(w.emits, i.error, i.outcome)
            AND NOT (w.emits & 16 <> 0 AND coalesce(jsonb_typeof(i.outcome->'conditions') = 'array', false))
            AND NOT EXISTS (SELECT 1 FROM work_outbox o
@@ -262,7 +265,7 @@ BEGIN
     -- the other plain successes (finish_successes, apply_items below).
     IF coalesce(cardinality(v_was_ids), 0) = cardinality(p_task_ids) THEN
         SELECT p.ids, p.kinds, p.vers, p.los, p.nss INTO v_ids, v_kinds, v_vers, v_los, v_nss
-          FROM complete_plain(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_abandoned, v_was_ids, v_was) p;
+          FROM complete_plain(p_task_ids, p_shards, p_epochs, p_resource_ids, p_outcomes, p_errors, p_abandoned, v_was_ids, v_was) p;
     END IF;
     v_applied := coalesce(v_ids, '{}');
     IF cardinality(v_applied) < cardinality(p_task_ids) THEN
