@@ -85,6 +85,7 @@ $$;
 -- apply_items (one outcome per resource), which this update does not do. A
 -- task whose work row is not on the resource the caller named (so not on
 -- one locked) is left to the general path too.
+--
 -- Its settings are finish_successes', for the same reasons, and no merge
 -- joins: planned on the batch's estimate of one row, the delete merged the
 -- batch with the claimed rows on shard_id alone (the order of the index
@@ -161,8 +162,9 @@ BEGIN
     IF EXISTS (SELECT 1 FROM resource_conditions c WHERE c.status = 'False' AND c.resource_id = ANY (v_rids)) THEN
         DELETE FROM resource_conditions c WHERE c.status = 'False' AND c.resource_id = ANY (v_rids);
     END IF;
-    -- Read after the update, as apply_items reads them (a compose adding
-    -- an edge from one of these resources committed before the lock).
+    -- The upstreams are read by a statement after the update's, as
+    -- apply_items reads them: an edge a compose added from one of these
+    -- resources before the lock was granted is seen.
     IF v_status IS NOT NULL THEN
         PERFORM substitute_values(array(SELECT DISTINCT d.dependency_id FROM resource_deps d WHERE d.dependency_id = ANY (v_status)));
     END IF;
