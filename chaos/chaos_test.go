@@ -811,14 +811,14 @@ CREATE TRIGGER chaos_applied AFTER UPDATE ON resources FOR EACH ROW
 }
 
 // breakFence is the deliberately broken build (CHAOS_BREAK_FENCE=1): it
-// rewrites the two statements that finish a claimed work row, the delete of
-// a plain success (finish_successes) and the lock of every other outcome
-// (complete_tasks), without their claim_epoch condition, so an outcome is
+// rewrites the statements that finish a claimed work row, the deletes of
+// a plain success (complete_plain, finish_successes) and the lock of every
+// other outcome (complete_tasks), without their claim_epoch condition, so an outcome is
 // accepted for whatever claim holds the task now. The engine checksums are
 // left alone, so the processes do not restore it at boot.
 func breakFence(ctx context.Context, db *pgxpool.Pool) error {
 	const fence = "w.claim_epoch = i.epoch AND w.state = 'claimed'"
-	for _, fn := range []string{"finish_successes", "complete_tasks"} {
+	for _, fn := range []string{"complete_plain", "finish_successes", "complete_tasks"} {
 		var def string
 		if err := db.QueryRow(ctx, `SELECT pg_get_functiondef($1::regproc)`, fn).Scan(&def); err != nil {
 			return err

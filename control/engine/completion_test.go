@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // warms its connections at start, often on an empty queue: planned from
 // such statistics, a completion's statements nested-looped over every
 // claimed row per input or scanned whole partitions). A plain success
-// reads each row once (finish_successes deletes it; the lock-then-delete
+// reads each row once (complete_plain deletes it; the lock-then-delete
 // design read it twice); a failure's row is read by the lock, the re-pend
 // and the delete beside it (finish_work), about three times.
 //

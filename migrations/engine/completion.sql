@@ -18,8 +18,10 @@ LANGUAGE sql IMMUTABLE AS $$
        AND (p_outcome ? 'children' OR p_outcome ? 'edges' OR p_outcome ? 'configs')
 $$;
 
--- finish_successes finishes the work rows of plain successes (no error,
--- nothing to compose), the common outcome: each row is deleted while it is
+-- finish_successes finishes the work rows of the plain successes (no
+-- error, nothing to compose) complete_plain leaves: an operate or delete
+-- task's, one that reports conditions, any in a batch that holds two tasks
+-- of one resource. Each row is deleted while it is
 -- claimed at the completion's epoch and no outcome is queued for the claim,
 -- one write where a lock and then a delete took two. It returns them as
 -- drain_items for apply_items, with the kinds and namespaces inflight_release
@@ -61,6 +63,115 @@ BEGIN
            array_agg(d.task_id), array_agg(d.kind), array_agg(d.kind_version), array_agg(d.claim_lo), array_agg(d.namespace)
       INTO items, ids, kinds, vers, los, nss
       FROM d LEFT JOIN kind_manifest m ON m.kind = d.kind AND m.kind_version = d.kind_version;
+END
+$$;
+
+-- complete_plain applies, in one statement, the plain successes of
+-- reconcile tasks (no error, nothing to compose, no conditions reported),
+-- the outcome of almost every task: it deletes each work row while it is
+-- claimed at the completion's epoch and none of its outcome is queued,
+-- updates its resource as apply_items would for that outcome, and logs the
+-- `succeeded` event of a phase change. It returns what inflight_release
+-- needs of each task it applied. It is apply_items specialised: a success
+-- writes no condition (it only clears stale False ones), flows no value
+-- unless it reports a status to a dependent, and re-schedules only a rerun,
+-- a composer's next step or a dirty rollup; an operate or delete task
+-- (task_type), a failure, an outcome that composes or reports conditions
+-- takes the general path (finish_successes, finish_work, apply_items).
+--
+-- The caller locked the batch's resources first (lock_resources: their ids
+-- and phases are p_was_ids and p_was) and calls it only when each input has
+-- a resource of its own: two tasks of one resource in a batch are merged by
+-- apply_items (one outcome per resource), which this update does not do. A
+-- task whose work row is not on the resource the caller named (so not on
+-- one locked) is left to the general path too.
+--
+-- Its settings are finish_successes', for the same reasons, and no merge
+-- joins: planned on the batch's estimate of one row, the delete merged the
+-- batch with the claimed rows on shard_id alone (the order of the index
+-- on claimed rows) and compared each input with every claimed row of its
+-- shard; hashed on the whole key, each input is one probe. The update
+-- finds the resources by p_was_ids, an index lookup, as apply_items does.
+CREATE OR REPLACE FUNCTION complete_plain(p_task_ids uuid[], p_shards smallint[], p_epochs bigint[], p_resource_ids uuid[],
+                                          p_outcomes jsonb[], p_errors text[], p_abandoned boolean[], p_was_ids uuid[], p_was text[],
+                                          OUT ids uuid[], OUT kinds text[], OUT vers smallint[], OUT los smallint[], OUT nss text[])
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_nestloop = off SET enable_mergejoin = off
+                 SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    v_rids uuid[];
+    v_status uuid[];
+    v_sched uuid[];
+    v_rollup uuid[];
+BEGIN
+    WITH d AS (
+        DELETE FROM work_queue w
+         USING unnest(p_task_ids, p_shards, p_epochs, p_resource_ids, p_outcomes, p_errors, p_abandoned)
+                 AS i(task_id, shard_id, epoch, resource_id, outcome, error, abandoned)
+         WHERE w.shard_id = i.shard_id AND w.task_id = i.task_id AND w.claim_epoch = i.epoch AND w.state = 'claimed'
+           AND w.resource_id = coalesce(i.resource_id, w.resource_id)
+           AND w.task_type = 'reconcile' AND i.error IS NULL AND NOT outcome_composes(w.emits, i.error, i.outcome)
+           AND NOT (w.emits & 16 <> 0 AND coalesce(jsonb_typeof(i.outcome->'conditions') = 'array', false))
+           AND NOT EXISTS (SELECT 1 FROM work_outbox o
+                            WHERE o.shard_id = w.shard_id AND o.task_id = w.task_id AND o.claim_epoch = w.claim_epoch)
+        RETURNING w.resource_id, w.task_id, w.claim_epoch, w.claimed_at, w.trigger, w.claimed_gen, w.emits, i.outcome,
+                  coalesce(i.abandoned, false) AS abandoned, w.generation > w.claimed_gen AS rerun, w.rollup_dirty,
+                  w.enqueued_at, w.kind, w.kind_version, w.claim_lo, w.namespace
+    ), x AS (
+        SELECT d.*, m.rollup_reaction IS NOT NULL AS has_rollup,
+               d.emits & 8 <> 0 AND jsonb_typeof(d.outcome->'status') NOT IN ('null') AS reports_status
+          FROM d LEFT JOIN kind_manifest m ON m.kind = d.kind AND m.kind_version = d.kind_version
+    ), up AS (
+        -- apply_items' update for a success of a trigger other than
+        -- 'operation'.
+        UPDATE resources r SET
+            status = CASE WHEN x.reports_status THEN x.outcome->'status' ELSE r.status END,
+            spec_gen = CASE WHEN x.trigger = 'specChange' THEN GREATEST(r.spec_gen, LEAST(x.claimed_gen, r.generation)) ELSE r.spec_gen END,
+            synced_gen = CASE WHEN x.trigger IN ('childrenSettled','resync') OR (x.trigger = 'specChange' AND NOT x.has_rollup)
+                              THEN GREATEST(r.synced_gen, LEAST(x.claimed_gen, r.generation)) ELSE r.synced_gen END,
+            health_ok = NOT (x.emits & 16 <> 0 AND coalesce(jsonb_path_exists(x.outcome, '$.conditions[*] ? (@.type == "Ready" && @.status == "False")'), false)),
+            failure_gen = 0,
+            failure_terminal = false,
+            last_error = NULL,
+            last_task_id = x.task_id,
+            last_task_epoch = x.claim_epoch,
+            last_task_abandoned = x.abandoned,
+            last_claimed_at = x.claimed_at,
+            last_enqueued_at = x.enqueued_at,
+            updated_at = now()
+          FROM x
+         WHERE r.id = x.resource_id
+           AND r.id = ANY (p_was_ids)
+        RETURNING r.id, r.phase
+    ), ev AS (
+        INSERT INTO resource_events (resource_id, type, generation, message)
+        SELECT x.resource_id, 'succeeded', x.claimed_gen, x.trigger
+          FROM x JOIN up ON up.id = x.resource_id
+          LEFT JOIN unnest(p_was_ids, p_was) AS was(id, phase) ON was.id = x.resource_id
+         WHERE was.phase IS DISTINCT FROM up.phase
+    )
+    SELECT array_agg(x.task_id), array_agg(x.kind), array_agg(x.kind_version), array_agg(x.claim_lo), array_agg(x.namespace),
+           array_agg(x.resource_id),
+           array_agg(x.resource_id) FILTER (WHERE x.reports_status),
+           array_agg(x.resource_id) FILTER (WHERE x.rerun OR (x.trigger = 'specChange' AND x.has_rollup)),
+           array_agg(x.resource_id) FILTER (WHERE x.rollup_dirty)
+      INTO ids, kinds, vers, los, nss, v_rids, v_status, v_sched, v_rollup
+      FROM x;
+    IF ids IS NULL THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM resource_conditions c WHERE c.status = 'False' AND c.resource_id = ANY (v_rids)) THEN
+        DELETE FROM resource_conditions c WHERE c.status = 'False' AND c.resource_id = ANY (v_rids);
+    END IF;
+    -- The upstreams are read by a statement after the update's, as
+    -- apply_items reads them: an edge a compose added from one of these
+    -- resources before the lock was granted is seen.
+    IF v_status IS NOT NULL THEN
+        PERFORM substitute_values(array(SELECT DISTINCT d.dependency_id FROM resource_deps d WHERE d.dependency_id = ANY (v_status)));
+    END IF;
+    PERFORM schedule_eligible(v_sched);
+    PERFORM schedule_rollup(v_rollup);
+    -- For the change stream (control/api/events.go): resources moved.
+    PERFORM notify_gated('outcomes_applied');
 END
 $$;
 
@@ -150,9 +261,24 @@ BEGIN
     -- The lock reads the phases the apply compares with (nothing else
     -- writes these rows before it, now).
     SELECT l.ids, l.phases INTO v_was_ids, v_was FROM lock_resources(p_task_ids, p_shards, p_resource_ids) l;
-    SELECT f.items, f.ids, f.kinds, f.vers, f.los, f.nss INTO v_done, v_ids, v_kinds, v_vers, v_los, v_nss
-      FROM finish_successes(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals, p_abandoned) f;
+    -- The plain successes first, in one statement (complete_plain), when
+    -- every input has a resource of its own (as many resources were locked
+    -- as there are inputs; none of none, so warm_session plans it); then
+    -- the other plain successes (finish_successes, apply_items below).
+    IF coalesce(cardinality(v_was_ids), 0) = cardinality(p_task_ids) THEN
+        SELECT p.ids, p.kinds, p.vers, p.los, p.nss INTO v_ids, v_kinds, v_vers, v_los, v_nss
+          FROM complete_plain(p_task_ids, p_shards, p_epochs, p_resource_ids, p_outcomes, p_errors, p_abandoned, v_was_ids, v_was) p;
+    END IF;
     v_applied := coalesce(v_ids, '{}');
+    IF cardinality(v_applied) < cardinality(p_task_ids) THEN
+        SELECT f.items, f.ids, f.kinds, f.vers, f.los, f.nss INTO v_done, b_ids, b_kinds, b_vers, b_los, b_nss
+          FROM finish_successes(p_task_ids, p_shards, p_epochs, p_outcomes, p_errors, p_terminals, p_abandoned) f;
+        v_applied := v_applied || coalesce(b_ids, '{}');
+        v_kinds := v_kinds || b_kinds;
+        v_vers := v_vers || b_vers;
+        v_los := v_los || b_los;
+        v_nss := v_nss || b_nss;
+    END IF;
 
     -- The rest (failures, outcomes that compose, and inputs that match no
     -- claim) are locked in key order, so two completers that share tasks
@@ -215,7 +341,8 @@ BEGIN
     IF v_direct IS NOT NULL THEN
         v_done := v_done || finish_work(v_direct, '{}', '{}', v_lo, v_hi, p_retry_base_ms, p_retry_max_ms);
     END IF;
-    IF apply_items(v_done, v_was_ids, v_was) > 0 THEN
+    IF v_done IS NOT NULL THEN
+        PERFORM apply_items(v_done, v_was_ids, v_was);
         -- For the change stream (control/api/events.go): resources moved.
         PERFORM notify_gated('outcomes_applied');
     END IF;
@@ -264,8 +391,12 @@ BEGIN
         END IF;
     END IF;
     -- Only the tasks not applied are answered; the caller takes silence for
-    -- 'applied', so the common case costs no second probe per task. An
+    -- 'applied', so the common case costs no second probe per task, nor,
+    -- when every input was applied (a task is applied once), this query. An
     -- abandoned outcome found by either probe makes the answer 'superseded'.
+    IF cardinality(v_applied) = cardinality(p_task_ids) THEN
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT i.task_id,
            CASE WHEN EXISTS (SELECT 1 FROM work_outbox o

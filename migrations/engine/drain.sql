@@ -1,7 +1,8 @@
 -- The apply: task outcomes to work rows and resources. complete_tasks
--- applies an outcome where it arrives (finish_successes or finish_work, then
--- apply_items); the drain applies the outcomes that compose, from
--- work_outbox (apply_outcomes: the composition, then the same two steps).
+-- applies an outcome where it arrives (a plain success in complete_plain;
+-- any other in finish_successes or finish_work, then apply_items); the
+-- drain applies the outcomes that compose, from work_outbox
+-- (apply_outcomes: the composition, then the same two steps).
 -- The resources UPDATE touches no indexed column and the table keeps 30% of
 -- each page free, so the update is HOT.
 
@@ -142,14 +143,17 @@ END
 $$;
 
 -- apply_items applies outcomes whose work rows are finished (finish_work,
--- or complete_tasks' delete of a plain success): one coalesced resources
+-- or finish_successes' delete of a plain success): one coalesced resources
 -- UPDATE (status, spec_gen/synced_gen, health_ok, failure_gen — only the
 -- parts the reaction's emits mask allows — and last_task_*, by which
 -- complete_tasks recognises a repeat: last_task_abandoned says the outcome
 -- was a failure the dispatcher recorded in the provider's place),
 -- conditions on transition with stale False rows cleared on recovery,
 -- events, value flows, re-scheduling, and the removal of nodes whose
--- teardown succeeded. It returns how many it applied.
+-- teardown succeeded. It returns how many it applied. complete_plain
+-- (completion.sql) is its specialisation for the plain successes of
+-- reconcile tasks and writes what it would for them: a change to one is a
+-- change to the other.
 --
 -- It plans without sequential scans: its generic plans are made at the
 -- session's first call and kept, and one made while resources was small
