@@ -220,8 +220,10 @@ func benchLatency(tb testing.TB, n int, rate float64) (p50, p99, fed float64) {
 }
 
 // BenchmarkDispatchMode runs one round of one mode per sub-benchmark, for
-// profiling a single path (go test -bench DispatchMode/http -cpuprofile …).
-// BenchmarkDispatch is the one that reports ratios.
+// profiling a single path (go test -bench DispatchMode/http -cpuprofile …),
+// and reports this process's CPU time per task over the whole round (its
+// database set-up and warm-up included; Postgres is not counted), to compare
+// the Go side of two builds. BenchmarkDispatch is the one that reports ratios.
 func BenchmarkDispatchMode(b *testing.B) {
 	n := 10_000
 	if testing.Short() {
@@ -240,7 +242,9 @@ func BenchmarkDispatchMode(b *testing.B) {
 	} {
 		b.Run(m.name, func(b *testing.B) {
 			for range b.N {
+				before := processCPU(b)
 				b.ReportMetric(m.run(b, n), "rec/s")
+				b.ReportMetric(float64((processCPU(b)-before).Microseconds())/float64(n), "cpu_us/task")
 			}
 		})
 	}

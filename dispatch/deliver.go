@@ -243,6 +243,12 @@ func (d *Dispatcher) record(it *item, ep *registry.Endpoint, v verdict, start ti
 	if r := it.env.Resource; r != nil {
 		rec.Resource.Name = r.Name
 	}
+	if it.task.Type != webhooksdk.TaskReact {
+		// A work task's namespace is its resource's, so the insert need
+		// not look it up; a react task's is its binding's, and its
+		// resource the watched one, so the insert looks that one's up.
+		rec.Resource.Namespace = it.task.Namespace
+	}
 	if o := it.env.Operation; o != nil {
 		rec.Action = o.Verb
 	}

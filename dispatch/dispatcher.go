@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -233,6 +234,9 @@ type Dispatcher struct {
 	// starts, read by them until run returns): a batch's request runs on
 	// it, each task on its own child of it.
 	work context.Context
+	// jobs hands deliveries to this run's idle delivery workers (set and
+	// closed by run, used by its goroutine only).
+	jobs chan job
 
 	mu      sync.Mutex
 	tracked map[string]*item // delivering and queued tasks, heartbeated
@@ -402,6 +406,8 @@ func (d *Dispatcher) run(ctx context.Context) {
 	work, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelWork(nil)
 	d.work = work
+	jobs := make(chan job)
+	d.jobs = jobs
 	bg := context.WithoutCancel(ctx)
 
 	// With the batch gathering and the completeWriters being written, the
@@ -466,6 +472,7 @@ func (d *Dispatcher) run(ctx context.Context) {
 		cancelWork(errShutdown)
 		<-drained
 	}
+	close(jobs)
 	close(ops)
 	<-completed
 	stopAux()
@@ -592,7 +599,7 @@ func (d *Dispatcher) claim(ctx, work context.Context, queue *[]*item, ops chan<-
 				result: webhooksdk.Result{Error: &webhooksdk.Error{Message: failed[i].Error(), Terminal: true}}}
 			continue
 		}
-		it := &item{task: t, env: envs[i], pair: d.reg.Route(t.Namespace, fmt.Sprintf("%s/%d", t.Kind, t.KindVersion)), queuedAt: now}
+		it := &item{task: t, env: envs[i], pair: d.reg.Route(t.Namespace, t.Kind+"/"+strconv.Itoa(t.KindVersion)), queuedAt: now}
 		it.ctx, it.cancel = context.WithCancelCause(work)
 		d.track(it)
 		*queue = append(*queue, it)
@@ -626,15 +633,38 @@ func (d *Dispatcher) claimTasks(ctx context.Context, p engine.TaskClaimParams) (
 	}
 }
 
-// launch starts the delivery of items (one task, or a batch) on slot.
+// job is one delivery handed to a delivery worker.
+type job struct {
+	items []*item
+	slot  *registry.Slot
+	ops   chan<- op
+	wg    *sync.WaitGroup
+}
+
+// launch starts the delivery of items (one task, or a batch) on slot: on an
+// idle delivery worker if one waits, else on a new one. A worker outlives its
+// delivery and waits for the next until run closes jobs, so there are never
+// more than the most deliveries in flight at once. A goroutine per delivery
+// started on a small stack and grew it, by copying, deep in the encoder and
+// the HTTP client every time.
 func (d *Dispatcher) launch(items []*item, slot *registry.Slot, ops chan<- op, wg *sync.WaitGroup) {
 	d.delivering.Add(1)
 	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer d.delivering.Add(-1)
-		d.deliver(items, slot, ops)
-	}()
+	j := job{items: items, slot: slot, ops: ops, wg: wg}
+	select {
+	case d.jobs <- j:
+	default:
+		go d.worker(d.jobs, j)
+	}
+}
+
+// worker runs j, then the jobs it takes from jobs until jobs is closed.
+func (d *Dispatcher) worker(jobs <-chan job, j job) {
+	for ok := true; ok; j, ok = <-jobs {
+		d.deliver(j.items, j.slot, j.ops)
+		d.delivering.Add(-1)
+		j.wg.Done()
+	}
 }
 
 func (d *Dispatcher) track(it *item) {

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,22 @@ type metrics struct {
 	completions   prometheus.Histogram
 	completeFails prometheus.Counter
 	claimRetries  *prometheus.CounterVec
+
+	// series caches the deliveries and duration series of each (endpoint,
+	// result) observed: a delivery looks its two up by key instead of
+	// hashing and checking its label values in each vector. Both vectors
+	// keep every series they ever made, so the cache holds no more.
+	series sync.Map // seriesKey → *deliverySeries
+}
+
+// seriesKey names one delivery's series.
+type seriesKey struct{ endpoint, result string }
+
+// deliverySeries are the series a delivery to one endpoint with one result
+// counts in.
+type deliverySeries struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
 }
 
 func newMetrics(r prometheus.Registerer, reg *registry.Registry) (*metrics, error) {
@@ -86,8 +103,15 @@ func newMetrics(r prometheus.Registerer, reg *registry.Registry) (*metrics, erro
 }
 
 func (m *metrics) observe(endpoint, result string, d time.Duration) {
-	m.deliveries.WithLabelValues(endpoint, result).Inc()
-	m.duration.WithLabelValues(endpoint).Observe(d.Seconds())
+	k := seriesKey{endpoint, result}
+	v, ok := m.series.Load(k)
+	if !ok {
+		v, _ = m.series.LoadOrStore(k, &deliverySeries{count: m.deliveries.WithLabelValues(endpoint, result),
+			duration: m.duration.WithLabelValues(endpoint)})
+	}
+	s := v.(*deliverySeries)
+	s.count.Inc()
+	s.duration.Observe(d.Seconds())
 }
 
 // setPending replaces the queue gauges with counts: a kind with nothing
@@ -108,10 +132,16 @@ func (m *metrics) setPending(counts []engine.PendingCount) {
 	}
 }
 
-// claimed counts tasks this pod claimed.
+// claimed counts tasks this pod claimed, a series lookup per run of tasks
+// of one kind.
 func (m *metrics) claimed(tasks []model.Task) {
-	for _, t := range tasks {
-		m.claims.WithLabelValues(t.Kind, strconv.Itoa(t.KindVersion)).Inc()
+	for i := 0; i < len(tasks); {
+		t, j := tasks[i], i+1
+		for j < len(tasks) && tasks[j].Kind == t.Kind && tasks[j].KindVersion == t.KindVersion {
+			j++
+		}
+		m.claims.WithLabelValues(t.Kind, strconv.Itoa(t.KindVersion)).Add(float64(j - i))
+		i = j
 	}
 }
 

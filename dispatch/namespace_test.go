@@ -75,6 +75,14 @@ func TestNamespacedEndpointRouting(t *testing.T) {
 		}
 	}
 	e.waitReady("leaf", 15, 30*time.Second)
+	// Each attempt is logged in its resource's namespace.
+	waitFor(t, 10*time.Second, "the 15 attempts to be logged", func() bool {
+		return e.count(`SELECT count(*) FROM endpoint_deliveries`) == 15
+	})
+	if n := e.count(`SELECT count(*) FROM endpoint_deliveries d JOIN resources r ON r.id = d.resource_id
+		WHERE d.namespace <> r.namespace`); n != 0 {
+		t.Errorf("%d attempts logged in another namespace than their resource's", n)
+	}
 	slices.Sort(wantA)
 	slices.Sort(wantCommon)
 	if got := teamA.list(); !slices.Equal(got, wantA) {
