@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,7 +99,12 @@ func BenchmarkEngineScaling(b *testing.B) {
 			}
 			r := median(rates[m.name])
 			b.ReportMetric(r/q, m.name+"/Q")
-			line += fmt.Sprintf("; %s %.0f/s (%.3f·Q)", m.name, r, r/q)
+			line += fmt.Sprintf("; %s %.0f/s (%.3f·Q", m.name, r, r/q)
+			// Against one executor or dispatcher of its kind, in the same rounds.
+			if one := m.name[:strings.Index(m.name, "×")] + "×1"; one != m.name && rates[one] != nil {
+				line += fmt.Sprintf(", %.2f× %s", r/median(rates[one]), one)
+			}
+			line += ")"
 		}
 		logf("%s", line)
 		for _, m := range modes[1:] {
