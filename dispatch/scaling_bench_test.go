@@ -101,8 +101,8 @@ func BenchmarkEngineScaling(b *testing.B) {
 			b.ReportMetric(r/q, m.name+"/Q")
 			line += fmt.Sprintf("; %s %.0f/s (%.3f·Q", m.name, r, r/q)
 			// Against one executor or dispatcher of its kind, in the same rounds.
-			if one := m.name[:strings.Index(m.name, "×")] + "×1"; one != m.name && rates[one] != nil {
-				line += fmt.Sprintf(", %.2f× %s", r/median(rates[one]), one)
+			if kind, _, _ := strings.Cut(m.name, "×"); kind+"×1" != m.name && rates[kind+"×1"] != nil {
+				line += fmt.Sprintf(", %.2f× %s×1", r/median(rates[kind+"×1"]), kind)
 			}
 			line += ")"
 		}
