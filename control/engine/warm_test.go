@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -60,10 +61,12 @@ func TestWarmConnWritesNothing(t *testing.T) {
 	}
 }
 
-// TestPoolDefaults: a pool configured by PoolDefaults keeps MaxConns
-// connections unless the connection string says otherwise, warms each new
-// connection (pgtest.Warm opens them all at once), and serves a connection
-// whose warming failed rather than refusing it.
+// TestPoolDefaults: a pool configured by PoolDefaults has at least
+// PoolSizeMin connections unless the connection string sets
+// pool_max_conns, keeps MaxConns connections unless it sets
+// pool_min_conns, warms each new connection (pgtest.Warm opens them all at
+// once), and serves a connection whose warming failed rather than refusing
+// it.
 func TestPoolDefaults(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -83,7 +86,6 @@ func TestPoolDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.MaxConns = 3
 		var logs bytes.Buffer
 		engine.PoolDefaults(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -98,9 +100,20 @@ func TestPoolDefaults(t *testing.T) {
 	if strings.Contains(db.DSN, "?") {
 		sep = "&"
 	}
+	small := db.DSN + sep + "pool_max_conns=3"
 
+	t.Run("MaxConnsFloor", func(t *testing.T) {
+		cfg, err := pgxpool.ParseConfig(db.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		engine.PoolDefaults(cfg, slog.New(slog.DiscardHandler))
+		if want := max(engine.PoolSizeMin, runtime.NumCPU()); cfg.MaxConns != int32(want) {
+			t.Fatalf("MaxConns %d, want %d", cfg.MaxConns, want)
+		}
+	})
 	t.Run("KeepsMaxConnsWarm", func(t *testing.T) {
-		pool, _ := open(t, db.DSN)
+		pool, _ := open(t, small)
 		if got := pool.Config().MinConns; got != 3 {
 			t.Fatalf("MinConns %d, want MaxConns (3)", got)
 		}
@@ -113,7 +126,7 @@ func TestPoolDefaults(t *testing.T) {
 		}
 	})
 	t.Run("MinConnsFromConnString", func(t *testing.T) {
-		pool, _ := open(t, db.DSN+sep+"pool_min_conns=1")
+		pool, _ := open(t, small+"&pool_min_conns=1")
 		if got := pool.Config().MinConns; got != 1 {
 			t.Fatalf("MinConns %d, want pool_min_conns (1)", got)
 		}
@@ -122,7 +135,7 @@ func TestPoolDefaults(t *testing.T) {
 		if _, err := db.Pool.Exec(ctx, `DROP TABLE warmed`); err != nil {
 			t.Fatal(err)
 		}
-		pool, logs := open(t, db.DSN)
+		pool, logs := open(t, small)
 		var one int
 		if err := pool.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
 			t.Fatalf("a connection whose warming failed was refused: %v", err)

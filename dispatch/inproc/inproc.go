@@ -66,6 +66,9 @@ type Config struct {
 	// FlushEvery bounds how long a finished result waits to be completed in
 	// a batch. Defaults to 2ms.
 	FlushEvery time.Duration
+	// Writers is how many completion batches are written at once while the
+	// next one gathers. Defaults to 2.
+	Writers int
 }
 
 // Defaults for Config.
@@ -75,6 +78,7 @@ const (
 	LeaseDefault       = 60 * time.Second
 	PollDefault        = 250 * time.Millisecond
 	FlushEveryDefault  = 2 * time.Millisecond
+	WritersDefault     = 2
 )
 
 func (c Config) withDefaults() Config {
@@ -87,6 +91,7 @@ func (c Config) withDefaults() Config {
 	c.Lease = cmp.Or(c.Lease, LeaseDefault)
 	c.Poll = cmp.Or(c.Poll, PollDefault)
 	c.FlushEvery = cmp.Or(c.FlushEvery, FlushEveryDefault)
+	c.Writers = cmp.Or(c.Writers, WritersDefault)
 	return c
 }
 
@@ -256,19 +261,36 @@ func (e *Executor) track(t model.Task, add bool) {
 	}
 }
 
-// complete batches finished results into TaskCompleteMany calls.
+// complete batches finished results into TaskCompleteMany calls, up to
+// Writers of them at once. A completion applies its outcomes, so one write
+// is most of the database work a task costs; written one at a time, the
+// results behind a write filled the channel and held the handlers (and
+// their slots) until it committed. Two batches never hold the same claim (a
+// task is claimed again only after its completion committed), so parallel
+// writes cannot reorder one task's writes; two writes meeting on a
+// composite's rows deadlock at worst, which TaskCompleteMany runs again.
 func (e *Executor) complete(ctx context.Context, results <-chan done) {
-	var batch []engine.Completion
+	var (
+		batch   []engine.Completion
+		writers sync.WaitGroup
+		slots   = make(chan struct{}, e.cfg.Writers)
+	)
+	defer writers.Wait()
 	flush := func() {
 		if len(batch) == 0 {
 			return
 		}
-		if _, err := e.engine.TaskCompleteMany(ctx, batch); err != nil {
-			// The claims stay held; their leases lapse and the reaper
-			// re-pends them, so the work re-runs rather than being lost.
-			e.log.Error("complete failed", "err", err, "tasks", len(batch))
-		}
-		batch = batch[:0]
+		b := batch
+		batch = make([]engine.Completion, 0, len(b))
+		slots <- struct{}{} // wait for a writer
+		writers.Go(func() {
+			defer func() { <-slots }()
+			if _, err := e.engine.TaskCompleteMany(ctx, b); err != nil {
+				// The claims stay held; their leases lapse and the reaper
+				// re-pends them, so the work re-runs rather than being lost.
+				e.log.Error("complete failed", "err", err, "tasks", len(b))
+			}
+		})
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()

@@ -275,7 +275,7 @@ func buildInfo() prometheus.Collector {
 }
 
 // apiPoolMaxConnsDefault is API_POOL_MAX_CONNS's default: the larger of 4
-// and the CPU count, as pgx sizes DATABASE_URL's pool.
+// and the CPU count, as pgx sizes a pool.
 func apiPoolMaxConnsDefault() int { return max(4, runtime.NumCPU()) }
 
 // apiTimeouts sets the statement and lock timeouts of an API connection.
