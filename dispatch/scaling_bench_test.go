@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/convergeplane/converge/dispatch"
 	"github.com/convergeplane/converge/dispatch/inproc"
 	"github.com/convergeplane/converge/internal/testkit/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/workload"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -25,7 +27,7 @@ import (
 // the last goal row, without a bigger machine): it runs N leaf resources
 // (10,000; 2,000 under -short) through the engine with 1, 2 and 4
 // in-process executors, and with 1 and 2 push dispatchers (inline, and
-// batched by max_batch benchMaxBatch), each executor or dispatcher with its
+// batched by max_batch workload.MaxBatch), each executor or dispatcher with its
 // own claim loop and completer over its own share of the shards, as that
 // many members would split them. Each dispatcher has its own pool, engine
 // and listener, as a process of its own would: of pgtest's size, and once
@@ -47,11 +49,11 @@ func BenchmarkEngineScaling(b *testing.B) {
 		name string
 		run  func(testing.TB, int) (float64, *waitProf)
 	}
-	modes := []mode{{"Q", func(tb testing.TB, n int) (float64, *waitProf) { return benchQ(tb, n), nil }}}
+	modes := []mode{{"Q", func(tb testing.TB, n int) (float64, *waitProf) { return workload.Q(tb, n), nil }}}
 	for _, k := range []int{1, 2, 4} {
 		modes = append(modes, mode{fmt.Sprintf("inproc×%d", k), func(tb testing.TB, n int) (float64, *waitProf) { return scaleInproc(tb, n, k) }})
 	}
-	for _, batch := range []int{1, benchMaxBatch} {
+	for _, batch := range []int{1, workload.MaxBatch} {
 		name := "http"
 		if batch > 1 {
 			name = "http_batch"
@@ -115,6 +117,9 @@ func BenchmarkEngineScaling(b *testing.B) {
 	}
 }
 
+// scaleLog discards the executors' and dispatchers' logs.
+var scaleLog = slog.New(slog.DiscardHandler)
+
 // shareOf returns the i-th of k equal shard ranges.
 func shareOf(i, k int) func() (int, int) {
 	lo, hi := i*256/k, (i+1)*256/k-1
@@ -123,25 +128,25 @@ func shareOf(i, k int) func() (int, int) {
 
 // scaleInproc runs the leaves with k in-process executors on one pool.
 func scaleInproc(tb testing.TB, n, k int) (float64, *waitProf) {
-	x := newBenchDB(tb)
-	defer x.close()
+	x := workload.NewDB(tb)
+	defer x.Close()
 	for i := range k {
-		ex := inproc.New(inproc.Config{Claimer: fmt.Sprintf("inproc-%d", i), Range: shareOf(i, k), Concurrency: benchConcurrency,
-			Handlers: map[string]inproc.Handler{"leaf/1": inproc.HandlerFunc(noop)}}, x.eng, x.lis.Subscribe("work_ready"), benchLog)
-		must(tb, ex.Start(x.ctx))
-		x.stop = append(x.stop, ex.Stop)
+		ex := inproc.New(inproc.Config{Claimer: fmt.Sprintf("inproc-%d", i), Range: shareOf(i, k), Concurrency: workload.Concurrency,
+			Handlers: map[string]inproc.Handler{"leaf/1": inproc.HandlerFunc(workload.Noop)}}, x.Eng, x.Lis.Subscribe("work_ready"), scaleLog)
+		must(tb, ex.Start(x.Context()))
+		x.OnClose(ex.Stop)
 	}
-	x.listen()
-	x.seed(n)
-	return profiled(x, n, x.db.Pool)
+	x.Listen()
+	x.Seed(n)
+	return profiled(tb, x, n, x.DB.Pool)
 }
 
 // scaleHTTP runs the leaves with k push dispatchers to one no-op provider
 // endpoint with max_batch maxBatch; each dispatcher has its own pool of
 // conns connections (0: pgx's default size), engine, store and listener.
 func scaleHTTP(tb testing.TB, n, k, maxBatch int, conns int32) (float64, *waitProf) {
-	x := newBenchDB(tb)
-	defer x.close()
+	x := workload.NewDB(tb)
+	defer x.Close()
 	key := make([]byte, store.SecretKeyBytes)
 	_, _ = rand.Read(key)
 	box, err := store.NewSecretBox(key)
@@ -150,57 +155,57 @@ func scaleHTTP(tb testing.TB, n, k, maxBatch int, conns int32) (float64, *waitPr
 	_, _ = rand.Read(tokenKey)
 	var cbh forward // the first dispatcher's receiver (inline answers: unused)
 	cbSrv := httptest.NewServer(&cbh)
-	x.stop = append(x.stop, cbSrv.Close)
+	x.OnClose(cbSrv.Close)
 	provSrv := httptest.NewUnstartedServer(nil)
-	_, secret, err := x.st.CreateEndpoint(x.ctx, box, store.PutEndpointParams{Name: "bench",
+	_, secret, err := x.St.CreateEndpoint(x.Context(), box, store.PutEndpointParams{Name: "bench",
 		Kinds:  []store.EndpointKind{{Kind: "leaf", KindVersion: 1}},
 		Target: store.EndpointTarget{Type: store.TargetHTTPS, URL: "http://" + provSrv.Listener.Addr().String() + "/converge"},
 		// Each dispatcher's share of max_concurrency is its share of the
-		// shards, so k dispatchers have benchConcurrency in all.
-		MaxConcurrency: benchConcurrency, MaxBatch: maxBatch})
+		// shards, so k dispatchers have workload.Concurrency in all.
+		MaxConcurrency: workload.Concurrency, MaxBatch: maxBatch})
 	must(tb, err)
-	h, err := webhooksdk.Handler([]webhooksdk.Provider{newProvider("leaf", noop)}, webhooksdk.WithSecrets(secret.Reveal()),
-		webhooksdk.WithLogger(benchLog))
+	h, err := webhooksdk.Handler([]webhooksdk.Provider{webhooksdk.WorkFunc("leaf", 1, workload.Noop)}, webhooksdk.WithSecrets(secret.Reveal()),
+		webhooksdk.WithLogger(scaleLog))
 	must(tb, err)
 	provSrv.Config.Handler = h
 	provSrv.Start()
-	x.stop = append(x.stop, provSrv.Close)
-	pools := []*pgxpool.Pool{x.db.Pool}
+	x.OnClose(provSrv.Close)
+	pools := []*pgxpool.Pool{x.DB.Pool}
 	for i := range k {
-		cfg, err := pgxpool.ParseConfig(x.db.DSN)
+		cfg, err := pgxpool.ParseConfig(x.DB.DSN)
 		must(tb, err)
 		cfg.MaxConns = cmp.Or(conns, cfg.MaxConns)
-		engine.PoolDefaults(cfg, benchLog)
-		db, err := pgxpool.NewWithConfig(x.ctx, cfg)
+		engine.PoolDefaults(cfg, scaleLog)
+		db, err := pgxpool.NewWithConfig(x.Context(), cfg)
 		must(tb, err)
 		pgtest.Warm(tb, db)
-		x.stop = append(x.stop, db.Close)
+		x.OnClose(db.Close)
 		pools = append(pools, db)
 		st := store.New(db, store.Config{})
-		lis := st.NewListener(benchLog)
+		lis := st.NewListener(scaleLog)
 		d, err := dispatch.New(dispatch.Config{Claimer: fmt.Sprintf("dispatch-%d", i), Range: shareOf(i, k), SecretBox: box, TokenKey: tokenKey,
-			CallbackBaseURL: cbSrv.URL, DevMode: true, Logger: benchLog}, engine.New(db, engine.Config{}), st,
+			CallbackBaseURL: cbSrv.URL, DevMode: true, Logger: scaleLog}, engine.New(db, engine.Config{}), st,
 			dispatch.Wakeups{WorkReady: lis.Subscribe("work_ready"), EndpointsChanged: lis.Subscribe("endpoints_changed")})
 		must(tb, err)
 		if i == 0 {
 			cb := d.Callbacks()
 			cbh.h.Store(&cb)
 		}
-		must(tb, d.Start(x.ctx))
-		x.stop = append(x.stop, d.Stop)
-		must(tb, lis.Start(x.ctx))
-		x.stop = append(x.stop, lis.Stop)
+		must(tb, d.Start(x.Context()))
+		x.OnClose(d.Stop)
+		must(tb, lis.Start(x.Context()))
+		x.OnClose(lis.Stop)
 		waitFor(tb, 10*time.Second, "the endpoint to be ready", func() bool { ok, _ := d.Registry().PairStatus("leaf", 1); return ok })
 	}
-	x.listen()
-	x.seed(n)
-	return profiled(x, n, pools...)
+	x.Listen()
+	x.Seed(n)
+	return profiled(tb, x, n, pools...)
 }
 
 // profiled converges the seeded leaves under a waitProf.
-func profiled(x *benchDB, n int, pools ...*pgxpool.Pool) (float64, *waitProf) {
-	w, err := startWaits(context.WithoutCancel(x.ctx), x.db.DSN, pools...)
-	must(x.tb, err)
-	rate := x.converge(n)
+func profiled(tb testing.TB, x *workload.DB, n int, pools ...*pgxpool.Pool) (float64, *waitProf) {
+	w, err := startWaits(context.WithoutCancel(x.Context()), x.DB.DSN, pools...)
+	must(tb, err)
+	rate := x.Converge(n)
 	return rate, w.finish()
 }
