@@ -142,7 +142,9 @@ BEGIN
                        AND w.state = 'pending'
                        AND w.not_before <= now()
                        AND (p_pairs IS NULL OR (w.kind || '/' || w.kind_version) = ANY (p_pairs))
-                       AND NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped))
+                       -- Built per row, the pair costs more than the rest of
+                       -- the filter: without a capped kind it is not built.
+                       AND (cardinality(v_capped) = 0 OR NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped)))
                      LIMIT p_limit - v_taken
                        FOR UPDATE SKIP LOCKED) c;
         END IF;
@@ -189,7 +191,7 @@ BEGIN
                                   AND w.shard_id BETWEEN p_lo AND p_hi
                                   AND w.state = 'pending'
                                   AND w.not_before <= now()
-                                  AND NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped))
+                                  AND (cardinality(v_capped) = 0 OR NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped)))
                                 LIMIT ns.quota
                                   FOR UPDATE SKIP LOCKED) o
                        UNION ALL
