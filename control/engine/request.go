@@ -45,12 +45,13 @@ func (e *Engine) RequestBuild(ctx context.Context, tasks []model.Task) (envs []w
 func (e *Engine) buildRequests(ctx context.Context, tasks []model.Task, start bool) (envs []webhooksdk.Envelope, failed []error, err error) {
 	// A task the claim returned with its resource needs no read; the others
 	// (react tasks, tasks whose resource was gone at the claim, a rebuilt
-	// request's) read theirs now.
-	byID := make(map[string]model.Resource, len(tasks))
+	// request's) read theirs now. A request points at the resource it was
+	// built from, the claim's copy included: nothing writes through it.
+	byID := make(map[string]*model.Resource, len(tasks))
 	var ids []string
 	for _, t := range tasks {
 		if t.Resource != nil {
-			byID[t.ResourceID] = *t.Resource
+			byID[t.ResourceID] = t.Resource
 		} else {
 			ids = append(ids, t.ResourceID)
 		}
@@ -61,8 +62,8 @@ func (e *Engine) buildRequests(ctx context.Context, tasks []model.Task, start bo
 		if err != nil {
 			return nil, nil, fmt.Errorf("load task resources: %w", err)
 		}
-		for _, r := range res {
-			byID[r.ID] = r
+		for i := range res {
+			byID[res[i].ID] = &res[i]
 		}
 	}
 	var (
@@ -78,7 +79,7 @@ func (e *Engine) buildRequests(ctx context.Context, tasks []model.Task, start bo
 	for i, t := range tasks {
 		if t.Type == webhooksdk.TaskReact {
 			reacts = append(reacts, t.ID)
-		} else if r := byID[t.ResourceID]; r.ProviderConfigRef != "" {
+		} else if r := byID[t.ResourceID]; r != nil && r.ProviderConfigRef != "" {
 			refs = append(refs, r.ProviderConfigRef)
 		}
 		if needsChildren(t) {
@@ -244,7 +245,7 @@ func (e *Engine) reactSnapshots(ctx context.Context, ids []string) (map[string]w
 
 // reactRequest builds a react task's envelope. The snapshot wins over the
 // live row: a resource with one was hard-deleted.
-func reactRequest(t model.Task, live map[string]model.Resource, snapshots map[string]webhooksdk.Resource, def cfg) (webhooksdk.Envelope, error) {
+func reactRequest(t model.Task, live map[string]*model.Resource, snapshots map[string]webhooksdk.Resource, def cfg) (webhooksdk.Envelope, error) {
 	res, ok := snapshots[t.ID]
 	if !ok {
 		r, found := live[t.ResourceID]
