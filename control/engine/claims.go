@@ -90,10 +90,11 @@ func scanClaimed(r pgx.CollectableRow) (model.Task, error) {
 		found    bool
 		res      resourceScan
 	)
-	dest := append([]any{&t.ID, &t.Shard, &t.ResourceID, &t.Type, &t.Trigger, &t.Reaction, &emits,
+	dest := make([]any, 0, 36) // taskClaimSQL's columns, one allocation
+	dest = append(dest, &t.ID, &t.Shard, &t.ResourceID, &t.Type, &t.Trigger, &t.Reaction, &emits,
 		&t.Kind, &kv, &t.Generation, &t.ClaimEpoch, &t.Attempts, &deadline, &t.Transition, &t.Binding, &t.TraceParent, &t.Namespace,
-		&found}, res.dest()...)
-	err := r.Scan(dest...)
+		&found)
+	err := r.Scan(res.dest(dest)...)
 	t.Emits = model.OutcomeMask(emits)
 	t.KindVersion = int(kv)
 	if deadline != nil {

@@ -395,7 +395,7 @@ const resourceCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec, r.
 // (RequestBuild), so it stays by position.
 func scanResource(row pgx.CollectableRow) (model.Resource, error) {
 	var s resourceScan
-	err := row.Scan(s.dest()...)
+	err := row.Scan(s.dest(nil)...)
 	return s.resource(), err
 }
 
@@ -407,12 +407,12 @@ type resourceScan struct {
 	owner *string
 }
 
-// dest returns the scan destinations, in resourceCols' order.
-func (s *resourceScan) dest() []any {
+// dest appends the scan destinations to into, in resourceCols' order.
+func (s *resourceScan) dest(into []any) []any {
 	r := &s.r
-	return []any{&r.ID, &r.Kind, &s.kv, &r.Name, &r.Labels, &r.Spec, &r.Status, &s.owner,
+	return append(into, &r.ID, &r.Kind, &s.kv, &r.Name, &r.Labels, &r.Spec, &r.Status, &s.owner,
 		&r.ProviderConfigRef, &r.Generation, &r.SyncedGen, &r.HealthOK, &r.FailureGen,
-		&r.Phase, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.ResourceVersion}
+		&r.Phase, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.ResourceVersion)
 }
 
 // resource returns the resource scanned.
