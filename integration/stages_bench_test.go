@@ -16,19 +16,22 @@ import (
 
 // BenchmarkEngineStages times the engine's steps for 10,000 leaves one after
 // another on one connection, as the in-process executor calls them: the
-// schedule, then claims of 512 (engine.TaskClaim), each batch's request
-// read (engine.RequestBuild) and its completion (complete_tasks, which applies).
-// Each stage is the sum of its calls. With nothing running concurrently it
-// is much steadier than BenchmarkEngineThroughput, so it is the one to
-// compare two builds of an engine statement with (alternate the binaries).
+// schedule, then claims of 512 (engine.TaskClaim, which returns each task's
+// resource), each batch's request build (engine.RequestBuild: the provider
+// configs and the requests, the resources coming from the claim) and its
+// completion (complete_tasks, which applies). Each stage is the sum of its
+// calls. With nothing running concurrently it is much steadier than
+// BenchmarkEngineThroughput, so it is the one to compare two builds of an
+// engine statement with (alternate the binaries).
 //
 // Each round also times two baselines on the same database: a bare INSERT of
 // the same 10,000 queue rows, and the design floor's own statements run the
 // same way (benchq.FloorSerial: its schedule, claims of 512 and fenced
-// completions). The floor has no request read; the engine's serial sum
-// against the floor's says how far the engine's statements are from the
-// writes they must make, with no executor, no concurrency and no other
-// process involved. Run it with -benchtime=1x.
+// completions). The floor reads no resource and builds no request: the
+// engine's serial sum (its claim and request stages together carrying the
+// request's reads) against the floor's says how far the engine's
+// statements are from the writes they must make, with no executor, no
+// concurrency and no other process involved. Run it with -benchtime=1x.
 func BenchmarkEngineStages(b *testing.B) {
 	n, rounds := 10_000, 5
 	if testing.Short() {

@@ -35,11 +35,23 @@ type TaskClaimParams struct {
 }
 
 // A claim writes no event: the claim's time, epoch and claimer are on the
-// task while it runs and on the resource once applied (issue #13).
+// task while it runs and on the resource once applied (issue #13). Each
+// work task comes with its resource (r_found, claimedResourceCols), which
+// its request then need not read.
 const taskClaimSQL = `SELECT task_id, shard_id, resource_id, task_type, trigger, coalesce(reaction, ''), emits,
        kind, kind_version, generation, claim_epoch, attempts, deadline,
-       coalesce(transition, ''), coalesce(binding, ''), coalesce(traceparent, ''), namespace
+       coalesce(transition, ''), coalesce(binding, ''), coalesce(traceparent, ''), namespace,
+       r_found, ` + claimedResourceCols + `
   FROM claim_tasks($1, $2, $3, $4, $5, $6, $7)`
+
+// claimedResourceCols are claim_tasks' r_* columns in resourceCols' order,
+// read the way resourceCols reads them (resourceScan); a row without a
+// resource (r_found false) has zero values instead of NULLs, so it scans.
+const claimedResourceCols = `resource_id, coalesce(r_kind, ''), coalesce(r_kind_version, 0), coalesce(r_name, ''),
+       coalesce(r_labels, '{}'), coalesce(r_spec, '{}'), r_status, r_owner_id, coalesce(r_provider_config_ref, ''),
+       coalesce(r_generation, 0), coalesce(r_synced_gen, 0), coalesce(r_health_ok, false), coalesce(r_failure_gen, 0),
+       coalesce(r_phase, ''), coalesce(r_last_error, ''), coalesce(r_created_at, 'epoch'), coalesce(r_updated_at, 'epoch'),
+       coalesce(r_resource_version, 0)`
 
 // TaskClaim claims up to p.Limit pending tasks, bumping each one's
 // claim_epoch: work first, then reactor deliveries if the batch has room.
@@ -75,13 +87,22 @@ func scanClaimed(r pgx.CollectableRow) (model.Task, error) {
 		emits    int32
 		kv       int16
 		deadline *time.Time
+		found    bool
+		res      resourceScan
 	)
-	err := r.Scan(&t.ID, &t.Shard, &t.ResourceID, &t.Type, &t.Trigger, &t.Reaction, &emits,
-		&t.Kind, &kv, &t.Generation, &t.ClaimEpoch, &t.Attempts, &deadline, &t.Transition, &t.Binding, &t.TraceParent, &t.Namespace)
+	dest := make([]any, 0, 36) // taskClaimSQL's columns, one allocation
+	dest = append(dest, &t.ID, &t.Shard, &t.ResourceID, &t.Type, &t.Trigger, &t.Reaction, &emits,
+		&t.Kind, &kv, &t.Generation, &t.ClaimEpoch, &t.Attempts, &deadline, &t.Transition, &t.Binding, &t.TraceParent, &t.Namespace,
+		&found)
+	err := r.Scan(res.dest(dest)...)
 	t.Emits = model.OutcomeMask(emits)
 	t.KindVersion = int(kv)
 	if deadline != nil {
 		t.Deadline = *deadline
+	}
+	if found {
+		rs := res.resource()
+		t.Resource = &rs
 	}
 	return t, err
 }

@@ -26,8 +26,12 @@ import (
 // redeliveries, and the reactor kind's default config: the watched
 // resource's override configures the watched kind, not the reactor.
 //
+// A work task's resource is the one its claim read (model.Task.Resource);
+// only tasks claimed without one read theirs here.
+//
 // failed is parallel to tasks: a task that gets no request has its reason
-// there — its resource vanished since the claim, or its effective config
+// there — its resource vanished (before its claim read it, or for a task
+// claimed without one, before this read), or its effective config
 // cannot be built (a stored override that is not a JSON object) — and only
 // that task fails: one bad row must not hold back the batch it was claimed
 // with. The error is for the batch as a whole (the database).
@@ -39,18 +43,28 @@ func (e *Engine) RequestBuild(ctx context.Context, tasks []model.Task) (envs []w
 // operation without marking it running or counting an attempt, for a
 // request built again under the same claim (RequestRebuild).
 func (e *Engine) buildRequests(ctx context.Context, tasks []model.Task, start bool) (envs []webhooksdk.Envelope, failed []error, err error) {
-	ids := make([]string, len(tasks))
-	for i, t := range tasks {
-		ids[i] = t.ResourceID
+	// A task the claim returned with its resource needs no read; the others
+	// (react tasks, tasks whose resource was gone at the claim, a rebuilt
+	// request's) read theirs now. A request points at the resource it was
+	// built from, the claim's copy included: nothing writes through it.
+	byID := make(map[string]*model.Resource, len(tasks))
+	var ids []string
+	for _, t := range tasks {
+		if t.Resource != nil {
+			byID[t.ResourceID] = t.Resource
+		} else {
+			ids = append(ids, t.ResourceID)
+		}
 	}
-	res, err := pgrun.Collect(ctx, e.pool, scanResource, `SELECT `+resourceCols+` FROM resources r WHERE r.id = ANY ($1)`,
-		pgrun.UUIDArray(ids))
-	if err != nil {
-		return nil, nil, fmt.Errorf("load task resources: %w", err)
-	}
-	byID := make(map[string]model.Resource, len(res))
-	for _, r := range res {
-		byID[r.ID] = r
+	if len(ids) > 0 {
+		res, err := pgrun.Collect(ctx, e.pool, scanResource, `SELECT `+resourceCols+` FROM resources r WHERE r.id = ANY ($1)`,
+			pgrun.UUIDArray(ids))
+		if err != nil {
+			return nil, nil, fmt.Errorf("load task resources: %w", err)
+		}
+		for i := range res {
+			byID[res[i].ID] = &res[i]
+		}
 	}
 	var (
 		parents []string
@@ -65,7 +79,7 @@ func (e *Engine) buildRequests(ctx context.Context, tasks []model.Task, start bo
 	for i, t := range tasks {
 		if t.Type == webhooksdk.TaskReact {
 			reacts = append(reacts, t.ID)
-		} else if r := byID[t.ResourceID]; r.ProviderConfigRef != "" {
+		} else if r := byID[t.ResourceID]; r != nil && r.ProviderConfigRef != "" {
 			refs = append(refs, r.ProviderConfigRef)
 		}
 		if needsChildren(t) {
@@ -231,7 +245,7 @@ func (e *Engine) reactSnapshots(ctx context.Context, ids []string) (map[string]w
 
 // reactRequest builds a react task's envelope. The snapshot wins over the
 // live row: a resource with one was hard-deleted.
-func reactRequest(t model.Task, live map[string]model.Resource, snapshots map[string]webhooksdk.Resource, def cfg) (webhooksdk.Envelope, error) {
+func reactRequest(t model.Task, live map[string]*model.Resource, snapshots map[string]webhooksdk.Resource, def cfg) (webhooksdk.Envelope, error) {
 	res, ok := snapshots[t.ID]
 	if !ok {
 		r, found := live[t.ResourceID]
@@ -370,7 +384,8 @@ func (e *Engine) operations(ctx context.Context, tasks []model.Task, start bool)
 }
 
 // resourceCols are the columns a request's resources are read with, from
-// alias r (scanResource).
+// alias r (scanResource); the claim returns the same columns with each work
+// task (claimedResourceCols).
 const resourceCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec, r.status, r.owner_id,
        coalesce(r.provider_config_ref, ''), r.generation, r.synced_gen, r.health_ok, r.failure_gen,
        r.phase, coalesce(r.last_error, ''), r.created_at, r.updated_at, r.resource_version`
@@ -379,17 +394,32 @@ const resourceCols = `r.id, r.kind, r.kind_version, r.name, r.labels, r.spec, r.
 // type and carries no db tags, and this scan serves the claim path
 // (RequestBuild), so it stays by position.
 func scanResource(row pgx.CollectableRow) (model.Resource, error) {
-	var (
-		r     model.Resource
-		kv    int16
-		owner *string
-	)
-	err := row.Scan(&r.ID, &r.Kind, &kv, &r.Name, &r.Labels, &r.Spec, &r.Status, &owner,
+	var s resourceScan
+	err := row.Scan(s.dest(nil)...)
+	return s.resource(), err
+}
+
+// resourceScan receives one row's resourceCols: the read's (scanResource)
+// and the claim's (scanClaimed) alike.
+type resourceScan struct {
+	r     model.Resource
+	kv    int16
+	owner *string
+}
+
+// dest appends the scan destinations to into, in resourceCols' order.
+func (s *resourceScan) dest(into []any) []any {
+	r := &s.r
+	return append(into, &r.ID, &r.Kind, &s.kv, &r.Name, &r.Labels, &r.Spec, &r.Status, &s.owner,
 		&r.ProviderConfigRef, &r.Generation, &r.SyncedGen, &r.HealthOK, &r.FailureGen,
 		&r.Phase, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.ResourceVersion)
-	r.KindVersion = int(kv)
-	if owner != nil {
-		r.OwnerID = *owner
+}
+
+// resource returns the resource scanned.
+func (s *resourceScan) resource() model.Resource {
+	s.r.KindVersion = int(s.kv)
+	if s.owner != nil {
+		s.r.OwnerID = *s.owner
 	}
-	return r, err
+	return s.r
 }

@@ -95,6 +95,11 @@ type Task struct {
 	// Namespace is the task's namespace: its resource's, or a react
 	// task's binding's. It picks the endpoints the task may go to.
 	Namespace string
+	// Resource is the task's resource as the claim read it, for its
+	// request (claim_tasks returns it with each work task); nil when the
+	// claim read none (a react task, a task whose resource was gone, a
+	// task not from a claim): its request then reads the resource itself.
+	Resource *Resource
 }
 
 // WireResources returns the protocol's part of each of rs; nil for none.

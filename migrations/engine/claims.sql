@@ -57,12 +57,25 @@
 -- A work task returns the traceparent stored with it (the request that
 -- scheduled it, if traced; migration 00031), a react task none; both
 -- return their namespace.
+--
+-- A work task also returns its resource's columns (r_*: those RequestBuild
+-- reads, request.go's resourceCols), so its request needs no second read
+-- of the resource (issue #41). They are read by the statement that claims,
+-- after the picks locked the rows: whatever write scheduled a claimed
+-- generation committed before the lock, so the resource read is at least
+-- as new as the generation claimed, as the later read was. r_found is
+-- false, and the other r_* NULL, for a react task (its request reads the
+-- live row or its snapshot, as before) and for a work task whose resource
+-- is gone.
 -- Claims plan their statements once, as the scheduling functions do.
 CREATE OR REPLACE FUNCTION claim_tasks(p_claimer text, p_lo int, p_hi int, p_pairs text[], p_own text[], p_limit int, p_lease_secs int)
 RETURNS TABLE (task_id uuid, shard_id smallint, resource_id uuid, task_type text, trigger text,
                reaction text, emits int, kind text, kind_version smallint, generation bigint,
                claim_epoch bigint, attempts int, deadline timestamptz, transition text, binding text, traceparent text,
-               namespace text)
+               namespace text, r_found boolean, r_kind text, r_kind_version smallint, r_name text, r_labels jsonb,
+               r_spec jsonb, r_status jsonb, r_owner_id uuid, r_provider_config_ref text, r_generation bigint,
+               r_synced_gen bigint, r_health_ok boolean, r_failure_gen bigint, r_phase text, r_last_error text,
+               r_created_at timestamptz, r_updated_at timestamptz, r_resource_version bigint)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
@@ -129,7 +142,9 @@ BEGIN
                        AND w.state = 'pending'
                        AND w.not_before <= now()
                        AND (p_pairs IS NULL OR (w.kind || '/' || w.kind_version) = ANY (p_pairs))
-                       AND NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped))
+                       -- Built per row, the pair costs more than the rest of
+                       -- the filter: without a capped kind it is not built.
+                       AND (cardinality(v_capped) = 0 OR NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped)))
                      LIMIT p_limit - v_taken
                        FOR UPDATE SKIP LOCKED) c;
         END IF;
@@ -176,7 +191,7 @@ BEGIN
                                   AND w.shard_id BETWEEN p_lo AND p_hi
                                   AND w.state = 'pending'
                                   AND w.not_before <= now()
-                                  AND NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped))
+                                  AND (cardinality(v_capped) = 0 OR NOT ((w.kind || '/' || w.kind_version) = ANY (v_capped)))
                                 LIMIT ns.quota
                                   FOR UPDATE SKIP LOCKED) o
                        UNION ALL
@@ -269,8 +284,12 @@ BEGIN
             ON CONFLICT (kind, kind_version, range_lo) DO UPDATE SET in_flight = i.in_flight + EXCLUDED.in_flight
         )
         SELECT c.task_id, c.shard_id, c.resource_id, c.task_type, c.trigger, c.reaction, c.emits, c.kind, c.kind_version,
-               c.claimed_gen, c.claim_epoch, c.attempts, c.deadline, NULL::text, NULL::text, c.traceparent, c.namespace
-          FROM claimed c;
+               c.claimed_gen, c.claim_epoch, c.attempts, c.deadline, NULL::text, NULL::text, c.traceparent, c.namespace,
+               r.id IS NOT NULL, r.kind, r.kind_version, r.name, r.labels, r.spec, r.status, r.owner_id,
+               r.provider_config_ref, r.generation, r.synced_gen, r.health_ok, r.failure_gen, r.phase, r.last_error,
+               r.created_at, r.updated_at, r.resource_version
+          FROM claimed c
+          LEFT JOIN resources r ON r.id = c.resource_id;
         -- The capped namespaces' tokens, after the kinds' (the lock order).
         -- Every picked row was claimed: the claim locked them.
         IF cardinality(v_ns_names) > 0 THEN
@@ -327,7 +346,10 @@ BEGIN
     SELECT c.task_id, c.shard_id, c.resource_id, 'react'::text, 'reactor'::text, c.reaction, c.emits,
            c.kind, c.kind_version, c.generation, c.claim_epoch, c.attempts,
            CASE WHEN c.deadline_secs > 0 THEN now() + make_interval(secs => c.deadline_secs) END,
-           c.transition, c.binding_name, NULL::text, c.namespace
+           c.transition, c.binding_name, NULL::text, c.namespace,
+           false, NULL::text, NULL::smallint, NULL::text, NULL::jsonb, NULL::jsonb, NULL::jsonb, NULL::uuid,
+           NULL::text, NULL::bigint, NULL::bigint, NULL::boolean, NULL::bigint, NULL::text, NULL::text,
+           NULL::timestamptz, NULL::timestamptz, NULL::bigint
       FROM claimed c;
 END
 $$;
