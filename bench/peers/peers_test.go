@@ -29,7 +29,8 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // database, in -peers.pairs pairs: Q; the engine's no-op leaves beside
 // River's no-op jobs; the engine's HTTP path inline and batched beside
 // River with a worker making the same signed POST to the same provider;
-// and the HTTP paths' caps, H and the engine's in-process rate. Odd pairs
+// and what caps the HTTP paths: H (bare signed POSTs) and the engine's
+// in-process rate, alone and combined (peers.Bound). Odd pairs
 // run the engine first, even pairs River first, so a drift of the
 // machine's speed during a pair favours neither. It prints a line per pair
 // and the goals' ratios, each the median over the pairs of the ratio

@@ -39,9 +39,10 @@ func TestEvaluateTakesTheMedianOfThePerPairRatios(t *testing.T) {
 			t.Errorf("%s: %+v, want %+v", r.Name, got, want[r.Name])
 		}
 	}
-	// Caps: inline against H (H/River-HTTP 4, 3, 2), batched against inproc
-	// (http32/inproc 2/3, 4/5, 3/4).
-	if got := res[1].CapDen; !near(got, peers.Stat{Median: 3, Min: 2, Max: 4}) {
+	// Caps: inline against 1/(1/inproc + 1/H) (120/7, 37.5, 40/3 over
+	// River HTTP 10, 20, 10), batched against inproc (http32/inproc 2/3,
+	// 4/5, 3/4).
+	if got := res[1].CapDen; !near(got, peers.Stat{Median: 12.0 / 7, Min: 4.0 / 3, Max: 1.875}) {
 		t.Errorf("inline cap: %+v", got)
 	}
 	if got := res[2].OfCap; !near(got, peers.Stat{Median: 0.75, Min: 2.0 / 3, Max: 0.8}) {
@@ -72,7 +73,7 @@ func TestWriteSummaryPrintsAGoalLineEach(t *testing.T) {
 	for _, want := range []string{
 		"goal leaves/River-noop        median 1.20 (min 1.00 max 1.50)  must 1.2  moonshot 2",
 		"goal HTTP-inline/River-HTTP   median 0.50 (min 0.50 max 0.50)  must 1.5  moonshot 3",
-		"cap H: H/river-http 3.00, http at 0.17 of it",
+		"cap bound: bound/river-http 1.71, http at 0.29 of it",
 		"goal HTTP-batched/River-HTTP  median 3.00 (min 2.00 max 4.00)  must 4  moonshot 8",
 		"cap inproc: inproc/river-http 4.00, http32 at 0.75 of it",
 	} {
