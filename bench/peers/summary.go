@@ -18,9 +18,9 @@ const (
 	FigRiverHTTP = "river-http"
 	FigH         = "H"
 	FigInproc    = "inproc"
-	// FigBound is derived, not measured: 1/(1/inproc + 1/H), the most
-	// inline HTTP can reach when the engine's work and the bare POSTs share
-	// the machine's cores (see Bound).
+	// FigBound is derived from two other figures: the most inline HTTP can reach
+	// when the engine's work and the bare POSTs share the machine's cores
+	// (see Bound).
 	FigBound = "bound"
 )
 
@@ -33,8 +33,8 @@ func Figures() []string {
 type Pair map[string]float64
 
 // Bound returns p with FigBound set: inline HTTP does the engine's work
-// (inproc's rate alone) and a signed POST (H's alone) for every task on the
-// same cores, so it cannot beat 1/(1/inproc + 1/H).
+// (at inproc's rate alone) and a signed POST (at H's alone) for every task
+// on the same cores, so its time per task is at least the sum of theirs.
 func Bound(p Pair) Pair {
 	out := make(Pair, len(p)+1)
 	for k, v := range p {
