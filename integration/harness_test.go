@@ -45,12 +45,15 @@ type engineOpts struct {
 	reaper   *reaper.Config // nil: no reaper
 	noDrain  bool
 	retryMax time.Duration
+	// noApplyLog leaves out the apply-log trigger tests check double
+	// applies with: a profile of the engine's statements must not count it.
+	noApplyLog bool
 }
 
 func newEngine(t testing.TB, o engineOpts) *engine {
 	t.Helper()
 	db := pgtest.New(t)
-	if _, test := t.(*testing.T); test { // benchmarks do not pay for it
+	if _, test := t.(*testing.T); test && !o.noApplyLog { // benchmarks do not pay for it
 		must(t, applylog.Install(t.Context(), db.Pool))
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

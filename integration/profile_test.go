@@ -25,7 +25,7 @@ func TestProfileEngine(t *testing.T) {
 	if os.Getenv("PROFILE") == "" {
 		t.Skip("set PROFILE=1 and DATABASE_URL to a server with pg_stat_statements preloaded")
 	}
-	e := newEngine(t, engineOpts{})
+	e := newEngine(t, engineOpts{noApplyLog: true})
 	e.manifest("leaf", 1, leafReactions, model.Policy{})
 	e.manifest("comp", 1, compReactions, model.Policy{})
 	e.run(inproc.Config{Concurrency: 512, BatchSize: 512}, map[string]inproc.Handler{
