@@ -2,7 +2,6 @@ package dispatch_test
 
 import (
 	"fmt"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -71,7 +70,7 @@ func BenchmarkDispatch(b *testing.B) {
 		}
 		med := map[string]float64{}
 		for k, v := range rates {
-			med[k] = median(v)
+			med[k] = workload.Median(v)
 		}
 		var p50s, p99s []float64
 		var fed float64
@@ -80,7 +79,7 @@ func BenchmarkDispatch(b *testing.B) {
 			p50s, p99s, fed = append(p50s, p50), append(p99s, p99), f
 		}
 		logf("latency p99 of the %d runs (ms): %.0f", latencyRuns, p99s)
-		p50, p99 := median(p50s), median(p99s)
+		p50, p99 := workload.Median(p50s), workload.Median(p99s)
 		q := med["Q"]
 		bound := 1 / (1/med["F"] + 1/med["H"])
 		asyncBound := 1 / (1/med["F"] + 2/med["H"])
@@ -105,15 +104,6 @@ func BenchmarkDispatch(b *testing.B) {
 			n, benchRounds, q, med["F"], med["F"]/q, med["H"], bound, bound/q, asyncBound/q,
 			med["inproc"], med["inproc"]/q, med["http"], med["http"]/q, med["async"], med["async"]/q, fed, latencyRuns, p50, p99)
 	}
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // The modes, from internal/testkit/workload (the peer benchmark in
@@ -166,14 +156,14 @@ func BenchmarkLambdaTarget(b *testing.B) {
 				logf("round %d lambda=%v %8.0f /s, %.0f µs CPU/task", round+1, viaLambda, r, float64(cpu.Microseconds()))
 			}
 		}
-		https, lambda := median(rates[0]), median(rates[1])
+		https, lambda := workload.Median(rates[0]), workload.Median(rates[1])
 		b.ReportMetric(https, "https/s")
 		b.ReportMetric(lambda, "lambda/s")
 		b.ReportMetric(lambda/https, "lambda/https")
-		b.ReportMetric(median(cpus[0]), "https_cpu_us/task")
-		b.ReportMetric(median(cpus[1]), "lambda_cpu_us/task")
+		b.ReportMetric(workload.Median(cpus[0]), "https_cpu_us/task")
+		b.ReportMetric(workload.Median(cpus[1]), "lambda_cpu_us/task")
 		logf("N=%d, medians of %d rounds: https %.0f/s (%.0f µs CPU/task), lambda %.0f/s (%.0f µs CPU/task), lambda/https %.3f",
-			n, benchRounds, https, median(cpus[0]), lambda, median(cpus[1]), lambda/https)
+			n, benchRounds, https, workload.Median(cpus[0]), lambda, workload.Median(cpus[1]), lambda/https)
 	}
 }
 
@@ -288,7 +278,7 @@ func BenchmarkDispatchBatch(b *testing.B) {
 		}
 		med := map[string]float64{}
 		for k, v := range rates {
-			med[k] = median(v)
+			med[k] = workload.Median(v)
 		}
 		q := med["Q"]
 		b.ReportMetric(q, "Q/s")

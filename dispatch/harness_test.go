@@ -2,7 +2,6 @@ package dispatch_test
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,6 +24,7 @@ import (
 	"github.com/convergeplane/converge/dispatch"
 	"github.com/convergeplane/converge/internal/testkit/applylog"
 	"github.com/convergeplane/converge/internal/testkit/pgtest"
+	"github.com/convergeplane/converge/internal/testkit/workload"
 	"github.com/convergeplane/converge/webhooksdk"
 )
 
@@ -66,12 +66,7 @@ func newEnv(t *testing.T) *env {
 	log := slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	eng := engine.New(db.Pool, engine.Config{RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond})
 	st := store.New(db.Pool, store.Config{})
-	key := make([]byte, store.SecretKeyBytes)
-	_, _ = rand.Read(key)
-	box, err := store.NewSecretBox(key)
-	must(t, err)
-	tokenKey := make([]byte, 32)
-	_, _ = rand.Read(tokenKey)
+	box, tokenKey := workload.Keys(t)
 	e := &env{t: t, db: db, eng: eng, st: st, box: box, lis: st.NewListener(log), log: log, ctx: t.Context(),
 		tokenKey: tokenKey, metrics: prometheus.NewRegistry()}
 

@@ -3,7 +3,6 @@ package dispatch_test
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"math"
@@ -91,7 +90,7 @@ func BenchmarkEngineScaling(b *testing.B) {
 		}
 		q := math.NaN()
 		if rates["Q"] != nil {
-			q = median(rates["Q"])
+			q = workload.Median(rates["Q"])
 		}
 		b.ReportMetric(q, "Q/s")
 		line := fmt.Sprintf("N=%d, medians of %d rounds: Q %.0f/s", n, rounds, q)
@@ -99,12 +98,12 @@ func BenchmarkEngineScaling(b *testing.B) {
 			if rates[m.name] == nil {
 				continue
 			}
-			r := median(rates[m.name])
+			r := workload.Median(rates[m.name])
 			b.ReportMetric(r/q, m.name+"/Q")
 			line += fmt.Sprintf("; %s %.0f/s (%.3f·Q", m.name, r, r/q)
 			// Against one executor or dispatcher of its kind, in the same rounds.
 			if kind, _, _ := strings.Cut(m.name, "×"); kind+"×1" != m.name && rates[kind+"×1"] != nil {
-				line += fmt.Sprintf(", %.2f× %s×1", r/median(rates[kind+"×1"]), kind)
+				line += fmt.Sprintf(", %.2f× %s×1", r/workload.Median(rates[kind+"×1"]), kind)
 			}
 			line += ")"
 		}
@@ -147,12 +146,7 @@ func scaleInproc(tb testing.TB, n, k int) (float64, *waitProf) {
 func scaleHTTP(tb testing.TB, n, k, maxBatch int, conns int32) (float64, *waitProf) {
 	x := workload.NewDB(tb)
 	defer x.Close()
-	key := make([]byte, store.SecretKeyBytes)
-	_, _ = rand.Read(key)
-	box, err := store.NewSecretBox(key)
-	must(tb, err)
-	tokenKey := make([]byte, 32)
-	_, _ = rand.Read(tokenKey)
+	box, tokenKey := workload.Keys(tb)
 	var cbh forward // the first dispatcher's receiver (inline answers: unused)
 	cbSrv := httptest.NewServer(&cbh)
 	x.OnClose(cbSrv.Close)

@@ -5,6 +5,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/convergeplane/converge/internal/testkit/workload"
 )
 
 // The figures one pair measures, by name: Q, the engine's workloads
@@ -80,17 +82,7 @@ func Over(pairs []Pair, num, den string) Stat {
 	for _, p := range pairs {
 		rs = append(rs, p[num]/p[den])
 	}
-	return Stat{Median: Median(rs), Min: slices.Min(rs), Max: slices.Max(rs)}
-}
-
-// Median is the median of xs (the mean of the middle two when even).
-func Median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return Stat{Median: workload.Median(rs), Min: slices.Min(rs), Max: slices.Max(rs)}
 }
 
 // GoalResult is a goal as the pairs measured it.
@@ -149,7 +141,7 @@ func WriteSummary(w io.Writer, pairs []Pair) []GoalResult {
 		for _, p := range pairs {
 			xs = append(xs, p[f])
 		}
-		fmt.Fprintf(&b, " %s %.0f/s", f, Median(xs))
+		fmt.Fprintf(&b, " %s %.0f/s", f, workload.Median(xs))
 		if f != FigQ {
 			fmt.Fprintf(&b, " (%.3f·Q)", Over(pairs, f, FigQ).Median)
 		}

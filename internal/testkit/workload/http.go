@@ -164,17 +164,25 @@ type Dispatch struct {
 	D *dispatch.Dispatcher
 }
 
-// NewDispatch starts the engine, the dispatcher and the provider on a
-// fresh database and returns once the endpoint is ready. Close it when done.
-func NewDispatch(tb testing.TB, t Target) *Dispatch {
+// Keys returns what a dispatcher is configured with to keep endpoint
+// secrets and mint callback tokens: a fresh secret box and token key.
+func Keys(tb testing.TB) (*store.SecretBox, []byte) {
 	tb.Helper()
-	x := NewDB(tb)
 	key := make([]byte, store.SecretKeyBytes)
 	_, _ = rand.Read(key)
 	box, err := store.NewSecretBox(key)
 	must(tb, err)
 	tokenKey := make([]byte, 32)
 	_, _ = rand.Read(tokenKey)
+	return box, tokenKey
+}
+
+// NewDispatch starts the engine, the dispatcher and the provider on a
+// fresh database and returns once the endpoint is ready. Close it when done.
+func NewDispatch(tb testing.TB, t Target) *Dispatch {
+	tb.Helper()
+	x := NewDB(tb)
+	box, tokenKey := Keys(tb)
 	var cb atomic.Pointer[http.Handler] // the dispatcher's receiver, once it exists
 	cbSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := cb.Load()
@@ -205,7 +213,7 @@ func NewDispatch(tb testing.TB, t Target) *Dispatch {
 			}
 		})
 	}
-	_, _, err = x.St.CreateEndpoint(x.ctx, box, store.PutEndpointParams{Name: "bench",
+	_, _, err := x.St.CreateEndpoint(x.ctx, box, store.PutEndpointParams{Name: "bench",
 		Kinds:          []store.EndpointKind{{Kind: "leaf", KindVersion: 1}},
 		Target:         tgt,
 		Secret:         store.EndpointSecret(p.Secret),

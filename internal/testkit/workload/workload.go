@@ -16,6 +16,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -224,6 +225,17 @@ func inprocRun(tb testing.TB, n int, cfg inproc.Config) float64 {
 	x.Listen()
 	x.Seed(n)
 	return x.Converge(n)
+}
+
+// Median is the median of xs (the mean of the middle two when even): the
+// benchmarks report medians of interleaved rounds or pairs.
+func Median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // Noop is the work every path runs: nothing, a success with an empty status.
